@@ -1,0 +1,19 @@
+//go:build !unix
+
+package weights
+
+import (
+	"io"
+	"os"
+)
+
+// mapFile reads the whole file where mmap is not available.
+func mapFile(f *os.File, size int64) ([]byte, error) {
+	b := make([]byte, size)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func unmapFile([]byte) error { return nil }
