@@ -1,0 +1,223 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// attnBlockFloats bounds the score block (query rows × keys) in floats.
+const attnBlockFloats = 1 << 20
+
+// Attention works a block of query rows of one head at a time: the block's
+// scores against every visible key come from one GEMM, each row is masked
+// and softmaxed in parallel, and a second GEMM writes the block's output.
+// A query row that sees no key at all gets zeros.
+func (be *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) error {
+	dt := dst.DType()
+	if !isCompute(dt) || q.DType() != dt || k.DType() != dt || v.DType() != dt {
+		return unsupported("attention", dt)
+	}
+	if q.Rank() != 4 || k.Rank() != 4 || v.Rank() != 4 || dst.Numel() != q.Numel() {
+		return fmt.Errorf("cpu: attention of q %v, k %v, v %v into %v", q, k, v, dst)
+	}
+	B, Lq, Hq, D := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
+	Lk, Hkv := k.Dim(1), k.Dim(2)
+	if k.Dim(0) != B || k.Dim(3) != D || v.Dim(0) != B || v.Dim(1) != Lk || v.Dim(2) != Hkv || v.Dim(3) != D || Hkv == 0 || Hq%Hkv != 0 {
+		return fmt.Errorf("cpu: attention of q %v with k %v, v %v", q, k, v)
+	}
+	var keyMask, mask []float32
+	maskBatch := 0
+	if p.KeyMask != nil {
+		if p.KeyMask.DType() != tensor.F32 || p.KeyMask.Numel() != B*Lk {
+			return fmt.Errorf("cpu: attention key mask %v, want f32 (%d, %d)", p.KeyMask, B, Lk)
+		}
+		b, err := raw(p.KeyMask)
+		if err != nil {
+			return err
+		}
+		keyMask = asF32(b)
+	}
+	if p.Mask != nil {
+		n := p.Mask.Numel()
+		if p.Mask.DType() != tensor.F32 || (n != Lq*Lk && n != B*Lq*Lk) {
+			return fmt.Errorf("cpu: attention mask %v, want f32 (B|1, %d, %d)", p.Mask, Lq, Lk)
+		}
+		b, err := raw(p.Mask)
+		if err != nil {
+			return err
+		}
+		mask = asF32(b)
+		if n == B*Lq*Lk && B > 1 {
+			maskBatch = Lq * Lk
+		}
+	}
+	scale := p.Scale
+	if scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(D)))
+	}
+	qf, err := be.widen(q)
+	if err != nil {
+		return err
+	}
+	kf, err := be.widen(k)
+	if err != nil {
+		return err
+	}
+	vf, err := be.widen(v)
+	if err != nil {
+		return err
+	}
+	out, commit, err := be.output(dst)
+	if err != nil {
+		return err
+	}
+	if Lk == 0 || D == 0 {
+		clear(out)
+		commit()
+		return nil
+	}
+	// visible is the number of leading keys query i may see at most.
+	visible := func(i int) int {
+		n := Lk
+		if p.Causal {
+			n = min(n, i+1)
+		}
+		if p.FrameLen > 0 {
+			n = min(n, (i/p.FrameLen+1)*p.FrameLen)
+		}
+		return n
+	}
+	bq := max(1, min(Lq, 256, attnBlockFloats/Lk))
+	scores := make([]float32, bq*Lk)
+	group := Hq / Hkv
+	qld, kld := Hq*D, Hkv*D
+	for b := 0; b < B; b++ {
+		for h := 0; h < Hq; h++ {
+			hk := h / group
+			qh := qf[(b*Lq*Hq+h)*D:]
+			kh := kf[(b*Lk*Hkv+hk)*D:]
+			vh := vf[(b*Lk*Hkv+hk)*D:]
+			oh := out[(b*Lq*Hq+h)*D:]
+			for i0 := 0; i0 < Lq; i0 += bq {
+				n := min(bq, Lq-i0)
+				lk := visible(i0 + n - 1) // keys any row of the block sees
+				if lk <= 0 {
+					for r := 0; r < n; r++ {
+						clear(oh[(i0+r)*qld : (i0+r)*qld+D])
+					}
+					continue
+				}
+				s := scores[:n*lk]
+				be.gemm(false, true, n, lk, D, scale, qh[i0*qld:], qld, kh, kld, 0, s, lk)
+				be.parallel(n, max(1, 4096/lk), func(lo, hi int) {
+					for r := lo; r < hi; r++ {
+						i := i0 + r
+						row := s[r*lk : (r+1)*lk]
+						var km, am []float32
+						if keyMask != nil {
+							km = keyMask[b*Lk : b*Lk+lk]
+						}
+						if mask != nil {
+							am = mask[b*maskBatch+i*Lk : b*maskBatch+i*Lk+lk]
+						}
+						maskedSoftmax(row, visible(i), km, am)
+					}
+				})
+				be.gemm(false, false, n, D, lk, 1, s, lk, vh, kld, 0, oh[i0*qld:], qld)
+			}
+		}
+	}
+	commit()
+	return nil
+}
+
+// maskedSoftmax turns a row of scores into probabilities over its first n
+// keys, dropping keys whose keyMask is 0 and adding the additive mask. A row
+// with no visible key becomes zeros.
+func maskedSoftmax(row []float32, n int, keyMask, add []float32) {
+	negInf := float32(math.Inf(-1))
+	for j := n; j < len(row); j++ {
+		row[j] = negInf
+	}
+	if add != nil {
+		for j := range row[:n] {
+			row[j] += add[j]
+		}
+	}
+	if keyMask != nil {
+		for j := range row[:n] {
+			if keyMask[j] == 0 {
+				row[j] = negInf
+			}
+		}
+	}
+	m := negInf
+	for _, v := range row {
+		if v > m || v != v {
+			m = v
+		}
+	}
+	if m == negInf {
+		clear(row)
+		return
+	}
+	var s float64
+	for j, v := range row {
+		e := math.Exp(float64(v - m))
+		row[j] = float32(e)
+		s += e
+	}
+	inv := 1 / s
+	for j := range row {
+		row[j] = float32(float64(row[j]) * inv)
+	}
+}
+
+func (be *Backend) RoPE(dst, x, cos, sin *tensor.Tensor) error {
+	dt := dst.DType()
+	if !isCompute(dt) || x.DType() != dt || cos.DType() != tensor.F32 || sin.DType() != tensor.F32 {
+		return unsupported("rope", dt)
+	}
+	if x.Rank() != 4 || dst.Numel() != x.Numel() || x.Dim(3)%2 != 0 {
+		return fmt.Errorf("cpu: rope of %v into %v", x, dst)
+	}
+	B, L, H, D := x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3)
+	if cos.Numel() != L*D || sin.Numel() != L*D {
+		return fmt.Errorf("cpu: rope of %v with cos %v, sin %v", x, cos, sin)
+	}
+	xf, err := be.widen(x)
+	if err != nil {
+		return err
+	}
+	cf, err := be.widen(cos)
+	if err != nil {
+		return err
+	}
+	sf, err := be.widen(sin)
+	if err != nil {
+		return err
+	}
+	out, commit, err := be.output(dst)
+	if err != nil {
+		return err
+	}
+	be.parallel(B*L, max(1, 4096/max(H*D, 1)), func(lo, hi int) {
+		for bl := lo; bl < hi; bl++ {
+			l := bl % L
+			c, s := cf[l*D:(l+1)*D], sf[l*D:(l+1)*D]
+			for h := 0; h < H; h++ {
+				base := (bl*H + h) * D
+				xs, ys := xf[base:base+D], out[base:base+D]
+				for i := 0; i < D; i += 2 {
+					a, b := xs[i], xs[i+1]
+					ys[i] = a*c[i] - b*s[i]
+					ys[i+1] = b*c[i+1] + a*s[i+1]
+				}
+			}
+		}
+	})
+	commit()
+	return nil
+}

@@ -1,0 +1,300 @@
+// Package cpu is framepack's CPU backend: every tensor.Backend kernel in Go,
+// parallel over cores, with GEMMs through OpenBLAS when the library is
+// present at run time and through gonum otherwise. It is the reference the
+// other backends are tested against, so every kernel is written for
+// accuracy first: f16 and bf16 are widened to f32, computed, and rounded
+// back once; reductions and normalisation statistics accumulate in float64.
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// Backend runs kernels on the host. Its buffers are *tensor.HostBuffer, so
+// host tensors are used without a copy.
+type Backend struct {
+	threads int
+	blas    blasImpl
+}
+
+// Options configure New.
+type Options struct {
+	// Threads is the number of goroutines kernels split their work over;
+	// 0 means runtime.NumCPU().
+	Threads int
+	// BLAS chooses the GEMM library: "" (OpenBLAS when it loads, else
+	// gonum; the FRAMEPACK_BLAS environment variable may force "gonum"),
+	// "openblas" or "gonum".
+	BLAS string
+}
+
+// New returns a CPU backend using every core and the best BLAS present.
+func New() *Backend {
+	be, err := NewWithOptions(Options{})
+	if err != nil { // only an explicit BLAS choice can fail
+		panic(err)
+	}
+	return be
+}
+
+// NewWithOptions returns a CPU backend configured by o.
+func NewWithOptions(o Options) (*Backend, error) {
+	n := o.Threads
+	if n <= 0 {
+		n = runtime.NumCPU()
+	}
+	bl, err := chooseBLAS(o.BLAS, n)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{threads: n, blas: bl}, nil
+}
+
+var (
+	_ tensor.Backend    = (*Backend)(nil)
+	_ tensor.HostBacked = (*Backend)(nil)
+)
+
+func (be *Backend) Name() string { return "cpu" }
+
+// HostBacked reports that buffers are *tensor.HostBuffer.
+func (be *Backend) HostBacked() bool { return true }
+
+// BLAS describes the GEMM library in use, e.g. "openblas 0.3.21
+// (libopenblas.so.0)" or "gonum".
+func (be *Backend) BLAS() string { return be.blas.name() }
+
+// Threads is the number of goroutines kernels use.
+func (be *Backend) Threads() int { return be.threads }
+
+func (be *Backend) Alloc(n int64) (tensor.Buffer, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("cpu: alloc of %d bytes: %w", n, tensor.ErrOutOfMemory)
+	}
+	return tensor.NewHostBuffer(n), nil
+}
+
+// Free drops the buffer; the garbage collector reclaims it.
+func (be *Backend) Free(tensor.Buffer) {}
+
+func (be *Backend) Upload(dst tensor.Buffer, off int64, src []byte) error {
+	hb, ok := dst.(*tensor.HostBuffer)
+	if !ok {
+		return fmt.Errorf("cpu: upload into a %T", dst)
+	}
+	d := hb.Data()
+	if off < 0 || off+int64(len(src)) > int64(len(d)) {
+		return fmt.Errorf("cpu: upload of %d bytes at %d into %d", len(src), off, len(d))
+	}
+	copy(d[off:], src)
+	return nil
+}
+
+func (be *Backend) Download(dst []byte, src tensor.Buffer, off int64) error {
+	hb, ok := src.(*tensor.HostBuffer)
+	if !ok {
+		return fmt.Errorf("cpu: download from a %T", src)
+	}
+	d := hb.Data()
+	if off < 0 || off+int64(len(dst)) > int64(len(d)) {
+		return fmt.Errorf("cpu: download of %d bytes at %d from %d", len(dst), off, len(d))
+	}
+	copy(dst, d[off:])
+	return nil
+}
+
+func (be *Backend) Sync() error { return nil }
+
+// ---- storage access ----
+
+// raw is a tensor's storage as bytes, checked to be host memory that holds
+// the whole tensor.
+func raw(t *tensor.Tensor) ([]byte, error) {
+	hb, ok := t.Buffer().(*tensor.HostBuffer)
+	if !ok {
+		return nil, fmt.Errorf("cpu: %v is not in host memory", t)
+	}
+	d := hb.Data()
+	if int64(len(d)) < t.Bytes() {
+		return nil, fmt.Errorf("cpu: %v: buffer holds %d bytes, need %d", t, len(d), t.Bytes())
+	}
+	return d[:t.Bytes()], nil
+}
+
+func asF32(b []byte) []float32 {
+	if len(b) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+func asU16(b []byte) []uint16 {
+	if len(b) < 2 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
+}
+
+func asI64(b []byte) []int64 {
+	if len(b) < 8 {
+		return nil
+	}
+	return unsafe.Slice((*int64)(unsafe.Pointer(&b[0])), len(b)/8)
+}
+
+func asI32(b []byte) []int32 {
+	if len(b) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+func asF64(b []byte) []float64 {
+	if len(b) < 8 {
+		return nil
+	}
+	return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8)
+}
+
+func isHalf(dt tensor.DType) bool { return dt == tensor.F16 || dt == tensor.BF16 }
+
+func isCompute(dt tensor.DType) bool { return dt == tensor.F32 || isHalf(dt) }
+
+func unsupported(op string, dt tensor.DType) error {
+	return fmt.Errorf("cpu: %s on %s: %w", op, dt, tensor.ErrUnsupported)
+}
+
+// roundFn is the rounding to dt applied to an f32 value (identity for f32).
+func roundFn(dt tensor.DType) func(float32) float32 {
+	switch dt {
+	case tensor.F16:
+		return tensor.RoundF16
+	case tensor.BF16:
+		return tensor.RoundBF16
+	}
+	return func(f float32) float32 { return f }
+}
+
+// widen reads a compute-dtype tensor as f32: its own storage for f32, a
+// converted copy for f16/bf16.
+func (be *Backend) widen(t *tensor.Tensor) ([]float32, error) {
+	if t == nil {
+		return nil, nil
+	}
+	b, err := raw(t)
+	if err != nil {
+		return nil, err
+	}
+	switch t.DType() {
+	case tensor.F32:
+		return asF32(b), nil
+	case tensor.F16, tensor.BF16:
+		src := asU16(b)
+		out := make([]float32, len(src))
+		be.widenInto(out, src, t.DType())
+		return out, nil
+	}
+	return nil, unsupported("read", t.DType())
+}
+
+func (be *Backend) widenInto(dst []float32, src []uint16, dt tensor.DType) {
+	be.parallel(len(dst), 1<<14, func(lo, hi int) {
+		if dt == tensor.F16 {
+			tensor.WidenF16(dst[lo:hi], src[lo:hi])
+		} else {
+			tensor.WidenBF16(dst[lo:hi], src[lo:hi])
+		}
+	})
+}
+
+// output gives f32 storage to compute a tensor's values into and a commit
+// that narrows them into the tensor (a no-op for f32).
+func (be *Backend) output(t *tensor.Tensor) ([]float32, func(), error) {
+	b, err := raw(t)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch t.DType() {
+	case tensor.F32:
+		return asF32(b), func() {}, nil
+	case tensor.F16, tensor.BF16:
+		dst := asU16(b)
+		tmp := make([]float32, len(dst))
+		dt := t.DType()
+		return tmp, func() { be.narrowInto(dst, tmp, dt) }, nil
+	}
+	return nil, nil, unsupported("write", t.DType())
+}
+
+func (be *Backend) narrowInto(dst []uint16, src []float32, dt tensor.DType) {
+	be.parallel(len(dst), 1<<14, func(lo, hi int) {
+		if dt == tensor.F16 {
+			tensor.NarrowF16(dst[lo:hi], src[lo:hi])
+		} else {
+			tensor.NarrowBF16(dst[lo:hi], src[lo:hi])
+		}
+	})
+}
+
+// ---- parallelism ----
+
+// parallel splits [0, n) into contiguous ranges of at least grain items and
+// runs fn on them over the backend's threads.
+func (be *Backend) parallel(n, grain int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	grain = max(grain, 1)
+	parts := min(be.threads, (n+grain-1)/grain)
+	if parts <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for p := 0; p < parts; p++ {
+		lo, hi := n*p/parts, n*(p+1)/parts
+		if lo == hi {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// tasks runs fn(i) for every i in [0, n) over the backend's threads, handing
+// out items one at a time (for uneven work such as attention rows).
+func (be *Backend) tasks(n int, fn func(worker, i int)) {
+	workers := min(be.threads, n)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			fn(0, i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				fn(w, i)
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,207 @@
+package cpu
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/ebitengine/purego"
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/gonum"
+)
+
+// blasImpl is a single-precision row-major GEMM:
+// c = alpha·op(a)·op(b) + beta·c with op(a) m×k and op(b) k×n.
+type blasImpl interface {
+	name() string
+	sgemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+}
+
+// chooseBLAS picks the GEMM library: want is "", "openblas" or "gonum".
+func chooseBLAS(want string, threads int) (blasImpl, error) {
+	if want == "" {
+		want = strings.ToLower(os.Getenv("FRAMEPACK_BLAS"))
+	}
+	switch want {
+	case "gonum":
+		return gonumBLAS{}, nil
+	case "", "auto":
+		if ob, err := loadOpenBLAS(threads); err == nil {
+			return ob, nil
+		}
+		return gonumBLAS{}, nil
+	case "openblas":
+		ob, err := loadOpenBLAS(threads)
+		if err != nil {
+			return nil, err
+		}
+		return ob, nil
+	}
+	return nil, fmt.Errorf("cpu: unknown BLAS %q (want openblas or gonum)", want)
+}
+
+type gonumBLAS struct{}
+
+func (gonumBLAS) name() string { return "gonum" }
+
+func (gonumBLAS) sgemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	gonum.Implementation{}.Sgemm(trans(tA), trans(tB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+func trans(t bool) blas.Transpose {
+	if t {
+		return blas.Trans
+	}
+	return blas.NoTrans
+}
+
+// openBLAS calls cblas_sgemm of a libopenblas found at run time (no cgo).
+type openBLAS struct {
+	desc string
+	mu   sync.Mutex // one GEMM at a time: OpenBLAS runs its own threads
+	f32  func(order, ta, tb, m, n, k int32, alpha float32, a *float32, lda int32, b *float32, ldb int32, beta float32, c *float32, ldc int32)
+	f64  func(order, ta, tb int32, m, n, k int64, alpha float32, a *float32, lda int64, b *float32, ldb int64, beta float32, c *float32, ldc int64)
+}
+
+var openBLASLibs = []string{"libopenblas.so.0", "libopenblas.so", "libopenblasp.so.0", "libopenblas.dylib"}
+
+var (
+	openBLASOnce sync.Once
+	openBLASLib  *openBLAS
+	openBLASErr  error
+)
+
+// loadOpenBLAS opens the library once per process and sets its thread count.
+func loadOpenBLAS(threads int) (*openBLAS, error) {
+	openBLASOnce.Do(func() { openBLASLib, openBLASErr = openOpenBLAS() })
+	if openBLASErr != nil {
+		return nil, openBLASErr
+	}
+	openBLASLib.setThreads(threads)
+	return openBLASLib, nil
+}
+
+func openOpenBLAS() (ob *openBLAS, err error) {
+	defer func() { // purego panics on a symbol it cannot bind
+		if r := recover(); r != nil {
+			ob, err = nil, fmt.Errorf("cpu: openblas: %v", r)
+		}
+	}()
+	var lib uintptr
+	var path string
+	var errs []string
+	for _, p := range openBLASLibs {
+		h, e := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		if e == nil {
+			lib, path = h, p
+			break
+		}
+		errs = append(errs, e.Error())
+	}
+	if lib == 0 {
+		return nil, fmt.Errorf("cpu: openblas not found: %s", strings.Join(errs, "; "))
+	}
+	if _, e := purego.Dlsym(lib, "cblas_sgemm"); e != nil {
+		return nil, fmt.Errorf("cpu: %s has no cblas_sgemm: %v", path, e)
+	}
+	ob = &openBLAS{desc: "openblas (" + path + ")"}
+	config := ""
+	if _, e := purego.Dlsym(lib, "openblas_get_config"); e == nil {
+		var getConfig func() string
+		purego.RegisterLibFunc(&getConfig, lib, "openblas_get_config")
+		config = getConfig()
+		if f := strings.Fields(config); len(f) >= 2 && f[0] == "OpenBLAS" {
+			ob.desc = "openblas " + f[1] + " (" + path + ")"
+		}
+	}
+	if strings.Contains(config, "USE64BITINT") {
+		purego.RegisterLibFunc(&ob.f64, lib, "cblas_sgemm")
+	} else {
+		purego.RegisterLibFunc(&ob.f32, lib, "cblas_sgemm")
+	}
+	if _, e := purego.Dlsym(lib, "openblas_set_num_threads"); e == nil {
+		purego.RegisterLibFunc(&setThreadsFn, lib, "openblas_set_num_threads")
+	}
+	return ob, nil
+}
+
+var setThreadsFn func(n int32)
+
+func (o *openBLAS) setThreads(n int) {
+	if setThreadsFn != nil {
+		o.mu.Lock()
+		setThreadsFn(int32(n))
+		o.mu.Unlock()
+	}
+}
+
+func (o *openBLAS) name() string { return o.desc }
+
+const (
+	cblasRowMajor = 101
+	cblasNoTrans  = 111
+	cblasTrans    = 112
+)
+
+func (o *openBLAS) sgemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	ta, tb := int32(cblasNoTrans), int32(cblasNoTrans)
+	if tA {
+		ta = cblasTrans
+	}
+	if tB {
+		tb = cblasTrans
+	}
+	var pa, pb *float32
+	if k > 0 { // a and b are empty when k is 0; c is still scaled by beta
+		pa, pb = &a[0], &b[0]
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.f64 != nil {
+		o.f64(cblasRowMajor, ta, tb, int64(m), int64(n), int64(k), alpha, pa, int64(lda), pb, int64(ldb), beta, &c[0], int64(ldc))
+	} else {
+		o.f32(cblasRowMajor, ta, tb, int32(m), int32(n), int32(k), alpha, pa, int32(lda), pb, int32(ldb), beta, &c[0], int32(ldc))
+	}
+}
+
+// gemm checks the operands' extents (a foreign library must never read or
+// write outside a slice) and runs the backend's BLAS.
+func (be *Backend) gemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	ar, ac := m, k
+	if tA {
+		ar, ac = k, m
+	}
+	br, bc := k, n
+	if tB {
+		br, bc = n, k
+	}
+	need := func(name string, s []float32, rows, cols, ld int) {
+		if cols > ld || (rows > 0 && cols > 0 && len(s) < (rows-1)*ld+cols) {
+			panic(fmt.Sprintf("cpu: gemm operand %s of %d×%d (ld %d) in %d values", name, rows, cols, ld, len(s)))
+		}
+	}
+	need("a", a, ar, ac, max(lda, 1))
+	need("b", b, br, bc, max(ldb, 1))
+	need("c", c, m, n, ldc)
+	if k == 0 { // both libraries scale c by beta; keep it explicit and cheap
+		for i := 0; i < m; i++ {
+			row := c[i*ldc : i*ldc+n]
+			for j := range row {
+				if beta == 0 {
+					row[j] = 0
+				} else {
+					row[j] *= beta
+				}
+			}
+		}
+		return
+	}
+	be.blas.sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}

@@ -1,0 +1,335 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// meanVar is the mean and population variance of x, two-pass in float64.
+func meanVar(x []float32) (mean, variance float64) {
+	if len(x) == 0 {
+		return 0, 0
+	}
+	var s float64
+	for _, v := range x {
+		s += float64(v)
+	}
+	mean = s / float64(len(x))
+	var q float64
+	for _, v := range x {
+		d := float64(v) - mean
+		q += d * d
+	}
+	return mean, q / float64(len(x))
+}
+
+func checkAffine(op string, dt tensor.DType, n int, ts ...*tensor.Tensor) error {
+	for _, t := range ts {
+		if t == nil {
+			continue
+		}
+		if t.DType() != dt {
+			return fmt.Errorf("cpu: %s: parameter %v, input %s", op, t, dt)
+		}
+		if t.Numel() != n {
+			return fmt.Errorf("cpu: %s: parameter %v for %d channels", op, t, n)
+		}
+	}
+	return nil
+}
+
+func (be *Backend) GroupNorm(dst, x, w, b *tensor.Tensor, groups int, eps float32, silu bool) error {
+	dt := dst.DType()
+	if !isCompute(dt) || x.DType() != dt {
+		return unsupported("group_norm", dt)
+	}
+	if x.Rank() < 2 || x.Numel() != dst.Numel() || groups <= 0 || x.Dim(1)%groups != 0 {
+		return fmt.Errorf("cpu: group_norm of %v in %d groups into %v", x, groups, dst)
+	}
+	B, C := x.Dim(0), x.Dim(1)
+	if err := checkAffine("group_norm", dt, C, w, b); err != nil {
+		return err
+	}
+	S := 0
+	if B*C > 0 {
+		S = x.Numel() / (B * C)
+	}
+	xf, err := be.widen(x)
+	if err != nil {
+		return err
+	}
+	wf, err := be.widen(w)
+	if err != nil {
+		return err
+	}
+	bf, err := be.widen(b)
+	if err != nil {
+		return err
+	}
+	out, commit, err := be.output(dst)
+	if err != nil {
+		return err
+	}
+	round := roundFn(dt)
+	cg := C / groups
+	be.tasks(B*groups, func(_, i int) {
+		bi, g := i/groups, i%groups
+		lo := (bi*C + g*cg) * S
+		hi := lo + cg*S
+		mean, variance := meanVar(xf[lo:hi])
+		rstd := 1 / math.Sqrt(variance+float64(eps))
+		for c := g * cg; c < (g+1)*cg; c++ {
+			// (x − mean) first: folding the mean into the shift would cancel
+			// badly when the mean is large against the spread.
+			scale, shift := rstd, 0.0
+			if wf != nil {
+				scale *= float64(wf[c])
+			}
+			if bf != nil {
+				shift = float64(bf[c])
+			}
+			m32, s32, h32 := float32(mean), float32(scale), float32(shift)
+			xs := xf[(bi*C+c)*S : (bi*C+c+1)*S]
+			ys := out[(bi*C+c)*S : (bi*C+c+1)*S]
+			if silu {
+				for j, v := range xs {
+					// The reference rounds the norm's output to its dtype
+					// before the SiLU.
+					y := float64(round((v-m32)*s32 + h32))
+					ys[j] = float32(y * sigmoid64(y))
+				}
+			} else {
+				for j, v := range xs {
+					ys[j] = (v-m32)*s32 + h32
+				}
+			}
+		}
+	})
+	commit()
+	return nil
+}
+
+// rowsOf checks a last-axis op's shapes and returns (rows, row length).
+func rowsOf(op string, dst, x *tensor.Tensor) (int, int, error) {
+	if x.Rank() == 0 || dst.Numel() != x.Numel() || dst.DType() != x.DType() {
+		return 0, 0, fmt.Errorf("cpu: %s of %v into %v", op, x, dst)
+	}
+	d := x.Dim(-1)
+	if d == 0 {
+		return 0, 0, nil
+	}
+	return x.Numel() / d, d, nil
+}
+
+func (be *Backend) LayerNorm(dst, x, w, b *tensor.Tensor, eps float32) error {
+	dt := dst.DType()
+	if !isCompute(dt) {
+		return unsupported("layer_norm", dt)
+	}
+	n, d, err := rowsOf("layer_norm", dst, x)
+	if err != nil {
+		return err
+	}
+	if err := checkAffine("layer_norm", dt, d, w, b); err != nil {
+		return err
+	}
+	xf, err := be.widen(x)
+	if err != nil {
+		return err
+	}
+	wf, err := be.widen(w)
+	if err != nil {
+		return err
+	}
+	bf, err := be.widen(b)
+	if err != nil {
+		return err
+	}
+	out, commit, err := be.output(dst)
+	if err != nil {
+		return err
+	}
+	be.parallel(n, max(1, 4096/max(d, 1)), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xs, ys := xf[r*d:(r+1)*d], out[r*d:(r+1)*d]
+			mean, variance := meanVar(xs)
+			rstd := float32(1 / math.Sqrt(variance+float64(eps)))
+			m32 := float32(mean)
+			for j, v := range xs {
+				y := (v - m32) * rstd
+				if wf != nil {
+					y *= wf[j]
+				}
+				if bf != nil {
+					y += bf[j]
+				}
+				ys[j] = y
+			}
+		}
+	})
+	commit()
+	return nil
+}
+
+func (be *Backend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
+	dt := dst.DType()
+	if !isCompute(dt) {
+		return unsupported("rms_norm", dt)
+	}
+	n, d, err := rowsOf("rms_norm", dst, x)
+	if err != nil {
+		return err
+	}
+	if err := checkAffine("rms_norm", dt, d, w); err != nil {
+		return err
+	}
+	xf, err := be.widen(x)
+	if err != nil {
+		return err
+	}
+	wf, err := be.widen(w)
+	if err != nil {
+		return err
+	}
+	out, commit, err := be.output(dst)
+	if err != nil {
+		return err
+	}
+	round := roundFn(dt)
+	be.parallel(n, max(1, 4096/max(d, 1)), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xs, ys := xf[r*d:(r+1)*d], out[r*d:(r+1)*d]
+			var q float64
+			for _, v := range xs {
+				q += float64(v) * float64(v)
+			}
+			rs := float32(1 / math.Sqrt(q/float64(d)+float64(eps)))
+			if wf == nil {
+				for j, v := range xs {
+					ys[j] = v * rs
+				}
+				continue
+			}
+			for j, v := range xs {
+				ys[j] = round(v*rs) * wf[j]
+			}
+		}
+	})
+	commit()
+	return nil
+}
+
+func (be *Backend) Softmax(dst, x *tensor.Tensor) error {
+	dt := dst.DType()
+	if !isCompute(dt) {
+		return unsupported("softmax", dt)
+	}
+	n, d, err := rowsOf("softmax", dst, x)
+	if err != nil {
+		return err
+	}
+	xf, err := be.widen(x)
+	if err != nil {
+		return err
+	}
+	out, commit, err := be.output(dst)
+	if err != nil {
+		return err
+	}
+	be.parallel(n, max(1, 4096/max(d, 1)), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			softmaxRow(out[r*d:(r+1)*d], xf[r*d:(r+1)*d])
+		}
+	})
+	commit()
+	return nil
+}
+
+// softmaxRow is a max-subtracted softmax with a float64 sum. A row of -Inf
+// gives NaN, as torch does.
+func softmaxRow(y, x []float32) {
+	m := float32(math.Inf(-1))
+	for _, v := range x {
+		if v > m || v != v {
+			m = v
+		}
+	}
+	var s float64
+	for j, v := range x {
+		e := math.Exp(float64(v - m))
+		y[j] = float32(e)
+		s += e
+	}
+	inv := 1 / s
+	for j := range y {
+		y[j] = float32(float64(y[j]) * inv)
+	}
+}
+
+func (be *Backend) Reduce(op tensor.ReduceOp, dst, src *tensor.Tensor) error {
+	dt := dst.DType()
+	if !isCompute(dt) || src.DType() != dt {
+		return unsupported("reduce", dt)
+	}
+	if op > tensor.ReduceAbsMean {
+		return fmt.Errorf("cpu: reduce %d: %w", op, tensor.ErrUnsupported)
+	}
+	if src.Rank() != 2 || dst.Numel() != src.Dim(0) {
+		return fmt.Errorf("cpu: reduce of %v into %v", src, dst)
+	}
+	n, k := src.Dim(0), src.Dim(1)
+	xf, err := be.widen(src)
+	if err != nil {
+		return err
+	}
+	out, commit, err := be.output(dst)
+	if err != nil {
+		return err
+	}
+	be.parallel(n, max(1, 4096/max(k, 1)), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			out[r] = float32(reduceRow(op, xf[r*k:(r+1)*k]))
+		}
+	})
+	commit()
+	return nil
+}
+
+func reduceRow(op tensor.ReduceOp, x []float32) float64 {
+	k := float64(len(x))
+	switch op {
+	case tensor.ReduceSum, tensor.ReduceMean:
+		var s float64
+		for _, v := range x {
+			s += float64(v)
+		}
+		if op == tensor.ReduceMean {
+			s /= k
+		}
+		return s
+	case tensor.ReduceMax:
+		m := math.Inf(-1)
+		for _, v := range x {
+			f := float64(v)
+			if f != f {
+				return f
+			}
+			m = max(m, f)
+		}
+		return m
+	case tensor.ReduceVar, tensor.ReduceVarU:
+		_, variance := meanVar(x)
+		if op == tensor.ReduceVarU {
+			return variance * k / (k - 1) // k = 1 gives NaN, as torch
+		}
+		return variance
+	default: // ReduceAbsMean
+		var s float64
+		for _, v := range x {
+			s += math.Abs(float64(v))
+		}
+		return s / k
+	}
+}

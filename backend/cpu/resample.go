@@ -1,0 +1,266 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// bySize runs a dtype-agnostic kernel on element words of the tensors' size.
+func bySize(dt tensor.DType, db, sb []byte, k8 func([]uint8, []uint8), k16 func([]uint16, []uint16),
+	k32 func([]uint32, []uint32), k64 func([]uint64, []uint64)) error {
+	switch dt.Size() {
+	case 1:
+		k8(view[uint8](db), view[uint8](sb))
+	case 2:
+		k16(view[uint16](db), view[uint16](sb))
+	case 4:
+		k32(view[uint32](db), view[uint32](sb))
+	case 8:
+		k64(view[uint64](db), view[uint64](sb))
+	default:
+		return unsupported("copy", dt)
+	}
+	return nil
+}
+
+func (be *Backend) Pad(dst, src *tensor.Tensor, before []int, mode tensor.PadMode) error {
+	ds, ss := dst.Shape(), src.Shape()
+	if dst.DType() != src.DType() || len(ds) != len(ss) || len(before) > len(ds) || len(ds) == 0 {
+		return fmt.Errorf("cpu: pad of %v into %v", src, dst)
+	}
+	if mode != tensor.PadZeros && mode != tensor.PadReplicate {
+		return fmt.Errorf("cpu: pad mode %d: %w", mode, tensor.ErrUnsupported)
+	}
+	r := len(ds)
+	bf := make([]int, r) // amount added in front of every axis
+	copy(bf[r-len(before):], before)
+	for i := range ds {
+		if bf[i] < 0 || ds[i] < ss[i]+bf[i] || (mode == tensor.PadReplicate && ss[i] == 0 && ds[i] > 0) {
+			return fmt.Errorf("cpu: pad of %v into %v with %v in front", src, dst, before)
+		}
+	}
+	if dst.Numel() == 0 {
+		return nil
+	}
+	db, err := raw(dst)
+	if err != nil {
+		return err
+	}
+	sb, err := raw(src)
+	if err != nil {
+		return err
+	}
+	rep := mode == tensor.PadReplicate
+	return bySize(dst.DType(), db, sb,
+		func(d, s []uint8) { padRows(be, d, s, ds, ss, bf, rep) },
+		func(d, s []uint16) { padRows(be, d, s, ds, ss, bf, rep) },
+		func(d, s []uint32) { padRows(be, d, s, ds, ss, bf, rep) },
+		func(d, s []uint64) { padRows(be, d, s, ds, ss, bf, rep) })
+}
+
+func padRows[T word](be *Backend, d, s []T, ds, ss, bf []int, rep bool) {
+	r := len(ds)
+	dn, sn, front := ds[r-1], ss[r-1], bf[r-1]
+	rows := len(d) / dn
+	sst := tensor.ContiguousStrides(ss)
+	be.parallel(rows, max(1, 4096/dn), func(lo, hi int) {
+		for row := lo; row < hi; row++ {
+			out := d[row*dn : (row+1)*dn]
+			// Locate the source row, clamping (replicate) or giving up
+			// (zeros) on axes where this row lies in the padding.
+			so, rem, inside := 0, row, true
+			for ax := r - 2; ax >= 0; ax-- {
+				i := rem%ds[ax] - bf[ax]
+				rem /= ds[ax]
+				if i < 0 || i >= ss[ax] {
+					inside = false
+					i = min(max(i, 0), ss[ax]-1)
+				}
+				so += i * sst[ax]
+			}
+			if !inside && !rep {
+				clear(out)
+				continue
+			}
+			in := s[so : so+sn]
+			copy(out[front:front+sn], in)
+			var lv, rv T // zero
+			if rep {
+				lv, rv = in[0], in[sn-1]
+			}
+			for j := 0; j < front; j++ {
+				out[j] = lv
+			}
+			for j := front + sn; j < dn; j++ {
+				out[j] = rv
+			}
+		}
+	})
+}
+
+func (be *Backend) UpsampleNearest(dst, src *tensor.Tensor, scale [3]int) error {
+	ds, ss := dst.Shape(), src.Shape()
+	r := len(ss)
+	if dst.DType() != src.DType() || len(ds) != r || r < 3 {
+		return fmt.Errorf("cpu: upsample of %v into %v", src, dst)
+	}
+	for i := 0; i < r; i++ {
+		f := 1
+		if i >= r-3 {
+			f = scale[i-(r-3)]
+		}
+		if f < 1 || ds[i] != ss[i]*f {
+			return fmt.Errorf("cpu: upsample of %v by %v into %v", src, scale, dst)
+		}
+	}
+	if dst.Numel() == 0 {
+		return nil
+	}
+	db, err := raw(dst)
+	if err != nil {
+		return err
+	}
+	sb, err := raw(src)
+	if err != nil {
+		return err
+	}
+	g := [6]int{ss[r-3], ss[r-2], ss[r-1], scale[0], scale[1], scale[2]}
+	return bySize(dst.DType(), db, sb,
+		func(d, s []uint8) { upsampleRows(be, d, s, g) },
+		func(d, s []uint16) { upsampleRows(be, d, s, g) },
+		func(d, s []uint32) { upsampleRows(be, d, s, g) },
+		func(d, s []uint64) { upsampleRows(be, d, s, g) })
+}
+
+// upsampleRows: g is the source (T, H, W) and the scales.
+func upsampleRows[T word](be *Backend, d, s []T, g [6]int) {
+	t, h, w, ft, fh, fw := g[0], g[1], g[2], g[3], g[4], g[5]
+	ow := w * fw
+	rows := len(d) / ow // (prefix, t', h')
+	be.parallel(rows, max(1, 4096/ow), func(lo, hi int) {
+		for row := lo; row < hi; row++ {
+			oh := row % (h * fh)
+			ot := (row / (h * fh)) % (t * ft)
+			pre := row / (h * fh * t * ft)
+			in := s[((pre*t+ot/ft)*h+oh/fh)*w:][:w]
+			out := d[row*ow : (row+1)*ow]
+			if fw == 1 {
+				copy(out, in)
+				continue
+			}
+			for j, v := range in {
+				for k := 0; k < fw; k++ {
+					out[j*fw+k] = v
+				}
+			}
+		}
+	})
+}
+
+func (be *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
+	dt := dst.DType()
+	if !isCompute(dt) || src.DType() != dt {
+		return unsupported("avg_pool3d", dt)
+	}
+	ds, ss := dst.Shape(), src.Shape()
+	r := len(ss)
+	if len(ds) != r || r < 3 {
+		return fmt.Errorf("cpu: avg_pool3d of %v into %v", src, dst)
+	}
+	for i := 0; i < r; i++ {
+		f := 1
+		if i >= r-3 {
+			f = kernel[i-(r-3)]
+		}
+		if f < 1 || ds[i]*f != ss[i] {
+			return fmt.Errorf("cpu: avg_pool3d of %v by %v into %v", src, kernel, dst)
+		}
+	}
+	if dst.Numel() == 0 {
+		return nil
+	}
+	xf, err := be.widen(src)
+	if err != nil {
+		return err
+	}
+	out, commit, err := be.output(dst)
+	if err != nil {
+		return err
+	}
+	T, H, W := ss[r-3], ss[r-2], ss[r-1]
+	kt, kh, kw := kernel[0], kernel[1], kernel[2]
+	ot, oh, ow := T/kt, H/kh, W/kw
+	inv := 1 / float64(kt*kh*kw)
+	rows := len(out) / ow
+	be.parallel(rows, max(1, 1024/ow), func(lo, hi int) {
+		for row := lo; row < hi; row++ {
+			y := row % oh
+			t := (row / oh) % ot
+			pre := row / (oh * ot)
+			for x := 0; x < ow; x++ {
+				var s float64
+				for a := 0; a < kt; a++ {
+					for b := 0; b < kh; b++ {
+						base := ((pre*T+t*kt+a)*H+y*kh+b)*W + x*kw
+						for _, v := range xf[base : base+kw] {
+							s += float64(v)
+						}
+					}
+				}
+				out[row*ow+x] = float32(s * inv)
+			}
+		}
+	})
+	commit()
+	return nil
+}
+
+func (be *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
+	if dst.DType() != table.DType() || table.Rank() != 2 {
+		return fmt.Errorf("cpu: embedding of %v into %v", table, dst)
+	}
+	V, D := table.Dim(0), table.Dim(1)
+	n := ids.Numel()
+	if dst.Numel() != n*D {
+		return fmt.Errorf("cpu: embedding of %d ids from %v into %v", n, table, dst)
+	}
+	ib, err := raw(ids)
+	if err != nil {
+		return err
+	}
+	idx := make([]int, n)
+	switch ids.DType() {
+	case tensor.I64:
+		for i, v := range asI64(ib) {
+			idx[i] = int(v)
+			if v < 0 || v >= int64(V) {
+				return fmt.Errorf("cpu: embedding id %d at %d outside a table of %d rows", v, i, V)
+			}
+		}
+	case tensor.I32:
+		for i, v := range asI32(ib) {
+			idx[i] = int(v)
+			if v < 0 || int(v) >= V {
+				return fmt.Errorf("cpu: embedding id %d at %d outside a table of %d rows", v, i, V)
+			}
+		}
+	default:
+		return fmt.Errorf("cpu: embedding ids of %s: %w", ids.DType(), tensor.ErrUnsupported)
+	}
+	db, err := raw(dst)
+	if err != nil {
+		return err
+	}
+	tb, err := raw(table)
+	if err != nil {
+		return err
+	}
+	row := D * table.DType().Size()
+	be.parallel(n, max(1, (1<<16)/max(row, 1)), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			copy(db[i*row:(i+1)*row], tb[idx[i]*row:(idx[i]+1)*row])
+		}
+	})
+	return nil
+}
