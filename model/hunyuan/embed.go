@@ -1,0 +1,136 @@
+package hunyuan
+
+import (
+	"math"
+
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// patchConv is a Conv3d whose kernel equals its stride (x_embedder.proj and
+// the clean-latent embedders).
+type patchConv struct {
+	Weight, Bias *tensor.Tensor
+	k            [3]int
+}
+
+func (c *patchConv) params(p params, name string, out, in int, k [3]int) {
+	c.k = k
+	p.add(name+".weight", &c.Weight, out, in, k[0], k[1], k[2])
+	p.add(name+".bias", &c.Bias, out)
+}
+
+// tokens applies the convolution to x (B, C, T, H, W) (sizes multiples of
+// the kernel) and flattens the result to (B, T'·H'·W', out), t-major as the
+// reference's flatten(2).transpose(1, 2). A convolution with stride = kernel
+// is a GEMM over non-overlapping patches, so it runs as one: each patch is
+// flattened in the weight's (c, kt, kh, kw) order.
+func (c *patchConv) tokens(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	b, ch, t, h, w := x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3), x.Dim(4)
+	kt, kh, kw := c.k[0], c.k[1], c.k[2]
+	if t%kt != 0 || h%kh != 0 || w%kw != 0 {
+		tensor.Fail("patch_embed", "input %v is not a multiple of the kernel %v", x.Shape(), c.k)
+	}
+	nt, nh, nw := t/kt, h/kh, w/kw
+	patches := s.Permute(x.Reshape(b, ch, nt, kt, nh, kh, nw, kw), 0, 2, 4, 6, 1, 3, 5, 7)
+	patches = patches.Reshape(b, nt*nh*nw, ch*kt*kh*kw)
+	out := c.Weight.Dim(0)
+	return s.Linear(patches, c.Weight.Reshape(out, ch*kt*kh*kw), c.Bias)
+}
+
+// padFor3dConv replicate-pads the end of T, H and W of x (B, C, T, H, W) up
+// to multiples of k (FramePack's pad_for_3d_conv).
+func padFor3dConv(s *tensor.Scope, x *tensor.Tensor, k [3]int) *tensor.Tensor {
+	after := make([]int, 3)
+	need := false
+	for i := 0; i < 3; i++ {
+		n := x.Dim(2 + i)
+		after[i] = (k[i] - n%k[i]) % k[i]
+		need = need || after[i] > 0
+	}
+	if !need {
+		return x
+	}
+	return s.Pad(x, []int{0, 0, 0}, after, tensor.PadReplicate)
+}
+
+// mlp2 is linear_1 → SiLU → linear_2: diffusers' TimestepEmbedding and
+// PixArtAlphaTextProjection(act "silu") have this shape and these names.
+type mlp2 struct{ Linear1, Linear2 linear }
+
+func (m *mlp2) params(p params, in, hidden, out int) {
+	m.Linear1.params(p, "linear_1", hidden, in)
+	m.Linear2.params(p, "linear_2", out, hidden)
+}
+
+func (m *mlp2) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	return m.Linear2.forward(s, s.SiLU(m.Linear1.forward(s, x)))
+}
+
+// timestepProj is diffusers' Timesteps(256, flip_sin_to_cos=True, shift 0):
+// [cos(t·e_i), sin(t·e_i)] with e_i = exp(−ln(10000)·i/128), in float32
+// arithmetic as torch does it, as a host (B, 256) tensor.
+func timestepProj(ts []float32) *tensor.Tensor {
+	const half = 128
+	var freq [half]float32
+	negLn := -float32(math.Log(10000))
+	for i := range freq {
+		e := negLn * float32(i) / half
+		freq[i] = float32(math.Exp(float64(e)))
+	}
+	out := make([]float32, len(ts)*2*half)
+	for b, t := range ts {
+		row := out[b*2*half:]
+		for i, f := range freq {
+			arg := float64(t * f)
+			row[i] = float32(math.Cos(arg))
+			row[half+i] = float32(math.Sin(arg))
+		}
+	}
+	return tensor.FromFloat32(out, len(ts), 2*half)
+}
+
+// timeGuidanceTextEmbed is CombinedTimestepGuidanceTextProjEmbeddings
+// (time_text_embed): temb = (t_emb + g_emb) + text_embedder(pooled).
+type timeGuidanceTextEmbed struct {
+	TimestepEmbedder, GuidanceEmbedder, TextEmbedder mlp2
+}
+
+func (e *timeGuidanceTextEmbed) params(p params, inner, pooledDim int) {
+	e.TimestepEmbedder.params(p.sub("timestep_embedder"), 256, inner, inner)
+	e.GuidanceEmbedder.params(p.sub("guidance_embedder"), 256, inner, inner)
+	e.TextEmbedder.params(p.sub("text_embedder"), pooledDim, inner, inner)
+}
+
+func (e *timeGuidanceTextEmbed) forward(s *tensor.Scope, timestep, guidance []float32, pooled *tensor.Tensor) *tensor.Tensor {
+	dt := pooled.DType()
+	tEmb := e.TimestepEmbedder.forward(s, s.Cast(s.To(timestepProj(timestep)), dt))
+	gEmb := e.GuidanceEmbedder.forward(s, s.Cast(s.To(timestepProj(guidance)), dt))
+	return s.Add(s.Add(tEmb, gEmb), e.TextEmbedder.forward(s, pooled))
+}
+
+// timeTextEmbed is CombinedTimestepTextProjEmbeddings (the token refiner's
+// conditioning; no guidance term).
+type timeTextEmbed struct{ TimestepEmbedder, TextEmbedder mlp2 }
+
+func (e *timeTextEmbed) params(p params, inner, pooledDim int) {
+	e.TimestepEmbedder.params(p.sub("timestep_embedder"), 256, inner, inner)
+	e.TextEmbedder.params(p.sub("text_embedder"), pooledDim, inner, inner)
+}
+
+func (e *timeTextEmbed) forward(s *tensor.Scope, timestep []float32, pooled *tensor.Tensor) *tensor.Tensor {
+	tEmb := e.TimestepEmbedder.forward(s, s.Cast(s.To(timestepProj(timestep)), pooled.DType()))
+	return s.Add(tEmb, e.TextEmbedder.forward(s, pooled))
+}
+
+// clipVisionProjection is image_projection: up → SiLU → down, SigLIP
+// features to the model width.
+type clipVisionProjection struct{ Up, Down linear }
+
+func (c *clipVisionProjection) params(p params, in, inner int) {
+	c.Up.params(p, "up", 3*inner, in)
+	c.Down.params(p, "down", inner, 3*inner)
+}
+
+func (c *clipVisionProjection) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	return c.Down.forward(s, s.SiLU(c.Up.forward(s, x)))
+}

@@ -1,0 +1,247 @@
+package hunyuan
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
+)
+
+// Options configure Load and RandomModel.
+type Options struct {
+	// DType is the weight and compute dtype (F32, BF16 or F16); Invalid
+	// means F32. proj_out is always kept in f32 (rounded through DType).
+	DType tensor.DType
+	// HostBlocks keeps the weights of the double and single blocks in host
+	// memory. Each block's weights are copied to the backend right before
+	// the block runs and freed right after, so the backend holds one block's
+	// weights at a time beside the rest of the model (block-wise residency,
+	// the basis for streaming on small devices). On a host-backed backend
+	// (the CPU) nothing is copied.
+	HostBlocks bool
+}
+
+// Model is a loaded packed HunyuanVideo transformer. Forward may be called
+// from one goroutine at a time (TeaCache keeps state between calls).
+type Model struct {
+	cfg  Config
+	be   tensor.Backend
+	dt   tensor.DType
+	opts Options
+
+	xEmbedder      patchConv // x_embedder.proj
+	cleanXEmbedder struct {  // clean_x_embedder.*
+		Proj, Proj2x, Proj4x patchConv
+	}
+	contextEmbedder tokenRefiner
+	timeTextEmbed   timeGuidanceTextEmbed
+	imageProjection clipVisionProjection
+	blocks          []doubleBlock // transformer_blocks.N
+	singleBlocks    []singleBlock // single_transformer_blocks.N
+	normOut         linear        // norm_out.linear
+	projOut         linear        // f32
+
+	tc    teaCache
+	state *tensor.Scope // owns the TeaCache tensors kept between calls
+}
+
+// Config is the model's configuration.
+func (m *Model) Config() Config { return m.cfg }
+
+// DType is the compute dtype.
+func (m *Model) DType() tensor.DType { return m.dt }
+
+// Backend is the backend the model computes on.
+func (m *Model) Backend() tensor.Backend { return m.be }
+
+func newModel(cfg Config, be tensor.Backend, opts Options) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.DType == tensor.Invalid {
+		opts.DType = tensor.F32
+	}
+	switch opts.DType {
+	case tensor.F32, tensor.BF16, tensor.F16:
+	default:
+		return nil, fmt.Errorf("compute dtype %s: want f32, bf16 or f16", opts.DType)
+	}
+	m := &Model{cfg: cfg, be: be, dt: opts.DType, opts: opts, state: tensor.NewScope(be)}
+	m.blocks = make([]doubleBlock, cfg.NumLayers)
+	m.singleBlocks = make([]singleBlock, cfg.NumSingleLayers)
+	return m, nil
+}
+
+// globalParams lists every weight outside the blocks, in checkpoint names.
+func (m *Model) globalParams() []param {
+	var list []param
+	p := newParams(&list)
+	cfg, d := m.cfg, m.cfg.Inner()
+	m.xEmbedder.params(p.sub("x_embedder"), "proj", d, cfg.InChannels, [3]int{cfg.PatchSizeT, cfg.PatchSize, cfg.PatchSize})
+	if cfg.HasCleanXEmbedder {
+		c := p.sub("clean_x_embedder")
+		m.cleanXEmbedder.Proj.params(c, "proj", d, 16, [3]int{1, 2, 2})
+		m.cleanXEmbedder.Proj2x.params(c, "proj_2x", d, 16, [3]int{2, 4, 4})
+		m.cleanXEmbedder.Proj4x.params(c, "proj_4x", d, 16, [3]int{4, 8, 8})
+	}
+	m.contextEmbedder.params(p.sub("context_embedder"), cfg)
+	m.timeTextEmbed.params(p.sub("time_text_embed"), d, cfg.PooledProjectionDim)
+	if cfg.HasImageProj {
+		m.imageProjection.params(p.sub("image_projection"), cfg.ImageProjDim, d)
+	}
+	m.normOut.params(p, "norm_out.linear", 2*d, d)
+	n := len(list)
+	m.projOut.params(p, "proj_out", cfg.PatchSizeT*cfg.PatchSize*cfg.PatchSize*cfg.OutChannels, d)
+	for i := n; i < len(list); i++ {
+		list[i].f32 = true
+	}
+	return list
+}
+
+// doubleParams lists the weights of b as block i.
+func (m *Model) doubleParams(b *doubleBlock, i int) []param {
+	var list []param
+	b.params(newParams(&list).sub("transformer_blocks."+strconv.Itoa(i)), m.cfg)
+	return list
+}
+
+// singleParams lists the weights of b as single block i.
+func (m *Model) singleParams(b *singleBlock, i int) []param {
+	var list []param
+	b.params(newParams(&list).sub("single_transformer_blocks."+strconv.Itoa(i)), m.cfg)
+	return list
+}
+
+// allParams lists every weight, blocks last, with whether it stays on the
+// host under Options.HostBlocks.
+func (m *Model) allParams() (ps []param, host []bool) {
+	ps = m.globalParams()
+	host = make([]bool, len(ps))
+	for i := range m.blocks {
+		bp := m.doubleParams(&m.blocks[i], i)
+		ps = append(ps, bp...)
+		for range bp {
+			host = append(host, m.opts.HostBlocks)
+		}
+	}
+	for i := range m.singleBlocks {
+		bp := m.singleParams(&m.singleBlocks[i], i)
+		ps = append(ps, bp...)
+		for range bp {
+			host = append(host, m.opts.HostBlocks)
+		}
+	}
+	return ps, host
+}
+
+// Load reads a HunyuanVideoTransformer3DModelPacked folder (config.json and
+// safetensors, one file or sharded with an index) onto be. A missing or
+// misshapen weight fails with an error naming the file, the tensor and the
+// shapes.
+func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
+	ck, err := weights.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	cfg := DefaultConfig()
+	if err := ck.Config(&cfg); err != nil {
+		return nil, err
+	}
+	m, err := newModel(cfg, be, opts)
+	if err != nil {
+		return nil, fmt.Errorf("hunyuan: %s: %w", dir, err)
+	}
+	ps, host := m.allParams()
+	for i, p := range ps {
+		t, err := m.loadParam(ck, dir, p, host[i])
+		if err != nil {
+			m.Close()
+			return nil, err
+		}
+		*p.t = t
+	}
+	return m, nil
+}
+
+func (m *Model) loadParam(ck *weights.Checkpoint, dir string, p param, host bool) (*tensor.Tensor, error) {
+	if !host && !p.f32 {
+		return ck.Load(m.be, p.name, m.dt, p.shape...)
+	}
+	// Converted on the host: weights kept there, and proj_out's f32 copy.
+	src, err := ck.Host(p.name)
+	if err != nil {
+		return nil, err
+	}
+	if !equalShape(src.Shape(), p.shape) {
+		return nil, fmt.Errorf("hunyuan: %s: tensor %q has shape %v, want %v", dir, p.name, src.Shape(), p.shape)
+	}
+	dt, through := m.dt, tensor.Invalid
+	if p.f32 {
+		dt, through = tensor.F32, m.dt
+	}
+	t, err := convertHost(src, dt, through)
+	if err != nil {
+		return nil, fmt.Errorf("hunyuan: %s: tensor %q %v", dir, p.name, err)
+	}
+	if host {
+		return t, nil
+	}
+	return upload(m.be, t)
+}
+
+// upload copies a host tensor into a new tensor on be (free it with
+// tensor.Release).
+func upload(be tensor.Backend, h *tensor.Tensor) (*tensor.Tensor, error) {
+	t, err := tensor.Alloc(be, h.DType(), h.Shape()...)
+	if err != nil {
+		return nil, err
+	}
+	if err := be.Upload(t.Buffer(), 0, h.HostBytes()); err != nil {
+		tensor.Release(t)
+		return nil, err
+	}
+	return t, nil
+}
+
+// Close frees every weight and the TeaCache state.
+func (m *Model) Close() {
+	ps, _ := m.allParams()
+	for _, p := range ps {
+		tensor.Release(*p.t)
+		*p.t = nil
+	}
+	m.tc = teaCache{}
+	if m.state != nil {
+		m.state.Close()
+		m.state = nil
+	}
+}
+
+// WeightBytes is the storage of the weights on the backend and on the host.
+func (m *Model) WeightBytes() (backend, host int64) {
+	ps, _ := m.allParams()
+	for _, p := range ps {
+		if t := *p.t; t != nil {
+			if t.Backend() == nil {
+				host += t.Bytes()
+			} else {
+				backend += t.Bytes()
+			}
+		}
+	}
+	return backend, host
+}
+
+func equalShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
