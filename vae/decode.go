@@ -1,0 +1,141 @@
+package vae
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// DecodeOptions configure Decode.
+type DecodeOptions struct {
+	Tiling
+	// NoRetry makes an out-of-memory failure final instead of shrinking
+	// the tiles and decoding again.
+	NoRetry bool
+	// Stats, when set, receives what the decode did.
+	Stats *DecodeStats
+	// Log, when set, receives one line per notable event (a shrink).
+	Log func(format string, args ...any)
+}
+
+// DefaultDecode is diffusers' default decode (frame-wise on, no spatial
+// tiling), what FramePack's high-VRAM mode runs.
+func DefaultDecode() DecodeOptions { return DecodeOptions{Tiling: DefaultTiling()} }
+
+// DecodeStats describe a finished decode.
+type DecodeStats struct {
+	Tiling  Tiling // the tiling that produced the result
+	Tiles   int    // decoder runs of that attempt
+	Retries int    // attempts that ran out of memory and were shrunk
+}
+
+// Decode decodes latents z (B, latent, T, h, w) — already divided by the
+// scaling factor — into pixels (B, out, 4T−3, 8h, 8w) following diffusers'
+// _decode rules for opts' tiling. The result is an f32 host tensor (Go
+// memory, owned by no scope); the decode's device memory is freed when it
+// returns. When a tile runs out of memory the decode starts again with the
+// next smaller tiling (see PlanDecode), so the result always equals a whole
+// decode at the tiling reported in opts.Stats. Errors panic inside s as
+// *tensor.OpError (tensor.Catch).
+func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *tensor.Tensor {
+	if v.dec == nil {
+		tensor.Fail("vae.decode", "%v", errNoPart)
+	}
+	if z.Rank() != 5 || z.Dim(1) != v.cfg.LatentChannels {
+		tensor.Fail("vae.decode", "latents %v: want (B, %d, T, h, w)", z.Shape(), v.cfg.LatentChannels)
+	}
+	til := opts.Tiling.normalized()
+	if err := til.check(&v.cfg); err != nil {
+		tensor.Fail("vae.decode", "%v", err)
+	}
+	retries := 0
+	for {
+		var out *video
+		var tiles int
+		err := tensor.Catch(func() { out, tiles = v.decodeOnce(s, z, til) })
+		if err == nil {
+			if opts.Stats != nil {
+				*opts.Stats = DecodeStats{Tiling: til, Tiles: tiles, Retries: retries}
+			}
+			return out.tensor()
+		}
+		if !errors.Is(err, tensor.ErrOutOfMemory) || opts.NoRetry {
+			panic(err)
+		}
+		next, ok := shrinkTiling(&v.cfg, z.Shape(), til, v.dt)
+		if !ok {
+			panic(&tensor.OpError{Op: "vae.decode", Err: fmt.Errorf("out of memory at the smallest tiling (%s): %w", til, err)})
+		}
+		if opts.Log != nil {
+			opts.Log("vae: decode ran out of memory at %s (%v); retrying at %s", til, err, next)
+		}
+		til = next
+		retries++
+	}
+}
+
+// decodeOnce runs one whole decode at tiling til.
+func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling) (*video, int) {
+	ds := s.Child()
+	defer ds.Close()
+	zc := toCompute(ds, z, v.dt)
+	c := &v.cfg
+	ss, st := c.SpatialCompressionRatio, c.TemporalCompressionRatio
+	nT, h, w := z.Dim(2), z.Dim(3), z.Dim(4)
+	r := roundTo(v.dt)
+	tiles := 0
+	run := func(t0, t1, h0, h1, w0, w1 int) *video {
+		tiles++
+		ts := ds.Child()
+		defer ts.Close()
+		x := sliceBox(ts, zc, t0, t1, h0, h1, w0, w1)
+		return videoOf(v.dec.forward(ts, x))
+	}
+	spatial := func(t0, t1 int) *video {
+		return r.spatialTiles(run, t0, t1, h, w,
+			til.TileHeight/ss, til.TileWidth/ss, til.TileStrideHeight/ss, til.TileStrideWidth/ss,
+			til.TileStrideHeight, til.TileStrideWidth,
+			til.TileHeight-til.TileStrideHeight, til.TileWidth-til.TileStrideWidth,
+			h*ss, w*ss)
+	}
+	switch til.decodePath(c, nT, h, w) {
+	case pathTemporal:
+		tile := func(t0, t1 int) *video {
+			if til.spatialInTemporal(c, h, w) {
+				return spatial(t0, t1)
+			}
+			return run(t0, t1, 0, h, 0, w)
+		}
+		return r.temporalTiles(tile, nT, til.TileFrames/st+1, til.TileFrameStride/st,
+			til.TileFrameStride, til.TileFrames-til.TileFrameStride, c.SampleFrames(nT)), tiles
+	case pathSpatial:
+		return spatial(0, nT), tiles
+	}
+	return run(0, nT, 0, h, 0, w), tiles
+}
+
+// toCompute puts x on s's backend in dt, freeing an intermediate upload.
+func toCompute(s *tensor.Scope, x *tensor.Tensor, dt tensor.DType) *tensor.Tensor {
+	on := s.To(x)
+	out := s.Cast(on, dt)
+	if out != on && on != x {
+		s.Free(on)
+	}
+	return out
+}
+
+// sliceBox copies x[:, :, t0:t1, h0:h1, w0:w1] (x itself when the box is
+// everything).
+func sliceBox(s *tensor.Scope, x *tensor.Tensor, t0, t1, h0, h1, w0, w1 int) *tensor.Tensor {
+	for i, r := range [3][2]int{{t0, t1}, {h0, h1}, {w0, w1}} {
+		ax := 2 + i
+		if r[0] == 0 && r[1] == x.Dim(ax) {
+			continue
+		}
+		y := s.Slice(x, ax, r[0], r[1])
+		s.Free(x) // only when s made it
+		x = y
+	}
+	return x
+}

@@ -1,0 +1,111 @@
+package vae
+
+import (
+	"math"
+
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// Encode runs the encoder on x (B, in, T, H, W), pixels in [−1, 1], with
+// diffusers' default rules (frame-wise above 16 frames, no spatial tiling)
+// and returns the posterior's mean and logvar (B, latent, (T−1)/4+1, H/8,
+// W/8), f32, logvar clamped to [−30, 20]. They are owned by s.
+func (v *VAE) Encode(s *tensor.Scope, x *tensor.Tensor) (mean, logvar *tensor.Tensor) {
+	return v.EncodeWith(s, x, DefaultTiling())
+}
+
+// EncodeWith is Encode with diffusers' tiling settings til (its _encode:
+// temporal tiles when frame-wise and T > TileFrames, else spatial tiles when
+// tiling is on and the image exceeds the tile; FramePack's low-VRAM mode
+// encodes its start image with SpatialTiling(0, 0)).
+func (v *VAE) EncodeWith(s *tensor.Scope, x *tensor.Tensor, til Tiling) (mean, logvar *tensor.Tensor) {
+	if v.enc == nil {
+		tensor.Fail("vae.encode", "%v", errNoPart)
+	}
+	c := &v.cfg
+	if x.Rank() != 5 || x.Dim(1) != c.InChannels {
+		tensor.Fail("vae.encode", "pixels %v: want (B, %d, T, H, W)", x.Shape(), c.InChannels)
+	}
+	til = til.normalized()
+	if err := til.check(c); err != nil {
+		tensor.Fail("vae.encode", "%v", err)
+	}
+	es := s.Child()
+	defer es.Close()
+	xc := toCompute(es, x, v.dt)
+	ss, st := c.SpatialCompressionRatio, c.TemporalCompressionRatio
+	nT, h, w := x.Dim(2), x.Dim(3), x.Dim(4)
+	lh, lw := h/ss, w/ss // diffusers crops tiled moments to H//8, W//8
+	r := roundTo(v.dt)
+	run := func(t0, t1, h0, h1, w0, w1 int) *video {
+		ts := es.Child()
+		defer ts.Close()
+		return videoOf(v.enc.forward(ts, sliceBox(ts, xc, t0, t1, h0, h1, w0, w1)))
+	}
+	useSpatial := til.Spatial && (h > til.TileHeight || w > til.TileWidth)
+	tile := func(t0, t1 int) *video {
+		if useSpatial {
+			// Blend extents and kept sizes are in latent pixels here.
+			return r.spatialTiles(run, t0, t1, h, w,
+				til.TileHeight, til.TileWidth, til.TileStrideHeight, til.TileStrideWidth,
+				til.TileStrideHeight/ss, til.TileStrideWidth/ss,
+				til.TileHeight/ss-til.TileStrideHeight/ss, til.TileWidth/ss-til.TileStrideWidth/ss,
+				lh, lw)
+		}
+		return run(t0, t1, 0, h, 0, w)
+	}
+	var mom *video
+	if til.Framewise && nT > til.TileFrames {
+		mom = r.temporalTiles(tile, nT, til.TileFrames+1, til.TileFrameStride,
+			til.TileFrameStride/st, til.TileFrames/st-til.TileFrameStride/st, c.LatentFrames(nT))
+	} else {
+		mom = tile(0, nT)
+	}
+	m, lv := posteriorSplit(mom)
+	return s.To(m), s.To(lv)
+}
+
+// posteriorSplit cuts the moments into mean and logvar (clamped to
+// [−30, 20], as DiagonalGaussianDistribution does).
+func posteriorSplit(mom *video) (mean, logvar *tensor.Tensor) {
+	lc := mom.c / 2
+	m := newVideo(mom.b, lc, mom.t, mom.h, mom.w)
+	lv := newVideo(mom.b, lc, mom.t, mom.h, mom.w)
+	plane := mom.t * mom.h * mom.w
+	for b := 0; b < mom.b; b++ {
+		for c := 0; c < lc; c++ {
+			src := mom.data[(b*mom.c+c)*plane:]
+			copy(m.data[(b*lc+c)*plane:(b*lc+c+1)*plane], src[:plane])
+			src = mom.data[(b*mom.c+lc+c)*plane:]
+			dst := lv.data[(b*lc+c)*plane : (b*lc+c+1)*plane]
+			for i := range dst {
+				dst[i] = min(max(src[i], -30), 20)
+			}
+		}
+	}
+	return m.tensor(), lv.tensor()
+}
+
+// Randn is a seeded source of standard normal noise, such as
+// sampler.TorchGenerator (torch.randn's CPU stream).
+type Randn interface {
+	Randn(shape ...int) []float32
+}
+
+// Sample draws from the posterior: mean + exp(logvar/2)·ε, with ε from rng
+// in mean's shape, computed in f32 on the host. The result is a host f32
+// tensor; FramePack multiplies it by ScalingFactor afterwards.
+func Sample(mean, logvar *tensor.Tensor, rng Randn) *tensor.Tensor {
+	m := tensor.Float32s(mean)
+	lv := tensor.Float32s(logvar)
+	eps := rng.Randn(mean.Shape()...)
+	out := make([]float32, len(m))
+	for i := range out {
+		std := float32(math.Exp(float64(float32(0.5) * lv[i])))
+		out[i] = m[i] + float32(std*eps[i])
+	}
+	return tensor.FromFloat32(out, mean.Shape()...)
+}
+
+// Mode is the posterior's mode, its mean.
+func Mode(mean, logvar *tensor.Tensor) *tensor.Tensor { return mean }

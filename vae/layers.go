@@ -1,0 +1,198 @@
+package vae
+
+import (
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// Every forward below consumes its input: it frees the input (when the
+// scope owns it) as soon as the input is dead, so a decode holds only what it
+// still needs. Callers that need a tensor afterwards must not pass it.
+
+// params builds the weights of a model: it returns the tensor name (with the
+// given shape) from a checkpoint or a generator.
+type params interface {
+	get(name string, shape ...int) *tensor.Tensor
+}
+
+// causalConv is HunyuanVideoCausalConv3d: replicate padding of kT−1 frames in
+// front and k/2 pixels on each side, then an unpadded convolution. A plain
+// conv (quant_conv, post_quant_conv) has causal == false and no padding.
+type causalConv struct {
+	w, b   *tensor.Tensor
+	k      int
+	stride [3]int
+	causal bool
+}
+
+func newCausalConv(p params, name string, cin, cout, k int, stride [3]int) *causalConv {
+	return &causalConv{
+		w: p.get(name+".conv.weight", cout, cin, k, k, k), b: p.get(name+".conv.bias", cout),
+		k: k, stride: stride, causal: true,
+	}
+}
+
+func newPlainConv(p params, name string, cin, cout int) *causalConv {
+	return &causalConv{
+		w: p.get(name+".weight", cout, cin, 1, 1, 1), b: p.get(name+".bias", cout),
+		k: 1, stride: [3]int{1, 1, 1},
+	}
+}
+
+func (c *causalConv) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	in := x
+	if c.causal && c.k > 1 {
+		h := c.k / 2
+		in = s.Pad(x, []int{c.k - 1, h, h}, []int{0, h, h}, tensor.PadReplicate)
+		s.Free(x)
+	}
+	y := s.Conv3d(in, c.w, c.b, c.stride, [3]int{})
+	s.Free(in)
+	return y
+}
+
+// groupNorm is an affine GroupNorm (eps 1e-6).
+type groupNorm struct {
+	w, b   *tensor.Tensor
+	groups int
+}
+
+func newGroupNorm(p params, name string, ch, groups int) groupNorm {
+	return groupNorm{w: p.get(name+".weight", ch), b: p.get(name+".bias", ch), groups: groups}
+}
+
+// resnet is HunyuanVideoResnetBlockCausal3D:
+// conv2(SiLU(GN2(conv1(SiLU(GN1(x)))))) + shortcut(x).
+type resnet struct {
+	norm1, norm2 groupNorm
+	conv1, conv2 *causalConv
+	shortcut     *causalConv // 1×1×1 causal conv when channels change
+}
+
+func newResnet(p params, name string, cin, cout, groups int) *resnet {
+	r := &resnet{
+		norm1: newGroupNorm(p, name+".norm1", cin, groups),
+		conv1: newCausalConv(p, name+".conv1", cin, cout, 3, [3]int{1, 1, 1}),
+		norm2: newGroupNorm(p, name+".norm2", cout, groups),
+		conv2: newCausalConv(p, name+".conv2", cout, cout, 3, [3]int{1, 1, 1}),
+	}
+	if cin != cout {
+		r.shortcut = newCausalConv(p, name+".conv_shortcut", cin, cout, 1, [3]int{1, 1, 1})
+	}
+	return r
+}
+
+func (r *resnet) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	h := s.GroupNormSiLU(x, r.norm1.w, r.norm1.b, r.norm1.groups, normEps)
+	h = r.conv1.forward(s, h)
+	g := s.GroupNormSiLU(h, r.norm2.w, r.norm2.b, r.norm2.groups, normEps)
+	s.Free(h)
+	h = r.conv2.forward(s, g)
+	res := x
+	if r.shortcut != nil {
+		res = r.shortcut.forward(s, x)
+	}
+	out := s.Add(h, res)
+	s.Free(h, res)
+	return out
+}
+
+// attention is the mid block's single-head self-attention over all T·H·W
+// positions with a frame-causal mask (a position sees every position of its
+// own and earlier frames), GroupNorm in front and a residual connection.
+type attention struct {
+	norm             groupNorm
+	q, k, v, out     *tensor.Tensor // weights (C, C)
+	qb, kb, vb, outb *tensor.Tensor
+}
+
+func newAttention(p params, name string, ch, groups int) *attention {
+	return &attention{
+		norm: newGroupNorm(p, name+".group_norm", ch, groups),
+		q:    p.get(name+".to_q.weight", ch, ch), qb: p.get(name+".to_q.bias", ch),
+		k: p.get(name+".to_k.weight", ch, ch), kb: p.get(name+".to_k.bias", ch),
+		v: p.get(name+".to_v.weight", ch, ch), vb: p.get(name+".to_v.bias", ch),
+		out: p.get(name+".to_out.0.weight", ch, ch), outb: p.get(name+".to_out.0.bias", ch),
+	}
+}
+
+func (a *attention) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	b, c, t, h, w := x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3), x.Dim(4)
+	l := t * h * w
+	// GroupNorm over (B, C, L) is the same as over (B, C, T, H, W).
+	n := s.GroupNorm(x, a.norm.w, a.norm.b, a.norm.groups, normEps)
+	tok := s.Transpose(n.Reshape(b, c, l), 1, 2) // (B, L, C)
+	s.Free(n)
+	q := s.Linear(tok, a.q, a.qb)
+	k := s.Linear(tok, a.k, a.kb)
+	v := s.Linear(tok, a.v, a.vb)
+	s.Free(tok)
+	o := s.Attention(q.Reshape(b, l, 1, c), k.Reshape(b, l, 1, c), v.Reshape(b, l, 1, c),
+		tensor.AttnParams{FrameLen: h * w})
+	s.Free(q, k, v)
+	p := s.Linear(o.Reshape(b, l, c), a.out, a.outb)
+	s.Free(o)
+	y := s.Transpose(p, 1, 2) // (B, C, L)
+	s.Free(p)
+	out := s.Add(y.Reshape(b, c, t, h, w), x)
+	s.Free(y, x)
+	return out
+}
+
+// midBlock is resnets.0 → attentions.0 → resnets.1.
+type midBlock struct {
+	res0, res1 *resnet
+	attn       *attention // nil without mid_block_add_attention
+}
+
+func newMidBlock(p params, name string, ch, groups int, addAttn bool) *midBlock {
+	m := &midBlock{res0: newResnet(p, name+".resnets.0", ch, ch, groups)}
+	if addAttn {
+		m.attn = newAttention(p, name+".attentions.0", ch, groups)
+	}
+	m.res1 = newResnet(p, name+".resnets.1", ch, ch, groups)
+	return m
+}
+
+func (m *midBlock) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	x = m.res0.forward(s, x)
+	if m.attn != nil {
+		x = m.attn.forward(s, x)
+	}
+	return m.res1.forward(s, x)
+}
+
+// upsample is HunyuanVideoUpsampleCausal3D: the first frame is upsampled in
+// space only, the others by the full factor (nearest), then a causal conv.
+type upsample struct {
+	conv     *causalConv
+	temporal bool
+	spatial  bool
+}
+
+func (u *upsample) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	t := x.Dim(2)
+	sp := 1
+	if u.spatial {
+		sp = 2
+	}
+	tm := 1
+	if u.temporal {
+		tm = 2
+	}
+	var up *tensor.Tensor
+	if t == 1 || tm == 1 {
+		up = s.UpsampleNearest(x, [3]int{1, sp, sp})
+		s.Free(x)
+	} else {
+		first := s.Slice(x, 2, 0, 1)
+		rest := s.Slice(x, 2, 1, t)
+		s.Free(x)
+		f := s.UpsampleNearest(first, [3]int{1, sp, sp})
+		s.Free(first)
+		r := s.UpsampleNearest(rest, [3]int{tm, sp, sp})
+		s.Free(rest)
+		up = s.Concat(2, f, r)
+		s.Free(f, r)
+	}
+	return u.conv.forward(s, up)
+}

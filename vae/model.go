@@ -1,0 +1,145 @@
+package vae
+
+import (
+	"fmt"
+
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// encoder is HunyuanVideoEncoder3D followed by quant_conv.
+type encoder struct {
+	convIn  *causalConv
+	blocks  []*downBlock
+	mid     *midBlock
+	normOut groupNorm
+	convOut *causalConv
+	quant   *causalConv
+}
+
+type downBlock struct {
+	resnets []*resnet
+	down    *causalConv // nil in the last block
+}
+
+func newEncoder(p params, c *Config) *encoder {
+	g := c.NormNumGroups
+	ch := c.BlockOutChannels
+	e := &encoder{convIn: newCausalConv(p, "encoder.conv_in", c.InChannels, ch[0], 3, [3]int{1, 1, 1})}
+	out := ch[0]
+	for i := range ch {
+		in := out
+		out = ch[i]
+		name := fmt.Sprintf("encoder.down_blocks.%d", i)
+		b := &downBlock{}
+		for j := 0; j < c.LayersPerBlock; j++ {
+			cin := out
+			if j == 0 {
+				cin = in
+			}
+			b.resnets = append(b.resnets, newResnet(p, fmt.Sprintf("%s.resnets.%d", name, j), cin, out, g))
+		}
+		if sp, tm := c.resample(i); sp || tm {
+			stride := [3]int{1, 1, 1}
+			if sp {
+				stride[1], stride[2] = 2, 2
+			}
+			if tm {
+				stride[0] = 2
+			}
+			b.down = newCausalConv(p, name+".downsamplers.0.conv", out, out, 3, stride)
+		}
+		e.blocks = append(e.blocks, b)
+	}
+	last := ch[len(ch)-1]
+	e.mid = newMidBlock(p, "encoder.mid_block", last, g, c.MidBlockAddAttention)
+	e.normOut = newGroupNorm(p, "encoder.conv_norm_out", last, g)
+	e.convOut = newCausalConv(p, "encoder.conv_out", last, 2*c.LatentChannels, 3, [3]int{1, 1, 1})
+	e.quant = newPlainConv(p, "quant_conv", 2*c.LatentChannels, 2*c.LatentChannels)
+	return e
+}
+
+// forward maps x (B, C, T, H, W) to the moments (B, 2·latent, T', H/8, W/8).
+func (e *encoder) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	x = e.convIn.forward(s, x)
+	for _, b := range e.blocks {
+		for _, r := range b.resnets {
+			x = r.forward(s, x)
+		}
+		if b.down != nil {
+			x = b.down.forward(s, x)
+		}
+	}
+	x = e.mid.forward(s, x)
+	h := s.GroupNormSiLU(x, e.normOut.w, e.normOut.b, e.normOut.groups, normEps)
+	s.Free(x)
+	h = e.convOut.forward(s, h)
+	return e.quant.forward(s, h)
+}
+
+// decoder is post_quant_conv followed by HunyuanVideoDecoder3D.
+type decoder struct {
+	postQuant *causalConv
+	convIn    *causalConv
+	mid       *midBlock
+	blocks    []*upBlock
+	normOut   groupNorm
+	convOut   *causalConv
+}
+
+type upBlock struct {
+	resnets []*resnet
+	up      *upsample // nil in the last block
+}
+
+func newDecoder(p params, c *Config) *decoder {
+	g := c.NormNumGroups
+	ch := c.BlockOutChannels
+	last := ch[len(ch)-1]
+	d := &decoder{
+		postQuant: newPlainConv(p, "post_quant_conv", c.LatentChannels, c.LatentChannels),
+		convIn:    newCausalConv(p, "decoder.conv_in", c.LatentChannels, last, 3, [3]int{1, 1, 1}),
+		mid:       newMidBlock(p, "decoder.mid_block", last, g, c.MidBlockAddAttention),
+	}
+	out := last
+	for i := range ch {
+		in := out
+		out = ch[len(ch)-1-i]
+		name := fmt.Sprintf("decoder.up_blocks.%d", i)
+		b := &upBlock{}
+		for j := 0; j < c.LayersPerBlock+1; j++ {
+			cin := out
+			if j == 0 {
+				cin = in
+			}
+			b.resnets = append(b.resnets, newResnet(p, fmt.Sprintf("%s.resnets.%d", name, j), cin, out, g))
+		}
+		if sp, tm := c.resample(i); sp || tm {
+			b.up = &upsample{
+				conv:    newCausalConv(p, name+".upsamplers.0.conv", out, out, 3, [3]int{1, 1, 1}),
+				spatial: sp, temporal: tm,
+			}
+		}
+		d.blocks = append(d.blocks, b)
+	}
+	d.normOut = newGroupNorm(p, "decoder.conv_norm_out", ch[0], g)
+	d.convOut = newCausalConv(p, "decoder.conv_out", ch[0], c.OutChannels, 3, [3]int{1, 1, 1})
+	return d
+}
+
+// forward maps z (B, latent, T, h, w) to (B, out, 4T−3, 8h, 8w).
+func (d *decoder) forward(s *tensor.Scope, z *tensor.Tensor) *tensor.Tensor {
+	x := d.postQuant.forward(s, z)
+	x = d.convIn.forward(s, x)
+	x = d.mid.forward(s, x)
+	for _, b := range d.blocks {
+		for _, r := range b.resnets {
+			x = r.forward(s, x)
+		}
+		if b.up != nil {
+			x = b.up.forward(s, x)
+		}
+	}
+	h := s.GroupNormSiLU(x, d.normOut.w, d.normOut.b, d.normOut.groups, normEps)
+	s.Free(x)
+	return d.convOut.forward(s, h)
+}

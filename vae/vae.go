@@ -1,0 +1,263 @@
+package vae
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
+)
+
+// Options configure Load.
+type Options struct {
+	// DType is the compute dtype (weights are converted at load): F32, F16
+	// or BF16. Invalid means F32.
+	DType tensor.DType
+	// NoEncoder / NoDecoder skip loading that half (its calls then fail).
+	NoEncoder, NoDecoder bool
+}
+
+// VAE is a loaded AutoencoderKLHunyuanVideo.
+type VAE struct {
+	cfg   Config
+	be    tensor.Backend
+	dt    tensor.DType
+	enc   *encoder
+	dec   *decoder
+	owned []*tensor.Tensor
+}
+
+// Load reads a Hugging Face folder (config.json and
+// diffusion_pytorch_model.safetensors, any float dtype) onto be.
+func Load(dir string, be tensor.Backend, opts Options) (*VAE, error) {
+	ck, err := weights.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("vae: %w", err)
+	}
+	defer ck.Close()
+	cfg := DefaultConfig()
+	if err := ck.Config(&cfg); err != nil {
+		return nil, fmt.Errorf("vae: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("vae: %s/config.json: %w", dir, err)
+	}
+	dt, err := computeDType(opts.DType)
+	if err != nil {
+		return nil, err
+	}
+	p := &ckptParams{ck: ck, be: be, dt: dt}
+	v := build(cfg, be, dt, p, opts)
+	if p.err != nil {
+		v.Close()
+		return nil, fmt.Errorf("vae: %w", p.err)
+	}
+	return v, nil
+}
+
+// RandomWeights builds a VAE of config cfg with deterministic random
+// weights (PyTorch's default initialisation: uniform ±1/√fan_in for convs
+// and linears, GroupNorm 1 and 0), for benchmarks and shape tests.
+func RandomWeights(cfg Config, be tensor.Backend, dt tensor.DType, seed uint64) (*VAE, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("vae: config: %w", err)
+	}
+	dt, err := computeDType(dt)
+	if err != nil {
+		return nil, err
+	}
+	p := &randParams{be: be, dt: dt, seed: seed}
+	v := build(cfg, be, dt, p, Options{})
+	if p.err != nil {
+		v.Close()
+		return nil, fmt.Errorf("vae: %w", p.err)
+	}
+	return v, nil
+}
+
+func computeDType(dt tensor.DType) (tensor.DType, error) {
+	switch dt {
+	case tensor.Invalid:
+		return tensor.F32, nil
+	case tensor.F32, tensor.F16, tensor.BF16:
+		return dt, nil
+	}
+	return 0, fmt.Errorf("vae: compute dtype %s is not f32, f16 or bf16", dt)
+}
+
+func build(cfg Config, be tensor.Backend, dt tensor.DType, p params, opts Options) *VAE {
+	v := &VAE{cfg: cfg, be: be, dt: dt}
+	if !opts.NoEncoder {
+		v.enc = newEncoder(p, &v.cfg)
+	}
+	if !opts.NoDecoder {
+		v.dec = newDecoder(p, &v.cfg)
+	}
+	switch q := p.(type) {
+	case *ckptParams:
+		v.owned = q.loaded
+	case *randParams:
+		v.owned = q.loaded
+	}
+	return v
+}
+
+// Close frees the weights.
+func (v *VAE) Close() {
+	for _, t := range v.owned {
+		tensor.Release(t)
+	}
+	v.owned = nil
+	v.enc, v.dec = nil, nil
+}
+
+// Config is the model's configuration.
+func (v *VAE) Config() Config { return v.cfg }
+
+// DType is the compute dtype.
+func (v *VAE) DType() tensor.DType { return v.dt }
+
+// Backend is the backend the weights live on.
+func (v *VAE) Backend() tensor.Backend { return v.be }
+
+// ScalingFactor is the factor latents are multiplied by after encoding
+// (and divided by before decoding).
+func (v *VAE) ScalingFactor() float32 { return v.cfg.ScalingFactor }
+
+// WeightBytes is the device memory the weights hold.
+func (v *VAE) WeightBytes() int64 {
+	var n int64
+	for _, t := range v.owned {
+		n += t.Bytes()
+	}
+	return n
+}
+
+// ckptParams loads weights from a checkpoint, converting to the compute
+// dtype; the first failure is kept and later calls return placeholders.
+type ckptParams struct {
+	ck     *weights.Checkpoint
+	be     tensor.Backend
+	dt     tensor.DType
+	err    error
+	loaded []*tensor.Tensor
+}
+
+func (p *ckptParams) get(name string, shape ...int) *tensor.Tensor {
+	if p.err != nil {
+		return placeholder(p.dt, shape)
+	}
+	t, err := p.ck.Load(p.be, name, p.dt, shape...)
+	if err != nil {
+		p.err = err
+		return placeholder(p.dt, shape)
+	}
+	p.loaded = append(p.loaded, t)
+	return t
+}
+
+func placeholder(dt tensor.DType, shape []int) *tensor.Tensor { return tensor.New(dt, 0) }
+
+// randParams makes random weights; each tensor's values depend only on the
+// seed and its name.
+type randParams struct {
+	be     tensor.Backend
+	dt     tensor.DType
+	seed   uint64
+	err    error
+	loaded []*tensor.Tensor
+}
+
+func (p *randParams) get(name string, shape ...int) *tensor.Tensor {
+	if p.err != nil {
+		return placeholder(p.dt, shape)
+	}
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	rng := rand.New(rand.NewPCG(p.seed, h.Sum64()))
+	vals := make([]float32, tensor.Numel(shape))
+	switch {
+	case hasSuffix(name, "norm1.weight", "norm2.weight", "group_norm.weight", "conv_norm_out.weight"):
+		for i := range vals {
+			vals[i] = 1
+		}
+	case hasSuffix(name, "norm1.bias", "norm2.bias", "group_norm.bias", "conv_norm_out.bias"):
+	default:
+		fanIn := 1
+		if len(shape) > 1 {
+			fanIn = tensor.Numel(shape[1:])
+		} else {
+			// A bias: PyTorch bounds it by the fan-in of its weight, which
+			// is not known here; 1/√(channels) keeps the same scale.
+			fanIn = shape[0]
+		}
+		bound := float32(1 / math.Sqrt(float64(fanIn)))
+		for i := range vals {
+			vals[i] = (2*rng.Float32() - 1) * bound
+		}
+	}
+	t, err := upload(p.be, p.dt, vals, shape)
+	if err != nil {
+		p.err = fmt.Errorf("random weight %s: %w", name, err)
+		return placeholder(p.dt, shape)
+	}
+	p.loaded = append(p.loaded, t)
+	return t
+}
+
+func hasSuffix(s string, suffixes ...string) bool {
+	for _, x := range suffixes {
+		if len(s) >= len(x) && s[len(s)-len(x):] == x {
+			return true
+		}
+	}
+	return false
+}
+
+// upload allocates a tensor of dt on be and fills it with vals.
+func upload(be tensor.Backend, dt tensor.DType, vals []float32, shape []int) (*tensor.Tensor, error) {
+	host := tensor.New(dt, shape...)
+	switch dt {
+	case tensor.F32:
+		copy(host.Float32s(), vals)
+	case tensor.F16:
+		tensor.NarrowF16(host.Uint16s(), vals)
+	case tensor.BF16:
+		tensor.NarrowBF16(host.Uint16s(), vals)
+	}
+	t, err := tensor.Alloc(be, dt, shape...)
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) > 0 {
+		if err := be.Upload(t.Buffer(), 0, host.HostBytes()); err != nil {
+			tensor.Release(t)
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// paramNames lists the weight names a config uses, sorted (for tests and
+// diagnostics).
+func paramNames(cfg Config) []string {
+	var names []string
+	p := nameParams{names: &names}
+	newEncoder(p, &cfg)
+	newDecoder(p, &cfg)
+	sort.Strings(names)
+	return names
+}
+
+type nameParams struct{ names *[]string }
+
+func (p nameParams) get(name string, shape ...int) *tensor.Tensor {
+	*p.names = append(*p.names, name)
+	return placeholder(tensor.F32, shape)
+}
+
+var errNoPart = errors.New("vae: that half of the model was not loaded")
