@@ -1,0 +1,374 @@
+//go:build cgo
+
+package rocblas
+
+/*
+#cgo LDFLAGS: -ldl
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Symbol tables, one per vendor (index 0 AMD, 1 NVIDIA). The names are the
+// single source of truth: the loader resolves them and the tests check them
+// against the libraries' export tables.
+enum { RB_CREATE, RB_DESTROY, RB_SET_STREAM, RB_GEMM, RB_STATUS_STRING,
+       RB_VERSION_SIZE, RB_VERSION, RB_N };
+enum { CB_CREATE, CB_DESTROY, CB_SET_STREAM, CB_SET_MATH, CB_GEMM,
+       CB_GET_PROPERTY, CB_STATUS_STRING, CB_STATUS_NAME, CB_N };
+#define FP_MAX 8
+
+typedef struct { const char* name; int optional; } fp_sym;
+
+static const fp_sym fp_syms[2][FP_MAX] = {
+	{
+		[RB_CREATE]        = {"rocblas_create_handle", 0},
+		[RB_DESTROY]       = {"rocblas_destroy_handle", 0},
+		[RB_SET_STREAM]    = {"rocblas_set_stream", 0},
+		[RB_GEMM]          = {"rocblas_gemm_strided_batched_ex", 0},
+		[RB_STATUS_STRING] = {"rocblas_status_to_string", 0},
+		[RB_VERSION_SIZE]  = {"rocblas_get_version_string_size", 1},
+		[RB_VERSION]       = {"rocblas_get_version_string", 1},
+	},
+	{
+		[CB_CREATE]        = {"cublasCreate_v2", 0},
+		[CB_DESTROY]       = {"cublasDestroy_v2", 0},
+		[CB_SET_STREAM]    = {"cublasSetStream_v2", 0},
+		[CB_SET_MATH]      = {"cublasSetMathMode", 0},
+		[CB_GEMM]          = {"cublasGemmStridedBatchedEx", 0},
+		[CB_GET_PROPERTY]  = {"cublasGetProperty", 1},
+		[CB_STATUS_STRING] = {"cublasGetStatusString", 1},
+		[CB_STATUS_NAME]   = {"cublasGetStatusName", 1},
+	},
+};
+static const int fp_count[2] = { RB_N, CB_N };
+
+static void* fp[2][FP_MAX];
+
+static const char* fp_name(int v, int i) { return fp_syms[v][i].name; }
+static int fp_optional(int v, int i) { return fp_syms[v][i].optional; }
+static int fp_n(int v) { return fp_count[v]; }
+
+// fp_open loads path and resolves vendor v's table. On failure it writes the
+// reason to err and leaves the table untouched.
+static int fp_open(int v, const char* path, char* err, size_t errlen, char* real, size_t reallen) {
+	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char* e = dlerror();
+		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
+		return -1;
+	}
+	void* tmp[FP_MAX] = {0};
+	for (int i = 0; i < fp_count[v]; i++) {
+		tmp[i] = dlsym(h, fp_syms[v][i].name);
+		if (!tmp[i] && !fp_syms[v][i].optional) {
+			snprintf(err, errlen, "missing symbol %s", fp_syms[v][i].name);
+			dlclose(h);
+			return -2;
+		}
+	}
+	memcpy(fp[v], tmp, sizeof tmp);
+	Dl_info info;
+	real[0] = 0;
+	if (dladdr(tmp[0], &info) && info.dli_fname)
+		snprintf(real, reallen, "%s", info.dli_fname);
+	return 0;
+}
+
+// rocBLAS. Enums are int-sized; rocblas_int is int32, rocblas_stride int64.
+typedef int (*rb_create_t)(void**);
+typedef int (*rb_destroy_t)(void*);
+typedef int (*rb_set_stream_t)(void*, void*);
+typedef int (*rb_gemm_t)(void*, int, int, int32_t, int32_t, int32_t,
+	const void*, const void*, int, int32_t, int64_t,
+	const void*, int, int32_t, int64_t,
+	const void*, const void*, int, int32_t, int64_t,
+	void*, int, int32_t, int64_t,
+	int32_t, int, int, int32_t, uint32_t);
+typedef const char* (*rb_status_string_t)(int);
+typedef int (*rb_version_size_t)(size_t*);
+typedef int (*rb_version_t)(char*, size_t);
+
+static int rb_create(uintptr_t* h) {
+	void* p = 0;
+	int s = ((rb_create_t)fp[0][RB_CREATE])(&p);
+	*h = (uintptr_t)p;
+	return s;
+}
+static int rb_destroy(uintptr_t h) { return ((rb_destroy_t)fp[0][RB_DESTROY])((void*)h); }
+static int rb_set_stream(uintptr_t h, uintptr_t s) {
+	return ((rb_set_stream_t)fp[0][RB_SET_STREAM])((void*)h, (void*)s);
+}
+static int rb_gemm(uintptr_t h, int ta, int tb, int m, int n, int k, float alpha,
+	uintptr_t a, int at, int lda, int64_t sa, uintptr_t b, int bt, int ldb, int64_t sb,
+	float beta, uintptr_t c, int ct, int ldc, int64_t sc, int batch, int compute) {
+	// C is also D: rocBLAS writes D, reads C when beta != 0.
+	return ((rb_gemm_t)fp[0][RB_GEMM])((void*)h, ta, tb, m, n, k, &alpha,
+		(const void*)a, at, lda, sa, (const void*)b, bt, ldb, sb,
+		&beta, (const void*)c, ct, ldc, sc, (void*)c, ct, ldc, sc,
+		batch, compute, 0, 0, 0);
+}
+static const char* rb_status_string(int s) {
+	return ((rb_status_string_t)fp[0][RB_STATUS_STRING])(s);
+}
+static int rb_version(char* buf, size_t n) {
+	if (!fp[0][RB_VERSION_SIZE] || !fp[0][RB_VERSION]) return -1;
+	size_t need = 0;
+	if (((rb_version_size_t)fp[0][RB_VERSION_SIZE])(&need) != 0 || need > n) return -1;
+	return ((rb_version_t)fp[0][RB_VERSION])(buf, n);
+}
+
+// cuBLAS.
+typedef int (*cb_create_t)(void**);
+typedef int (*cb_destroy_t)(void*);
+typedef int (*cb_set_stream_t)(void*, void*);
+typedef int (*cb_set_math_t)(void*, int);
+typedef int (*cb_gemm_t)(void*, int, int, int, int, int,
+	const void*, const void*, int, int, long long,
+	const void*, int, int, long long,
+	const void*, void*, int, int, long long,
+	int, int, int);
+typedef int (*cb_get_property_t)(int, int*);
+typedef const char* (*cb_status_string_t)(int);
+
+static int cb_create(uintptr_t* h) {
+	void* p = 0;
+	int s = ((cb_create_t)fp[1][CB_CREATE])(&p);
+	*h = (uintptr_t)p;
+	return s;
+}
+static int cb_destroy(uintptr_t h) { return ((cb_destroy_t)fp[1][CB_DESTROY])((void*)h); }
+static int cb_set_stream(uintptr_t h, uintptr_t s) {
+	return ((cb_set_stream_t)fp[1][CB_SET_STREAM])((void*)h, (void*)s);
+}
+static int cb_set_math(uintptr_t h, int mode) {
+	return ((cb_set_math_t)fp[1][CB_SET_MATH])((void*)h, mode);
+}
+static int cb_gemm(uintptr_t h, int ta, int tb, int m, int n, int k, float alpha,
+	uintptr_t a, int at, int lda, int64_t sa, uintptr_t b, int bt, int ldb, int64_t sb,
+	float beta, uintptr_t c, int ct, int ldc, int64_t sc, int batch, int compute) {
+	return ((cb_gemm_t)fp[1][CB_GEMM])((void*)h, ta, tb, m, n, k, &alpha,
+		(const void*)a, at, lda, sa, (const void*)b, bt, ldb, sb,
+		&beta, (void*)c, ct, ldc, sc, batch, compute, -1);
+}
+// cb_version is major*10000+minor*100+patch, or -1.
+static int cb_version(void) {
+	if (!fp[1][CB_GET_PROPERTY]) return -1;
+	int v[3] = {0};
+	for (int i = 0; i < 3; i++)
+		if (((cb_get_property_t)fp[1][CB_GET_PROPERTY])(i, &v[i]) != 0) return -1;
+	return v[0] * 10000 + v[1] * 100 + v[2];
+}
+static const char* cb_status(int s, int which) {
+	void* f = fp[1][which ? CB_STATUS_NAME : CB_STATUS_STRING];
+	return f ? ((cb_status_string_t)f)(s) : 0;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// symbols lists the functions resolved for v and whether each is optional.
+func symbols(v Vendor) (names []string, optional []bool) {
+	vi := C.int(v - 1)
+	for i := 0; i < int(C.fp_n(vi)); i++ {
+		names = append(names, C.GoString(C.fp_name(vi, C.int(i))))
+		optional = append(optional, C.fp_optional(vi, C.int(i)) != 0)
+	}
+	return names, optional
+}
+
+func load(v Vendor, path string) (*Lib, error) {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var errBuf, realBuf [1024]C.char
+	switch C.fp_open(C.int(v-1), cpath, &errBuf[0], C.size_t(len(errBuf)), &realBuf[0], C.size_t(len(realBuf))) {
+	case 0:
+	case -2:
+		return nil, &symbolError{C.GoString(&errBuf[0])}
+	default:
+		return nil, fmt.Errorf("%s", C.GoString(&errBuf[0]))
+	}
+	l := &Lib{vendor: v, path: C.GoString(&realBuf[0])}
+	if l.path == "" {
+		l.path = path
+	}
+	var buf [256]C.char
+	switch v {
+	case AMD:
+		if C.rb_version(&buf[0], C.size_t(len(buf))) == 0 {
+			l.version = "rocBLAS " + C.GoString(&buf[0])
+		}
+	case NVIDIA:
+		if ver := int(C.cb_version()); ver >= 0 {
+			l.version = fmt.Sprintf("cuBLAS %d.%d.%d", ver/10000, ver/100%100, ver%100)
+		}
+	}
+	if l.version == "" {
+		l.version = "(version unknown)"
+	}
+	return l, nil
+}
+
+func (l *Lib) check(fn string, s C.int) error {
+	if s == 0 {
+		return nil
+	}
+	return &Error{Func: fn, Status: int(s), Name: l.statusName(int(s))}
+}
+
+func (l *Lib) statusName(s int) string {
+	if l.vendor == AMD {
+		if p := C.rb_status_string(C.int(s)); p != nil {
+			return C.GoString(p)
+		}
+		return "unknown rocBLAS status"
+	}
+	name, desc := C.cb_status(C.int(s), 1), C.cb_status(C.int(s), 0)
+	switch {
+	case name != nil && desc != nil:
+		return C.GoString(name) + ": " + C.GoString(desc)
+	case name != nil:
+		return C.GoString(name)
+	}
+	return "unknown cuBLAS status"
+}
+
+// NewHandle creates a handle on the current device, bound to stream
+// (0 is the default stream).
+func (l *Lib) NewHandle(stream uintptr) (*Handle, error) {
+	var h C.uintptr_t
+	if l.vendor == AMD {
+		if err := l.check("rocblas_create_handle", C.rb_create(&h)); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := l.check("cublasCreate_v2", C.cb_create(&h)); err != nil {
+			return nil, err
+		}
+	}
+	hd := &Handle{lib: l, h: uintptr(h)}
+	if l.vendor == NVIDIA {
+		// Default math: no TF32 unless a call asks for it by compute type.
+		if err := l.check("cublasSetMathMode", C.cb_set_math(h, 0)); err != nil {
+			hd.Close()
+			return nil, err
+		}
+	}
+	if err := hd.SetStream(stream); err != nil {
+		hd.Close()
+		return nil, err
+	}
+	return hd, nil
+}
+
+// SetStream binds the handle to a stream; later calls are ordered on it.
+func (h *Handle) SetStream(stream uintptr) error {
+	if h.closed {
+		return errClosed
+	}
+	if h.lib.vendor == AMD {
+		return h.lib.check("rocblas_set_stream", C.rb_set_stream(C.uintptr_t(h.h), C.uintptr_t(stream)))
+	}
+	return h.lib.check("cublasSetStream_v2", C.cb_set_stream(C.uintptr_t(h.h), C.uintptr_t(stream)))
+}
+
+// Close destroys the handle. Work already queued completes.
+func (h *Handle) Close() error {
+	if h.closed {
+		return nil
+	}
+	h.closed = true
+	if h.lib.vendor == AMD {
+		return h.lib.check("rocblas_destroy_handle", C.rb_destroy(C.uintptr_t(h.h)))
+	}
+	return h.lib.check("cublasDestroy_v2", C.cb_destroy(C.uintptr_t(h.h)))
+}
+
+// Vendor enums.
+const (
+	rbNone, rbTrans      = 111, 112
+	rbF16, rbF32, rbBF16 = 150, 151, 168
+
+	cbN, cbT                   = 0, 1
+	cudaF32, cudaF16, cudaBF16 = 0, 2, 14
+	cbCompute32F               = 68
+	cbCompute32FFastTF32       = 77
+)
+
+func (d DType) vendorType(v Vendor) C.int {
+	if v == AMD {
+		switch d {
+		case F16:
+			return rbF16
+		case BF16:
+			return rbBF16
+		}
+		return rbF32
+	}
+	switch d {
+	case F16:
+		return cudaF16
+	case BF16:
+		return cudaBF16
+	}
+	return cudaF32
+}
+
+func op(v Vendor, trans bool) C.int {
+	if v == AMD {
+		if trans {
+			return rbTrans
+		}
+		return rbNone
+	}
+	if trans {
+		return cbT
+	}
+	return cbN
+}
+
+// GemmStridedBatched queues g on the handle's stream.
+func (h *Handle) GemmStridedBatched(g Gemm) error {
+	if h.closed {
+		return errClosed
+	}
+	if g.Batch == 0 {
+		g.Batch = 1
+	}
+	if err := g.Validate(); err != nil {
+		return err
+	}
+	if g.M == 0 || g.N == 0 || g.Batch == 0 {
+		return nil
+	}
+	v := h.lib.vendor
+	at, ct := g.In.vendorType(v), g.Out.vendorType(v)
+	hh, ta, tb := C.uintptr_t(h.h), op(v, g.TransA), op(v, g.TransB)
+	m, n, k, batch := C.int(g.M), C.int(g.N), C.int(g.K), C.int(g.Batch)
+	a, lda, sa := C.uintptr_t(g.A), C.int(g.LDA), C.int64_t(g.StrideA)
+	b, ldb, sb := C.uintptr_t(g.B), C.int(g.LDB), C.int64_t(g.StrideB)
+	c, ldc, sc := C.uintptr_t(g.C), C.int(g.LDC), C.int64_t(g.StrideC)
+	alpha, beta := C.float(g.Alpha), C.float(g.Beta)
+	if v == AMD {
+		return h.lib.check("rocblas_gemm_strided_batched_ex",
+			C.rb_gemm(hh, ta, tb, m, n, k, alpha, a, at, lda, sa, b, at, ldb, sb, beta, c, ct, ldc, sc, batch, rbF32))
+	}
+	compute := C.int(cbCompute32F)
+	if g.In == F32 && h.fast {
+		compute = cbCompute32FFastTF32
+	}
+	return h.lib.check("cublasGemmStridedBatchedEx",
+		C.cb_gemm(hh, ta, tb, m, n, k, alpha, a, at, lda, sa, b, at, ldb, sb, beta, c, ct, ldc, sc, batch, compute))
+}
+
+// MatMul queues a row-major product (see MatMul).
+func (h *Handle) MatMul(m MatMul) error {
+	return h.GemmStridedBatched(m.ColumnMajor())
+}

@@ -1,0 +1,212 @@
+package rocblas
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// colMajorGemm is the column-major contract of Gemm on host arrays
+// (A, B, C indexed from 0), the function the vendor libraries compute.
+func colMajorGemm(g Gemm, a, b, c []float64) {
+	for bi := 0; bi < max(g.Batch, 1); bi++ {
+		oa, ob, oc := int(g.StrideA)*bi, int(g.StrideB)*bi, int(g.StrideC)*bi
+		for j := 0; j < g.N; j++ {
+			for i := 0; i < g.M; i++ {
+				var s float64
+				for k := 0; k < g.K; k++ {
+					var x, y float64
+					if g.TransA {
+						x = a[oa+k+i*g.LDA]
+					} else {
+						x = a[oa+i+k*g.LDA]
+					}
+					if g.TransB {
+						y = b[ob+j+k*g.LDB]
+					} else {
+						y = b[ob+k+j*g.LDB]
+					}
+					s += x * y
+				}
+				p := oc + i + j*g.LDC
+				c[p] = float64(g.Alpha)*s + float64(g.Beta)*c[p]
+			}
+		}
+	}
+}
+
+// rowMajorRef computes MatMul m directly from its row-major definition.
+func rowMajorRef(m MatMul, a, b, c []float64) []float64 {
+	batch := max(m.Batch, 1)
+	aCols, bCols := m.K, m.N
+	aRows, bRows := m.M, m.K
+	if m.TransA {
+		aCols, aRows = m.M, m.K
+	}
+	if m.TransB {
+		bCols, bRows = m.K, m.N
+	}
+	lda, ldb, ldc := orDefault(m.LDA, aCols), orDefault(m.LDB, bCols), orDefault(m.LDC, m.N)
+	sa, sb, sc := m.StrideA, m.StrideB, m.StrideC
+	if sa == 0 {
+		sa = int64(aRows * lda)
+	}
+	if sb == 0 {
+		sb = int64(bRows * ldb)
+	}
+	if sc == 0 {
+		sc = int64(m.M * ldc)
+	}
+	if m.BroadcastA {
+		sa = 0
+	}
+	if m.BroadcastB {
+		sb = 0
+	}
+	out := append([]float64(nil), c...)
+	for bi := 0; bi < batch; bi++ {
+		for i := 0; i < m.M; i++ {
+			for j := 0; j < m.N; j++ {
+				var s float64
+				for k := 0; k < m.K; k++ {
+					var x, y float64
+					if m.TransA {
+						x = a[int(sa)*bi+k*lda+i]
+					} else {
+						x = a[int(sa)*bi+i*lda+k]
+					}
+					if m.TransB {
+						y = b[int(sb)*bi+j*ldb+k]
+					} else {
+						y = b[int(sb)*bi+k*ldb+j]
+					}
+					s += x * y
+				}
+				p := int(sc)*bi + i*ldc + j
+				out[p] = float64(m.Alpha)*s + float64(m.Beta)*c[p]
+			}
+		}
+	}
+	return out
+}
+
+// matmulCases are shared by the host mapping test and the device test.
+func matmulCases() []MatMul {
+	return []MatMul{
+		{M: 64, N: 48, K: 32, Alpha: 1},
+		{M: 37, N: 53, K: 29, TransB: true, Alpha: 1},
+		{M: 17, N: 33, K: 65, TransA: true, Alpha: 1},
+		{M: 5, N: 7, K: 3, TransA: true, TransB: true, Alpha: 1},
+		{M: 31, N: 19, K: 23, Batch: 3, Alpha: 1},
+		{M: 16, N: 24, K: 40, Batch: 4, BroadcastB: true, TransB: true, Alpha: 1},
+		{M: 12, N: 20, K: 8, Batch: 2, BroadcastA: true, Alpha: 1},
+		{M: 24, N: 16, K: 8, Alpha: 0.5, Beta: 2},
+		{M: 9, N: 10, K: 11, LDA: 16, LDB: 13, LDC: 12, Alpha: 1},
+		{M: 1, N: 1, K: 1, Alpha: 1},
+		{M: 256, N: 384, K: 512, TransB: true, Alpha: 1},
+	}
+}
+
+// sizes returns the element counts of A, B and C storage for m.
+func sizes(m MatMul) (na, nb, nc int) {
+	g := m.ColumnMajor()
+	span := func(stride int64, one int, broadcast bool) int {
+		if broadcast || g.Batch == 1 {
+			return one
+		}
+		return int(stride)*(g.Batch-1) + one
+	}
+	aRows, bRows := m.M, m.K
+	if m.TransA {
+		aRows = m.K
+	}
+	if m.TransB {
+		bRows = m.N
+	}
+	na = span(g.StrideB, aRows*g.LDB, m.BroadcastA)
+	nb = span(g.StrideA, bRows*g.LDA, m.BroadcastB)
+	nc = span(g.StrideC, m.M*g.LDC, false)
+	return
+}
+
+// The row-major wrapper must compute the row-major product when handed to
+// the column-major contract.
+func TestMatMulColumnMajorMapping(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, m := range matmulCases() {
+		if m.M*m.N*m.K > 1<<18 {
+			continue
+		}
+		na, nb, nc := sizes(m)
+		a, b, c := randVec(rng, na), randVec(rng, nb), randVec(rng, nc)
+		want := rowMajorRef(m, a, b, c)
+		g := m.ColumnMajor()
+		g.A, g.B, g.C = 1, 1, 1 // non-nil for Validate
+		g.In, g.Out = F32, F32
+		if err := g.Validate(); err != nil {
+			t.Fatalf("%+v: %v", m, err)
+		}
+		got := append([]float64(nil), c...)
+		colMajorGemm(g, b, a, got) // the wrapper swaps A and B
+		for i := range want {
+			if math.Abs(got[i]-want[i]) > 1e-12 {
+				t.Fatalf("%+v: element %d = %v, want %v", m, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+func randVec(rng *rand.Rand, n int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = rng.Float64()*2 - 1
+	}
+	return v
+}
+
+func TestGemmValidate(t *testing.T) {
+	ok := Gemm{M: 4, N: 5, K: 6, LDA: 4, LDB: 6, LDC: 4, A: 1, B: 1, C: 1, In: BF16, Out: F32}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := []struct {
+		g    Gemm
+		want string
+	}{
+		{func() Gemm { g := ok; g.LDA = 3; return g }(), "lda=3"},
+		{func() Gemm { g := ok; g.TransA = true; return g }(), "lda=4 < 6"},
+		{func() Gemm { g := ok; g.LDC = 2; return g }(), "ldc=2"},
+		{func() Gemm { g := ok; g.Out = F16; return g }(), "output dtype f16 with bf16"},
+		{func() Gemm { g := ok; g.In = 0; return g }(), "unsupported input dtype"},
+		{func() Gemm { g := ok; g.M = -1; return g }(), "negative size"},
+		{func() Gemm { g := ok; g.K = math.MaxInt32 + 1; return g }(), "32-bit"},
+		{func() Gemm { g := ok; g.Batch = 2; g.StrideC = 3; return g }(), "overlaps"},
+		{func() Gemm { g := ok; g.C = 0; return g }(), "nil C"},
+	}
+	for _, c := range bad {
+		err := c.g.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want it to mention %q", c.g, err, c.want)
+		}
+	}
+}
+
+// A missing library gives one error naming every file tried.
+func TestOpenMissingLibrary(t *testing.T) {
+	t.Setenv(EnvPath(AMD), "/nonexistent/librocblas.so.5")
+	openMu.Lock()
+	saved := opened[AMD]
+	delete(opened, AMD)
+	openMu.Unlock()
+	defer func() { openMu.Lock(); opened[AMD] = saved; openMu.Unlock() }()
+	_, err := OpenVendor(AMD)
+	if err == nil {
+		t.Fatal("opened a library that does not exist")
+	}
+	for _, want := range []string{"rocBLAS library not found", "tried /nonexistent/librocblas.so.5"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
