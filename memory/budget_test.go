@@ -1,0 +1,128 @@
+package memory
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseSize(t *testing.T) {
+	total := 24 * GiB
+	good := []struct {
+		in   string
+		want int64
+	}{
+		{"20G", 20 * GiB},
+		{"20GB", 20 * GiB},
+		{"20GiB", 20 * GiB},
+		{"20 gb", 20 * GiB},
+		{"20000M", 20000 * MiB},
+		{"20000MB", 20000 * MiB},
+		{"1.5G", 3 * GiB / 2},
+		{"512MiB", 512 * MiB},
+		{"4096K", 4 * MiB},
+		{"1T", TiB},
+		{"123B", 123},
+		{"0.8", int64(0.8 * float64(total))},
+		{"1", total},
+		{"80%", int64(0.8 * float64(total))},
+		{" 6G ", 6 * GiB},
+	}
+	for _, c := range good {
+		got, err := ParseSize(c.in, total)
+		if err != nil || got != c.want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", c.in, got, err, c.want)
+		}
+	}
+	bad := []struct{ in, msg string }{
+		{"", "empty"},
+		{"20", "no unit"},
+		{"-5G", "negative"},
+		{"20X", "unknown unit"},
+		{"G", "want a number"},
+		{"abc", "want a number"},
+		{"0", "above 0"},
+		{"150%", "percentage"},
+		{"1.2.3G", "want a number"},
+	}
+	for _, c := range bad {
+		_, err := ParseSize(c.in, total)
+		if err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("ParseSize(%q) error = %v; want one mentioning %q", c.in, err, c.msg)
+		}
+	}
+	if _, err := ParseSize("0.5", 0); err == nil || !strings.Contains(err.Error(), "unknown") {
+		t.Errorf("a fraction of an unknown total: %v", err)
+	}
+}
+
+func TestDefaultCap(t *testing.T) {
+	cases := []struct{ total, want int64 }{
+		{24 * GiB, 20 * GiB},
+		{16 * GiB, 16*GiB - 16*GiB/6},
+		{80 * GiB, 80*GiB - 80*GiB/6},
+		{8 * GiB, 6 * GiB},
+		{3 * GiB, 3 * GiB / 2}, // the reserve is at most half
+		{0, 0},
+	}
+	for _, c := range cases {
+		if got := DefaultCap(c.total); got != c.want {
+			t.Errorf("DefaultCap(%s) = %s, want %s", FormatBytes(c.total), FormatBytes(got), FormatBytes(c.want))
+		}
+	}
+}
+
+func TestNewBudget(t *testing.T) {
+	b := NewBudget("gfx1100", 24*GiB, 0)
+	if b.Cap != 20*GiB || b.Preserve != 6*GiB {
+		t.Fatalf("24 GiB card: %v", b)
+	}
+	if err := b.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// Another process holds 10 GiB: the cap follows what is free.
+	b = NewBudget("gfx1100", 24*GiB, 14*GiB)
+	if b.Cap != 14*GiB-512*MiB {
+		t.Fatalf("cap with 14 GiB free: %s", FormatBytes(b.Cap))
+	}
+	// A small card keeps preserve under half the cap.
+	b = NewBudget("small", 4*GiB, 0)
+	if b.Cap != 2*GiB || b.Preserve != GiB {
+		t.Fatalf("4 GiB card: %v", b)
+	}
+}
+
+func TestWithFlags(t *testing.T) {
+	base := NewBudget("gfx1100", 24*GiB, 0)
+	b, err := base.WithFlags("18G", "")
+	if err != nil || b.Cap != 18*GiB || b.Preserve != 6*GiB {
+		t.Fatalf("--vram-limit 18G: %v %v", b, err)
+	}
+	b, err = base.WithFlags("0.5", "2G")
+	if err != nil || b.Cap != 12*GiB || b.Preserve != 2*GiB {
+		t.Fatalf("--vram-limit 0.5 --preserve 2G: %v %v", b, err)
+	}
+	b, err = base.WithFlags("4G", "")
+	if err != nil || b.Preserve != 2*GiB {
+		t.Fatalf("--vram-limit 4G lowers the default preserve to half: %v %v", b, err)
+	}
+	for _, c := range []struct{ limit, preserve, msg string }{
+		{"30G", "", "more than the 24.0 GiB"},
+		{"20", "", "--vram-limit: memory size \"20\" has no unit"},
+		{"", "25G", "must be below the 20.0 GiB cap"},
+		{"8G", "8G", "must be below the 8.0 GiB cap"},
+		{"", "x", "--preserve"},
+	} {
+		_, err := base.WithFlags(c.limit, c.preserve)
+		if err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("WithFlags(%q, %q) = %v; want an error with %q", c.limit, c.preserve, err, c.msg)
+		}
+	}
+}
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 512: "512 B", 3 * GiB / 2: "1.5 GiB", 20 * GiB: "20.0 GiB", 5 * MiB: "5.0 MiB", -2 * KiB: "-2.0 KiB"} {
+		if got := FormatBytes(n); got != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

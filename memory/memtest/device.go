@@ -1,0 +1,164 @@
+// Package memtest provides a simulated device for memory tests: a
+// tensor.Backend with a fixed amount of "device" memory that allocates
+// nothing real (buffers only count bytes; kernels do nothing), and host
+// tensors of any size that cost no memory.
+package memtest
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// Device is a simulated GPU of Total bytes.
+type Device struct {
+	name  string
+	total int64
+
+	mu     sync.Mutex
+	used   int64
+	peak   int64
+	allocs int
+	frees  int
+	trims  int
+}
+
+// Buf is a Device allocation: a size and nothing else.
+type Buf struct{ N int64 }
+
+func (b *Buf) Bytes() int64 { return b.N }
+
+// NewDevice is a simulated device with total bytes of memory.
+func NewDevice(name string, total int64) *Device { return &Device{name: name, total: total} }
+
+var _ tensor.Backend = (*Device)(nil)
+
+func (d *Device) Name() string { return d.name }
+
+// Alloc fails with tensor.ErrOutOfMemory beyond the device's memory, as a
+// driver would.
+func (d *Device) Alloc(n int64) (tensor.Buffer, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n < 0 || d.used+n > d.total {
+		return nil, fmt.Errorf("%s: device allocation of %d bytes with %d of %d used: %w", d.name, n, d.used, d.total, tensor.ErrOutOfMemory)
+	}
+	d.used += n
+	d.peak = max(d.peak, d.used)
+	d.allocs++
+	return &Buf{N: n}, nil
+}
+
+func (d *Device) Free(b tensor.Buffer) {
+	fb, ok := b.(*Buf)
+	if !ok {
+		panic(fmt.Sprintf("memtest: freeing a %T", b))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if fb.N < 0 {
+		panic("memtest: double free")
+	}
+	d.used -= fb.N
+	fb.N = -1
+	d.frees++
+}
+
+// Trim counts calls (the simulated device has no pools).
+func (d *Device) Trim() error {
+	d.mu.Lock()
+	d.trims++
+	d.mu.Unlock()
+	return nil
+}
+
+// Used, Peak, Allocs and Trims report the device's own counters.
+func (d *Device) Used() int64 { d.mu.Lock(); defer d.mu.Unlock(); return d.used }
+func (d *Device) Peak() int64 { d.mu.Lock(); defer d.mu.Unlock(); return d.peak }
+func (d *Device) Allocs() int { d.mu.Lock(); defer d.mu.Unlock(); return d.allocs }
+func (d *Device) Trims() int  { d.mu.Lock(); defer d.mu.Unlock(); return d.trims }
+
+func (d *Device) check(b tensor.Buffer, off, n int64) error {
+	fb, ok := b.(*Buf)
+	if !ok {
+		return fmt.Errorf("memtest: a %T is not this device's buffer", b)
+	}
+	if fb.N < 0 {
+		return fmt.Errorf("memtest: use of a freed buffer")
+	}
+	if off < 0 || off+n > fb.N {
+		return fmt.Errorf("memtest: %d bytes at %d outside a %d-byte buffer", n, off, fb.N)
+	}
+	return nil
+}
+
+func (d *Device) Upload(dst tensor.Buffer, off int64, src []byte) error {
+	return d.check(dst, off, int64(len(src)))
+}
+
+func (d *Device) Download(dst []byte, src tensor.Buffer, off int64) error {
+	return d.check(src, off, int64(len(dst)))
+}
+
+func (d *Device) Sync() error                        { return nil }
+func (d *Device) Fill(*tensor.Tensor, float64) error { return nil }
+func (d *Device) Cast(_, _ *tensor.Tensor) error     { return nil }
+func (d *Device) Unary(tensor.UnaryOp, *tensor.Tensor, *tensor.Tensor, float32, float32) error {
+	return nil
+}
+func (d *Device) Copy(*tensor.Tensor, int, []int, *tensor.Tensor, int, []int, []int) error {
+	return nil
+}
+func (d *Device) Binary(tensor.BinaryOp, *tensor.Tensor, *tensor.Tensor, []int, *tensor.Tensor, []int) error {
+	return nil
+}
+func (d *Device) MatMul(_, _, _ *tensor.Tensor, _ tensor.MatMulParams) error  { return nil }
+func (d *Device) Linear(_, _, _, _ *tensor.Tensor) error                      { return nil }
+func (d *Device) Conv3d(_, _, _, _ *tensor.Tensor, _ tensor.ConvParams) error { return nil }
+func (d *Device) GroupNorm(_, _, _, _ *tensor.Tensor, _ int, _ float32, _ bool) error {
+	return nil
+}
+func (d *Device) LayerNorm(_, _, _, _ *tensor.Tensor, _ float32) error           { return nil }
+func (d *Device) RMSNorm(_, _, _ *tensor.Tensor, _ float32) error                { return nil }
+func (d *Device) Softmax(_, _ *tensor.Tensor) error                              { return nil }
+func (d *Device) Attention(_, _, _, _ *tensor.Tensor, _ tensor.AttnParams) error { return nil }
+func (d *Device) RoPE(_, _, _, _ *tensor.Tensor) error                           { return nil }
+func (d *Device) Reduce(tensor.ReduceOp, *tensor.Tensor, *tensor.Tensor) error   { return nil }
+func (d *Device) Pad(_, _ *tensor.Tensor, _ []int, _ tensor.PadMode) error       { return nil }
+func (d *Device) UpsampleNearest(_, _ *tensor.Tensor, _ [3]int) error            { return nil }
+func (d *Device) AvgPool3d(_, _ *tensor.Tensor, _ [3]int) error                  { return nil }
+func (d *Device) Embedding(_, _, _ *tensor.Tensor) error                         { return nil }
+
+// zeroRegion is a read-only anonymous mapping that host tensors of any size
+// up to its length alias: reserved address space, never touched, so it
+// costs no memory.
+var (
+	zeroOnce   sync.Once
+	zeroRegion []byte
+	zeroErr    error
+)
+
+const zeroRegionBytes = 32 << 30
+
+// HostTensor is a host tensor of the given dtype and shape (at most 32 GiB)
+// whose storage is a shared read-only zero mapping: for weights that a
+// simulated device "uploads" without reading them. Writing to it faults.
+func HostTensor(dt tensor.DType, shape ...int) *tensor.Tensor {
+	zeroOnce.Do(func() {
+		zeroRegion, zeroErr = syscall.Mmap(-1, 0, zeroRegionBytes, syscall.PROT_READ, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
+	})
+	if zeroErr != nil {
+		panic(fmt.Sprintf("memtest: reserving address space: %v", zeroErr))
+	}
+	n := int64(tensor.Numel(shape)) * int64(dt.Size())
+	if n > zeroRegionBytes {
+		panic(fmt.Sprintf("memtest: host tensor of %d bytes is above %d", n, int64(zeroRegionBytes)))
+	}
+	t, err := tensor.FromBytes(dt, zeroRegion[:n], shape...)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}

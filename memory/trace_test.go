@@ -1,0 +1,201 @@
+package memory
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/framepack-go/framepack/memory/memtest"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// The models of FramePack I2V at their real sizes (spec §3.10, §4.7, §5):
+// one host tensor per group, groups as the forward pass meets them.
+func framePackModels(t *testing.T, mb *Backend) map[string]*WeightSet {
+	const (
+		mb16 = 2 // bytes per fp16 / bf16 parameter
+	)
+	add := func(ws *WeightSet, group string, params int64) {
+		if err := ws.Add(group, "w", memtest.HostTensor(tensor.U8, int(params*mb16))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := map[string]*WeightSet{}
+	// LLaMA 3 8B text encoder, fp16: embed_tokens, 32 layers, norm.
+	llama := NewWeightSet(mb, "text_encoder")
+	add(llama, "embed_tokens", 128256*4096)
+	for i := range 32 {
+		add(llama, fmt.Sprintf("layers.%d", i), 218_112_000)
+	}
+	add(llama, "norm", 4096)
+	m["text_encoder"] = llama
+	clip := NewWeightSet(mb, "text_encoder_2")
+	add(clip, "all", 123_060_480)
+	m["text_encoder_2"] = clip
+	siglip := NewWeightSet(mb, "image_encoder")
+	add(siglip, "all", 428_225_600)
+	m["image_encoder"] = siglip
+	vae := NewWeightSet(mb, "vae")
+	add(vae, "all", 246_478_803)
+	m["vae"] = vae
+	// The packed HunyuanVideo transformer, bf16: 25.7 GB.
+	tr := NewWeightSet(mb, "transformer")
+	add(tr, "embedders", 199_680+14_361_600+309_175_296+32_262_144+38_940_672)
+	for i := range 20 {
+		add(tr, fmt.Sprintf("transformer_blocks.%d", i), 339_831_296)
+	}
+	for i := range 40 {
+		add(tr, fmt.Sprintf("single_transformer_blocks.%d", i), 141_591_808)
+	}
+	add(tr, "norm_out", 18_880_512+196_672)
+	m["transformer"] = tr
+	return m
+}
+
+// forward runs ws group by group as a model's forward pass does, with act
+// allocating the activations of one group in a scope.
+func forward(t *testing.T, mb *Backend, ws *WeightSet, act func(s *tensor.Scope, group string)) {
+	t.Helper()
+	root := tensor.NewScope(mb)
+	defer root.Close()
+	for _, name := range ws.Groups() {
+		g, err := ws.Acquire(name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		s := root.Child()
+		err = tensor.Catch(func() {
+			act(s, name)
+			_ = g.T("w")
+		})
+		s.Close()
+		g.Release()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}
+
+// A simulated 24 GiB device runs FramePack's stages (text encode, VAE
+// encode, image encode, sampling, decode) under the default 20 GiB cap:
+// the device never holds more than the cap, and nothing of the
+// transformer is on it when decoding starts.
+func TestSimulated24GiBDevice(t *testing.T) {
+	dev := memtest.NewDevice("sim 24 GiB", 24*GiB)
+	b := NewBudget("sim 24 GiB", 24*GiB, 0)
+	if b.Cap != 20*GiB || b.Preserve != 6*GiB {
+		t.Fatalf("default budget %v", b)
+	}
+	mb := Budgeted(dev, b)
+	var logBuf strings.Builder
+	mgr := NewManager(mb, testLogger(&logBuf))
+	models := framePackModels(t, mb)
+	for _, name := range []string{"text_encoder", "text_encoder_2", "image_encoder", "vae", "transformer"} {
+		must(t, mgr.Add(name, models[name], OnHost))
+	}
+	const bf16 = 2
+	alloc := func(s *tensor.Scope, bytes int64) *tensor.Tensor { return s.Empty(tensor.U8, int(bytes)) }
+
+	// Text encode: CLIP resident, LLaMA (15 GiB) streamed beside the
+	// preserved amount; 256 tokens.
+	must(t, mgr.Load("text_encoder_2"))
+	must(t, mgr.LoadPreserving("text_encoder", "text_encoder_2"))
+	if mgr.State("text_encoder") != Streamed {
+		t.Fatalf("LLaMA should stream under a 20 GiB cap, is %v", mgr.State("text_encoder"))
+	}
+	forward(t, mb, models["text_encoder"], func(s *tensor.Scope, _ string) {
+		alloc(s, 256*4096*bf16*4)
+		alloc(s, 256*14336*bf16*2)
+	})
+	forward(t, mb, models["text_encoder_2"], func(s *tensor.Scope, _ string) { alloc(s, 77*768*bf16*8) })
+	mgr.Report("text encode")
+
+	// VAE encode of a 640×640 image, then SigLIP.
+	must(t, mgr.LoadExclusive("vae"))
+	forward(t, mb, models["vae"], func(s *tensor.Scope, _ string) {
+		for range 6 {
+			alloc(s, 128*640*640*bf16)
+		}
+	})
+	must(t, mgr.LoadExclusive("image_encoder"))
+	forward(t, mb, models["image_encoder"], func(s *tensor.Scope, _ string) { alloc(s, 729*1152*bf16*8) })
+	mgr.Report("image encode")
+
+	// Sampling: the transformer filled up to the preserved amount, the rest
+	// streamed; ~20k tokens of hidden state per block.
+	must(t, mgr.LoadPreserving("transformer"))
+	if mgr.State("transformer") != Streamed || mb.Held("transformer") > 14*GiB || mb.Held("transformer") < 13*GiB {
+		t.Fatalf("transformer placement: %v, %v", mgr.State("transformer"), mb)
+	}
+	const tokens = 20_000 + 512
+	hidden := int64(tokens * 3072 * bf16)
+	for step := range 2 { // two sampling steps are enough to exercise the streaming
+		_ = step
+		forward(t, mb, models["transformer"], func(s *tensor.Scope, _ string) {
+			for range 6 { // norm, q, k, v, attention out, residual
+				alloc(s, hidden)
+			}
+			alloc(s, 4*hidden) // MLP
+		})
+	}
+	mgr.Report("sample")
+
+	// Decode: the VAE alone on the device; temporal tiles of 5 latent
+	// frames decode to 17 frames of 640×640, up to ~6.8 GiB of activations.
+	must(t, mgr.LoadExclusive("vae"))
+	if held := mb.Held("transformer"); held != 0 {
+		t.Fatalf("the transformer holds %s at decode", FormatBytes(held))
+	}
+	decodeErr := mgr.Run(Attempt{Op: "vae decode", Keep: []string{"vae"}, Run: func() error {
+		s := tensor.NewScope(mb)
+		defer s.Close()
+		for range 4 {
+			alloc(s, 128*17*640*640*bf16)
+		}
+		return nil
+	}})
+	must(t, decodeErr)
+	st := mgr.Report("decode")
+
+	if st.Peak > b.Cap || dev.Peak() > b.Cap {
+		t.Fatalf("peak %s (device %s) above the %s cap", FormatBytes(st.Peak), FormatBytes(dev.Peak()), FormatBytes(b.Cap))
+	}
+	if st.Peak < 15*GiB {
+		t.Fatalf("peak %s: the trace did not use the budget", FormatBytes(st.Peak))
+	}
+	if st.Refused != 0 {
+		t.Fatalf("%d allocations refused", st.Refused)
+	}
+	for _, want := range []string{
+		"memory: text encode: device sim 24 GiB: cap 20.0 GiB",
+		"memory: transformer on host → streamed",
+		"memory: transformer streamed → on host, freed",
+		"memory: decode: device sim 24 GiB: cap 20.0 GiB, in use 470.1 MiB",
+		"text_encoder 0 B, text_encoder_2 0 B, image_encoder 0 B, vae 470.1 MiB, transformer 0 B",
+	} {
+		if !strings.Contains(logBuf.String(), want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("log:\n%s", logBuf.String())
+	}
+	t.Logf("peak %s of a %s cap; device peak %s", FormatBytes(st.Peak), FormatBytes(b.Cap), FormatBytes(dev.Peak()))
+
+	// The control: had the transformer stayed (FramePack's partial offload
+	// keeps most of it), the decode would not fit under the cap, and the
+	// cap, not the device, refuses it.
+	must(t, mgr.LoadPreserving("transformer"))
+	must(t, models["vae"].Place(Resident, 0))
+	err := tensor.Catch(func() {
+		s := tensor.NewScope(mb)
+		defer s.Close()
+		for range 4 {
+			alloc(s, 128*17*640*640*bf16)
+		}
+	})
+	if !errors.Is(err, tensor.ErrOutOfMemory) || dev.Peak() > b.Cap {
+		t.Fatalf("decode beside the transformer: %v, device peak %s", err, FormatBytes(dev.Peak()))
+	}
+}
