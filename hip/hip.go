@@ -596,7 +596,9 @@ func (d *Device) LoadModule(image []byte) (*Module, error) {
 }
 
 // Unload unloads the module.
-func (m *Module) Unload() error { return m.d.err("module unload", m.d.drv.moduleUnload(m.d.Ordinal, m.h)) }
+func (m *Module) Unload() error {
+	return m.d.err("module unload", m.d.drv.moduleUnload(m.d.Ordinal, m.h))
+}
 
 // Function is a kernel of a module.
 type Function struct {
