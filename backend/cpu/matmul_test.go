@@ -72,7 +72,9 @@ func TestMatMul(t *testing.T) {
 	av := randVals(r, tensor.F32, 2*3*5*4, -1, 1)
 	bv := randVals(r, tensor.F32, 4*6, -1, 1)
 	var y *tensor.Tensor
-	must(t, func() { y = s.MatMul(input(s, tensor.F32, av, 2, 3, 5, 4), input(s, tensor.F32, bv, 4, 6), false, false) })
+	must(t, func() {
+		y = s.MatMul(input(s, tensor.F32, av, 2, 3, 5, 4), input(s, tensor.F32, bv, 4, 6), false, false)
+	})
 	if !equalInts(y.Shape(), []int{2, 3, 5, 6}) {
 		t.Fatalf("shape %v", y.Shape())
 	}
