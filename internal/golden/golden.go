@@ -286,6 +286,26 @@ func (c *Case) compare(t testing.TB, name string, got *tensor.Tensor, lim Limit)
 	if err != nil {
 		return err
 	}
+	return c.compareRef(t, name, got, ref, lim)
+}
+
+// CompareTo checks got against ref, a tensor derived from the case's
+// reference (a slice of it, say), with the tolerance of the reference name.
+func (c *Case) CompareTo(t testing.TB, name string, got, ref *tensor.Tensor) {
+	t.Helper()
+	if err := c.compareRef(t, name, got, ref, c.Tol.For(name)); err != nil {
+		t.Errorf("golden %s: %s: %v", c.Name, name, err)
+	}
+}
+
+func (c *Case) compareRef(t testing.TB, name string, got, ref *tensor.Tensor, lim Limit) error {
+	t.Helper()
+	if !lim.HasRelL2 && !lim.HasMaxAbs {
+		return errors.New("no tolerance applies")
+	}
+	if got == nil {
+		return errors.New("got a nil tensor")
+	}
 	var host *tensor.Tensor
 	if err := tensor.Catch(func() { host = tensor.ToHost(got) }); err != nil {
 		return err

@@ -1,0 +1,232 @@
+// Package llama is transformers' LlamaModel as HunyuanVideo's text encoder
+// uses it: causal, GQA, SwiGLU, half-split rotary embedding; FramePack takes
+// hidden_states[-3], the output of the third-to-last decoder layer.
+package llama
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/framepack-go/framepack/model/internal/load"
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
+)
+
+// Config is the part of config.json the model uses.
+type Config struct {
+	HiddenSize        int     `json:"hidden_size"`
+	IntermediateSize  int     `json:"intermediate_size"`
+	NumHiddenLayers   int     `json:"num_hidden_layers"`
+	NumAttentionHeads int     `json:"num_attention_heads"`
+	NumKeyValueHeads  int     `json:"num_key_value_heads"`
+	HeadDim           int     `json:"head_dim"`
+	VocabSize         int     `json:"vocab_size"`
+	RMSNormEps        float32 `json:"rms_norm_eps"`
+	HiddenAct         string  `json:"hidden_act"`
+	RopeTheta         float64 `json:"rope_theta"`
+	RopeParameters    *struct {
+		RopeTheta float64 `json:"rope_theta"`
+		RopeType  string  `json:"rope_type"`
+	} `json:"rope_parameters"`
+	RopeScaling map[string]any `json:"rope_scaling"`
+}
+
+func (c *Config) theta() float64 {
+	if c.RopeParameters != nil && c.RopeParameters.RopeTheta > 0 {
+		return c.RopeParameters.RopeTheta
+	}
+	if c.RopeTheta > 0 {
+		return c.RopeTheta
+	}
+	return 10000
+}
+
+type layer struct {
+	inputNorm, postNorm *tensor.Tensor
+	q, k, v, o          *tensor.Tensor
+	gate, up, down      *tensor.Tensor
+}
+
+// Model is a loaded LLaMA decoder stack (no LM head).
+type Model struct {
+	Config
+	dt     tensor.DType
+	embed  *tensor.Tensor
+	layers []layer
+	norm   *tensor.Tensor
+	loaded *load.Loader
+}
+
+// Load reads a LlamaModel folder onto be in dtype dt.
+func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
+	ck, err := weights.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	var cfg Config
+	if err := ck.Config(&cfg); err != nil {
+		return nil, err
+	}
+	if cfg.HeadDim == 0 && cfg.NumAttentionHeads > 0 {
+		cfg.HeadDim = cfg.HiddenSize / cfg.NumAttentionHeads
+	}
+	if cfg.NumKeyValueHeads == 0 {
+		cfg.NumKeyValueHeads = cfg.NumAttentionHeads
+	}
+	switch {
+	case cfg.NumAttentionHeads <= 0 || cfg.NumKeyValueHeads <= 0 || cfg.NumAttentionHeads%cfg.NumKeyValueHeads != 0:
+		return nil, fmt.Errorf("%s: %d attention heads do not group into %d key/value heads", dir, cfg.NumAttentionHeads, cfg.NumKeyValueHeads)
+	case cfg.HeadDim%2 != 0:
+		return nil, fmt.Errorf("%s: head_dim %d is odd", dir, cfg.HeadDim)
+	case cfg.HiddenAct != "" && cfg.HiddenAct != "silu":
+		return nil, fmt.Errorf("%s: unsupported hidden_act %q", dir, cfg.HiddenAct)
+	case len(cfg.RopeScaling) > 0 || (cfg.RopeParameters != nil && cfg.RopeParameters.RopeType != "" && cfg.RopeParameters.RopeType != "default"):
+		return nil, fmt.Errorf("%s: rope scaling is not supported", dir)
+	}
+	d, f := cfg.HiddenSize, cfg.IntermediateSize
+	qd, kvd := cfg.NumAttentionHeads*cfg.HeadDim, cfg.NumKeyValueHeads*cfg.HeadDim
+	l := load.New(ck, be, dt)
+	m := &Model{Config: cfg, dt: dt, loaded: l}
+	m.embed = l.T("embed_tokens.weight", cfg.VocabSize, d)
+	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		p := fmt.Sprintf("layers.%d.", i)
+		m.layers = append(m.layers, layer{
+			inputNorm: l.T(p+"input_layernorm.weight", d),
+			postNorm:  l.T(p+"post_attention_layernorm.weight", d),
+			q:         interleaveRows(l, p+"self_attn.q_proj.weight", qd, d, cfg.HeadDim),
+			k:         interleaveRows(l, p+"self_attn.k_proj.weight", kvd, d, cfg.HeadDim),
+			v:         l.T(p+"self_attn.v_proj.weight", kvd, d),
+			o:         l.T(p+"self_attn.o_proj.weight", d, qd),
+			gate:      l.T(p+"mlp.gate_proj.weight", f, d),
+			up:        l.T(p+"mlp.up_proj.weight", f, d),
+			down:      l.T(p+"mlp.down_proj.weight", d, f),
+		})
+	}
+	m.norm = l.T("norm.weight", d)
+	if err := l.Err(); err != nil {
+		l.Release()
+		return nil, err
+	}
+	return m, nil
+}
+
+// interleaveRows loads a q or k projection with each head's output channels
+// reordered from LLaMA's half-split layout [0..D/2) ++ [D/2..D) to pairs
+// (i, i+D/2). q and k get the same order, so q·k is unchanged, and the
+// half-split rotation becomes the interleaved one the RoPE kernel does.
+func interleaveRows(l *load.Loader, name string, rows, cols, headDim int) *tensor.Tensor {
+	w := l.As(name, tensor.F32, rows, cols)
+	if w == nil {
+		return nil
+	}
+	defer tensor.Release(w)
+	src := tensor.Float32s(w)
+	out := make([]float32, len(src))
+	half := headDim / 2
+	for h := 0; h < rows/headDim; h++ {
+		for i := 0; i < half; i++ {
+			for j, r := range [2]int{i, i + half} {
+				dst := h*headDim + 2*i + j
+				copy(out[dst*cols:(dst+1)*cols], src[(h*headDim+r)*cols:(h*headDim+r+1)*cols])
+			}
+		}
+	}
+	s := tensor.NewScope(w.Backend())
+	defer s.Close()
+	t := s.Cast(s.To(tensor.FromFloat32(out, rows, cols)), l.DType())
+	s.Keep(t)
+	return l.Adopt(t)
+}
+
+// Close frees the weights.
+func (m *Model) Close() { m.loaded.Release() }
+
+// Bytes is the memory the weights hold.
+func (m *Model) Bytes() int64 { return m.loaded.Bytes() }
+
+// Output holds the hidden states FramePack needs.
+type Output struct {
+	// Hidden[i] is hidden_states[i] of transformers for the indices asked
+	// for: 0 the embeddings, i the output of layer i−1, NumHiddenLayers the
+	// final-normed output.
+	Hidden map[int]*tensor.Tensor
+}
+
+// Forward runs the valid tokens of one right-padded sequence (padding never
+// reaches them through the causal mask) and returns hidden_states at the
+// requested indices; negative indices count from the end as in Python
+// (−3 is what FramePack uses). Layers after the last one needed are skipped.
+func (m *Model) Forward(s *tensor.Scope, ids []int64, want ...int) Output {
+	n := len(ids)
+	if n == 0 {
+		tensor.Fail("llama", "no tokens")
+	}
+	for _, id := range ids {
+		if id < 0 || id >= int64(m.VocabSize) {
+			tensor.Fail("llama", "token id %d outside the vocabulary of %d", id, m.VocabSize)
+		}
+	}
+	total := m.NumHiddenLayers + 1
+	need := map[int]bool{}
+	last := 0
+	for _, w := range want {
+		if w < 0 {
+			w += total
+		}
+		if w < 0 || w >= total {
+			tensor.Fail("llama", "hidden state %d of %d", w, total)
+		}
+		need[w] = true
+		last = max(last, w)
+	}
+	out := Output{Hidden: map[int]*tensor.Tensor{}}
+	cos, sin := m.rope(s, n)
+	x := s.Embedding(m.embed, s.To(tensor.FromInt64(ids, n))).Reshape(1, n, m.HiddenSize)
+	if need[0] {
+		out.Hidden[0] = x
+	}
+	hd, nq, nkv := m.HeadDim, m.NumAttentionHeads, m.NumKeyValueHeads
+	for i := 0; i < m.NumHiddenLayers && i < last; i++ {
+		ly := m.layers[i]
+		c := s.Child()
+		r := c.RMSNorm(x, ly.inputNorm, m.RMSNormEps)
+		q := c.RoPE(c.Linear(r, ly.q, nil).Reshape(1, n, nq, hd), cos, sin)
+		k := c.RoPE(c.Linear(r, ly.k, nil).Reshape(1, n, nkv, hd), cos, sin)
+		v := c.Linear(r, ly.v, nil).Reshape(1, n, nkv, hd)
+		a := c.Attention(q, k, v, tensor.AttnParams{Causal: true}).Reshape(1, n, nq*hd)
+		x = c.Add(x, c.Linear(a, ly.o, nil))
+		r = c.RMSNorm(x, ly.postNorm, m.RMSNormEps)
+		g := c.Mul(c.SiLU(c.Linear(r, ly.gate, nil)), c.Linear(r, ly.up, nil))
+		x = c.Add(x, c.Linear(g, ly.down, nil))
+		c.Keep(x)
+		c.Close()
+		if need[i+1] && i+1 < m.NumHiddenLayers {
+			out.Hidden[i+1] = x
+		}
+	}
+	if need[m.NumHiddenLayers] {
+		out.Hidden[m.NumHiddenLayers] = s.RMSNorm(x, m.norm, m.RMSNormEps)
+	}
+	return out
+}
+
+// rope builds the cos/sin tables for positions 0..n−1 in the interleaved
+// pair order of the reordered q/k projections: pair i turns by inv_freq[i].
+func (m *Model) rope(s *tensor.Scope, n int) (cos, sin *tensor.Tensor) {
+	d := m.HeadDim
+	c := make([]float32, n*d)
+	sn := make([]float32, n*d)
+	theta := m.theta()
+	for i := 0; i < d/2; i++ {
+		// transformers computes inv_freq in float32 from an int64 arange.
+		inv := float32(1.0 / math.Pow(theta, float64(float32(2*i))/float64(d)))
+		for p := 0; p < n; p++ {
+			a := float64(float32(p) * inv)
+			cv, sv := float32(math.Cos(a)), float32(math.Sin(a))
+			c[p*d+2*i], c[p*d+2*i+1] = cv, cv
+			sn[p*d+2*i], sn[p*d+2*i+1] = sv, sv
+		}
+	}
+	return s.To(tensor.FromFloat32(c, n, d)), s.To(tensor.FromFloat32(sn, n, d))
+}
