@@ -1,0 +1,83 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/framepack-go/framepack/model/hunyuan"
+	"github.com/framepack-go/framepack/sampler"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// Text is one prompt's conditioning of the transformer.
+type Text struct {
+	Embeds *tensor.Tensor // (B, L, 4096) LLaMA hidden states, zero-padded
+	Mask   *tensor.Tensor // (B, L) 0/1, valid tokens first; nil: all valid
+	Pooled *tensor.Tensor // (B, 768) CLIP-L pooled output
+}
+
+// Transformer is the packed transformer as the sampler's velocity model for
+// one section: the positive text and the section's image embedding and
+// history in Cond, the negative text for real CFG in Negative.
+type Transformer struct {
+	Model *hunyuan.Model
+	// Cond holds every input but HiddenStates, Timestep and Guidance.
+	Cond     hunyuan.Inputs
+	Negative Text
+}
+
+var _ sampler.Model = (*Transformer)(nil)
+
+// Velocity runs one forward pass (sample_hunyuan's positive or negative
+// kwargs: the text differs, the image and history are shared).
+func (t *Transformer) Velocity(s *tensor.Scope, x *tensor.Tensor, timestep, guidance float32, negative bool) *tensor.Tensor {
+	in := t.Cond
+	in.HiddenStates = x
+	b := x.Dim(0)
+	in.Timestep, in.Guidance = repeat(timestep, b), repeat(guidance, b)
+	if negative {
+		if t.Negative.Embeds == nil || t.Negative.Pooled == nil {
+			tensor.Fail("pipeline", "real CFG needs the negative prompt's conditioning")
+		}
+		in.EncoderHiddenStates = t.Negative.Embeds
+		in.EncoderAttentionMask = t.Negative.Mask
+		in.PooledProjections = t.Negative.Pooled
+	}
+	return t.Model.Forward(s, &in)
+}
+
+func repeat(v float32, n int) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// SampleOptions are one section's sampler settings (FramePack's demo
+// defaults: 25 steps, cfg 1, gs 10, rs 0, TeaCache on at 0.15).
+type SampleOptions struct {
+	sampler.Config
+	TeaCache       bool
+	TeaCacheThresh float32 // 0 means 0.15
+}
+
+// SampleSection is FramePack's sample_hunyuan for one section: it resets
+// TeaCache for the section, then denoises noise (B, 16, T, h, w) with
+// flow-matching UniPC and returns the x0 latents (f32, allocated in s).
+func SampleSection(ctx context.Context, s *tensor.Scope, tr *Transformer, noise *tensor.Tensor, o SampleOptions, cb sampler.Callback) (*tensor.Tensor, error) {
+	if tr == nil || tr.Model == nil {
+		return nil, fmt.Errorf("pipeline: no transformer")
+	}
+	thresh := o.TeaCacheThresh
+	if thresh == 0 {
+		thresh = 0.15
+	}
+	if thresh < 0 {
+		return nil, fmt.Errorf("pipeline: TeaCache threshold must be positive, have %v", thresh)
+	}
+	// FramePack passes num_steps = steps even when real CFG makes two
+	// transformer calls per step; TeaCache then cycles over steps calls.
+	tr.Model.InitTeaCache(o.TeaCache, o.Steps, thresh)
+	return sampler.Sample(ctx, s, tr, noise, o.Config, cb)
+}

@@ -1,0 +1,116 @@
+package pipeline
+
+import (
+	"context"
+	"testing"
+
+	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/model/hunyuan"
+	"github.com/framepack-go/framepack/sampler"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// countingModel counts the sampler's model calls.
+type countingModel struct {
+	*Transformer
+	calls int
+}
+
+func (c *countingModel) Velocity(s *tensor.Scope, x *tensor.Tensor, ts, g float32, neg bool) *tensor.Tensor {
+	c.calls++
+	return c.Transformer.Velocity(s, x, ts, g, neg)
+}
+
+// TestGoldenSampler runs FramePack's sample_hunyuan cases end to end on the
+// tiny transformer: noise from the seed, schedule, guidance, UniPC, TeaCache.
+func TestGoldenSampler(t *testing.T) {
+	for _, c := range golden.Cases(t, "sampler") {
+		t.Run(c.Name, func(t *testing.T) {
+			var p struct {
+				cfg, gs, rs            float64
+				steps, frames, h, w    int
+				seed                   uint64
+				teacache               bool
+				thresh                 float32
+				modelCalls, blockCalls int
+			}
+			c.Param("cfg", &p.cfg)
+			c.Param("distilled_guidance", &p.gs)
+			c.Param("guidance_rescale", &p.rs)
+			c.Param("steps", &p.steps)
+			c.Param("frames", &p.frames)
+			c.Param("height", &p.h)
+			c.Param("width", &p.w)
+			c.Param("generator_seed", &p.seed)
+			c.Param("teacache", &p.teacache)
+			c.Param("teacache_rel_l1_thresh", &p.thresh)
+			c.Param("model_calls", &p.modelCalls)
+			c.Param("transformer_block_calls", &p.blockCalls)
+
+			m, err := hunyuan.Load(c.ModelDir, cpu.New(), hunyuan.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			tr := &Transformer{
+				Model: m,
+				Cond: hunyuan.Inputs{
+					EncoderHiddenStates:  c.Tensor("prompt_embeds"),
+					EncoderAttentionMask: c.Tensor("prompt_embeds_mask"),
+					PooledProjections:    c.Tensor("prompt_poolers"),
+					ImageEmbeddings:      c.Tensor("image_embeddings"),
+					LatentIndices:        c.Tensor("latent_indices").Int64s(),
+					CleanLatents:         c.Tensor("clean_latents"),
+					CleanLatentIndices:   c.Tensor("clean_latent_indices").Int64s(),
+					CleanLatents2x:       c.Tensor("clean_latents_2x"),
+					CleanLatent2xIndices: c.Tensor("clean_latent_2x_indices").Int64s(),
+					CleanLatents4x:       c.Tensor("clean_latents_4x"),
+					CleanLatent4xIndices: c.Tensor("clean_latent_4x_indices").Int64s(),
+				},
+				Negative: Text{
+					Embeds: c.Tensor("negative_prompt_embeds"),
+					Mask:   c.Tensor("negative_prompt_embeds_mask"),
+					Pooled: c.Tensor("negative_prompt_poolers"),
+				},
+			}
+			shape := []int{1, 16, (p.frames + 3) / 4, p.h / 8, p.w / 8}
+			noise := tensor.FromFloat32(sampler.NewTorchGenerator(p.seed).Randn(shape...), shape...)
+			c.Compare(t, "noise", noise)
+
+			s := tensor.NewScope(m.Backend())
+			defer s.Close()
+			o := SampleOptions{
+				Config: sampler.Config{Steps: p.steps, Guidance: sampler.Guidance{
+					CFG: p.cfg, Rescale: p.rs, Distilled: p.gs}},
+				TeaCache: p.teacache, TeaCacheThresh: p.thresh,
+			}
+			// Count model calls through a wrapper around the same transformer.
+			cm := &countingModel{Transformer: tr}
+			tr.Model.InitTeaCache(o.TeaCache, o.Steps, p.thresh)
+			out, err := sampler.Sample(context.Background(), s, cm, noise, o.Config, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Compare(t, "latents", tensor.ToHost(out))
+			computed, skipped := m.TeaCacheStats()
+			if !p.teacache { // without TeaCache every call runs the blocks (and nothing is counted)
+				if computed+skipped != 0 {
+					t.Errorf("TeaCache off but counted %d/%d", computed, skipped)
+				}
+				computed = cm.calls
+			}
+			if cm.calls != p.modelCalls || computed != p.blockCalls || computed+skipped != p.modelCalls {
+				t.Errorf("%d model calls (%d computed, %d skipped), want %d calls and %d computed",
+					cm.calls, computed, skipped, p.modelCalls, p.blockCalls)
+			}
+
+			// SampleSection (the pipeline's entry) gives the same result.
+			out2, err := SampleSection(context.Background(), s, tr, noise, o, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Compare(t, "latents", tensor.ToHost(out2))
+		})
+	}
+}
