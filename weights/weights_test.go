@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -12,15 +13,15 @@ import (
 // hostBE is a minimal host-backed backend: storage only, no kernels.
 type hostBE struct {
 	tensor.Backend // kernels: not used here
-	live           int
+	live           atomic.Int64
 }
 
 func (b *hostBE) Name() string       { return "testhost" }
 func (b *hostBE) HostBacked() bool   { return true }
 func (b *hostBE) Sync() error        { return nil }
-func (b *hostBE) Free(tensor.Buffer) { b.live-- }
+func (b *hostBE) Free(tensor.Buffer) { b.live.Add(-1) }
 func (b *hostBE) Alloc(n int64) (tensor.Buffer, error) {
-	b.live++
+	b.live.Add(1)
 	return tensor.NewHostBuffer(n), nil
 }
 func (b *hostBE) Upload(dst tensor.Buffer, off int64, src []byte) error {
@@ -141,8 +142,8 @@ func TestShardedMatchesSingle(t *testing.T) {
 		tensor.Release(got)
 		tensor.Release(narrow)
 	}
-	if be.live != 0 {
-		t.Errorf("%d buffers not released", be.live)
+	if n := be.live.Load(); n != 0 {
+		t.Errorf("%d buffers not released", n)
 	}
 }
 
