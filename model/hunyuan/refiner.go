@@ -18,7 +18,9 @@ type tokenRefiner struct {
 func (r *tokenRefiner) params(p params, cfg Config) {
 	r.TimeTextEmbed.params(p.sub("time_text_embed"), cfg.Inner(), cfg.TextEmbedDim)
 	r.ProjIn.params(p, "proj_in", cfg.Inner(), cfg.TextEmbedDim)
-	r.Blocks = make([]refinerBlock, cfg.NumRefinerLayers)
+	if len(r.Blocks) != cfg.NumRefinerLayers {
+		r.Blocks = make([]refinerBlock, cfg.NumRefinerLayers)
+	}
 	for i := range r.Blocks {
 		r.Blocks[i].params(p.sub("token_refiner.refiner_blocks."+strconv.Itoa(i)), cfg)
 	}
