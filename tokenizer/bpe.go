@@ -1,0 +1,77 @@
+// Package tokenizer turns prompts into token ids for HunyuanVideo's two text
+// encoders: the LLaMA-3 byte-level BPE of tokenizer/tokenizer.json and CLIP's
+// BPE of tokenizer_2/vocab.json + merges.txt.
+package tokenizer
+
+import "strings"
+
+// bpe merges the symbols of one pre-token by rank, lowest first, as GPT-2
+// style BPE does; ranks maps "left right" to its merge priority.
+func bpe(symbols []string, ranks map[string]int) []string {
+	for len(symbols) > 1 {
+		best, at := -1, -1
+		for i := 0; i+1 < len(symbols); i++ {
+			if r, ok := ranks[symbols[i]+" "+symbols[i+1]]; ok && (best < 0 || r < best) {
+				best, at = r, i
+			}
+		}
+		if at < 0 {
+			break
+		}
+		// Merge every occurrence of the best pair, left to right.
+		left, right := symbols[at], symbols[at+1]
+		out := symbols[:0:0]
+		for i := 0; i < len(symbols); {
+			if i+1 < len(symbols) && symbols[i] == left && symbols[i+1] == right {
+				out = append(out, left+right)
+				i += 2
+			} else {
+				out = append(out, symbols[i])
+				i++
+			}
+		}
+		symbols = out
+	}
+	return symbols
+}
+
+// byteToRune is GPT-2's reversible map from bytes to printable runes.
+var byteToRune = func() [256]rune {
+	var m [256]rune
+	n := 0
+	for b := 0; b < 256; b++ {
+		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
+			m[b] = rune(b)
+		} else {
+			m[b] = rune(256 + n)
+			n++
+		}
+	}
+	return m
+}()
+
+// byteLevel maps the UTF-8 bytes of s to one symbol per byte.
+func byteLevel(s string) []string {
+	out := make([]string, len(s))
+	for i := 0; i < len(s); i++ {
+		out[i] = string(byteToRune[s[i]])
+	}
+	return out
+}
+
+// decodeByteLevel inverts byteLevel.
+func decodeByteLevel(s string) string {
+	inv := make(map[rune]byte, 256)
+	for b, r := range byteToRune {
+		inv[r] = byte(b)
+	}
+	var sb strings.Builder
+	for _, r := range s {
+		if b, ok := inv[r]; ok {
+			sb.WriteByte(b)
+		} else {
+			sb.WriteRune(r)
+		}
+	}
+	return sb.String()
+}

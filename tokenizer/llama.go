@@ -1,0 +1,285 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/dlclark/regexp2"
+)
+
+// Llama is a Hugging Face byte-level BPE tokenizer (tokenizer.json) as
+// LLaMA-3 ships it: added tokens split out first, a regex pre-tokenizer,
+// byte-level BPE with whole-word lookup (ignore_merges), and the template's
+// special tokens around the sequence.
+type Llama struct {
+	vocab        map[string]int64
+	ranks        map[string]int
+	added        []addedToken // longest first
+	split        *regexp2.Regexp
+	ignoreMerges bool
+	prefix       []int64 // template tokens before the text (BOS)
+	suffix       []int64
+	PadID        int64
+}
+
+type addedToken struct {
+	content string
+	id      int64
+}
+
+type hfTokenizer struct {
+	AddedTokens []struct {
+		ID      int64  `json:"id"`
+		Content string `json:"content"`
+	} `json:"added_tokens"`
+	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage `json:"post_processor"`
+	Model         struct {
+		Type         string           `json:"type"`
+		Vocab        map[string]int64 `json:"vocab"`
+		Merges       json.RawMessage  `json:"merges"`
+		IgnoreMerges bool             `json:"ignore_merges"`
+		ByteFallback bool             `json:"byte_fallback"`
+	} `json:"model"`
+}
+
+// LoadLlama reads dir/tokenizer.json.
+func LoadLlama(dir string) (*Llama, error) {
+	path := filepath.Join(dir, "tokenizer.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	var hf hfTokenizer
+	if err := json.Unmarshal(raw, &hf); err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
+	}
+	if hf.Model.Type != "BPE" || len(hf.Model.Vocab) == 0 {
+		return nil, fmt.Errorf("tokenizer: %s: want a BPE model with a vocabulary, have type %q with %d entries", path, hf.Model.Type, len(hf.Model.Vocab))
+	}
+	t := &Llama{vocab: hf.Model.Vocab, ranks: map[string]int{}, ignoreMerges: hf.Model.IgnoreMerges}
+	merges, err := parseMerges(hf.Model.Merges)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: merges: %w", path, err)
+	}
+	for i, m := range merges {
+		t.ranks[m] = i
+	}
+	for _, a := range hf.AddedTokens {
+		t.added = append(t.added, addedToken{a.Content, a.ID})
+		t.vocab[a.Content] = a.ID
+	}
+	sort.SliceStable(t.added, func(i, j int) bool { return len(t.added[i].content) > len(t.added[j].content) })
+	pattern, err := splitPattern(hf.PreTokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: pre_tokenizer: %w", path, err)
+	}
+	if t.split, err = regexp2.Compile(pattern, regexp2.Unicode); err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: pre-tokenizer regex: %w", path, err)
+	}
+	if t.prefix, t.suffix, err = template(hf.PostProcessor, t.vocab); err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: post_processor: %w", path, err)
+	}
+	for _, name := range []string{"<pad>", "<|end_of_text|>"} {
+		if id, ok := t.vocab[name]; ok {
+			t.PadID = id
+			break
+		}
+	}
+	return t, nil
+}
+
+// parseMerges accepts both encodings of merges: "a b" strings and [a, b] pairs.
+func parseMerges(raw json.RawMessage) ([]string, error) {
+	var s []string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var pairs [][2]string
+	if err := json.Unmarshal(raw, &pairs); err != nil {
+		return nil, err
+	}
+	out := make([]string, len(pairs))
+	for i, p := range pairs {
+		out[i] = p[0] + " " + p[1]
+	}
+	return out, nil
+}
+
+// splitPattern finds the Split regex of the pre-tokenizer; LLaMA-3's is a
+// Sequence of Split(Isolated) and ByteLevel(use_regex false).
+func splitPattern(raw json.RawMessage) (string, error) {
+	type pre struct {
+		Type          string                 `json:"type"`
+		Pattern       struct{ Regex string } `json:"pattern"`
+		Behavior      string                 `json:"behavior"`
+		Invert        bool                   `json:"invert"`
+		UseRegex      *bool                  `json:"use_regex"`
+		Pretokenizers []json.RawMessage      `json:"pretokenizers"`
+	}
+	var p pre
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return "", err
+	}
+	list := []json.RawMessage{raw}
+	if p.Type == "Sequence" {
+		list = p.Pretokenizers
+	}
+	pattern := ""
+	for _, r := range list {
+		var q pre
+		if err := json.Unmarshal(r, &q); err != nil {
+			return "", err
+		}
+		switch q.Type {
+		case "Split":
+			if q.Behavior != "Isolated" || q.Invert || q.Pattern.Regex == "" {
+				return "", fmt.Errorf("unsupported Split (behavior %q, invert %v)", q.Behavior, q.Invert)
+			}
+			pattern = q.Pattern.Regex
+		case "ByteLevel":
+			if q.UseRegex != nil && *q.UseRegex {
+				return "", fmt.Errorf("ByteLevel with its own regex is not supported")
+			}
+		default:
+			return "", fmt.Errorf("unsupported pre-tokenizer %q", q.Type)
+		}
+	}
+	if pattern == "" {
+		return "", fmt.Errorf("no Split pattern")
+	}
+	return pattern, nil
+}
+
+// template reads the special tokens a TemplateProcessing puts around a
+// single sequence.
+func template(raw json.RawMessage, vocab map[string]int64) (prefix, suffix []int64, err error) {
+	type piece struct {
+		SpecialToken *struct{ ID string } `json:"SpecialToken"`
+		Sequence     *struct{ ID string } `json:"Sequence"`
+	}
+	type proc struct {
+		Type       string            `json:"type"`
+		Single     []piece           `json:"single"`
+		Processors []json.RawMessage `json:"processors"`
+	}
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil, nil
+	}
+	var p proc
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, nil, err
+	}
+	list := []json.RawMessage{raw}
+	if p.Type == "Sequence" {
+		list = p.Processors
+	}
+	for _, r := range list {
+		var q proc
+		if err := json.Unmarshal(r, &q); err != nil {
+			return nil, nil, err
+		}
+		if q.Type != "TemplateProcessing" {
+			continue
+		}
+		seen := false
+		for _, pc := range q.Single {
+			switch {
+			case pc.Sequence != nil:
+				seen = true
+			case pc.SpecialToken != nil:
+				id, ok := vocab[pc.SpecialToken.ID]
+				if !ok {
+					return nil, nil, fmt.Errorf("template token %q is not in the vocabulary", pc.SpecialToken.ID)
+				}
+				if seen {
+					suffix = append(suffix, id)
+				} else {
+					prefix = append(prefix, id)
+				}
+			}
+		}
+	}
+	return prefix, suffix, nil
+}
+
+// Encode tokenizes text with the template's special tokens (BOS).
+func (t *Llama) Encode(text string) ([]int64, error) {
+	ids := append([]int64(nil), t.prefix...)
+	for _, part := range t.splitAdded(text) {
+		if part.id >= 0 {
+			ids = append(ids, part.id)
+			continue
+		}
+		m, err := t.split.FindStringMatch(part.text)
+		for ; m != nil && err == nil; m, err = t.split.FindNextMatch(m) {
+			word, err := t.word(m.String())
+			if err != nil {
+				return nil, err
+			}
+			ids = append(ids, word...)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+	}
+	return append(ids, t.suffix...), nil
+}
+
+func (t *Llama) word(w string) ([]int64, error) {
+	sym := byteLevel(w)
+	if t.ignoreMerges {
+		if id, ok := t.vocab[strings.Join(sym, "")]; ok {
+			return []int64{id}, nil
+		}
+	}
+	var ids []int64
+	for _, s := range bpe(sym, t.ranks) {
+		id, ok := t.vocab[s]
+		if !ok {
+			return nil, fmt.Errorf("tokenizer: symbol %q is not in the vocabulary", s)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+type textPart struct {
+	text string
+	id   int64 // ≥ 0 for an added token
+}
+
+// splitAdded cuts the text at every added token, longest match first.
+func (t *Llama) splitAdded(text string) []textPart {
+	var parts []textPart
+	start := 0
+	for i := 0; i < len(text); {
+		matched := false
+		for _, a := range t.added {
+			if a.content != "" && strings.HasPrefix(text[i:], a.content) {
+				if start < i {
+					parts = append(parts, textPart{text[start:i], -1})
+				}
+				parts = append(parts, textPart{"", a.id})
+				i += len(a.content)
+				start = i
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			i++
+		}
+	}
+	if start < len(text) {
+		parts = append(parts, textPart{text[start:], -1})
+	}
+	return parts
+}
+
+// ID is the id of a token in the vocabulary.
+func (t *Llama) ID(token string) (int64, bool) { id, ok := t.vocab[token]; return id, ok }
