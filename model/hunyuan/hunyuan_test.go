@@ -177,8 +177,7 @@ func TestGoldenBatch2(t *testing.T) {
 // sinusoids (arguments up to 10⁴) are cast to bf16 before their MLPs, which
 // alone puts 5e-3 of relative error into temb, and every modulation
 // carries it (measured 0.0089–0.0101 on the three cases). The bound leaves
-// room for that and catches a real precision bug (f32 work done in bf16,
-// a missing f32 RoPE, …), which lands far above it.
+// a little room above that.
 func TestGoldenBF16Compute(t *testing.T) {
 	for _, c := range golden.Cases(t, "transformer") {
 		t.Run(c.Name, func(t *testing.T) {
