@@ -1,0 +1,319 @@
+package miopen
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/framepack-go/framepack/rocblas/gputest"
+)
+
+// openGPU gives a device (skipping without one) and a handle on its stream
+// (skipping, with the reason, when the convolution library is absent).
+func openGPU(t testing.TB) (*gputest.Device, *Handle) {
+	t.Helper()
+	dev := gputest.Open(t)
+	v := AMD
+	if dev.Platform == "cuda" {
+		v = NVIDIA
+	}
+	lib, err := OpenVendor(v)
+	if err != nil {
+		t.Skipf("GPU %s present but no convolution library: %v", dev.Name, err)
+	}
+	h, err := lib.NewHandle(dev.Stream)
+	if err != nil {
+		t.Fatalf("%v: NewHandle: %v", lib, err)
+	}
+	t.Cleanup(func() { h.Close() })
+	t.Logf("device %s (%s), %v", dev.Name, dev.Platform, lib)
+	return dev, h
+}
+
+// conv3dRef is the float64 cross-correlation on logical NCDHW arrays.
+func conv3dRef(d ConvDesc, x, w []float64) []float64 {
+	d = d.norm()
+	do, ho, wo := d.OutDims()
+	y := make([]float64, d.YElems())
+	var wg sync.WaitGroup
+	for n := range d.N {
+		for k := range d.K {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for od := range do {
+					for oh := range ho {
+						for ow := range wo {
+							var s float64
+							for c := range d.C {
+								for kd := range d.KD {
+									id := od*d.Stride[0] - d.Pad[0] + kd*d.Dilation[0]
+									if id < 0 || id >= d.D {
+										continue
+									}
+									for kh := range d.KH {
+										ih := oh*d.Stride[1] - d.Pad[1] + kh*d.Dilation[1]
+										if ih < 0 || ih >= d.H {
+											continue
+										}
+										xr := (((n*d.C+c)*d.D+id)*d.H + ih) * d.W
+										wr := (((k*d.C+c)*d.KD+kd)*d.KH + kh) * d.KW
+										for kw := range d.KW {
+											iw := ow*d.Stride[2] - d.Pad[2] + kw*d.Dilation[2]
+											if iw < 0 || iw >= d.W {
+												continue
+											}
+											s += x[xr+iw] * w[wr+kw]
+										}
+									}
+								}
+							}
+							y[(((n*d.K+k)*do+od)*ho+oh)*wo+ow] = s
+						}
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return y
+}
+
+// toLayout reorders a logical (A, B, C, D, E) array — (N, C, D, H, W) or
+// (K, C, kD, kH, kW) — into l's storage order; fromLayout undoes it.
+func toLayout(v []float64, s [5]int, l Layout) []float64 {
+	if l == NCDHW {
+		return v
+	}
+	out := make([]float64, len(v))
+	inner := s[2] * s[3] * s[4]
+	for a := range s[0] {
+		for c := range s[1] {
+			for p := range inner {
+				out[(a*inner+p)*s[1]+c] = v[(a*s[1]+c)*inner+p]
+			}
+		}
+	}
+	return out
+}
+
+func fromLayout(v []float64, s [5]int, l Layout) []float64 {
+	if l == NCDHW {
+		return v
+	}
+	out := make([]float64, len(v))
+	inner := s[2] * s[3] * s[4]
+	for a := range s[0] {
+		for c := range s[1] {
+			for p := range inner {
+				out[(a*s[1]+c)*inner+p] = v[(a*inner+p)*s[1]+c]
+			}
+		}
+	}
+	return out
+}
+
+func tolerance(dt DType, fast bool) float64 {
+	switch {
+	case dt == BF16:
+		return 1e-2
+	case dt == F16:
+		return 2e-3
+	case fast:
+		return 3e-3
+	}
+	return 5e-5
+}
+
+func convCases() []ConvDesc {
+	p1 := [3]int{1, 1, 1}
+	return []ConvDesc{
+		{N: 2, C: 16, D: 5, H: 9, W: 11, K: 24, KD: 3, KH: 3, KW: 3, Pad: p1},                                      // 3×3×3, odd spatial
+		{N: 1, C: 64, D: 6, H: 16, W: 16, K: 64, KD: 3, KH: 3, KW: 3, Pad: [3]int{0, 1, 1}},                        // VAE-like, causal pad outside
+		{N: 1, C: 8, D: 7, H: 12, W: 10, K: 16, KD: 3, KH: 3, KW: 3, Stride: [3]int{2, 2, 2}, Pad: p1},             // stride 2
+		{N: 1, C: 16, D: 4, H: 9, W: 9, K: 16, KD: 3, KH: 3, KW: 3, Stride: [3]int{1, 2, 2}, Pad: [3]int{0, 0, 0}}, // VAE downsample
+		{N: 1, C: 32, D: 3, H: 7, W: 5, K: 48, KD: 1, KH: 1, KW: 1},                                                // 1×1×1
+		{N: 1, C: 3, D: 5, H: 10, W: 9, K: 8, KD: 3, KH: 3, KW: 3, Pad: p1},                                        // RGB in
+		{N: 1, C: 12, D: 3, H: 7, W: 13, K: 3, KD: 3, KH: 3, KW: 3, Pad: p1},                                       // RGB out
+	}
+}
+
+// Every case, layout and dtype against float64 math on the same rounded
+// inputs; outputs are poisoned first so an unwritten element fails.
+func TestConv3dAgainstFloat64(t *testing.T) {
+	dev, h := openGPU(t)
+	rng := rand.New(rand.NewPCG(11, 12))
+	worst := map[string]float64{}
+	for _, base := range convCases() {
+		for _, dt := range []DType{F32, F16, BF16} {
+			for _, l := range []Layout{NCDHW, NDHWC} {
+				d := base
+				d.DType, d.Layout = dt, l
+				gdt := gputest.DType(dt)
+				xs := [5]int{d.N, d.C, d.D, d.H, d.W}
+				ws := [5]int{d.K, d.C, d.KD, d.KH, d.KW}
+				do, ho, wo := d.OutDims()
+				ys := [5]int{d.N, d.K, do, ho, wo}
+				x, _ := gputest.Random(rng, gdt, int(d.XElems()))
+				w, _ := gputest.Random(rng, gdt, int(d.WElems()))
+				want := conv3dRef(d, x, w)
+				p, err := h.Plan(d)
+				if err != nil {
+					t.Errorf("%v: plan: %v", d, err)
+					continue
+				}
+				xp := dev.Upload(t, gputest.Encode(gdt, toLayout(x, xs, l)))
+				wp := dev.Upload(t, gputest.Encode(gdt, toLayout(w, ws, l)))
+				yBytes := int(d.YElems()) * dt.Size()
+				yp := dev.Alloc(t, int64(yBytes))
+				dev.Poison(t, yp, int64(yBytes))
+				var wsp uintptr
+				if p.WorkspaceBytes > 0 {
+					wsp = dev.Alloc(t, p.WorkspaceBytes)
+				}
+				if err := h.Conv3dForward(d, xp, wp, yp, wsp); err != nil {
+					t.Errorf("%v: %v", d, err)
+					continue
+				}
+				got := fromLayout(gputest.Decode(gdt, dev.Download(t, yp, yBytes)), ys, l)
+				e := gputest.RelL2(got, want)
+				key := fmt.Sprintf("%v %v", dt, l)
+				worst[key] = max(worst[key], e)
+				if e > tolerance(dt, false) {
+					t.Errorf("%v: %v: rel L2 %.3g > %.3g", d, p, e, tolerance(dt, false))
+				}
+				if p.IsNaive {
+					t.Logf("%v: naive solver chosen", d)
+				}
+			}
+		}
+	}
+	for k, v := range worst {
+		t.Logf("%s: worst rel L2 %.3g over %d shapes", k, v, len(convCases()))
+	}
+}
+
+// Plans are cached per shape, PlanWith takes a remembered choice, a
+// workspace limit is honoured, fast f32 is opt-in, and Search (opt-in)
+// returns measured choices that compute the same result.
+func TestConv3dPlans(t *testing.T) {
+	dev, h := openGPU(t)
+	rng := rand.New(rand.NewPCG(13, 14))
+	d := ConvDesc{N: 1, C: 32, D: 5, H: 12, W: 14, K: 32, KD: 3, KH: 3, KW: 3, Pad: [3]int{1, 1, 1}, DType: F32, Layout: NCDHW}
+	x, xb := gputest.Random(rng, gputest.F32, int(d.XElems()))
+	w, wb := gputest.Random(rng, gputest.F32, int(d.WElems()))
+	want := conv3dRef(d, x, w)
+	xp, wp := dev.Upload(t, xb), dev.Upload(t, wb)
+	yBytes := int(d.YElems()) * 4
+	yp := dev.Alloc(t, int64(yBytes))
+	wsp := dev.Alloc(t, 1<<30)
+	run := func(what string, tol float64) {
+		t.Helper()
+		dev.Poison(t, yp, int64(yBytes))
+		if err := h.Conv3dForward(d, xp, wp, yp, wsp); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		e := gputest.RelL2(gputest.Decode(gputest.F32, dev.Download(t, yp, yBytes)), want)
+		p, _ := h.Plan(d)
+		t.Logf("%s: %v: rel L2 %.3g", what, p, e)
+		if e > tol {
+			t.Errorf("%s: rel L2 %.3g > %.3g", what, e, tol)
+		}
+	}
+
+	p1, err := h.Plan(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, _ := h.Plan(d)
+	if p1 != p2 {
+		t.Errorf("second Plan differs: %v vs %v", p1, p2)
+	}
+	run("heuristic", tolerance(F32, false))
+
+	id := p1.SolutionID // MIOpen names solutions, cuDNN algorithms
+	if h.lib.vendor == NVIDIA {
+		id = uint64(p1.Algo)
+	}
+	given, err := h.PlanWith(d, id)
+	if err != nil {
+		t.Fatalf("PlanWith(%v): %v", p1, err)
+	}
+	if given.Source != "given" || given.Name != p1.Name {
+		t.Errorf("PlanWith: %v, want %s given", given, p1.Name)
+	}
+	run("given", tolerance(F32, false))
+
+	h.SetWorkspaceLimit(1)
+	if p, err := h.Plan(d); err != nil {
+		t.Logf("no algorithm within 1 byte of workspace: %v", err)
+	} else {
+		if p.WorkspaceBytes > 1 {
+			t.Errorf("workspace limit 1 B: plan %v", p)
+		}
+		run("workspace ≤ 1 B", tolerance(F32, false))
+	}
+	h.SetWorkspaceLimit(0)
+
+	h.SetFastF32(true)
+	run("fast f32", tolerance(F32, true))
+	h.SetFastF32(false)
+
+	plans, err := h.Search(d, xp, wp, yp, wsp, 1<<30)
+	if err != nil {
+		t.Fatalf("Search: %v", err)
+	}
+	for _, p := range plans {
+		t.Logf("search: %v %.3f ms", p, p.TimeMs)
+	}
+	run("search best", tolerance(F32, false))
+}
+
+// VAE-sized convolutions: 512→512 channels, 3×3×3, five output frames from
+// seven (the causal padding is applied outside), as the decoder runs them.
+func BenchmarkConv3dVAE(b *testing.B) {
+	dev, h := openGPU(b)
+	const c, maxHW = 512, 136
+	x := dev.Upload(b, gputest.Tiled(gputest.F32, c*7*maxHW*maxHW/2)) // bytes for a 2-byte dtype
+	w := dev.Upload(b, gputest.Tiled(gputest.F32, c*c*27/2))
+	y := dev.Alloc(b, c*5*maxHW*maxHW*2)
+	for _, hw := range []int{68, 136} {
+		for _, dt := range []DType{BF16, F16} {
+			for _, l := range []Layout{NDHWC, NCDHW} {
+				d := ConvDesc{N: 1, C: c, D: 7, H: hw, W: hw, K: c, KD: 3, KH: 3, KW: 3,
+					Pad: [3]int{0, 1, 1}, DType: dt, Layout: l}
+				b.Run(fmt.Sprintf("%dx%d-%v-%v", hw, hw, dt, l), func(b *testing.B) {
+					dev.Bind(b)
+					dev.Write(b, x, gputest.Tiled(gputest.DType(dt), int(d.XElems())))
+					dev.Write(b, w, gputest.Tiled(gputest.DType(dt), int(d.WElems())))
+					p, err := h.Plan(d)
+					if err != nil {
+						b.Fatal(err)
+					}
+					var ws uintptr
+					if p.WorkspaceBytes > 0 {
+						ws = dev.Alloc(b, p.WorkspaceBytes)
+					}
+					for range 3 {
+						if err := h.Conv3dForward(d, x, w, y, ws); err != nil {
+							b.Fatal(err)
+						}
+					}
+					dev.Sync(b)
+					b.ResetTimer()
+					for range b.N {
+						if err := h.Conv3dForward(d, x, w, y, ws); err != nil {
+							b.Fatal(err)
+						}
+					}
+					dev.Sync(b)
+					b.StopTimer()
+					b.ReportMetric(d.FLOPs()*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+					b.ReportMetric(float64(p.WorkspaceBytes)/1e6, "ws-MB")
+					b.Logf("%v: %v", d, p)
+				})
+			}
+		}
+	}
+}

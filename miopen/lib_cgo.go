@@ -1,0 +1,828 @@
+//go:build cgo
+
+package miopen
+
+/*
+#cgo LDFLAGS: -ldl
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Symbol tables, one per vendor (index 0 AMD, 1 NVIDIA). The names are the
+// single source of truth: the loader resolves them and the tests check them
+// against the libraries' export tables.
+enum { MI_CREATE, MI_DESTROY, MI_SET_STREAM, MI_VERSION, MI_ERR,
+       MI_CREATE_T, MI_SET_T, MI_DESTROY_T, MI_CREATE_C, MI_INIT_C, MI_DESTROY_C,
+       MI_OUTDIM, MI_SOL_COUNT, MI_SOL, MI_SOL_WS, MI_COMPILE, MI_IMMEDIATE,
+       MI_WS, MI_FIND, MI_FIND_MODE, MI_N };
+enum { CD_CREATE, CD_DESTROY, CD_SET_STREAM, CD_VERSION, CD_ERR,
+       CD_CREATE_T, CD_SET_T, CD_DESTROY_T, CD_CREATE_F, CD_SET_F, CD_DESTROY_F,
+       CD_CREATE_C, CD_SET_C, CD_SET_MATH, CD_DESTROY_C, CD_OUTDIM,
+       CD_GET_ALGO, CD_WS, CD_FWD, CD_FIND, CD_N };
+#define FP_MAX 24
+
+typedef struct { const char* name; int optional; } fp_sym;
+
+static const fp_sym fp_syms[2][FP_MAX] = {
+	{
+		[MI_CREATE]     = {"miopenCreateWithStream", 0},
+		[MI_DESTROY]    = {"miopenDestroy", 0},
+		[MI_SET_STREAM] = {"miopenSetStream", 0},
+		[MI_VERSION]    = {"miopenGetVersion", 0},
+		[MI_ERR]        = {"miopenGetErrorString", 0},
+		[MI_CREATE_T]   = {"miopenCreateTensorDescriptor", 0},
+		[MI_SET_T]      = {"miopenSetTensorDescriptor", 0},
+		[MI_DESTROY_T]  = {"miopenDestroyTensorDescriptor", 0},
+		[MI_CREATE_C]   = {"miopenCreateConvolutionDescriptor", 0},
+		[MI_INIT_C]     = {"miopenInitConvolutionNdDescriptor", 0},
+		[MI_DESTROY_C]  = {"miopenDestroyConvolutionDescriptor", 0},
+		[MI_OUTDIM]     = {"miopenGetConvolutionNdForwardOutputDim", 0},
+		[MI_SOL_COUNT]  = {"miopenConvolutionForwardGetSolutionCount", 0},
+		[MI_SOL]        = {"miopenConvolutionForwardGetSolution", 0},
+		[MI_SOL_WS]     = {"miopenConvolutionForwardGetSolutionWorkspaceSize", 0},
+		[MI_COMPILE]    = {"miopenConvolutionForwardCompileSolution", 0},
+		[MI_IMMEDIATE]  = {"miopenConvolutionForwardImmediate", 0},
+		[MI_WS]         = {"miopenConvolutionForwardGetWorkSpaceSize", 0},
+		[MI_FIND]       = {"miopenFindConvolutionForwardAlgorithm", 0},
+		// Exported since ROCm 4.1 but declared only in miopen_internal.h.
+		[MI_FIND_MODE]  = {"miopenSetConvolutionFindMode", 1},
+	},
+	{
+		[CD_CREATE]     = {"cudnnCreate", 0},
+		[CD_DESTROY]    = {"cudnnDestroy", 0},
+		[CD_SET_STREAM] = {"cudnnSetStream", 0},
+		[CD_VERSION]    = {"cudnnGetVersion", 0},
+		[CD_ERR]        = {"cudnnGetErrorString", 0},
+		[CD_CREATE_T]   = {"cudnnCreateTensorDescriptor", 0},
+		[CD_SET_T]      = {"cudnnSetTensorNdDescriptor", 0},
+		[CD_DESTROY_T]  = {"cudnnDestroyTensorDescriptor", 0},
+		[CD_CREATE_F]   = {"cudnnCreateFilterDescriptor", 0},
+		[CD_SET_F]      = {"cudnnSetFilterNdDescriptor", 0},
+		[CD_DESTROY_F]  = {"cudnnDestroyFilterDescriptor", 0},
+		[CD_CREATE_C]   = {"cudnnCreateConvolutionDescriptor", 0},
+		[CD_SET_C]      = {"cudnnSetConvolutionNdDescriptor", 0},
+		[CD_SET_MATH]   = {"cudnnSetConvolutionMathType", 0},
+		[CD_DESTROY_C]  = {"cudnnDestroyConvolutionDescriptor", 0},
+		[CD_OUTDIM]     = {"cudnnGetConvolutionNdForwardOutputDim", 0},
+		[CD_GET_ALGO]   = {"cudnnGetConvolutionForwardAlgorithm_v7", 0},
+		[CD_WS]         = {"cudnnGetConvolutionForwardWorkspaceSize", 0},
+		[CD_FWD]        = {"cudnnConvolutionForward", 0},
+		[CD_FIND]       = {"cudnnFindConvolutionForwardAlgorithmEx", 0},
+	},
+};
+static const int fp_count[2] = { MI_N, CD_N };
+static void* fp[2][FP_MAX];
+
+static const char* fp_name(int v, int i) { return fp_syms[v][i].name; }
+static int fp_optional(int v, int i) { return fp_syms[v][i].optional; }
+static int fp_n(int v) { return fp_count[v]; }
+
+static int fp_open(int v, const char* path, char* err, size_t errlen, char* real, size_t reallen) {
+	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char* e = dlerror();
+		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
+		return -1;
+	}
+	void* tmp[FP_MAX] = {0};
+	for (int i = 0; i < fp_count[v]; i++) {
+		tmp[i] = dlsym(h, fp_syms[v][i].name);
+		if (!tmp[i] && !fp_syms[v][i].optional) {
+			snprintf(err, errlen, "missing symbol %s", fp_syms[v][i].name);
+			dlclose(h);
+			return -2;
+		}
+	}
+	memcpy(fp[v], tmp, sizeof tmp);
+	Dl_info info;
+	real[0] = 0;
+	if (dladdr(tmp[0], &info) && info.dli_fname)
+		snprintf(real, reallen, "%s", info.dli_fname);
+	return 0;
+}
+
+#define MI(i, T) ((T)fp[0][i])
+#define CD(i, T) ((T)fp[1][i])
+typedef void* P;
+
+// ---- MIOpen ----
+typedef struct { float time; size_t workspace_size; uint64_t solution_id; int algorithm; } mi_sol;
+typedef struct { int algo; float time; size_t memory; } mi_perf;
+
+static int mi_create(uintptr_t* h, uintptr_t s) { P p = 0; int r = MI(MI_CREATE, int (*)(P*, P))(&p, (P)s); *h = (uintptr_t)p; return r; }
+static int mi_destroy(uintptr_t h) { return MI(MI_DESTROY, int (*)(P))((P)h); }
+static int mi_set_stream(uintptr_t h, uintptr_t s) { return MI(MI_SET_STREAM, int (*)(P, P))((P)h, (P)s); }
+static int mi_version(size_t* a, size_t* b, size_t* c) { return MI(MI_VERSION, int (*)(size_t*, size_t*, size_t*))(a, b, c); }
+static const char* mi_err(int s) { return MI(MI_ERR, const char* (*)(int))(s); }
+static int mi_tensor(uintptr_t* d, int dt, const int* dims, const int* strides) {
+	P p = 0;
+	int r = MI(MI_CREATE_T, int (*)(P*))(&p);
+	if (r) return r;
+	r = MI(MI_SET_T, int (*)(P, int, int, const int*, const int*))(p, dt, 5, dims, strides);
+	if (r) { MI(MI_DESTROY_T, int (*)(P))(p); return r; }
+	*d = (uintptr_t)p;
+	return 0;
+}
+static int mi_destroy_tensor(uintptr_t d) { return MI(MI_DESTROY_T, int (*)(P))((P)d); }
+static int mi_conv(uintptr_t* c, const int* pad, const int* stride, const int* dil) {
+	P p = 0;
+	int r = MI(MI_CREATE_C, int (*)(P*))(&p);
+	if (r) return r;
+	r = MI(MI_INIT_C, int (*)(P, int, const int*, const int*, const int*, int))(p, 3, pad, stride, dil, 0);
+	if (r) { MI(MI_DESTROY_C, int (*)(P))(p); return r; }
+	*c = (uintptr_t)p;
+	return 0;
+}
+// mi_set_find_mode returns -1 when this MIOpen lacks the call.
+static int mi_set_find_mode(uintptr_t c, int mode) {
+	if (!fp[0][MI_FIND_MODE]) return -1;
+	return MI(MI_FIND_MODE, int (*)(P, int))((P)c, mode);
+}
+static int mi_destroy_conv(uintptr_t c) { return MI(MI_DESTROY_C, int (*)(P))((P)c); }
+static int mi_outdim(uintptr_t c, uintptr_t x, uintptr_t w, int* out) {
+	int n = 5;
+	return MI(MI_OUTDIM, int (*)(P, P, P, int*, int*))((P)c, (P)x, (P)w, &n, out);
+}
+static int mi_solutions(uintptr_t h, uintptr_t w, uintptr_t x, uintptr_t c, uintptr_t y, mi_sol* out, size_t max, size_t* n) {
+	return MI(MI_SOL, int (*)(P, P, P, P, P, size_t, size_t*, mi_sol*))((P)h, (P)w, (P)x, (P)c, (P)y, max, n, out);
+}
+static int mi_solution_count(uintptr_t h, uintptr_t w, uintptr_t x, uintptr_t c, uintptr_t y, size_t* n) {
+	return MI(MI_SOL_COUNT, int (*)(P, P, P, P, P, size_t*))((P)h, (P)w, (P)x, (P)c, (P)y, n);
+}
+static int mi_sol_ws(uintptr_t h, uintptr_t w, uintptr_t x, uintptr_t c, uintptr_t y, uint64_t id, size_t* n) {
+	return MI(MI_SOL_WS, int (*)(P, P, P, P, P, uint64_t, size_t*))((P)h, (P)w, (P)x, (P)c, (P)y, id, n);
+}
+static int mi_compile(uintptr_t h, uintptr_t w, uintptr_t x, uintptr_t c, uintptr_t y, uint64_t id) {
+	return MI(MI_COMPILE, int (*)(P, P, P, P, P, uint64_t))((P)h, (P)w, (P)x, (P)c, (P)y, id);
+}
+static int mi_forward(uintptr_t h, uintptr_t w, uintptr_t wp, uintptr_t x, uintptr_t xp, uintptr_t c,
+	uintptr_t y, uintptr_t yp, uintptr_t ws, size_t wsn, uint64_t id) {
+	return MI(MI_IMMEDIATE, int (*)(P, P, const void*, P, const void*, P, P, void*, void*, size_t, uint64_t))(
+		(P)h, (P)w, (const void*)wp, (P)x, (const void*)xp, (P)c, (P)y, (void*)yp, (void*)ws, wsn, id);
+}
+static int mi_ws(uintptr_t h, uintptr_t w, uintptr_t x, uintptr_t c, uintptr_t y, size_t* n) {
+	return MI(MI_WS, int (*)(P, P, P, P, P, size_t*))((P)h, (P)w, (P)x, (P)c, (P)y, n);
+}
+static int mi_find(uintptr_t h, uintptr_t x, uintptr_t xp, uintptr_t w, uintptr_t wp, uintptr_t c,
+	uintptr_t y, uintptr_t yp, int req, int* ret, mi_perf* perf, uintptr_t ws, size_t wsn) {
+	return MI(MI_FIND, int (*)(P, P, const void*, P, const void*, P, P, void*, int, int*, mi_perf*, void*, size_t, _Bool))(
+		(P)h, (P)x, (const void*)xp, (P)w, (const void*)wp, (P)c, (P)y, (void*)yp, req, ret, perf, (void*)ws, wsn, 0);
+}
+
+// ---- cuDNN 9, legacy API ----
+typedef struct { int algo; int status; float time; size_t memory; int determinism; int mathType; int reserved[3]; } cd_perf;
+
+static int cd_create(uintptr_t* h) { P p = 0; int r = CD(CD_CREATE, int (*)(P*))(&p); *h = (uintptr_t)p; return r; }
+static int cd_destroy(uintptr_t h) { return CD(CD_DESTROY, int (*)(P))((P)h); }
+static int cd_set_stream(uintptr_t h, uintptr_t s) { return CD(CD_SET_STREAM, int (*)(P, P))((P)h, (P)s); }
+static size_t cd_version(void) { return CD(CD_VERSION, size_t (*)(void))(); }
+static const char* cd_err(int s) { return CD(CD_ERR, const char* (*)(int))(s); }
+static int cd_tensor(uintptr_t* d, int dt, const int* dims, const int* strides) {
+	P p = 0;
+	int r = CD(CD_CREATE_T, int (*)(P*))(&p);
+	if (r) return r;
+	r = CD(CD_SET_T, int (*)(P, int, int, const int*, const int*))(p, dt, 5, dims, strides);
+	if (r) { CD(CD_DESTROY_T, int (*)(P))(p); return r; }
+	*d = (uintptr_t)p;
+	return 0;
+}
+static int cd_destroy_tensor(uintptr_t d) { return CD(CD_DESTROY_T, int (*)(P))((P)d); }
+static int cd_filter(uintptr_t* d, int dt, int format, const int* dims) {
+	P p = 0;
+	int r = CD(CD_CREATE_F, int (*)(P*))(&p);
+	if (r) return r;
+	r = CD(CD_SET_F, int (*)(P, int, int, int, const int*))(p, dt, format, 5, dims);
+	if (r) { CD(CD_DESTROY_F, int (*)(P))(p); return r; }
+	*d = (uintptr_t)p;
+	return 0;
+}
+static int cd_destroy_filter(uintptr_t d) { return CD(CD_DESTROY_F, int (*)(P))((P)d); }
+static int cd_conv(uintptr_t* c, const int* pad, const int* stride, const int* dil) {
+	P p = 0;
+	int r = CD(CD_CREATE_C, int (*)(P*))(&p);
+	if (r) return r;
+	// CROSS_CORRELATION (1), f32 compute (CUDNN_DATA_FLOAT 0) for every dtype.
+	r = CD(CD_SET_C, int (*)(P, int, const int*, const int*, const int*, int, int))(p, 3, pad, stride, dil, 1, 0);
+	if (r) { CD(CD_DESTROY_C, int (*)(P))(p); return r; }
+	*c = (uintptr_t)p;
+	return 0;
+}
+static int cd_set_math(uintptr_t c, int m) { return CD(CD_SET_MATH, int (*)(P, int))((P)c, m); }
+static int cd_destroy_conv(uintptr_t c) { return CD(CD_DESTROY_C, int (*)(P))((P)c); }
+static int cd_outdim(uintptr_t c, uintptr_t x, uintptr_t w, int* out) {
+	return CD(CD_OUTDIM, int (*)(P, P, P, int, int*))((P)c, (P)x, (P)w, 5, out);
+}
+static int cd_algos(uintptr_t h, uintptr_t x, uintptr_t w, uintptr_t c, uintptr_t y, int req, int* ret, cd_perf* perf) {
+	return CD(CD_GET_ALGO, int (*)(P, P, P, P, P, int, int*, cd_perf*))((P)h, (P)x, (P)w, (P)c, (P)y, req, ret, perf);
+}
+static int cd_ws(uintptr_t h, uintptr_t x, uintptr_t w, uintptr_t c, uintptr_t y, int algo, size_t* n) {
+	return CD(CD_WS, int (*)(P, P, P, P, P, int, size_t*))((P)h, (P)x, (P)w, (P)c, (P)y, algo, n);
+}
+static int cd_forward(uintptr_t h, uintptr_t x, uintptr_t xp, uintptr_t w, uintptr_t wp, uintptr_t c, int algo,
+	uintptr_t ws, size_t wsn, uintptr_t y, uintptr_t yp) {
+	float alpha = 1, beta = 0;
+	return CD(CD_FWD, int (*)(P, const void*, P, const void*, P, const void*, P, int, void*, size_t, const void*, P, void*))(
+		(P)h, &alpha, (P)x, (const void*)xp, (P)w, (const void*)wp, (P)c, algo, (void*)ws, wsn, &beta, (P)y, (void*)yp);
+}
+static int cd_find(uintptr_t h, uintptr_t x, uintptr_t xp, uintptr_t w, uintptr_t wp, uintptr_t c,
+	uintptr_t y, uintptr_t yp, int req, int* ret, cd_perf* perf, uintptr_t ws, size_t wsn) {
+	return CD(CD_FIND, int (*)(P, P, const void*, P, const void*, P, P, void*, int, int*, cd_perf*, void*, size_t))(
+		(P)h, (P)x, (const void*)xp, (P)w, (const void*)wp, (P)c, (P)y, (void*)yp, req, ret, perf, (void*)ws, wsn);
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"unsafe"
+)
+
+// symbols lists the functions resolved for v and whether each is optional.
+func symbols(v Vendor) (names []string, optional []bool) {
+	vi := C.int(v - 1)
+	for i := 0; i < int(C.fp_n(vi)); i++ {
+		names = append(names, C.GoString(C.fp_name(vi, C.int(i))))
+		optional = append(optional, C.fp_optional(vi, C.int(i)) != 0)
+	}
+	return names, optional
+}
+
+func load(v Vendor, path string) (*Lib, error) {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var errBuf, realBuf [1024]C.char
+	switch C.fp_open(C.int(v-1), cpath, &errBuf[0], C.size_t(len(errBuf)), &realBuf[0], C.size_t(len(realBuf))) {
+	case 0:
+	case -2:
+		return nil, &symbolError{C.GoString(&errBuf[0])}
+	default:
+		return nil, fmt.Errorf("%s", C.GoString(&errBuf[0]))
+	}
+	l := &Lib{vendor: v, path: C.GoString(&realBuf[0])}
+	if l.path == "" {
+		l.path = path
+	}
+	if v == AMD {
+		var a, b, c C.size_t
+		if C.mi_version(&a, &b, &c) == 0 {
+			l.version = fmt.Sprintf("MIOpen %d.%d.%d", a, b, c)
+		}
+	} else {
+		ver := int(C.cd_version())
+		if ver < 90000 {
+			return nil, fmt.Errorf("cuDNN version %d is older than 9", ver)
+		}
+		l.version = fmt.Sprintf("cuDNN %d.%d.%d", ver/10000, ver/100%100, ver%100)
+	}
+	if l.version == "" {
+		l.version = "(version unknown)"
+	}
+	return l, nil
+}
+
+func (l *Lib) check(fn string, s C.int) error {
+	if s == 0 {
+		return nil
+	}
+	var name string
+	if l.vendor == AMD {
+		name = C.GoString(C.mi_err(s))
+	} else {
+		name = C.GoString(C.cd_err(s))
+	}
+	return &Error{Func: fn, Status: int(s), Name: name}
+}
+
+// Vendor enums.
+const (
+	miHalf, miFloat, miBF16  = 0, 1, 5
+	miFindNormal, miFindFast = 1, 2
+
+	cdFloat, cdHalf, cdBF16                     = 0, 2, 9
+	cdFormatNCHW, cdFormatNHWC                  = 0, 1
+	cdMathTensorOp, cdMathConversion, cdMathFMA = 1, 2, 3
+	cdAlgoCount                                 = 8
+)
+
+func (d DType) vendorType(v Vendor) C.int {
+	switch {
+	case v == AMD && d == F16:
+		return miHalf
+	case v == AMD && d == BF16:
+		return miBF16
+	case v == AMD:
+		return miFloat
+	case d == F16:
+		return cdHalf
+	case d == BF16:
+		return cdBF16
+	}
+	return cdFloat
+}
+
+// NewHandle creates a handle on the current device, bound to stream (0 is
+// the default stream).
+func (l *Lib) NewHandle(stream uintptr) (*Handle, error) {
+	var h C.uintptr_t
+	if l.vendor == AMD {
+		if err := l.check("miopenCreateWithStream", C.mi_create(&h, C.uintptr_t(stream))); err != nil {
+			return nil, err
+		}
+		return &Handle{lib: l, h: uintptr(h), plans: map[ConvDesc]*entry{}}, nil
+	}
+	if err := l.check("cudnnCreate", C.cd_create(&h)); err != nil {
+		return nil, err
+	}
+	hd := &Handle{lib: l, h: uintptr(h), plans: map[ConvDesc]*entry{}}
+	if err := hd.SetStream(stream); err != nil {
+		hd.Close()
+		return nil, err
+	}
+	return hd, nil
+}
+
+// SetStream binds the handle to a stream; later calls are ordered on it.
+func (h *Handle) SetStream(stream uintptr) error {
+	if h.closed {
+		return errClosed
+	}
+	if h.lib.vendor == AMD {
+		return h.lib.check("miopenSetStream", C.mi_set_stream(C.uintptr_t(h.h), C.uintptr_t(stream)))
+	}
+	return h.lib.check("cudnnSetStream", C.cd_set_stream(C.uintptr_t(h.h), C.uintptr_t(stream)))
+}
+
+// Close frees the cached plans and the handle. Work already queued
+// completes.
+func (h *Handle) Close() error {
+	if h.closed {
+		return nil
+	}
+	h.forget()
+	h.closed = true
+	if h.lib.vendor == AMD {
+		return h.lib.check("miopenDestroy", C.mi_destroy(C.uintptr_t(h.h)))
+	}
+	return h.lib.check("cudnnDestroy", C.cd_destroy(C.uintptr_t(h.h)))
+}
+
+func (h *Handle) forget() {
+	for k, e := range h.plans {
+		h.release(e)
+		delete(h.plans, k)
+	}
+}
+
+func (h *Handle) release(e *entry) {
+	if h.lib.vendor == AMD {
+		for _, t := range []uintptr{e.xd, e.wd, e.yd} {
+			if t != 0 {
+				C.mi_destroy_tensor(C.uintptr_t(t))
+			}
+		}
+		if e.cd != 0 {
+			C.mi_destroy_conv(C.uintptr_t(e.cd))
+		}
+		return
+	}
+	for _, t := range []uintptr{e.xd, e.yd} {
+		if t != 0 {
+			C.cd_destroy_tensor(C.uintptr_t(t))
+		}
+	}
+	if e.wd != 0 {
+		C.cd_destroy_filter(C.uintptr_t(e.wd))
+	}
+	if e.cd != 0 {
+		C.cd_destroy_conv(C.uintptr_t(e.cd))
+	}
+}
+
+func cints(v [5]int32) *C.int  { return (*C.int)(unsafe.Pointer(&v[0])) }
+func cints3(v [3]int) [3]C.int { return [3]C.int{C.int(v[0]), C.int(v[1]), C.int(v[2])} }
+
+// describe makes the library descriptors for d (normalised and valid) and
+// checks that the library agrees on the output size.
+func (h *Handle) describe(d ConvDesc) (*entry, error) {
+	l := h.lib
+	v := l.vendor
+	dt := d.DType.vendorType(v)
+	do, ho, wo := d.OutDims()
+	xDims, xStr := dims5(d.N, d.C, d.D, d.H, d.W, d.Layout)
+	wDims, wStr := dims5(d.K, d.C, d.KD, d.KH, d.KW, d.Layout)
+	yDims, yStr := dims5(d.N, d.K, do, ho, wo, d.Layout)
+	pad, stride, dil := cints3(d.Pad), cints3(d.Stride), cints3(d.Dilation)
+	e := &entry{}
+	// The library writes each new descriptor straight into the entry.
+	xd, wd := (*C.uintptr_t)(unsafe.Pointer(&e.xd)), (*C.uintptr_t)(unsafe.Pointer(&e.wd))
+	yd, cd := (*C.uintptr_t)(unsafe.Pointer(&e.yd)), (*C.uintptr_t)(unsafe.Pointer(&e.cd))
+	var err error
+	if v == AMD {
+		// MIOpen has no filter type: the weight is a tensor whose strides
+		// give its layout, like the data tensors.
+		err = firstErr(
+			l.check("miopenSetTensorDescriptor(x)", C.mi_tensor(xd, dt, cints(xDims), cints(xStr))),
+			l.check("miopenSetTensorDescriptor(w)", C.mi_tensor(wd, dt, cints(wDims), cints(wStr))),
+			l.check("miopenSetTensorDescriptor(y)", C.mi_tensor(yd, dt, cints(yDims), cints(yStr))),
+			l.check("miopenInitConvolutionNdDescriptor", C.mi_conv(cd, &pad[0], &stride[0], &dil[0])))
+		// FAST: a Find on this descriptor reads the find-db or takes the
+		// heuristic, never benchmarks (Search opts in).
+		if err == nil {
+			if s := C.mi_set_find_mode(*cd, miFindFast); s > 0 {
+				err = l.check("miopenSetConvolutionFindMode", s)
+			}
+		}
+	} else {
+		format := C.int(cdFormatNCHW)
+		if d.Layout == NDHWC {
+			format = cdFormatNHWC
+		}
+		err = firstErr(
+			l.check("cudnnSetTensorNdDescriptor(x)", C.cd_tensor(xd, dt, cints(xDims), cints(xStr))),
+			l.check("cudnnSetFilterNdDescriptor", C.cd_filter(wd, dt, format, cints(wDims))),
+			l.check("cudnnSetTensorNdDescriptor(y)", C.cd_tensor(yd, dt, cints(yDims), cints(yStr))),
+			l.check("cudnnSetConvolutionNdDescriptor", C.cd_conv(cd, &pad[0], &stride[0], &dil[0])))
+		if err == nil {
+			err = l.check("cudnnSetConvolutionMathType", C.cd_set_math(*cd, h.mathFor(d)))
+		}
+	}
+	if err != nil {
+		h.release(e)
+		return nil, fmt.Errorf("%v: %w", d, err)
+	}
+	var out [5]C.int
+	if v == AMD {
+		err = l.check("miopenGetConvolutionNdForwardOutputDim", C.mi_outdim(*cd, *xd, *wd, &out[0]))
+	} else {
+		err = l.check("cudnnGetConvolutionNdForwardOutputDim", C.cd_outdim(*cd, *xd, *wd, &out[0]))
+	}
+	if err == nil && [5]int{int(out[0]), int(out[1]), int(out[2]), int(out[3]), int(out[4])} != [5]int{d.N, d.K, do, ho, wo} {
+		err = fmt.Errorf("library output shape %v, want %v", out, [5]int{d.N, d.K, do, ho, wo})
+	}
+	if err != nil {
+		h.release(e)
+		return nil, fmt.Errorf("%v: %w", d, err)
+	}
+	return e, nil
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mathFor is the cuDNN math type asked for: tensor cores for f16/bf16, and
+// for f32 plain FMA unless fast mode allows TF32.
+func (h *Handle) mathFor(d ConvDesc) C.int {
+	if d.DType == F32 && !h.fast {
+		return cdMathFMA
+	}
+	return cdMathTensorOp
+}
+
+// Plan returns the algorithm for d, choosing it on first use (heuristics,
+// no benchmarking; on AMD this compiles the solution's kernels) and caching
+// it in the handle.
+func (h *Handle) Plan(d ConvDesc) (Plan, error) {
+	e, err := h.lookup(d)
+	if err != nil {
+		return Plan{}, err
+	}
+	return e.plan, nil
+}
+
+func (h *Handle) lookup(d ConvDesc) (*entry, error) {
+	if h.closed {
+		return nil, errClosed
+	}
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	d = d.norm()
+	if e := h.plans[d]; e != nil {
+		return e, nil
+	}
+	return h.make(d, func(e *entry) (Plan, error) {
+		if h.lib.vendor == AMD {
+			return h.chooseMIOpen(d, e, "immediate")
+		}
+		return h.chooseCUDNN(d, e)
+	})
+}
+
+// make builds descriptors, lets choose pick the plan, and caches the entry.
+func (h *Handle) make(d ConvDesc, choose func(*entry) (Plan, error)) (*entry, error) {
+	e, err := h.describe(d)
+	if err != nil {
+		return nil, err
+	}
+	p, err := choose(e)
+	if err != nil {
+		h.release(e)
+		return nil, err
+	}
+	p.Desc = d
+	e.plan = p
+	if old := h.plans[d]; old != nil {
+		h.release(old)
+	}
+	h.plans[d] = e
+	return e, nil
+}
+
+func (h *Handle) chooseCUDNN(d ConvDesc, e *entry) (Plan, error) {
+	l := h.lib
+	var perf [cdAlgoCount]C.cd_perf
+	var n C.int
+	hh, xd, wd, cd, yd := C.uintptr_t(h.h), C.uintptr_t(e.xd), C.uintptr_t(e.wd), C.uintptr_t(e.cd), C.uintptr_t(e.yd)
+	if err := l.check("cudnnGetConvolutionForwardAlgorithm_v7", C.cd_algos(hh, xd, wd, cd, yd, cdAlgoCount, &n, &perf[0])); err != nil {
+		return Plan{}, fmt.Errorf("%v: %w", d, err)
+	}
+	var skipped []string
+	for _, p := range perf[:n] {
+		algo, math := int(p.algo), int(p.mathType)
+		if p.status != 0 {
+			continue // not applicable to this problem
+		}
+		if p, ok := h.tryCUDNN(d, e, algo, math, "heuristic", &skipped); ok {
+			p.TimeMs = -1 // _v7 ranks by heuristic, it does not time
+			return p, nil
+		}
+	}
+	return Plan{}, fmt.Errorf("miopen: %v: cuDNN offers no usable algorithm (%s)", d, orNone(skipped))
+}
+
+// tryCUDNN checks that algo (with math type math) may run d within the
+// handle's rules and returns its plan.
+func (h *Handle) tryCUDNN(d ConvDesc, e *entry, algo, math int, source string, skipped *[]string) (Plan, bool) {
+	l := h.lib
+	name := cudnnAlgoName(algo)
+	if d.DType == F32 && !h.fast && (math == cdMathTensorOp || math == cdMathConversion) {
+		*skipped = append(*skipped, name+": uses TF32 tensor cores (fast f32 is off)")
+		return Plan{}, false
+	}
+	cd := C.uintptr_t(e.cd)
+	if err := l.check("cudnnSetConvolutionMathType", C.cd_set_math(cd, C.int(math))); err != nil {
+		*skipped = append(*skipped, name+": "+err.Error())
+		return Plan{}, false
+	}
+	var ws C.size_t
+	if err := l.check("cudnnGetConvolutionForwardWorkspaceSize", C.cd_ws(C.uintptr_t(h.h), C.uintptr_t(e.xd), C.uintptr_t(e.wd), cd, C.uintptr_t(e.yd), C.int(algo), &ws)); err != nil {
+		*skipped = append(*skipped, name+": "+err.Error())
+		return Plan{}, false
+	}
+	if h.wsLimit > 0 && int64(ws) > h.wsLimit {
+		*skipped = append(*skipped, fmt.Sprintf("%s: workspace %d B over the limit %d B", name, ws, h.wsLimit))
+		return Plan{}, false
+	}
+	return Plan{Algo: algo, Name: name, WorkspaceBytes: int64(ws), Source: source, mathType: math}, true
+}
+
+// chooseMIOpen takes MIOpen's immediate-mode list (its find-db record, else
+// its fallback heuristic), best first, moves the naive solver last, and
+// returns the first solution that fits the workspace limit and compiles.
+func (h *Handle) chooseMIOpen(d ConvDesc, e *entry, source string) (Plan, error) {
+	sols, err := h.solutions(d, e)
+	if err != nil {
+		return Plan{}, err
+	}
+	if len(sols) == 0 {
+		return Plan{}, fmt.Errorf("miopen: %v: MIOpen offers no solution (its \"No suitable algorithm\" case)", d)
+	}
+	var skipped []string
+	for _, s := range sols {
+		if p, ok := h.tryMIOpen(d, e, uint64(s.solution_id), int(s.algorithm), source, &skipped); ok {
+			p.TimeMs = float32(s.time)
+			return p, nil
+		}
+	}
+	return Plan{}, fmt.Errorf("miopen: %v: no MIOpen solution usable (%s)", d, orNone(skipped))
+}
+
+func (h *Handle) solutions(d ConvDesc, e *entry) ([]C.mi_sol, error) {
+	l := h.lib
+	hh, xd, wd, cd, yd := C.uintptr_t(h.h), C.uintptr_t(e.xd), C.uintptr_t(e.wd), C.uintptr_t(e.cd), C.uintptr_t(e.yd)
+	var count C.size_t
+	if err := l.check("miopenConvolutionForwardGetSolutionCount", C.mi_solution_count(hh, wd, xd, cd, yd, &count)); err != nil {
+		return nil, fmt.Errorf("%v: %w", d, err)
+	}
+	if count == 0 {
+		return nil, nil
+	}
+	sols := make([]C.mi_sol, count)
+	var n C.size_t
+	if err := l.check("miopenConvolutionForwardGetSolution", C.mi_solutions(hh, wd, xd, cd, yd, &sols[0], count, &n)); err != nil {
+		return nil, fmt.Errorf("%v: %w", d, err)
+	}
+	sols = sols[:n]
+	// Stable: MIOpen's order otherwise (best first).
+	slices.SortStableFunc(sols, func(a, b C.mi_sol) int {
+		na, nb := uint64(a.solution_id) == SolverNaiveFwd, uint64(b.solution_id) == SolverNaiveFwd
+		switch {
+		case na && !nb:
+			return 1
+		case nb && !na:
+			return -1
+		}
+		return 0
+	})
+	return sols, nil
+}
+
+func (h *Handle) tryMIOpen(d ConvDesc, e *entry, id uint64, algo int, source string, skipped *[]string) (Plan, bool) {
+	l := h.lib
+	hh, xd, wd, cd, yd := C.uintptr_t(h.h), C.uintptr_t(e.xd), C.uintptr_t(e.wd), C.uintptr_t(e.cd), C.uintptr_t(e.yd)
+	name := solverName(id)
+	var ws C.size_t
+	if err := l.check("miopenConvolutionForwardGetSolutionWorkspaceSize", C.mi_sol_ws(hh, wd, xd, cd, yd, C.uint64_t(id), &ws)); err != nil {
+		*skipped = append(*skipped, name+": "+err.Error())
+		return Plan{}, false
+	}
+	if h.wsLimit > 0 && int64(ws) > h.wsLimit {
+		*skipped = append(*skipped, fmt.Sprintf("%s: workspace %d B over the limit %d B", name, ws, h.wsLimit))
+		return Plan{}, false
+	}
+	if err := l.check("miopenConvolutionForwardCompileSolution", C.mi_compile(hh, wd, xd, cd, yd, C.uint64_t(id))); err != nil {
+		*skipped = append(*skipped, name+": "+err.Error())
+		return Plan{}, false
+	}
+	return Plan{Algo: algo, SolutionID: id, Name: name, WorkspaceBytes: int64(ws),
+		IsNaive: id == SolverNaiveFwd, Source: source}, true
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none applicable"
+	}
+	return strings.Join(s, "; ")
+}
+
+// PlanWith makes and caches the plan for d with a given algorithm: a cuDNN
+// cudnnConvolutionFwdAlgo_t, or a MIOpen solution id — a choice remembered
+// from an earlier run or made by a Search in a child process.
+func (h *Handle) PlanWith(d ConvDesc, id uint64) (Plan, error) {
+	if h.closed {
+		return Plan{}, errClosed
+	}
+	if err := d.Validate(); err != nil {
+		return Plan{}, err
+	}
+	d = d.norm()
+	e, err := h.make(d, func(e *entry) (Plan, error) {
+		var skipped []string
+		if h.lib.vendor == AMD {
+			if p, ok := h.tryMIOpen(d, e, id, 0, "given", &skipped); ok {
+				return p, nil
+			}
+		} else if id < cdAlgoCount {
+			if p, ok := h.tryCUDNN(d, e, int(id), int(h.mathFor(d)), "given", &skipped); ok {
+				return p, nil
+			}
+		} else {
+			skipped = append(skipped, fmt.Sprintf("cuDNN has no forward algorithm %d", id))
+		}
+		return Plan{}, fmt.Errorf("miopen: %v: algorithm %d unusable: %s", d, id, orNone(skipped))
+	})
+	if err != nil {
+		return Plan{}, err
+	}
+	return e.plan, nil
+}
+
+// Conv3dForward queues y = conv3d(x, w) for d on the handle's stream, with
+// the plan for d (made now if this is the first call for d). workspace must
+// hold the plan's WorkspaceBytes (it may be 0 when that is 0).
+func (h *Handle) Conv3dForward(d ConvDesc, x, w, y, workspace uintptr) error {
+	e, err := h.lookup(d)
+	if err != nil {
+		return err
+	}
+	p := e.plan
+	if x == 0 || w == 0 || y == 0 {
+		return fmt.Errorf("miopen: %v: nil tensor", d)
+	}
+	if p.WorkspaceBytes > 0 && workspace == 0 {
+		return fmt.Errorf("miopen: %v: %s needs a workspace of %d bytes", d, p.Name, p.WorkspaceBytes)
+	}
+	l := h.lib
+	hh, xd, wd, cd, yd := C.uintptr_t(h.h), C.uintptr_t(e.xd), C.uintptr_t(e.wd), C.uintptr_t(e.cd), C.uintptr_t(e.yd)
+	xp, wp, yp, ws := C.uintptr_t(x), C.uintptr_t(w), C.uintptr_t(y), C.uintptr_t(workspace)
+	if l.vendor == AMD {
+		err = l.check("miopenConvolutionForwardImmediate",
+			C.mi_forward(hh, wd, wp, xd, xp, cd, yd, yp, ws, C.size_t(p.WorkspaceBytes), C.uint64_t(p.SolutionID)))
+	} else {
+		err = l.check("cudnnConvolutionForward",
+			C.cd_forward(hh, xd, xp, wd, wp, cd, C.int(p.Algo), ws, C.size_t(p.WorkspaceBytes), yd, yp))
+	}
+	if err != nil {
+		return fmt.Errorf("%v with %s: %w", d, p.Name, err)
+	}
+	return nil
+}
+
+// Search benchmarks the library's algorithms for d on real buffers (x and w
+// are read, y is overwritten, workspace holds wsBytes) and returns the
+// usable ones, fastest first; the fastest (not naive, where there is a
+// choice) becomes d's cached plan. It can take long and, on AMD, has been
+// seen to hang: run it in a child process under a deadline (see the
+// package comment), never on the engine's own GPU thread.
+func (h *Handle) Search(d ConvDesc, x, w, y, workspace uintptr, wsBytes int64) ([]Plan, error) {
+	if h.closed {
+		return nil, errClosed
+	}
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	d = d.norm()
+	var plans []Plan
+	_, err := h.make(d, func(e *entry) (Plan, error) {
+		var err error
+		if h.lib.vendor == AMD {
+			plans, err = h.searchMIOpen(d, e, x, w, y, workspace, wsBytes)
+		} else {
+			plans, err = h.searchCUDNN(d, e, x, w, y, workspace, wsBytes)
+		}
+		if err != nil {
+			return Plan{}, err
+		}
+		if len(plans) == 0 {
+			return Plan{}, fmt.Errorf("miopen: %v: search found no usable algorithm", d)
+		}
+		best := plans[0]
+		if h.lib.vendor == NVIDIA {
+			if err := h.lib.check("cudnnSetConvolutionMathType", C.cd_set_math(C.uintptr_t(e.cd), C.int(best.mathType))); err != nil {
+				return Plan{}, err
+			}
+		}
+		return best, nil
+	})
+	for i := range plans {
+		plans[i].Desc = d
+	}
+	return plans, err
+}
+
+func (h *Handle) searchCUDNN(d ConvDesc, e *entry, x, w, y, workspace uintptr, wsBytes int64) ([]Plan, error) {
+	l := h.lib
+	var perf [cdAlgoCount]C.cd_perf
+	var n C.int
+	if err := l.check("cudnnFindConvolutionForwardAlgorithmEx", C.cd_find(C.uintptr_t(h.h),
+		C.uintptr_t(e.xd), C.uintptr_t(x), C.uintptr_t(e.wd), C.uintptr_t(w), C.uintptr_t(e.cd),
+		C.uintptr_t(e.yd), C.uintptr_t(y), cdAlgoCount, &n, &perf[0], C.uintptr_t(workspace), C.size_t(wsBytes))); err != nil {
+		return nil, fmt.Errorf("%v: %w", d, err)
+	}
+	var plans []Plan
+	var skipped []string
+	for _, p := range perf[:n] {
+		if p.status != 0 {
+			continue
+		}
+		if pl, ok := h.tryCUDNN(d, e, int(p.algo), int(p.mathType), "search", &skipped); ok {
+			pl.TimeMs = float32(p.time)
+			plans = append(plans, pl)
+		}
+	}
+	return plans, nil
+}
+
+func (h *Handle) searchMIOpen(d ConvDesc, e *entry, x, w, y, workspace uintptr, wsBytes int64) ([]Plan, error) {
+	l := h.lib
+	cd := C.uintptr_t(e.cd)
+	if s := C.mi_set_find_mode(cd, miFindNormal); s > 0 {
+		return nil, l.check("miopenSetConvolutionFindMode", s)
+	}
+	var perf [16]C.mi_perf
+	var n C.int
+	err := l.check("miopenFindConvolutionForwardAlgorithm", C.mi_find(C.uintptr_t(h.h),
+		C.uintptr_t(e.xd), C.uintptr_t(x), C.uintptr_t(e.wd), C.uintptr_t(w), cd,
+		C.uintptr_t(e.yd), C.uintptr_t(y), C.int(len(perf)), &n, &perf[0], C.uintptr_t(workspace), C.size_t(wsBytes)))
+	C.mi_set_find_mode(cd, miFindFast)
+	if err != nil {
+		return nil, fmt.Errorf("%v: %w", d, err)
+	}
+	// Find recorded its measurements in the find-db; immediate mode now
+	// lists the solutions with measured times.
+	sols, err := h.solutions(d, e)
+	if err != nil {
+		return nil, err
+	}
+	var plans []Plan
+	var skipped []string
+	for _, s := range sols {
+		if p, ok := h.tryMIOpen(d, e, uint64(s.solution_id), int(s.algorithm), "search", &skipped); ok {
+			p.TimeMs = float32(s.time)
+			plans = append(plans, p)
+		}
+	}
+	return plans, nil
+}

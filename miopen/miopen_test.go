@@ -1,0 +1,118 @@
+package miopen
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestConvDescOutDims(t *testing.T) {
+	cases := []struct {
+		d          ConvDesc
+		do, ho, wo int
+	}{
+		{ConvDesc{N: 1, C: 4, D: 7, H: 60, W: 104, K: 4, KD: 3, KH: 3, KW: 3, Pad: [3]int{0, 1, 1}}, 5, 60, 104},
+		{ConvDesc{N: 1, C: 4, D: 7, H: 12, W: 10, K: 4, KD: 3, KH: 3, KW: 3, Stride: [3]int{2, 2, 2}, Pad: [3]int{1, 1, 1}}, 4, 6, 5},
+		{ConvDesc{N: 1, C: 4, D: 3, H: 7, W: 5, K: 4, KD: 1, KH: 1, KW: 1}, 3, 7, 5},
+		{ConvDesc{N: 1, C: 4, D: 9, H: 9, W: 9, K: 4, KD: 3, KH: 3, KW: 3, Dilation: [3]int{2, 2, 2}}, 5, 5, 5},
+	}
+	for _, c := range cases {
+		do, ho, wo := c.d.OutDims()
+		if do != c.do || ho != c.ho || wo != c.wo {
+			t.Errorf("%v: out %dx%dx%d, want %dx%dx%d", c.d, do, ho, wo, c.do, c.ho, c.wo)
+		}
+	}
+	d := ConvDesc{N: 2, C: 3, D: 4, H: 5, W: 6, K: 7, KD: 1, KH: 1, KW: 1}
+	if f := d.FLOPs(); f != 2*2*7*4*5*6*3 {
+		t.Errorf("FLOPs %v", f)
+	}
+}
+
+func TestConvDescValidate(t *testing.T) {
+	ok := ConvDesc{N: 1, C: 8, D: 5, H: 9, W: 11, K: 16, KD: 3, KH: 3, KW: 3, Pad: [3]int{1, 1, 1}, DType: BF16, Layout: NDHWC}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := []struct {
+		d    ConvDesc
+		want string
+	}{
+		{func() ConvDesc { d := ok; d.C = 0; return d }(), "sizes must be positive"},
+		{func() ConvDesc { d := ok; d.KH = 0; return d }(), "kernel sizes"},
+		{func() ConvDesc { d := ok; d.Stride[1] = -1; return d }(), "strides"},
+		{func() ConvDesc { d := ok; d.DType = 0; return d }(), "unsupported dtype"},
+		{func() ConvDesc { d := ok; d.Layout = 7; return d }(), "unsupported layout"},
+		{func() ConvDesc { d := ok; d.Pad = [3]int{}; d.D = 2; return d }(), "kernel larger than the padded input"},
+		{func() ConvDesc { d := ok; d.N, d.C, d.D, d.H, d.W = 1, 512, 64, 512, 512; return d }(), "split the convolution"},
+	}
+	for _, c := range bad {
+		err := c.d.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want it to mention %q", c.d, err, c.want)
+		}
+	}
+}
+
+// The strides describe the layouts: NDHWC keeps C innermost.
+func TestDims5(t *testing.T) {
+	dims, str := dims5(2, 3, 4, 5, 6, NCDHW)
+	if dims != [5]int32{2, 3, 4, 5, 6} || str != [5]int32{360, 120, 30, 6, 1} {
+		t.Errorf("NCDHW: %v %v", dims, str)
+	}
+	_, str = dims5(2, 3, 4, 5, 6, NDHWC)
+	if str != [5]int32{360, 1, 90, 18, 3} {
+		t.Errorf("NDHWC strides %v", str)
+	}
+}
+
+func TestSolverNames(t *testing.T) {
+	for id, want := range map[uint64]string{
+		SolverNaiveFwd: "ConvDirectNaiveConvFwd",
+		91:             "GemmFwdRest",
+		138:            "ConvHipImplicitGemm3DGroupFwdXdlops",
+		100000:         "solver#100000",
+	} {
+		if got := solverName(id); got != want {
+			t.Errorf("solver %d: %q, want %q", id, got, want)
+		}
+	}
+}
+
+func TestOpenMissingLibrary(t *testing.T) {
+	t.Setenv(EnvPath(NVIDIA), "/nonexistent/libcudnn.so.9")
+	openMu.Lock()
+	saved := opened[NVIDIA]
+	delete(opened, NVIDIA)
+	openMu.Unlock()
+	defer func() { openMu.Lock(); opened[NVIDIA] = saved; openMu.Unlock() }()
+	_, err := OpenVendor(NVIDIA)
+	if err == nil {
+		t.Fatal("opened a library that does not exist")
+	}
+	for _, want := range []string{"cuDNN 9 library not found", "tried /nonexistent/libcudnn.so.9"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func TestLayoutPermutation(t *testing.T) {
+	s := [5]int{2, 3, 4, 5, 6}
+	v := make([]float64, 2*3*4*5*6)
+	for i := range v {
+		v[i] = float64(i)
+	}
+	cl := toLayout(v, s, NDHWC)
+	// Element (n, c, d, h, w) sits at (((n·D+d)·H+h)·W+w)·C+c.
+	n, c, d, h, w := 1, 2, 3, 4, 5
+	logical := (((n*3+c)*4+d)*5+h)*6 + w
+	stored := (((n*4+d)*5+h)*6+w)*3 + c
+	if cl[stored] != v[logical] {
+		t.Errorf("NDHWC element at %d = %v, want %v", stored, cl[stored], v[logical])
+	}
+	back := fromLayout(cl, s, NDHWC)
+	for i := range v {
+		if back[i] != v[i] {
+			t.Fatalf("round trip differs at %d", i)
+		}
+	}
+}
