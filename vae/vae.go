@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"math/rand/v2"
+	"runtime"
 	"sort"
+	"sync"
 
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -178,35 +179,79 @@ func (p *randParams) get(name string, shape ...int) *tensor.Tensor {
 	}
 	h := fnv.New64a()
 	h.Write([]byte(name))
-	rng := rand.New(rand.NewPCG(p.seed, h.Sum64()))
-	vals := make([]float32, tensor.Numel(shape))
+	var lo, hi float32 // uniform in [lo, hi)
 	switch {
 	case hasSuffix(name, "norm1.weight", "norm2.weight", "group_norm.weight", "conv_norm_out.weight"):
-		for i := range vals {
-			vals[i] = 1
-		}
+		lo, hi = 1, 1
 	case hasSuffix(name, "norm1.bias", "norm2.bias", "group_norm.bias", "conv_norm_out.bias"):
 	default:
-		fanIn := 1
+		// A bias is bounded by its weight's fan-in in PyTorch, which is not
+		// known here; 1/√(channels) keeps the same scale.
+		fanIn := shape[0]
 		if len(shape) > 1 {
 			fanIn = tensor.Numel(shape[1:])
-		} else {
-			// A bias: PyTorch bounds it by the fan-in of its weight, which
-			// is not known here; 1/√(channels) keeps the same scale.
-			fanIn = shape[0]
 		}
-		bound := float32(1 / math.Sqrt(float64(fanIn)))
-		for i := range vals {
-			vals[i] = (2*rng.Float32() - 1) * bound
+		hi = float32(1 / math.Sqrt(float64(fanIn)))
+		lo = -hi
+	}
+	host := tensor.New(p.dt, shape...)
+	fillUniform(host, lo, hi, p.seed^h.Sum64())
+	t, err := tensor.Alloc(p.be, p.dt, shape...)
+	if err == nil && host.Numel() > 0 {
+		if err = p.be.Upload(t.Buffer(), 0, host.HostBytes()); err != nil {
+			tensor.Release(t)
 		}
 	}
-	t, err := upload(p.be, p.dt, vals, shape)
 	if err != nil {
 		p.err = fmt.Errorf("random weight %s: %w", name, err)
 		return placeholder(p.dt, shape)
 	}
 	p.loaded = append(p.loaded, t)
 	return t
+}
+
+// fillUniform fills a host f32/f16/bf16 tensor with uniform values in
+// [lo, hi), in parallel chunks each seeded from seed and its index.
+func fillUniform(t *tensor.Tensor, lo, hi float32, seed uint64) {
+	const chunk = 1 << 16
+	n := t.Numel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.NumCPU())
+	for c0 := 0; c0 < n; c0 += chunk {
+		c1 := min(c0+chunk, n)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			x := seed ^ uint64(c0)*0x9e3779b97f4a7c15
+			next := func() float32 { // splitmix64 → [0, 1)
+				x += 0x9e3779b97f4a7c15
+				z := x
+				z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+				z = (z ^ z>>27) * 0x94d049bb133111eb
+				z ^= z >> 31
+				return float32(z>>40) / (1 << 24)
+			}
+			switch t.DType() {
+			case tensor.F32:
+				v := t.Float32s()[c0:c1]
+				for i := range v {
+					v[i] = lo + (hi-lo)*next()
+				}
+			case tensor.F16:
+				v := t.Uint16s()[c0:c1]
+				for i := range v {
+					v[i] = tensor.F16FromF32(lo + (hi-lo)*next())
+				}
+			case tensor.BF16:
+				v := t.Uint16s()[c0:c1]
+				for i := range v {
+					v[i] = tensor.BF16FromF32(lo + (hi-lo)*next())
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func hasSuffix(s string, suffixes ...string) bool {
@@ -216,30 +261,6 @@ func hasSuffix(s string, suffixes ...string) bool {
 		}
 	}
 	return false
-}
-
-// upload allocates a tensor of dt on be and fills it with vals.
-func upload(be tensor.Backend, dt tensor.DType, vals []float32, shape []int) (*tensor.Tensor, error) {
-	host := tensor.New(dt, shape...)
-	switch dt {
-	case tensor.F32:
-		copy(host.Float32s(), vals)
-	case tensor.F16:
-		tensor.NarrowF16(host.Uint16s(), vals)
-	case tensor.BF16:
-		tensor.NarrowBF16(host.Uint16s(), vals)
-	}
-	t, err := tensor.Alloc(be, dt, shape...)
-	if err != nil {
-		return nil, err
-	}
-	if len(vals) > 0 {
-		if err := be.Upload(t.Buffer(), 0, host.HostBytes()); err != nil {
-			tensor.Release(t)
-			return nil, err
-		}
-	}
-	return t, nil
 }
 
 // paramNames lists the weight names a config uses, sorted (for tests and

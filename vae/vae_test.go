@@ -1,6 +1,7 @@
 package vae
 
 import (
+	"math"
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
@@ -80,5 +81,90 @@ func TestGoldenEncode(t *testing.T) {
 			c.Compare(t, "mean", mean)
 			c.Compare(t, "logvar", logvar)
 		})
+	}
+}
+
+// TestGoldenDecodeHalf runs the golden decodes in f16 and bf16 (weights
+// converted at load) against the f32 reference, within a loose bound.
+func TestGoldenDecodeHalf(t *testing.T) {
+	for _, c := range golden.Cases(t, "vae.decode") {
+		for _, tc := range []struct {
+			dt  tensor.DType
+			lim float64
+		}{{tensor.F16, 5e-3}, {tensor.BF16, 3e-2}} {
+			t.Run(c.Name+"/"+tc.dt.String(), func(t *testing.T) {
+				v := loadCase(t, c, cpu.New(), tc.dt)
+				out := decode(t, v, c.Tensor("z"), DefaultDecode())
+				c.CompareWith(t, "sample", out, golden.Limit{RelL2: tc.lim, HasRelL2: true})
+			})
+		}
+	}
+}
+
+func TestGoldenEncodeHalf(t *testing.T) {
+	for _, c := range golden.Cases(t, "vae.encode") {
+		if c.Name != "vae_encode_image" {
+			continue
+		}
+		for _, tc := range []struct {
+			dt  tensor.DType
+			lim float64
+		}{{tensor.F16, 5e-3}, {tensor.BF16, 3e-2}} {
+			t.Run(c.Name+"/"+tc.dt.String(), func(t *testing.T) {
+				v := loadCase(t, c, cpu.New(), tc.dt)
+				s := tensor.NewScope(v.Backend())
+				defer s.Close()
+				var mean *tensor.Tensor
+				if err := tensor.Catch(func() { mean, _ = v.Encode(s, c.Tensor("x")) }); err != nil {
+					t.Fatal(err)
+				}
+				c.CompareWith(t, "mean", mean, golden.Limit{RelL2: tc.lim, HasRelL2: true})
+			})
+		}
+	}
+}
+
+// TestRealConfig builds the released configuration with random weights and
+// runs a tiny decode and encode: shapes and finiteness only.
+func TestRealConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds 246M random parameters")
+	}
+	cfg := DefaultConfig()
+	v, err := RandomWeights(cfg, cpu.New(), tensor.BF16, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	var n int64
+	for _, w := range v.owned {
+		n += int64(w.Numel())
+	}
+	if n != 246478803 {
+		t.Errorf("%d parameters, want 246,478,803", n)
+	}
+	out := decode(t, v, randLatents(1, 1, 16, 2, 4, 4), DefaultDecode())
+	checkFinite(t, out, 1, 3, 5, 32, 32)
+
+	s := tensor.NewScope(v.Backend())
+	defer s.Close()
+	var mean, logvar *tensor.Tensor
+	x := randLatents(2, 1, 3, 1, 16, 16)
+	if err := tensor.Catch(func() { mean, logvar = v.Encode(s, x) }); err != nil {
+		t.Fatal(err)
+	}
+	checkFinite(t, mean, 1, 16, 1, 2, 2)
+	checkFinite(t, logvar, 1, 16, 1, 2, 2)
+}
+
+func checkFinite(t *testing.T, x *tensor.Tensor, shape ...int) {
+	t.Helper()
+	if !equalShape(x.Shape(), shape) {
+		t.Fatalf("shape %v, want %v", x.Shape(), shape)
+	}
+	for i, f := range tensor.Float32s(x) {
+		if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+			t.Fatalf("element %d is %v", i, f)
+		}
 	}
 }
