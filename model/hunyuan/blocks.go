@@ -227,12 +227,11 @@ func (b *refinerBlock) params(p params, cfg Config) {
 	b.NormOut.params(p, "norm_out.linear", 2*d, d)
 }
 
-// forward runs the block on x (B, L, inner); keyMask (B, L) or nil.
-func (b *refinerBlock) forward(s *tensor.Scope, x, temb *tensor.Tensor, heads int, keyMask *tensor.Tensor) *tensor.Tensor {
+// forward runs the block on x (B, L, inner) with the attention's mask in ap.
+func (b *refinerBlock) forward(s *tensor.Scope, x, temb *tensor.Tensor, heads int, ap tensor.AttnParams) *tensor.Tensor {
 	norm := b.Norm1.forward(s, x)
 	split := func(t *tensor.Tensor) *tensor.Tensor { return t.Reshape(t.Dim(0), t.Dim(1), heads, -1) }
-	o := s.Attention(split(b.ToQ.forward(s, norm)), split(b.ToK.forward(s, norm)), split(b.ToV.forward(s, norm)),
-		tensor.AttnParams{KeyMask: keyMask})
+	o := s.Attention(split(b.ToQ.forward(s, norm)), split(b.ToK.forward(s, norm)), split(b.ToV.forward(s, norm)), ap)
 	attn := b.ToOut0.forward(s, o.Reshape(o.Dim(0), o.Dim(1), -1))
 
 	g := adaChunks(s, &b.NormOut, temb, 2) // gate_msa, gate_mlp

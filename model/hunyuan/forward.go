@@ -47,7 +47,7 @@ func (m *Model) Forward(s *tensor.Scope, in *Inputs) *tensor.Tensor {
 	pt, ph, pw := t/cfg.PatchSizeT, h/cfg.PatchSize, w/cfg.PatchSize
 	originalContextLength := pt * ph * pw
 
-	img, grids := m.processInputHiddenStates(cs, in)
+	img, rope := m.processInputHiddenStates(cs, in)
 
 	temb := m.timeTextEmbed.forward(cs, in.Timestep, in.Guidance, cs.Cast(cs.To(in.PooledProjections), dt))
 
@@ -59,11 +59,11 @@ func (m *Model) Forward(s *tensor.Scope, in *Inputs) *tensor.Tensor {
 	if lt < ehs.Dim(1) {
 		ehs = cs.Slice(ehs, 1, 0, lt)
 	}
-	var txtMask *tensor.Tensor
+	var refinerAttn tensor.AttnParams
 	if b > 1 {
-		txtMask = cs.To(keyMask(valid, 0, lt))
+		refinerAttn.KeyMask = cs.To(keyMask(valid, 0, lt))
 	}
-	txt := m.contextEmbedder.forward(cs, ehs, in.Timestep, valid, txtMask, cfg.NumAttentionHeads)
+	txt := m.contextEmbedder.forward(cs, ehs, in.Timestep, valid, refinerAttn, cfg.NumAttentionHeads)
 
 	// The image context goes before the text, so the valid tokens stay a
 	// prefix of the joint sequence.
@@ -76,11 +76,8 @@ func (m *Model) Forward(s *tensor.Scope, in *Inputs) *tensor.Tensor {
 	if b > 1 {
 		j.keyMask = cs.To(keyMask(valid, img.Dim(1)+txt.Dim(1)-lt, lt))
 	}
-	for _, g := range grids {
-		c, sn := ropeTables(txt.Dim(1), g...)
-		j.cos = append(j.cos, cs.To(c))
-		j.sin = append(j.sin, cs.To(sn))
-	}
+	rope.nText = txt.Dim(1)
+	j.cos, j.sin = m.ropeTables(rope)
 
 	img = m.runBlocks(cs, img, txt, temb, j)
 
@@ -101,9 +98,9 @@ func (m *Model) Forward(s *tensor.Scope, in *Inputs) *tensor.Tensor {
 }
 
 // processInputHiddenStates embeds the noisy latents and the history into
-// the image stream [4x | 2x | clean | noisy] and returns, per batch element
-// (or once when the indices are shared), the RoPE grids in the same order.
-func (m *Model) processInputHiddenStates(s *tensor.Scope, in *Inputs) (*tensor.Tensor, [][]*ropeGrid) {
+// the image stream [4x | 2x | clean | noisy] and describes its RoPE grids in
+// the same order, per batch element or once when the indices are shared.
+func (m *Model) processInputHiddenStates(s *tensor.Scope, in *Inputs) (*tensor.Tensor, ropeSpec) {
 	dt := m.dt
 	x := s.Cast(s.To(in.HiddenStates), dt)
 	b, t, h, w := x.Dim(0), x.Dim(2), x.Dim(3), x.Dim(4)
@@ -150,23 +147,45 @@ func (m *Model) processInputHiddenStates(s *tensor.Scope, in *Inputs) (*tensor.T
 	if !shared {
 		rows = b
 	}
-	grids := make([][]*ropeGrid, rows)
-	for r := range grids {
-		grids[r] = make([]*ropeGrid, len(streams))
+	spec := ropeSpec{h: ph, w: pw, rows: make([][]ropeStream, rows)}
+	for r := range spec.rows {
+		spec.rows[r] = make([]ropeStream, len(streams))
 		for i, st := range streams {
 			n := st.latents.Dim(2)
 			idx := st.indices
 			if len(idx) != n {
 				idx = idx[r*n : (r+1)*n]
 			}
-			g := newRopeGrid(m.cfg, idx, ph, pw)
-			if st.pool > 1 {
-				g = g.pooled(st.pool)
-			}
-			grids[r][len(streams)-1-i] = g
+			spec.rows[r][len(streams)-1-i] = ropeStream{frames: idx, pool: st.pool}
 		}
 	}
-	return img, grids
+	return img, spec
+}
+
+// ropeTables returns the RoPE tables of the joint sequence on the backend,
+// reusing the last call's when the grids are the same (every step of a
+// section).
+func (m *Model) ropeTables(spec ropeSpec) (cos, sin []*tensor.Tensor) {
+	key := spec.key()
+	if m.rope.key != key {
+		m.state.Free(m.rope.cos...)
+		m.state.Free(m.rope.sin...)
+		m.rope.cos, m.rope.sin = nil, nil
+		for _, row := range spec.rows {
+			grids := make([]*ropeGrid, len(row))
+			for i, st := range row {
+				grids[i] = newRopeGrid(m.cfg, st.frames, spec.h, spec.w)
+				if st.pool > 1 {
+					grids[i] = grids[i].pooled(st.pool)
+				}
+			}
+			c, s := joinRopeGrids(spec.nText, grids...)
+			m.rope.cos = append(m.rope.cos, m.state.To(c))
+			m.rope.sin = append(m.rope.sin, m.state.To(s))
+		}
+		m.rope.key = key
+	}
+	return m.rope.cos, m.rope.sin
 }
 
 // runBlocks runs the double and single blocks on the image stream, or, when

@@ -203,3 +203,44 @@ func TestGoldenHostBlocks(t *testing.T) {
 	}
 	c.Compare(t, "output", forward(t, m, caseInputs(c)))
 }
+
+// TestRefinerCropExact runs the token refiner as the reference does, over
+// the whole padded text with its mask M[i,j] = valid_i ∧ valid_j (key 0
+// always visible), and as Forward does, over the valid tokens alone: the
+// valid tokens must come out the same.
+func TestRefinerCropExact(t *testing.T) {
+	c := golden.Cases(t, "transformer")[0]
+	m := loadModel(t, c.ModelDir, Options{})
+	in := caseInputs(c)
+	s := tensor.NewScope(m.Backend())
+	defer s.Close()
+	x := in.EncoderHiddenStates
+	l := x.Dim(1)
+	n := validTokens(in)[0]
+	if n == l {
+		t.Fatal("the case has no text padding")
+	}
+	mask := make([]float32, l*l)
+	for i := 0; i < l; i++ {
+		for j := 0; j < l; j++ {
+			if !(i < n && j < n) && j != 0 {
+				mask[i*l+j] = float32(math.Inf(-1))
+			}
+		}
+	}
+	heads := m.cfg.NumAttentionHeads
+	var full, crop []float32
+	err := tensor.Catch(func() {
+		f := m.contextEmbedder.forward(s, x, in.Timestep, []int{n}, tensor.AttnParams{Mask: tensor.FromFloat32(mask, 1, l, l)}, heads)
+		full = tensor.Float32s(s.Slice(f, 1, 0, n))
+		crop = tensor.Float32s(m.contextEmbedder.forward(s, s.Slice(x, 1, 0, n), in.Timestep, []int{n}, tensor.AttnParams{}, heads))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := relL2(crop, full); r > 1e-6 {
+		t.Errorf("refiner on valid tokens vs masked: rel_l2 %.3g", r)
+	} else {
+		t.Logf("refiner on valid tokens vs masked: rel_l2 %.3g", r)
+	}
+}

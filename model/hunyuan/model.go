@@ -42,8 +42,12 @@ type Model struct {
 	normOut         linear        // norm_out.linear
 	projOut         linear        // f32
 
-	tc    teaCache
-	state *tensor.Scope // owns the TeaCache tensors kept between calls
+	tc   teaCache
+	rope struct { // the last call's RoPE tables
+		key      string
+		cos, sin []*tensor.Tensor
+	}
+	state *tensor.Scope // owns what is kept between calls (TeaCache, RoPE)
 }
 
 // Config is the model's configuration.
@@ -213,6 +217,7 @@ func (m *Model) Close() {
 		*p.t = nil
 	}
 	m.tc = teaCache{}
+	m.rope.key, m.rope.cos, m.rope.sin = "", nil, nil
 	if m.state != nil {
 		m.state.Close()
 		m.state = nil

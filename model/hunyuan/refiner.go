@@ -26,9 +26,9 @@ func (r *tokenRefiner) params(p params, cfg Config) {
 	}
 }
 
-// forward refines x (B, L, text_embed_dim), which holds only each element's
-// valid tokens (the first n[b]) and, for B > 1, padding after them that
-// keyMask (B, L) hides.
+// forward refines x (B, L, text_embed_dim), whose first n[b] tokens are
+// valid; ap masks the attention. Forward passes only the valid tokens, and
+// for B > 1 padding after the shorter texts hidden by a key mask.
 //
 // The reference runs the refiner over the whole padded text with the mask
 // M[i,j] = valid_i ∧ valid_j (plus key 0 always visible). A valid query
@@ -36,7 +36,7 @@ func (r *tokenRefiner) params(p params, cfg Config) {
 // the padding is cut off (batch 1) or hidden by a key mask (B > 1); padded
 // tokens differ, but nothing reads them: the blocks hide them as keys and
 // the output keeps image tokens only.
-func (r *tokenRefiner) forward(s *tensor.Scope, x *tensor.Tensor, timestep []float32, n []int, keyMask *tensor.Tensor, heads int) *tensor.Tensor {
+func (r *tokenRefiner) forward(s *tensor.Scope, x *tensor.Tensor, timestep []float32, n []int, ap tensor.AttnParams, heads int) *tensor.Tensor {
 	// Masked mean of the raw features, in float32 as the reference, then
 	// back to the compute dtype: (Σ_i mask_i·x_i) / Σ_i mask_i.
 	b, l := x.Dim(0), x.Dim(1)
@@ -55,7 +55,7 @@ func (r *tokenRefiner) forward(s *tensor.Scope, x *tensor.Tensor, timestep []flo
 	temb := r.TimeTextEmbed.forward(s, timestep, pooled)
 	h := r.ProjIn.forward(s, x)
 	for i := range r.Blocks {
-		h = r.Blocks[i].forward(s, h, temb, heads, keyMask)
+		h = r.Blocks[i].forward(s, h, temb, heads, ap)
 	}
 	return h
 }

@@ -1,7 +1,9 @@
 package hunyuan
 
 import (
+	"fmt"
 	"math"
+	"strings"
 
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -27,35 +29,51 @@ func ropeFreqs(theta float64, dim int) []float32 {
 
 // newRopeGrid computes the tables of the grid (frames[i], y, x) for y < h,
 // x < w (FramePack's HunyuanVideoRotaryPosEmbed.forward_inner). Angles are
-// float32 products, as torch.outer in float32.
+// float32 products, as torch.outer in float32. Each axis depends on one
+// coordinate, so its cos and sin are computed once per coordinate value and
+// the rows are assembled from them.
 func newRopeGrid(cfg Config, frames []int64, h, w int) *ropeGrid {
 	d := cfg.AttentionHeadDim
 	g := &ropeGrid{t: len(frames), h: h, w: w, d: d}
-	n := g.t * h * w
-	g.cos = make([]float32, n*d)
-	g.sin = make([]float32, n*d)
-	var axes [3][]float32
-	for a := range axes {
-		axes[a] = ropeFreqs(cfg.RopeTheta, cfg.RopeAxesDim[a])
+	pos := [3][]float32{make([]float32, len(frames)), make([]float32, h), make([]float32, w)}
+	for i, f := range frames {
+		pos[0][i] = float32(f)
 	}
-	i := 0
-	for _, ft := range frames {
+	for i := range pos[1] {
+		pos[1][i] = float32(i)
+	}
+	for i := range pos[2] {
+		pos[2][i] = float32(i)
+	}
+	// axis[a] holds, per coordinate value, that axis's channels of cos and sin.
+	var axCos, axSin [3][]float32
+	for a := range pos {
+		dim := cfg.RopeAxesDim[a]
+		fs := ropeFreqs(cfg.RopeTheta, dim)
+		axCos[a] = make([]float32, len(pos[a])*dim)
+		axSin[a] = make([]float32, len(pos[a])*dim)
+		for i, p := range pos[a] {
+			for k, f := range fs {
+				ang := float64(p * f)
+				c, s := float32(math.Cos(ang)), float32(math.Sin(ang))
+				axCos[a][i*dim+2*k], axCos[a][i*dim+2*k+1] = c, c
+				axSin[a][i*dim+2*k], axSin[a][i*dim+2*k+1] = s, s
+			}
+		}
+	}
+	n := g.t * h * w
+	g.cos = make([]float32, 0, n*d)
+	g.sin = make([]float32, 0, n*d)
+	dt, dy, dx := cfg.RopeAxesDim[0], cfg.RopeAxesDim[1], cfg.RopeAxesDim[2]
+	for t := 0; t < g.t; t++ {
 		for y := 0; y < h; y++ {
 			for x := 0; x < w; x++ {
-				pos := [3]float32{float32(ft), float32(y), float32(x)}
-				c := g.cos[i*d : (i+1)*d]
-				s := g.sin[i*d : (i+1)*d]
-				ch := 0
-				for a, fs := range axes {
-					for _, f := range fs {
-						ang := float64(pos[a] * f)
-						cv, sv := float32(math.Cos(ang)), float32(math.Sin(ang))
-						c[ch], c[ch+1] = cv, cv
-						s[ch], s[ch+1] = sv, sv
-						ch += 2
-					}
-				}
-				i++
+				g.cos = append(g.cos, axCos[0][t*dt:(t+1)*dt]...)
+				g.cos = append(g.cos, axCos[1][y*dy:(y+1)*dy]...)
+				g.cos = append(g.cos, axCos[2][x*dx:(x+1)*dx]...)
+				g.sin = append(g.sin, axSin[0][t*dt:(t+1)*dt]...)
+				g.sin = append(g.sin, axSin[1][y*dy:(y+1)*dy]...)
+				g.sin = append(g.sin, axSin[2][x*dx:(x+1)*dx]...)
 			}
 		}
 	}
@@ -105,11 +123,11 @@ func (g *ropeGrid) pooled(k int) *ropeGrid {
 // tokens is the number of grid positions.
 func (g *ropeGrid) tokens() int { return g.t * g.h * g.w }
 
-// ropeTables joins grids in sequence order and appends nText identity rows
+// joinRopeGrids joins grids in sequence order and appends nText identity rows
 // (cos 1, sin 0) for the text tokens, which the reference leaves unrotated:
 // rotating by the identity is exact, so one table serves the joint sequence.
 // It returns host (L, head_dim) f32 tensors.
-func ropeTables(nText int, grids ...*ropeGrid) (cos, sin *tensor.Tensor) {
+func joinRopeGrids(nText int, grids ...*ropeGrid) (cos, sin *tensor.Tensor) {
 	d := grids[0].d
 	n := nText
 	for _, g := range grids {
@@ -126,4 +144,31 @@ func ropeTables(nText int, grids ...*ropeGrid) (cos, sin *tensor.Tensor) {
 		s = append(s, 0)
 	}
 	return tensor.FromFloat32(c, n, d), tensor.FromFloat32(s, n, d)
+}
+
+// ropeStream is one image stream's RoPE input: its frame indices, and the
+// pooling of its tokens (1, 2 or 4).
+type ropeStream struct {
+	frames []int64
+	pool   int
+}
+
+// ropeSpec is everything the joint RoPE tables depend on: the noisy grid's
+// post-patch size, the streams of each batch row (one row when shared) and
+// the number of unrotated text tokens.
+type ropeSpec struct {
+	h, w, nText int
+	rows        [][]ropeStream
+}
+
+func (r ropeSpec) key() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %d %d", r.h, r.w, r.nText)
+	for _, row := range r.rows {
+		b.WriteString(";")
+		for _, st := range row {
+			fmt.Fprintf(&b, " %d:%v", st.pool, st.frames)
+		}
+	}
+	return b.String()
 }
