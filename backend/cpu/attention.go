@@ -10,10 +10,11 @@ import (
 // attnBlockFloats bounds the score block (query rows × keys) in floats.
 const attnBlockFloats = 1 << 20
 
-// Attention works a block of query rows of one head at a time: the block's
-// scores against every visible key come from one GEMM, each row is masked
-// and softmaxed in parallel, and a second GEMM writes the block's output.
-// A query row that sees no key at all gets zeros.
+// Attention works on blocks of query rows of one head, in parallel: a
+// block's scores against every key it may see come from one GEMM, each row
+// is masked and softmaxed, and a second GEMM writes the block's output. Only
+// a block of scores per worker exists at a time. A query row that sees no
+// key at all gets zeros.
 func (be *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) error {
 	dt := dst.DType()
 	if !isCompute(dt) || q.DType() != dt || k.DType() != dt || v.DType() != dt {
@@ -89,46 +90,46 @@ func (be *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) e
 		}
 		return n
 	}
-	bq := max(1, min(Lq, 256, attnBlockFloats/Lk))
-	scores := make([]float32, bq*Lk)
+	bq := max(1, min(Lq, 128, attnBlockFloats/Lk))
+	nb := (Lq + bq - 1) / bq
 	group := Hq / Hkv
 	qld, kld := Hq*D, Hkv*D
-	for b := 0; b < B; b++ {
-		for h := 0; h < Hq; h++ {
-			hk := h / group
-			qh := qf[(b*Lq*Hq+h)*D:]
-			kh := kf[(b*Lk*Hkv+hk)*D:]
-			vh := vf[(b*Lk*Hkv+hk)*D:]
-			oh := out[(b*Lq*Hq+h)*D:]
-			for i0 := 0; i0 < Lq; i0 += bq {
-				n := min(bq, Lq-i0)
-				lk := visible(i0 + n - 1) // keys any row of the block sees
-				if lk <= 0 {
-					for r := 0; r < n; r++ {
-						clear(oh[(i0+r)*qld : (i0+r)*qld+D])
-					}
-					continue
-				}
-				s := scores[:n*lk]
-				be.gemm(false, true, n, lk, D, scale, qh[i0*qld:], qld, kh, kld, 0, s, lk)
-				be.parallel(n, max(1, 4096/lk), func(lo, hi int) {
-					for r := lo; r < hi; r++ {
-						i := i0 + r
-						row := s[r*lk : (r+1)*lk]
-						var km, am []float32
-						if keyMask != nil {
-							km = keyMask[b*Lk : b*Lk+lk]
-						}
-						if mask != nil {
-							am = mask[b*maskBatch+i*Lk : b*maskBatch+i*Lk+lk]
-						}
-						maskedSoftmax(row, visible(i), km, am)
-					}
-				})
-				be.gemm(false, false, n, D, lk, 1, s, lk, vh, kld, 0, oh[i0*qld:], qld)
-			}
+	scratch := make([][]float32, be.threads)
+	// One task is one block of query rows of one head: a GEMM for its
+	// scores, the masked softmax of each row, a GEMM for its output.
+	be.tasks(B*Hq*nb, func(worker, task int) {
+		if scratch[worker] == nil {
+			scratch[worker] = make([]float32, bq*Lk)
 		}
-	}
+		b, h, i0 := task/(Hq*nb), (task/nb)%Hq, (task%nb)*bq
+		hk := h / group
+		qh := qf[(b*Lq*Hq+h)*D:]
+		kh := kf[(b*Lk*Hkv+hk)*D:]
+		vh := vf[(b*Lk*Hkv+hk)*D:]
+		oh := out[(b*Lq*Hq+h)*D:]
+		n := min(bq, Lq-i0)
+		lk := visible(i0 + n - 1) // keys any row of the block sees
+		if lk <= 0 {
+			for r := 0; r < n; r++ {
+				clear(oh[(i0+r)*qld : (i0+r)*qld+D])
+			}
+			return
+		}
+		s := scratch[worker][:n*lk]
+		be.gemmSerial(false, true, n, lk, D, scale, qh[i0*qld:], qld, kh, kld, 0, s, lk)
+		for r := 0; r < n; r++ {
+			i := i0 + r
+			var km, am []float32
+			if keyMask != nil {
+				km = keyMask[b*Lk : b*Lk+lk]
+			}
+			if mask != nil {
+				am = mask[b*maskBatch+i*Lk : b*maskBatch+i*Lk+lk]
+			}
+			maskedSoftmax(s[r*lk:(r+1)*lk], visible(i), km, am)
+		}
+		be.gemmSerial(false, false, n, D, lk, 1, s, lk, vh, kld, 0, oh[i0*qld:], qld)
+	})
 	commit()
 	return nil
 }
@@ -165,7 +166,7 @@ func maskedSoftmax(row []float32, n int, keyMask, add []float32) {
 	}
 	var s float64
 	for j, v := range row {
-		e := math.Exp(float64(v - m))
+		e := expf(v - m)
 		row[j] = float32(e)
 		s += e
 	}

@@ -49,7 +49,7 @@ func NewWithOptions(o Options) (*Backend, error) {
 	if n <= 0 {
 		n = runtime.NumCPU()
 	}
-	bl, err := chooseBLAS(o.BLAS, n)
+	bl, err := chooseBLAS(o.BLAS)
 	if err != nil {
 		return nil, err
 	}
@@ -256,6 +256,23 @@ func (be *Backend) parallel(n, grain int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
+	var wg sync.WaitGroup
+	for p := 0; p < parts; p++ {
+		lo, hi := n*p/parts, n*(p+1)/parts
+		if lo == hi {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// parallelParts splits [0, n) into exactly parts ranges run concurrently.
+func (be *Backend) parallelParts(n, parts int, fn func(lo, hi int)) {
 	var wg sync.WaitGroup
 	for p := 0; p < parts; p++ {
 		lo, hi := n*p/parts, n*(p+1)/parts

@@ -164,3 +164,61 @@ func BenchmarkBinaryBias(b *testing.B) {
 		}
 	}
 }
+
+// TestBLASConcurrent: the libraries are called from many goroutines at once
+// (attention's workers, split GEMMs); every result must still be right.
+func TestBLASConcurrent(t *testing.T) {
+	for name, be := range blasBackends(t) {
+		const workers = 8
+		errs := make(chan string, workers)
+		for w := 0; w < workers; w++ {
+			go func() {
+				r := rng(uint64(70 + w))
+				m, n, k := 40+w, 50+3*w, 60+5*w
+				a, b := randVals(r, tensor.F32, m*k, -1, 1), randVals(r, tensor.F32, k*n, -1, 1)
+				want, scale := matRef(a, b, m, n, k, false, false, 1)
+				c := make([]float32, m*n)
+				for rep := 0; rep < 20; rep++ {
+					be.gemmSerial(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
+					for i := range c {
+						if d := float64(c[i]) - want[i]; d > 1e-5*scale[i] || -d > 1e-5*scale[i] {
+							errs <- fmt.Sprintf("%s: worker %d rep %d [%d] = %v, want %v", name, w, rep, i, c[i], want[i])
+							return
+						}
+					}
+				}
+				errs <- ""
+			}()
+		}
+		for w := 0; w < workers; w++ {
+			if e := <-errs; e != "" {
+				t.Error(e)
+			}
+		}
+	}
+}
+
+// TestGEMMSplit: large products split into bands (rows or columns, either
+// transposition) equal the reference.
+func TestGEMMSplit(t *testing.T) {
+	r := rng(80)
+	for name, be := range blasBackends(t) {
+		for _, sz := range [][3]int{{300, 40, 70}, {20, 500, 60}, {129, 131, 133}} {
+			m, n, k := sz[0], sz[1], sz[2]
+			for _, tr := range [][2]bool{{false, false}, {true, true}, {true, false}, {false, true}} {
+				a, b := randVals(r, tensor.F32, m*k, -1, 1), randVals(r, tensor.F32, k*n, -1, 1)
+				lda, ldb := k, n
+				if tr[0] {
+					lda = m
+				}
+				if tr[1] {
+					ldb = k
+				}
+				c := make([]float32, m*n)
+				be.gemm(tr[0], tr[1], m, n, k, 1, a, lda, b, ldb, 0, c, n)
+				want, scale := matRef(a, b, m, n, k, tr[0], tr[1], 1)
+				compare(t, fmt.Sprint(name, " split gemm ", sz, tr), c, want, within(tensor.F32, scale))
+			}
+		}
+	}
+}

@@ -12,14 +12,18 @@ import (
 )
 
 // blasImpl is a single-precision row-major GEMM:
-// c = alpha·op(a)·op(b) + beta·c with op(a) m×k and op(b) k×n.
+// c = alpha·op(a)·op(b) + beta·c with op(a) m×k and op(b) k×n. It is safe
+// for concurrent use.
 type blasImpl interface {
 	name() string
+	// threaded reports whether one call already uses every core; if not,
+	// the backend splits large GEMMs over its goroutines.
+	threaded() bool
 	sgemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
 }
 
 // chooseBLAS picks the GEMM library: want is "", "openblas" or "gonum".
-func chooseBLAS(want string, threads int) (blasImpl, error) {
+func chooseBLAS(want string) (blasImpl, error) {
 	if want == "" {
 		want = strings.ToLower(os.Getenv("FRAMEPACK_BLAS"))
 	}
@@ -27,12 +31,12 @@ func chooseBLAS(want string, threads int) (blasImpl, error) {
 	case "gonum":
 		return gonumBLAS{}, nil
 	case "", "auto":
-		if ob, err := loadOpenBLAS(threads); err == nil {
+		if ob, err := loadOpenBLAS(); err == nil {
 			return ob, nil
 		}
 		return gonumBLAS{}, nil
 	case "openblas":
-		ob, err := loadOpenBLAS(threads)
+		ob, err := loadOpenBLAS()
 		if err != nil {
 			return nil, err
 		}
@@ -44,6 +48,9 @@ func chooseBLAS(want string, threads int) (blasImpl, error) {
 type gonumBLAS struct{}
 
 func (gonumBLAS) name() string { return "gonum" }
+
+// gonum parallelises large products itself, with goroutines.
+func (gonumBLAS) threaded() bool { return true }
 
 func (gonumBLAS) sgemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	gonum.Implementation{}.Sgemm(trans(tA), trans(tB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
@@ -57,9 +64,11 @@ func trans(t bool) blas.Transpose {
 }
 
 // openBLAS calls cblas_sgemm of a libopenblas found at run time (no cgo).
+// Its own threads are turned off (they spin after each call and fight the
+// Go scheduler); the backend runs single-threaded GEMMs on its goroutines,
+// concurrently, which OpenBLAS's threaded builds allow.
 type openBLAS struct {
 	desc string
-	mu   sync.Mutex // one GEMM at a time: OpenBLAS runs its own threads
 	f32  func(order, ta, tb, m, n, k int32, alpha float32, a *float32, lda int32, b *float32, ldb int32, beta float32, c *float32, ldc int32)
 	f64  func(order, ta, tb int32, m, n, k int64, alpha float32, a *float32, lda int64, b *float32, ldb int64, beta float32, c *float32, ldc int64)
 }
@@ -72,14 +81,10 @@ var (
 	openBLASErr  error
 )
 
-// loadOpenBLAS opens the library once per process and sets its thread count.
-func loadOpenBLAS(threads int) (*openBLAS, error) {
+// loadOpenBLAS opens the library once per process.
+func loadOpenBLAS() (*openBLAS, error) {
 	openBLASOnce.Do(func() { openBLASLib, openBLASErr = openOpenBLAS() })
-	if openBLASErr != nil {
-		return nil, openBLASErr
-	}
-	openBLASLib.setThreads(threads)
-	return openBLASLib, nil
+	return openBLASLib, openBLASErr
 }
 
 func openOpenBLAS() (ob *openBLAS, err error) {
@@ -120,23 +125,18 @@ func openOpenBLAS() (ob *openBLAS, err error) {
 	} else {
 		purego.RegisterLibFunc(&ob.f32, lib, "cblas_sgemm")
 	}
-	if _, e := purego.Dlsym(lib, "openblas_set_num_threads"); e == nil {
-		purego.RegisterLibFunc(&setThreadsFn, lib, "openblas_set_num_threads")
+	if _, e := purego.Dlsym(lib, "openblas_set_num_threads"); e != nil {
+		return nil, fmt.Errorf("cpu: %s has no openblas_set_num_threads: %v", path, e)
 	}
+	var setThreads func(n int32)
+	purego.RegisterLibFunc(&setThreads, lib, "openblas_set_num_threads")
+	setThreads(1)
 	return ob, nil
 }
 
-var setThreadsFn func(n int32)
-
-func (o *openBLAS) setThreads(n int) {
-	if setThreadsFn != nil {
-		o.mu.Lock()
-		setThreadsFn(int32(n))
-		o.mu.Unlock()
-	}
-}
-
 func (o *openBLAS) name() string { return o.desc }
+
+func (o *openBLAS) threaded() bool { return false }
 
 const (
 	cblasRowMajor = 101
@@ -159,8 +159,6 @@ func (o *openBLAS) sgemm(tA, tB bool, m, n, k int, alpha float32, a []float32, l
 	if k > 0 { // a and b are empty when k is 0; c is still scaled by beta
 		pa, pb = &a[0], &b[0]
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	if o.f64 != nil {
 		o.f64(cblasRowMajor, ta, tb, int64(m), int64(n), int64(k), alpha, pa, int64(lda), pb, int64(ldb), beta, &c[0], int64(ldc))
 	} else {
@@ -168,9 +166,46 @@ func (o *openBLAS) sgemm(tA, tB bool, m, n, k int, alpha float32, a []float32, l
 	}
 }
 
-// gemm checks the operands' extents (a foreign library must never read or
-// write outside a slice) and runs the backend's BLAS.
+// gemmGrain is the work (multiply-adds) below which a GEMM is not split.
+const gemmGrain = 1 << 18
+
+// gemm runs a GEMM on every core: through the library when it is threaded
+// itself, otherwise split into row (or column) bands, one per goroutine.
 func (be *Backend) gemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	parts := min(be.threads, m*n*k/gemmGrain)
+	if be.blas.threaded() || parts <= 1 {
+		be.gemmSerial(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	if m >= n || m >= 64*parts { // bands of rows of c
+		parts = min(parts, m)
+		be.parallelParts(m, parts, func(i0, i1 int) {
+			var as []float32
+			if tA {
+				as = a[i0:]
+			} else {
+				as = a[i0*lda:]
+			}
+			be.gemmSerial(tA, tB, i1-i0, n, k, alpha, as, lda, b, ldb, beta, c[i0*ldc:], ldc)
+		})
+		return
+	}
+	parts = min(parts, n)
+	be.parallelParts(n, parts, func(j0, j1 int) { // bands of columns of c
+		var bs []float32
+		if tB {
+			bs = b[j0*ldb:]
+		} else {
+			bs = b[j0:]
+		}
+		be.gemmSerial(tA, tB, m, j1-j0, k, alpha, a, lda, bs, ldb, beta, c[j0:], ldc)
+	})
+}
+
+// gemmSerial checks the operands' extents (a foreign library must never
+// read or write outside a slice) and runs one library call on the calling
+// goroutine; it is what parallel kernels call from their workers.
+func (be *Backend) gemmSerial(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -190,7 +225,7 @@ func (be *Backend) gemm(tA, tB bool, m, n, k int, alpha float32, a []float32, ld
 	need("a", a, ar, ac, max(lda, 1))
 	need("b", b, br, bc, max(ldb, 1))
 	need("c", c, m, n, ldc)
-	if k == 0 { // both libraries scale c by beta; keep it explicit and cheap
+	if k == 0 { // c = beta·c, without asking a library about empty operands
 		for i := 0; i < m; i++ {
 			row := c[i*ldc : i*ldc+n]
 			for j := range row {

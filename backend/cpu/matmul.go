@@ -237,14 +237,22 @@ func (be *Backend) im2col(col, x []float32, g *convGeom, p0, n int) {
 					clear(dst)
 				} else {
 					src := xc[ti*inHW+hin*g.in[2] : ti*inHW+(hin+1)*g.in[2]]
-					wi := ow*g.st[2] - g.pad[2] + kw
-					for j := range dst {
-						if wi >= 0 && wi < g.in[2] {
+					// Output j reads wi = w0 + j·stride; only [jlo, jhi) lands
+					// inside the row, the rest is padding.
+					w0, sw := ow*g.st[2]-g.pad[2]+kw, g.st[2]
+					jlo := 0
+					if w0 < 0 {
+						jlo = min(seg, (-w0+sw-1)/sw)
+					}
+					jhi := max(jlo, min(seg, (g.in[2]-w0+sw-1)/sw))
+					clear(dst[:jlo])
+					clear(dst[jhi:])
+					if sw == 1 {
+						copy(dst[jlo:jhi], src[w0+jlo:])
+					} else {
+						for j, wi := jlo, w0+jlo*sw; j < jhi; j, wi = j+1, wi+sw {
 							dst[j] = src[wi]
-						} else {
-							dst[j] = 0
 						}
-						wi += g.st[2]
 					}
 				}
 				i += seg

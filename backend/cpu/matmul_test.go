@@ -176,6 +176,8 @@ func TestConv3d(t *testing.T) {
 		{[]int{1, 1, 1, 1, 1}, []int{1, 1, 1, 1, 1}, [3]int{1, 1, 1}, [3]int{0, 0, 0}, true},
 		{[]int{1, 2, 2, 3, 3}, []int{3, 2, 2, 3, 3}, [3]int{3, 3, 3}, [3]int{1, 1, 1}, false},
 		{[]int{1, 16, 3, 9, 10}, []int{8, 16, 3, 3, 3}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, true},
+		{[]int{1, 2, 2, 2, 2}, []int{3, 2, 1, 3, 3}, [3]int{1, 2, 2}, [3]int{1, 2, 2}, true}, // padding wider than the input
+		{[]int{1, 3, 1, 5, 9}, []int{2, 3, 1, 2, 4}, [3]int{1, 3, 3}, [3]int{0, 3, 3}, false},
 	}
 	for _, c := range cases {
 		for _, dt := range floatTypes {

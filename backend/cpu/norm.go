@@ -258,7 +258,7 @@ func softmaxRow(y, x []float32) {
 	}
 	var s float64
 	for j, v := range x {
-		e := math.Exp(float64(v - m))
+		e := expf(v - m)
 		y[j] = float32(e)
 		s += e
 	}
