@@ -1,0 +1,38 @@
+package convchain
+
+import "github.com/framepack-go/framepack/tensor"
+
+// Backend is a tensor.Backend whose Conv3d goes through a Chain; every
+// other kernel is the inner backend's.
+type Backend struct {
+	tensor.Backend
+	chain *Chain
+}
+
+// Wrap routes be's Conv3d through c.
+func Wrap(be tensor.Backend, c *Chain) *Backend { return &Backend{Backend: be, chain: c} }
+
+// Conv3d runs the convolution through the chain.
+func (b *Backend) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	return b.chain.Conv3d(dst, x, w, bias, p)
+}
+
+// Chain is the chain convolutions go through.
+func (b *Backend) Chain() *Chain { return b.chain }
+
+// HostBacked forwards the inner backend's answer.
+func (b *Backend) HostBacked() bool {
+	hb, ok := b.Backend.(tensor.HostBacked)
+	return ok && hb.HostBacked()
+}
+
+// Trim forwards to the inner backend when it has pools.
+func (b *Backend) Trim() error {
+	if t, ok := b.Backend.(interface{ Trim() error }); ok {
+		return t.Trim()
+	}
+	return nil
+}
+
+// Unwrap is the inner backend.
+func (b *Backend) Unwrap() tensor.Backend { return b.Backend }

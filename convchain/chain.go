@@ -1,0 +1,384 @@
+// Package convchain runs 3-D convolutions through a chain of tiers that
+// always finishes: optimized (MIOpen / cuDNN) → GEMM (rocBLAS / cuBLAS) →
+// naive GPU kernel → CPU. A tier that errors, runs out of memory, overruns
+// its search deadline or (on AMD) resolves to MIOpen's naive solver is
+// skipped for that convolution shape, and the next one runs. What worked
+// for each shape and device is remembered on disk with the reason for
+// every skip, so later runs go straight to it.
+//
+// Algorithm searches (MIOpen Find, benchmarking) run in a child process —
+// this binary started again, see MaybeRunChild — that is killed at the
+// deadline (30 s by default), so a search that hangs in the driver cannot
+// hang the run or keep it from exiting. Searches are never exhaustive
+// unless asked.
+//
+// Faults are injected through one setting, FRAMEPACK_FAULTS (see FaultsEnv).
+package convchain
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// DefaultSearchDeadline bounds every algorithm search.
+const DefaultSearchDeadline = 30 * time.Second
+
+// Options configure a Chain.
+type Options struct {
+	// Device names the device (and library versions) in keys and the
+	// cache; "default" when empty.
+	Device string
+	// CachePath is the file of remembered choices: "" for
+	// DefaultCachePath, "off" for none.
+	CachePath string
+	// SearchDeadline bounds each algorithm search (0: 30 s).
+	SearchDeadline time.Duration
+	// Exhaustive asks searches to benchmark every algorithm (slow; off by
+	// default).
+	Exhaustive bool
+	// Faults to inject; nil reads FRAMEPACK_FAULTS.
+	Faults *Faults
+	// Log receives skips, choices and the summary (nil: slog.Default()).
+	Log *slog.Logger
+}
+
+// Chain runs convolutions through its tiers in order.
+type Chain struct {
+	tiers     []Tier
+	opt       Options
+	log       *slog.Logger
+	faults    *Faults
+	cachePath string // "" when choices are not kept on disk
+
+	mu         sync.Mutex
+	remembered map[string]*Choice // from disk and from this run
+	live       map[string]live    // ready plans of this process
+	stats      []tierStats
+	warnedSave bool
+}
+
+type live struct {
+	tier int
+	plan *Plan
+}
+
+type tierStats struct {
+	convs      int
+	runTime    time.Duration
+	searches   int
+	searchTime time.Duration
+	skips      map[string]int // by kind
+}
+
+// New builds a chain of tiers, in order of preference.
+func New(tiers []Tier, o Options) (*Chain, error) {
+	if len(tiers) == 0 {
+		return nil, errors.New("convchain: no tiers")
+	}
+	var names []string
+	for _, t := range tiers {
+		if slices.Contains(names, t.Name()) {
+			return nil, fmt.Errorf("convchain: two tiers named %s", t.Name())
+		}
+		names = append(names, t.Name())
+	}
+	c := &Chain{tiers: tiers, opt: o, log: o.Log, faults: o.Faults,
+		remembered: map[string]*Choice{}, live: map[string]live{}, stats: make([]tierStats, len(tiers))}
+	for i := range c.stats {
+		c.stats[i].skips = map[string]int{}
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if c.opt.Device == "" {
+		c.opt.Device = "default"
+	}
+	if c.opt.SearchDeadline <= 0 {
+		c.opt.SearchDeadline = DefaultSearchDeadline
+	}
+	if c.faults == nil {
+		f, err := FaultsFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		c.faults = f
+	}
+	for t := range c.faults.Conv3d {
+		if !slices.Contains(names, t) {
+			return nil, fmt.Errorf("%s names conv3d.%s, but the chain's tiers are %s", FaultsEnv, t, strings.Join(names, ", "))
+		}
+	}
+
+	switch {
+	case len(c.faults.Conv3d) > 0:
+		c.log.Info("conv3d: faults injected (" + c.faults.String() + "); remembered choices are neither read nor written")
+	case o.CachePath == "off":
+	default:
+		path := o.CachePath
+		if path == "" {
+			p, err := DefaultCachePath()
+			if err != nil {
+				c.log.Warn("conv3d: choices will not be remembered", "err", err)
+				break
+			}
+			path = p
+		}
+		c.cachePath = path
+		m, err := readCache(path)
+		if err != nil {
+			c.log.Warn(fmt.Sprintf("conv3d: ignoring the remembered choices in %s (%v); the file will be rewritten", path, err), "path", path)
+		}
+		c.remembered = m
+	}
+	return c, nil
+}
+
+// Tiers names the tiers in order.
+func (c *Chain) Tiers() []string {
+	out := make([]string, len(c.tiers))
+	for i, t := range c.tiers {
+		out[i] = t.Name()
+	}
+	return out
+}
+
+var errNaive = errors.New("resolved to the vendor's naive solver")
+
+// Error is a convolution that no tier could run. It wraps every tier's
+// error, so errors.Is(err, tensor.ErrOutOfMemory) holds when one of them
+// ran out of memory.
+type Error struct {
+	Key   Key
+	Skips []Skip
+	errs  []error
+}
+
+func (e *Error) Error() string {
+	parts := make([]string, len(e.Skips))
+	for i, s := range e.Skips {
+		parts[i] = s.Tier + ": " + s.Reason
+	}
+	return fmt.Sprintf("conv3d %s: every tier failed: %s", e.Key, strings.Join(parts, "; "))
+}
+
+func (e *Error) Unwrap() []error { return e.errs }
+
+// Conv3d computes dst as tensor.Backend.Conv3d does, through the chain.
+func (c *Chain) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	k := KeyOf(c.opt.Device, x, w, bias, p)
+	ks := k.String()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	start := 0
+	var skips []Skip
+	var errs []error
+	if l, ok := c.live[ks]; ok {
+		err := c.run(l.tier, l.plan, false, dst, x, w, bias, p)
+		if err == nil {
+			return nil
+		}
+		delete(c.live, ks)
+		skips, errs = c.skip(l.tier, k, err, skips, errs)
+		start = l.tier + 1
+		if r := c.remembered[ks]; r != nil {
+			skips = append(slices.Clone(r.Skips), skips...)
+		}
+	} else if r := c.remembered[ks]; r != nil {
+		// A choice of an earlier run: its plan stands in for the search.
+		if i := slices.Index(c.Tiers(), r.Tier); i >= 0 {
+			plan, err := c.tiers[i].Plan(k, r.Plan)
+			if err == nil && plan == nil {
+				plan = &Plan{}
+			}
+			if err == nil {
+				err = c.run(i, plan, true, dst, x, w, bias, p)
+			}
+			if err == nil {
+				c.live[ks] = live{i, plan}
+				return nil
+			}
+			skips, errs = c.skip(i, k, fmt.Errorf("remembered choice failed: %w", err), slices.Clone(r.Skips), errs)
+			start = i + 1
+		}
+	}
+
+	for i := start; i < len(c.tiers); i++ {
+		plan, err := c.plan(i, k)
+		if err == nil {
+			err = c.run(i, plan, true, dst, x, w, bias, p)
+		}
+		if err != nil {
+			skips, errs = c.skip(i, k, err, skips, errs)
+			continue
+		}
+		c.live[ks] = live{i, plan}
+		c.remember(&Choice{Key: k, Tier: c.tiers[i].Name(), Plan: plan, Skips: skips, Updated: time.Now().UTC()})
+		if len(skips) > 0 {
+			c.log.Info(fmt.Sprintf("conv3d: %s runs on tier %s", ks, c.tiers[i].Name()), "tier", c.tiers[i].Name())
+		}
+		return nil
+	}
+	return &Error{Key: k, Skips: skips, errs: errs}
+}
+
+func (c *Chain) skip(i int, k Key, err error, skips []Skip, errs []error) ([]Skip, []error) {
+	name := c.tiers[i].Name()
+	kind := classify(err)
+	c.stats[i].skips[kind]++
+	c.log.Warn(fmt.Sprintf("conv3d: tier %s skipped for %s (%s): %v", name, k, kind, err), "tier", name, "kind", kind)
+	return append(skips, Skip{Tier: name, Kind: kind, Reason: err.Error()}), append(errs, fmt.Errorf("tier %s: %w", name, err))
+}
+
+func classify(err error) string {
+	switch {
+	case errors.Is(err, ErrDeadline):
+		return "timeout"
+	case errors.Is(err, tensor.ErrOutOfMemory):
+		return "oom"
+	case errors.Is(err, errNaive):
+		return "naive"
+	case errors.Is(err, errChild):
+		return "crash"
+	}
+	return "error"
+}
+
+// plan readies tier i for k: its search in a child process when it has
+// one (or when a hang is injected), then its in-process Plan.
+func (c *Chain) plan(i int, k Key) (*Plan, error) {
+	t := c.tiers[i]
+	name := t.Name()
+	fault := c.faults.Conv3d[name]
+	var searched *Plan
+	if fault == FaultHang || searchFor(name) != nil {
+		req := SearchRequest{Tier: name, Key: k, Exhaustive: c.opt.Exhaustive}
+		if fault == FaultHang {
+			req.Fault = FaultHang
+		}
+		start := time.Now()
+		res, err := searchInChild(req, c.opt.SearchDeadline)
+		c.stats[i].searches++
+		c.stats[i].searchTime += time.Since(start)
+		if err != nil {
+			return nil, err
+		}
+		searched = res
+	}
+	plan, err := t.Plan(k, searched)
+	if err != nil {
+		return nil, err
+	}
+	if plan == nil {
+		plan = &Plan{}
+	}
+	if fault == FaultNaive {
+		cp := *plan
+		cp.Naive, cp.Algorithm = true, "naive solver (injected fault conv3d."+name+"=naive)"
+		plan = &cp
+	}
+	if plan.Naive {
+		what := plan.Algorithm
+		if what == "" {
+			what = "its plan"
+		}
+		return nil, fmt.Errorf("%w: %s", errNaive, what)
+	}
+	return plan, nil
+}
+
+// run runs tier i; a trial (the first run of a plan) waits for the device
+// so that a failure shows here and not in a later op.
+func (c *Chain) run(i int, plan *Plan, trial bool, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	t := c.tiers[i]
+	switch c.faults.Conv3d[t.Name()] {
+	case FaultError:
+		return fmt.Errorf("injected fault conv3d.%s=error", t.Name())
+	case FaultOOM:
+		return fmt.Errorf("injected fault conv3d.%s=oom: %w", t.Name(), tensor.ErrOutOfMemory)
+	}
+	start := time.Now()
+	var err error
+	if cerr := tensor.Catch(func() { err = t.Run(plan, dst, x, w, bias, p) }); cerr != nil {
+		err = cerr
+	}
+	if err == nil && trial && dst.Backend() != nil {
+		err = dst.Backend().Sync()
+	}
+	if err != nil {
+		return err
+	}
+	c.stats[i].convs++
+	c.stats[i].runTime += time.Since(start)
+	return nil
+}
+
+// remember records a choice and writes it to disk, unless a tier before it
+// was skipped only for lack of memory: that depends on what else held the
+// device, so a later run tries again.
+func (c *Chain) remember(ch *Choice) {
+	c.remembered[ch.Key.String()] = ch
+	if c.cachePath == "" || slices.ContainsFunc(ch.Skips, func(s Skip) bool { return s.Kind == "oom" }) {
+		return
+	}
+	if err := writeCache(c.cachePath, map[string]*Choice{ch.Key.String(): ch}); err != nil && !c.warnedSave {
+		c.warnedSave = true
+		c.log.Warn("conv3d: cannot remember choices", "path", c.cachePath, "err", err)
+	}
+}
+
+// TierSummary is what one tier did in this run.
+type TierSummary struct {
+	Tier       string
+	Convs      int
+	RunTime    time.Duration
+	Searches   int
+	SearchTime time.Duration
+	Skips      map[string]int // by kind
+}
+
+func (s TierSummary) String() string {
+	line := fmt.Sprintf("conv3d tier %s: %d convolutions in %.2f s", s.Tier, s.Convs, s.RunTime.Seconds())
+	if s.Searches > 0 {
+		line += fmt.Sprintf(", %d searches in %.2f s", s.Searches, s.SearchTime.Seconds())
+	}
+	n := 0
+	for _, v := range s.Skips {
+		n += v
+	}
+	if n > 0 {
+		var kinds []string
+		for _, k := range slices.Sorted(maps.Keys(s.Skips)) {
+			kinds = append(kinds, fmt.Sprintf("%d %s", s.Skips[k], k))
+		}
+		line += fmt.Sprintf(", skipped %d times (%s)", n, strings.Join(kinds, ", "))
+	}
+	return line
+}
+
+// Summary reports each tier's work so far, in chain order.
+func (c *Chain) Summary() []TierSummary {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]TierSummary, len(c.tiers))
+	for i, t := range c.tiers {
+		s := c.stats[i]
+		out[i] = TierSummary{Tier: t.Name(), Convs: s.convs, RunTime: s.runTime, Searches: s.searches, SearchTime: s.searchTime, Skips: maps.Clone(s.skips)}
+	}
+	return out
+}
+
+// LogSummary logs one line per tier; call it at the end of a run.
+func (c *Chain) LogSummary() {
+	for _, s := range c.Summary() {
+		c.log.Info(s.String(), "tier", s.Tier, "convs", s.Convs, "seconds", s.RunTime.Seconds())
+	}
+}
