@@ -31,7 +31,11 @@ func (c *patchConv) tokens(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 		tensor.Fail("patch_embed", "input %v is not a multiple of the kernel %v", x.Shape(), c.k)
 	}
 	nt, nh, nw := t/kt, h/kh, w/kw
-	patches := s.Permute(x.Reshape(b, ch, nt, kt, nh, kh, nw, kw), 0, 2, 4, 6, 1, 3, 5, 7)
+	// (B, C, nt, kt, nh, kh, nw, kw) → (B, nt, nh, nw, C, kt, kh, kw) in two
+	// copies of rank ≤ 6: first kw next to kh within each patch row, then
+	// the patches out of the channels.
+	rows := s.Permute(x.Reshape(b*ch*t*nh, kh, nw, kw), 0, 2, 1, 3)
+	patches := s.Permute(rows.Reshape(b, ch, nt, kt, nh*nw, kh*kw), 0, 2, 4, 1, 3, 5)
 	patches = patches.Reshape(b, nt*nh*nw, ch*kt*kh*kw)
 	out := c.Weight.Dim(0)
 	return s.Linear(patches, c.Weight.Reshape(out, ch*kt*kh*kw), c.Bias)

@@ -91,7 +91,7 @@ func (m *Model) Forward(s *tensor.Scope, in *Inputs) *tensor.Tensor {
 
 	// b (t h w) (c pt ph pw) -> b c (t pt) (h ph) (w pw)
 	p := cfg.PatchSize
-	out = cs.Permute(out.Reshape(b, pt, ph, pw, cfg.OutChannels, p, p), 0, 4, 1, 2, 5, 3, 6)
+	out = cs.Permute(out.Reshape(b, pt*ph, pw, cfg.OutChannels, p, p), 0, 3, 1, 4, 2, 5)
 	out = out.Reshape(b, cfg.OutChannels, t, h, w)
 	cs.Keep(out)
 	return out
