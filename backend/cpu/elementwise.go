@@ -424,6 +424,9 @@ func (be *Backend) mapF32(dt tensor.DType, db, sb []byte, fn func(o, x []float32
 
 func sigmoid64(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 
+// siluf is x·sigmoid(x) = x / (1 + e^−x) for a float32 x.
+func siluf(x float32) float32 { return float32(float64(x) / (1 + expf(-x))) }
+
 const sqrt2overPi = 0.7978845608028654 // sqrt(2/π)
 
 func unaryF32(op tensor.UnaryOp, o, x []float32, a, b float32) {
@@ -467,7 +470,7 @@ func unaryF32(op tensor.UnaryOp, o, x []float32, a, b float32) {
 		}
 	case tensor.OpSiLU:
 		for i, v := range x {
-			o[i] = float32(float64(v) * sigmoid64(float64(v)))
+			o[i] = siluf(v)
 		}
 	case tensor.OpGELU:
 		for i, v := range x {
@@ -486,7 +489,7 @@ func unaryF32(op tensor.UnaryOp, o, x []float32, a, b float32) {
 		}
 	case tensor.OpSigmoid:
 		for i, v := range x {
-			o[i] = float32(sigmoid64(float64(v)))
+			o[i] = float32(1 / (1 + expf(-v)))
 		}
 	case tensor.OpTanh:
 		for i, v := range x {

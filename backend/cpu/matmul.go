@@ -55,8 +55,14 @@ func (be *Backend) MatMul(dst, a, b *tensor.Tensor, p tensor.MatMulParams) error
 	if p.TransB {
 		ldb = K
 	}
-	for i := 0; i < B; i++ {
-		be.gemm(p.TransA, p.TransB, M, N, K, alpha, af[i*sa:], lda, bf[i*sb:], ldb, 0, out[i*M*N:], N)
+	if B > 1 && M*N*K < gemmGrain { // many small products: one per task
+		be.tasks(B, func(_, i int) {
+			be.gemmSerial(p.TransA, p.TransB, M, N, K, alpha, af[i*sa:], lda, bf[i*sb:], ldb, 0, out[i*M*N:], N)
+		})
+	} else {
+		for i := 0; i < B; i++ {
+			be.gemm(p.TransA, p.TransB, M, N, K, alpha, af[i*sa:], lda, bf[i*sb:], ldb, 0, out[i*M*N:], N)
+		}
 	}
 	commit()
 	return nil

@@ -34,7 +34,7 @@ func matRef(a, b []float32, m, n, k int, tA, tB bool, alpha float64) (want, scal
 func TestMatMul(t *testing.T) {
 	be, s := scope(t)
 	r := rng(10)
-	sizes := [][3]int{{1, 1, 1}, {3, 7, 17}, {17, 1, 33}, {33, 17, 3}, {7, 33, 1}, {64, 65, 66}}
+	sizes := [][3]int{{1, 1, 1}, {3, 7, 17}, {17, 1, 33}, {33, 17, 3}, {7, 33, 1}, {64, 65, 66}, {4, 5, 0}}
 	for _, sz := range sizes {
 		m, n, k := sz[0], sz[1], sz[2]
 		for _, dt := range floatTypes {

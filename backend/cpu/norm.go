@@ -97,8 +97,7 @@ func (be *Backend) GroupNorm(dst, x, w, b *tensor.Tensor, groups int, eps float3
 				for j, v := range xs {
 					// The reference rounds the norm's output to its dtype
 					// before the SiLU.
-					y := float64(round((v-m32)*s32 + h32))
-					ys[j] = float32(y * sigmoid64(y))
+					ys[j] = siluf(round((v-m32)*s32 + h32))
 				}
 			} else {
 				for j, v := range xs {
