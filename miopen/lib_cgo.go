@@ -567,8 +567,10 @@ func (h *Handle) chooseCUDNN(d ConvDesc, e *entry) (Plan, error) {
 func (h *Handle) tryCUDNN(d ConvDesc, e *entry, algo, math int, source string, skipped *[]string) (Plan, bool) {
 	l := h.lib
 	name := cudnnAlgoName(algo)
-	if d.DType == F32 && !h.fast && (math == cdMathTensorOp || math == cdMathConversion) {
-		*skipped = append(*skipped, name+": uses TF32 tensor cores (fast f32 is off)")
+	// Strict f32 runs only FMA kernels: cuDNN's default math type permits
+	// TF32 on Ampere and later.
+	if d.DType == F32 && !h.fast && math != cdMathFMA {
+		*skipped = append(*skipped, fmt.Sprintf("%s: math type %d may use TF32 (fast f32 is off)", name, math))
 		return Plan{}, false
 	}
 	cd := C.uintptr_t(e.cd)

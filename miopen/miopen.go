@@ -19,6 +19,11 @@
 // under a deadline and kill it when the deadline passes (the engine's conv3d
 // chain does); the child's result reaches the parent through MIOpen's
 // find-db on disk, or as a solution id handed to PlanWith.
+//
+// The libraries are found by soname through the system loader, then in the
+// usual install directories ($ROCM_PATH/lib, /opt/rocm/lib; $CUDNN_PATH/lib,
+// $CUDA_PATH/lib64, /usr/local/cuda/lib64). FRAMEPACK_MIOPEN or
+// FRAMEPACK_CUDNN names one file instead.
 package miopen
 
 import (
@@ -114,9 +119,10 @@ type ConvDesc struct {
 }
 
 func (d ConvDesc) String() string {
+	d = d.norm()
 	s := fmt.Sprintf("conv3d %v %v x(%d,%d,%d,%d,%d) k=%d kernel %dx%dx%d stride %v pad %v",
 		d.DType, d.Layout, d.N, d.C, d.D, d.H, d.W, d.K, d.KD, d.KH, d.KW, d.Stride, d.Pad)
-	if d.Dilation != [3]int{1, 1, 1} && d.Dilation != [3]int{} {
+	if d.Dilation != [3]int{1, 1, 1} {
 		s += fmt.Sprintf(" dilation %v", d.Dilation)
 	}
 	return s
@@ -229,8 +235,10 @@ type Plan struct {
 	IsNaive bool
 	// TimeMs is the library's estimate or measurement; <= 0 when unknown.
 	TimeMs float32
-	// Source says how the plan was made: "heuristic", "find-db" (MIOpen had
-	// a measured record), "search" or "given" (PlanWith).
+	// Source says how the plan was made: "heuristic" (cuDNN _v7),
+	// "immediate" (MIOpen immediate mode: its find-db record for the shape
+	// if it has one, else its fallback heuristic), "search" or "given"
+	// (PlanWith).
 	Source string
 	// mathType is cuDNN's cudnnMathType_t for the algorithm.
 	mathType int

@@ -11,6 +11,11 @@
 //
 // Inputs are f32, f16 or bf16; accumulation is always f32. On NVIDIA, f32
 // products are exact f32 unless the handle is put in fast mode (TF32).
+//
+// The library is found by soname through the system loader, then in the
+// usual install directories ($ROCM_PATH/lib, /opt/rocm/lib; $CUDA_PATH/lib64,
+// /usr/local/cuda/lib64). FRAMEPACK_ROCBLAS or FRAMEPACK_CUBLAS names one
+// file instead.
 package rocblas
 
 import (
