@@ -55,10 +55,11 @@ func (m *Model) Forward(s *tensor.Scope, in *Inputs) *tensor.Tensor {
 	// batch > 1 keeps the longest and masks the rest).
 	valid := validTokens(in)
 	lt := slices.Max(valid)
-	ehs := cs.Cast(cs.To(in.EncoderHiddenStates), dt)
+	ehs := cs.To(in.EncoderHiddenStates)
 	if lt < ehs.Dim(1) {
 		ehs = cs.Slice(ehs, 1, 0, lt)
 	}
+	ehs = cs.Cast(ehs, dt)
 	var refinerAttn tensor.AttnParams
 	if b > 1 {
 		refinerAttn.KeyMask = cs.To(keyMask(valid, 0, lt))
@@ -194,9 +195,14 @@ func (m *Model) runBlocks(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joi
 	if !m.tc.enabled {
 		return m.blocksForward(s, img, txt, temb, j)
 	}
+	if len(m.blocks) == 0 {
+		tensor.Fail("teacache", "TeaCache reads the first double block, and the model has none")
+	}
 	// The modulated input of the first block over the whole image stream.
-	b0 := m.residentDouble(s, 0)
-	mod, _, _, _, _ := adaNormZero(s, &b0.Norm1, img, temb)
+	ms := s.Child()
+	mod, _, _, _, _ := adaNormZero(ms, &m.residentDouble(ms, 0).Norm1, img, temb)
+	ms.Keep(mod)
+	ms.Close()
 
 	calc := m.tc.step(func() float64 { return relL1(s, mod, m.tc.prevMod, m.dt) })
 	m.tc.keep(m.state, &m.tc.prevMod, mod)
