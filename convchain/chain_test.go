@@ -553,3 +553,20 @@ func alive(pid int) bool {
 	i := bytes.LastIndexByte(b, ')')
 	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
+
+// Without MaybeRunChild in main, starting this binary again would run the
+// whole program: the chain refuses to, and skips the tier.
+func TestNoChildHook(t *testing.T) {
+	hooked.Store(false)
+	defer hooked.Store(true)
+	f := newFixture(t)
+	c := f.chain(t, "", 20*time.Second)
+	got, err := f.conv(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.check(t, got)
+	if r := f.runs(); r[0] != 0 || r[1] != 1 || !strings.Contains(f.log.String(), "does not call convchain.MaybeRunChild") {
+		t.Fatalf("runs %v, log:\n%s", r, f.log)
+	}
+}

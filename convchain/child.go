@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -37,10 +38,16 @@ type childResult struct {
 func MaybeRunChild() {
 	req, ok := os.LookupEnv(childEnv)
 	if !ok {
+		hooked.Store(true)
 		return
 	}
 	os.Exit(runChild(req, os.Stdout))
 }
+
+// hooked is set once MaybeRunChild has run in this process: only then is a
+// fresh start of this binary known to run a search rather than the whole
+// program.
+var hooked atomic.Bool
 
 func runChild(reqJSON string, out io.Writer) int {
 	write := func(r childResult) int {
@@ -82,11 +89,14 @@ var ErrDeadline = errors.New("search deadline exceeded")
 // errChild is wrapped when a search child dies without an answer.
 var errChild = errors.New("search child failed")
 
+// errNoChild is wrapped when no search child can be started.
+var errNoChild = errors.New("no search child")
+
 // searchInChild runs req in a fresh start of this binary and kills it (and
 // anything it started) at the deadline.
 func searchInChild(req SearchRequest, deadline time.Duration) (*Plan, error) {
-	if _, nested := os.LookupEnv(childEnv); nested {
-		return nil, fmt.Errorf("a search child tried to start another one: this binary does not call convchain.MaybeRunChild first thing in main (or TestMain)")
+	if !hooked.Load() {
+		return nil, fmt.Errorf("%w: this binary does not call convchain.MaybeRunChild first in main (or TestMain), so a search cannot run in a child process", errNoChild)
 	}
 	exe, err := os.Executable()
 	if err != nil {
