@@ -3,6 +3,7 @@ package vae
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -28,6 +29,7 @@ type DecodeStats struct {
 	Tiling  Tiling // the tiling that produced the result
 	Tiles   int    // decoder runs of that attempt
 	Retries int    // attempts that ran out of memory and were shrunk
+	Elapsed time.Duration
 }
 
 // Decode decodes latents z (B, latent, T, h, w) — already divided by the
@@ -50,13 +52,14 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 		tensor.Fail("vae.decode", "%v", err)
 	}
 	retries := 0
+	start := time.Now()
 	for {
 		var out *video
 		var tiles int
 		err := tensor.Catch(func() { out, tiles = v.decodeOnce(s, z, til) })
 		if err == nil {
 			if opts.Stats != nil {
-				*opts.Stats = DecodeStats{Tiling: til, Tiles: tiles, Retries: retries}
+				*opts.Stats = DecodeStats{Tiling: til, Tiles: tiles, Retries: retries, Elapsed: time.Since(start)}
 			}
 			return out.tensor()
 		}

@@ -272,6 +272,13 @@ func PlanDecode(cfg Config, latentShape []int, budget int64, dt tensor.DType) (D
 	return DecodeOptions{Tiling: last}, lastPeak
 }
 
+// Plan is PlanDecode for this model's config and compute dtype. The budget
+// is for the decode's activations: the weights (WeightBytes) are already
+// held.
+func (v *VAE) Plan(latentShape []int, budget int64) (DecodeOptions, int64) {
+	return PlanDecode(v.cfg, latentShape, budget, v.dt)
+}
+
 // shrinkTiling is the largest tiling of the ladder predicted to need less
 // memory than cur, for a retry after an out-of-memory failure.
 func shrinkTiling(c *Config, latentShape []int, cur Tiling, dt tensor.DType) (Tiling, bool) {

@@ -242,38 +242,37 @@ type tileFn func(t0, t1, h0, h1, w0, w1 int) *video
 // spatialTiles is diffusers' tiled_decode / tiled_encode over frames
 // [t0,t1): tiles of tin input pixels every sin, each giving tout output
 // pixels; blended over bout output pixels and cut to sout; the result is
-// cropped to (outH, outW).
+// cropped to (outH, outW). Blending needs only the row above and the tile
+// to the left, so tiles are assembled as they arrive (same order and
+// arithmetic as diffusers' two passes).
 func (r blender) spatialTiles(run tileFn, t0, t1, h, w int, tinH, tinW, sinH, sinW, soutH, soutW, boutH, boutW, outH, outW int) *video {
-	var rows [][]*video
+	var out *video
+	var above []*video
+	y := 0
 	for i := 0; i < h; i += sinH {
 		var row []*video
+		x, keptH := 0, 0
 		for j := 0; j < w; j += sinW {
-			row = append(row, run(t0, t1, i, min(i+tinH, h), j, min(j+tinW, w)))
-		}
-		rows = append(rows, row)
-	}
-	first := rows[0][0]
-	out := newVideo(first.b, first.c, first.t, outH, outW)
-	y := 0
-	for i, row := range rows {
-		x := 0
-		var keptH int
-		for j, tile := range row {
-			if i > 0 {
-				r.blendAxis(rows[i-1][j], tile, 3, boutH)
+			tile := run(t0, t1, i, min(i+tinH, h), j, min(j+tinW, w))
+			if out == nil {
+				out = newVideo(tile.b, tile.c, tile.t, outH, outW)
 			}
-			if j > 0 {
-				r.blendAxis(row[j-1], tile, 4, boutW)
+			if above != nil {
+				r.blendAxis(above[len(row)], tile, 3, boutH)
+			}
+			if len(row) > 0 {
+				r.blendAxis(row[len(row)-1], tile, 4, boutW)
 			}
 			kh, kw := min(tile.h, soutH), min(tile.w, soutW)
-			nh, nw := min(kh, outH-y), min(kw, outW-x)
-			if nh > 0 && nw > 0 {
+			if nh, nw := min(kh, outH-y), min(kw, outW-x); nh > 0 && nw > 0 {
 				paste(out, 0, y, x, tile, 0, 0, 0, tile.t, nh, nw)
 			}
 			x += kw
 			keptH = kh
+			row = append(row, tile)
 		}
 		y += keptH
+		above = row
 	}
 	return out
 }
@@ -282,31 +281,26 @@ func (r blender) spatialTiles(run tileFn, t0, t1, h, w int, tinH, tinW, sinH, si
 // loop: inputs [i, i+tin) every sin frames run through tile (which may tile
 // spatially), the first output frame of every tile but the first dropped,
 // blended over bout frames and cut to sout (sout+1 for the first); the
-// result has outT frames.
+// result has outT frames. Tiles are assembled as they arrive.
 func (r blender) temporalTiles(tile func(t0, t1 int) *video, n, tin, sin, sout, bout, outT int) *video {
-	var row []*video
+	var out, prev *video
+	t := 0
 	for i := 0; i < n; i += sin {
 		d := tile(i, min(i+tin, n))
+		keep := sout + 1
 		if i > 0 {
 			d = d.dropFirst()
-		}
-		row = append(row, d)
-	}
-	first := row[0]
-	out := newVideo(first.b, first.c, outT, first.h, first.w)
-	t := 0
-	for i, d := range row {
-		keep := sout
-		if i > 0 {
-			r.blendAxis(row[i-1], d, 2, bout)
+			r.blendAxis(prev, d, 2, bout)
+			keep = sout
 		} else {
-			keep = sout + 1
+			out = newVideo(d.b, d.c, outT, d.h, d.w)
 		}
 		k := min(keep, d.t)
-		if n := min(k, outT-t); n > 0 {
-			paste(out, t, 0, 0, d, 0, 0, 0, n, d.h, d.w)
+		if m := min(k, outT-t); m > 0 {
+			paste(out, t, 0, 0, d, 0, 0, 0, m, d.h, d.w)
 		}
 		t += k
+		prev = d
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package vae
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
@@ -166,5 +167,35 @@ func checkFinite(t *testing.T, x *tensor.Tensor, shape ...int) {
 		if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
 			t.Fatalf("element %d is %v", i, f)
 		}
+	}
+}
+
+func TestDecodeBadInput(t *testing.T) {
+	v, err := RandomWeights(smallConfig(), cpu.New(), tensor.F32, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	s := tensor.NewScope(v.Backend())
+	defer s.Close()
+	for _, tc := range []struct {
+		z    *tensor.Tensor
+		opts DecodeOptions
+		want string
+	}{
+		{randLatents(1, 1, 8, 2, 4, 4), DefaultDecode(), "want (B, 16, T, h, w)"},
+		{randLatents(1, 16, 2, 4, 4), DefaultDecode(), "want (B, 16, T, h, w)"},
+		{randLatents(1, 1, 16, 2, 4, 4), DecodeOptions{Tiling: SpatialTiling(32, 20)}, "multiples of 8"},
+		{randLatents(1, 1, 16, 2, 4, 4), DecodeOptions{Tiling: SpatialTiling(32, 32)}, "stride < tile"},
+		{randLatents(1, 1, 16, 2, 4, 4), DecodeOptions{Tiling: Tiling{Framewise: true, TileFrames: 10}}, "multiples of 4"},
+	} {
+		err := tensor.Catch(func() { v.Decode(s, tc.z, tc.opts) })
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %s: error %v, want one saying %q", tc.z.Shape(), tc.opts.Tiling, err, tc.want)
+		}
+	}
+	err = tensor.Catch(func() { v.Encode(s, randLatents(1, 1, 4, 1, 8, 8)) })
+	if err == nil || !strings.Contains(err.Error(), "want (B, 3, T, H, W)") {
+		t.Errorf("encode of 4 channels: %v", err)
 	}
 }
