@@ -54,8 +54,35 @@ func repeat(v float32, n int) []float32 {
 	return out
 }
 
+// Inputs assembles the transformer's conditioning for this section: the
+// positive text, the SigLIP image embedding, and the history context from
+// History.Context (host or device tensors).
+func (sec Section) Inputs(pos Text, image, clean, clean2x, clean4x *tensor.Tensor) hunyuan.Inputs {
+	return hunyuan.Inputs{
+		EncoderHiddenStates:  pos.Embeds,
+		EncoderAttentionMask: pos.Mask,
+		PooledProjections:    pos.Pooled,
+		ImageEmbeddings:      image,
+		LatentIndices:        sec.LatentIndices,
+		CleanLatents:         clean,
+		CleanLatentIndices:   sec.CleanIndices,
+		CleanLatents2x:       clean2x,
+		CleanLatent2xIndices: sec.Clean2xIndices,
+		CleanLatents4x:       clean4x,
+		CleanLatent4xIndices: sec.Clean4xIndices,
+	}
+}
+
+// SectionNoise draws a section's initial noise from the run's generator, as
+// sample_hunyuan does: torch.randn((1, 16, lws, h, w)) in float32 on the
+// host, continuing the generator's stream from the previous section.
+func SectionNoise(g *sampler.TorchGenerator, lws, h, w int) *tensor.Tensor {
+	return tensor.FromFloat32(g.Randn(1, 16, lws, h, w), 1, 16, lws, h, w)
+}
+
 // SampleOptions are one section's sampler settings (FramePack's demo
-// defaults: 25 steps, cfg 1, gs 10, rs 0, TeaCache on at 0.15).
+// defaults: 25 steps, cfg 1, gs 10, rs 0, TeaCache on at 0.15; the demo
+// samples with dtype bf16, so Guidance.BF16 reproduces it exactly).
 type SampleOptions struct {
 	sampler.Config
 	TeaCache       bool

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"reflect"
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
@@ -53,29 +54,32 @@ func TestGoldenSampler(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
+			// The cases were built with lws 3 and padding 1: the same layout
+			// as Plan.Section gives.
+			sec := Plan{WindowSize: 3, Paddings: []int{1}}.Section(0)
+			for _, idx := range []struct {
+				name string
+				got  []int64
+			}{
+				{"latent_indices", sec.LatentIndices}, {"clean_latent_indices", sec.CleanIndices},
+				{"clean_latent_2x_indices", sec.Clean2xIndices}, {"clean_latent_4x_indices", sec.Clean4xIndices},
+			} {
+				if want := c.Tensor(idx.name).Int64s(); !reflect.DeepEqual(idx.got, want) {
+					t.Fatalf("%s: layout gives %v, case has %v", idx.name, idx.got, want)
+				}
+			}
+			pos := Text{Embeds: c.Tensor("prompt_embeds"), Mask: c.Tensor("prompt_embeds_mask"), Pooled: c.Tensor("prompt_poolers")}
 			tr := &Transformer{
 				Model: m,
-				Cond: hunyuan.Inputs{
-					EncoderHiddenStates:  c.Tensor("prompt_embeds"),
-					EncoderAttentionMask: c.Tensor("prompt_embeds_mask"),
-					PooledProjections:    c.Tensor("prompt_poolers"),
-					ImageEmbeddings:      c.Tensor("image_embeddings"),
-					LatentIndices:        c.Tensor("latent_indices").Int64s(),
-					CleanLatents:         c.Tensor("clean_latents"),
-					CleanLatentIndices:   c.Tensor("clean_latent_indices").Int64s(),
-					CleanLatents2x:       c.Tensor("clean_latents_2x"),
-					CleanLatent2xIndices: c.Tensor("clean_latent_2x_indices").Int64s(),
-					CleanLatents4x:       c.Tensor("clean_latents_4x"),
-					CleanLatent4xIndices: c.Tensor("clean_latent_4x_indices").Int64s(),
-				},
+				Cond: sec.Inputs(pos, c.Tensor("image_embeddings"),
+					c.Tensor("clean_latents"), c.Tensor("clean_latents_2x"), c.Tensor("clean_latents_4x")),
 				Negative: Text{
 					Embeds: c.Tensor("negative_prompt_embeds"),
 					Mask:   c.Tensor("negative_prompt_embeds_mask"),
 					Pooled: c.Tensor("negative_prompt_poolers"),
 				},
 			}
-			shape := []int{1, 16, (p.frames + 3) / 4, p.h / 8, p.w / 8}
-			noise := tensor.FromFloat32(sampler.NewTorchGenerator(p.seed).Randn(shape...), shape...)
+			noise := SectionNoise(sampler.NewTorchGenerator(p.seed), (p.frames+3)/4, p.h/8, p.w/8)
 			c.Compare(t, "noise", noise)
 
 			s := tensor.NewScope(m.Backend())
