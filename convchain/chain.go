@@ -10,7 +10,14 @@
 // this binary started again, see MaybeRunChild — that is killed at the
 // deadline (30 s by default), so a search that hangs in the driver cannot
 // hang the run or keep it from exiting. Searches are never exhaustive
-// unless asked.
+// unless asked. Plan and Run calls are in process and not bounded by the
+// deadline (work queued on a device cannot be abandoned safely); the first
+// run of each plan waits for the device, so that its failure skips the tier.
+//
+// A choice made after a tier ran out of memory is kept for this process
+// only, since it depends on what else held the device; a later run tries
+// that tier again. Other skips (errors, timeouts, naive solvers) are
+// remembered.
 //
 // Faults are injected through one setting, FRAMEPACK_FAULTS (see FaultsEnv).
 package convchain

@@ -282,3 +282,42 @@ func must(t testing.TB, err error) {
 func testLogger(w interface{ Write([]byte) (int, error) }) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, nil))
 }
+
+// Out of memory at any one allocation of a tiled decode: the policy's
+// retry completes it, and nothing panics.
+func TestRunOOMAtEveryAllocation(t *testing.T) {
+	// Count the allocations of one decode first.
+	decode := func(be tensor.Backend, tiles int) func() error {
+		return func() error {
+			for range tiles {
+				func() {
+					s := tensor.NewScope(be)
+					defer s.Close() // frees the tile's allocations when one fails too
+					for range 5 {
+						s.Empty(tensor.U8, int(MiB))
+					}
+				}()
+			}
+			return nil
+		}
+	}
+	counter := FailNth(memtest.NewDevice("sim", GiB), 0)
+	must(t, decode(counter, 4)())
+	n := counter.Allocs()
+	for nth := 1; nth <= n; nth++ {
+		dev := FailNth(memtest.NewDevice("sim", GiB), nth)
+		mb := Budgeted(dev, Budget{Device: "sim", Cap: GiB / 2, Preserve: 0})
+		var logBuf bytes.Buffer
+		mgr := NewManager(mb, testLogger(&logBuf))
+		err := mgr.Run(Attempt{Op: "vae decode", Run: decode(mb, 4)})
+		if err != nil {
+			t.Fatalf("allocation %d failing: %v", nth, err)
+		}
+		if !strings.Contains(logBuf.String(), "out of memory; evicting models, trimming pools and retrying") || dev.Allocs() != n+1+nth-1 {
+			t.Fatalf("allocation %d failing: %d allocations, log:\n%s", nth, dev.Allocs(), logBuf.String())
+		}
+		if mb.Stats().InUse != 0 {
+			t.Fatalf("allocation %d failing: %s left allocated", nth, FormatBytes(mb.Stats().InUse))
+		}
+	}
+}
