@@ -194,7 +194,24 @@ const (
 // with FMA enabled and the compiler fuses their multiply-add pairs; which
 // pairs it fuses was settled against torch's own output (bit-exact on 860k
 // draws).
-func fma32(a, b, c float32) float32 { return float32(math.FMA(float64(a), float64(b), float64(c))) }
+func fma32(a, b, c float32) float32 {
+	// a·b is exact in float64; the sum is rounded to odd there so that the
+	// final rounding to float32 is not a double rounding.
+	p := float64(a) * float64(b)
+	s := p + float64(c)
+	bp := s - float64(c)
+	err := (p - bp) + (float64(c) - (s - bp)) // TwoSum: s + err = p + c exactly
+	if err != 0 && !math.IsInf(s, 0) {
+		bits := math.Float64bits(s)
+		if (err > 0) == (s > 0) {
+			bits |= 1
+		} else if bits&1 == 0 {
+			bits--
+		}
+		s = math.Float64frombits(bits)
+	}
+	return float32(s)
+}
 
 // cephesLog is ln x for x > 0, operation by operation as the vector code
 // runs (explicit conversions keep Go from fusing anything else).

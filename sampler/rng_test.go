@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"math"
+	"math/big"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
@@ -123,3 +124,33 @@ func TestCephesAccuracy(t *testing.T) {
 }
 
 func relErr(a, b float32) float64 { return math.Abs(float64(a-b)) / math.Abs(float64(b)) }
+
+// fma32 rounds a·b + c once, checked against exact arithmetic.
+func TestFMA32(t *testing.T) {
+	g := NewTorchGenerator(11)
+	rnd := func() float32 {
+		e := int(g.Uint32()%40) - 20
+		return float32(math.Ldexp(float64(g.uniform32())-0.5, e))
+	}
+	for i := 0; i < 200000; i++ {
+		a, b, c := rnd(), rnd(), rnd()
+		if i%3 == 0 { // near-cancelling sums
+			c = -float32(float64(a) * float64(b))
+		}
+		x := new(big.Float).SetPrec(200).SetFloat64(float64(a))
+		x.Mul(x, new(big.Float).SetPrec(200).SetFloat64(float64(b)))
+		x.Add(x, new(big.Float).SetPrec(200).SetFloat64(float64(c)))
+		want, _ := x.Float32()
+		if got := fma32(a, b, c); got != want {
+			t.Fatalf("fma32(%g, %g, %g) = %g, want %g", a, b, c, got, want)
+		}
+	}
+	// A double-rounding trap: a·b + c is just below a float32 midpoint but
+	// rounds onto it in float64 (then ties to even, one ulp too high).
+	a := float32(math.Ldexp(1+0x1p-23, -12))
+	b := float32(math.Ldexp(1-0x1p-23, -12))
+	c := float32(1 + 0x1p-23)
+	if got := fma32(a, b, c); got != c {
+		t.Errorf("fma32 midpoint case = %.10g, want %.10g", got, c)
+	}
+}
