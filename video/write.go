@@ -1,0 +1,182 @@
+package video
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image/png"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Options configure the output.
+type Options struct {
+	FPS int // 0 means 30, FramePack's rate
+	// CRF is x264's constant rate factor, 1–51; 0 means DefaultCRF, and
+	// CRFZero asks for CRF 0 (FramePack's "uncompressed").
+	CRF int
+	// Log receives the one line that says the PNG fallback was taken
+	// (nil: slog.Default()).
+	Log *slog.Logger
+}
+
+// DefaultCRF is FramePack's mp4_crf default.
+const DefaultCRF = 16
+
+// CRFZero is Options.CRF for x264's CRF 0.
+const CRFZero = -1
+
+func (o Options) fps() int {
+	if o.FPS <= 0 {
+		return 30
+	}
+	return o.FPS
+}
+
+func (o Options) crf() int {
+	switch {
+	case o.CRF == CRFZero:
+		return 0
+	case o.CRF == 0:
+		return DefaultCRF
+	}
+	return o.CRF
+}
+
+// ErrNoFFmpeg is returned by WriteMP4 when ffmpeg is not on the PATH.
+var ErrNoFFmpeg = errors.New("ffmpeg not found on the PATH (install it, e.g. apt-get install ffmpeg)")
+
+// Write writes frames as an MP4 at path when ffmpeg is available; without
+// ffmpeg it writes PNG frames into the folder PNGDir(path) instead and logs
+// one line saying so. It returns what it wrote.
+func Write(ctx context.Context, path string, f Frames, o Options) (string, error) {
+	err := WriteMP4(ctx, path, f, o)
+	if !errors.Is(err, ErrNoFFmpeg) {
+		return path, err
+	}
+	dir := PNGDir(path)
+	log := o.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn(fmt.Sprintf("video: ffmpeg is not installed; writing %d PNG frames to %s instead of %s", f.T, dir, path), "frames", f.T, "dir", dir)
+	return dir, WritePNGs(ctx, dir, f)
+}
+
+// PNGDir is the folder Write uses for path when ffmpeg is missing: the path
+// without its extension, plus "_frames".
+func PNGDir(path string) string {
+	return strings.TrimSuffix(path, filepath.Ext(path)) + "_frames"
+}
+
+// WriteMP4 encodes frames as H.264 in an MP4 at path through ffmpeg (raw
+// rgb24 frames on its stdin; libx264 at o.CRF, yuv420p, o.FPS), as
+// torchvision's write_video does for FramePack. The file is written under a
+// temporary name beside path and renamed when ffmpeg succeeded.
+func WriteMP4(ctx context.Context, path string, f Frames, o Options) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	if f.H%2 != 0 || f.W%2 != 0 {
+		return fmt.Errorf("video: %d×%d frames: yuv420p H.264 needs even width and height", f.W, f.H)
+	}
+	if c := o.crf(); c < 0 || c > 51 {
+		return fmt.Errorf("video: CRF %d is outside x264's 0–51", c)
+	}
+	bin, err := exec.LookPath("ffmpeg")
+	if err != nil {
+		return ErrNoFFmpeg
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("video: %w", err)
+	}
+	tmpName := tmp.Name()
+	tmp.Close()
+	ok := false
+	defer func() {
+		if !ok {
+			os.Remove(tmpName)
+		}
+	}()
+	cmd := exec.CommandContext(ctx, bin, "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
+		"-f", "rawvideo", "-pix_fmt", "rgb24", "-s", fmt.Sprintf("%dx%d", f.W, f.H), "-r", strconv.Itoa(o.fps()), "-i", "pipe:0",
+		"-c:v", "libx264", "-crf", strconv.Itoa(o.crf()), "-pix_fmt", "yuv420p", "-an",
+		"-f", "mp4", tmpName)
+	cmd.Stdin = bytes.NewReader(f.Pix)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("video: ffmpeg failed writing %s: %v: %s", path, err, strings.TrimSpace(stderr.String()))
+	}
+	if err := os.Chmod(tmpName, 0o644); err != nil {
+		return fmt.Errorf("video: %w", err)
+	}
+	if err := os.Rename(tmpName, path); err != nil {
+		return fmt.Errorf("video: %w", err)
+	}
+	ok = true
+	return nil
+}
+
+// WritePNGs writes frame_00000.png … into the folder dir: into a temporary
+// folder beside it first, which then replaces dir (an existing dir is
+// removed only once the new one is complete).
+func WritePNGs(ctx context.Context, dir string, f Frames) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	dir = filepath.Clean(dir)
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("video: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(tmp)
+		}
+	}()
+	enc := png.Encoder{CompressionLevel: png.BestSpeed}
+	for t := 0; t < f.T; t++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var buf bytes.Buffer
+		if err := enc.Encode(&buf, f.Frame(t)); err != nil {
+			return fmt.Errorf("video: frame %d: %w", t, err)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, fmt.Sprintf("frame_%05d.png", t)), buf.Bytes(), 0o644); err != nil {
+			return fmt.Errorf("video: %w", err)
+		}
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return fmt.Errorf("video: %w", err)
+	}
+	var old string
+	if _, err := os.Lstat(dir); err == nil {
+		old = tmp + ".old"
+		if err := os.Rename(dir, old); err != nil {
+			return fmt.Errorf("video: replacing %s: %w", dir, err)
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if old != "" {
+			os.Rename(old, dir)
+		}
+		return fmt.Errorf("video: %w", err)
+	}
+	ok = true
+	if old != "" {
+		os.RemoveAll(old)
+	}
+	return nil
+}
