@@ -1,0 +1,215 @@
+// Normalisation, softmax and reductions. Row kernels run one 256-thread
+// block per row and read the row from global memory once per pass (the
+// passes after the first hit the cache). Statistics are f32, two-pass
+// (mean, then the sum of squared deviations).
+
+#define NR_BS 256
+
+// ---- GroupNorm: x (B, C, S), groups of C/G channels × S positions ----
+// Each group is contiguous in memory. gn_stats computes, per chunk of a
+// group, (count, mean, M2); gn_finalize merges the chunks (Chan et al.) in
+// double into (mean, rstd); gn_apply normalises elementwise.
+
+template <typename T> DI void gn_stats_impl(const T *R x, float *R part, long long gsize, long long chunk) {
+	__shared__ float sh[NR_BS];
+	long long g = BIDY, c = BIDX;
+	long long lo = c * chunk, hi = lo + chunk < gsize ? lo + chunk : gsize;
+	const T *xg = x + g * gsize;
+	float s = 0.0f;
+	for (long long i = lo + TID; i < hi; i += NR_BS)
+		s += ld(xg + i);
+	float cnt = (float)(hi - lo);
+	float mean = block_sum<NR_BS>(s, sh) / cnt;
+	float q = 0.0f;
+	for (long long i = lo + TID; i < hi; i += NR_BS) {
+		float d = ld(xg + i) - mean;
+		q += d * d;
+	}
+	q = block_sum<NR_BS>(q, sh);
+	if (TID == 0) {
+		float *p = part + (g * (long long)((gsize + chunk - 1) / chunk) + c) * 3;
+		p[0] = cnt;
+		p[1] = mean;
+		p[2] = q;
+	}
+}
+
+#define GN_STATS(sfx, T)                                                                        \
+	KERNEL void gn_stats_##sfx(const T *R x, float *R part, long long gsize, long long chunk) { \
+		gn_stats_impl<T>(x, part, gsize, chunk);                                                \
+	}
+GN_STATS(f32, float)
+GN_STATS(f16, h16)
+GN_STATS(bf16, b16)
+
+// One thread per group: stats[2g] = mean, stats[2g+1] = rstd.
+KERNEL void gn_finalize(const float *R part, float *R stats, long long groups, long long nchunks, float eps) {
+	long long g = BIDX * NR_BS + TID;
+	if (g >= groups)
+		return;
+	const float *p = part + g * nchunks * 3;
+	double n = 0.0, mean = 0.0, m2 = 0.0;
+	for (long long c = 0; c < nchunks; c++) {
+		double nb = p[3 * c], mb = p[3 * c + 1], qb = p[3 * c + 2];
+		double nn = n + nb;
+		double d = mb - mean;
+		mean += d * nb / nn;
+		m2 += qb + d * d * n * nb / nn;
+		n = nn;
+	}
+	stats[2 * g] = (float)mean;
+	stats[2 * g + 1] = (float)(1.0 / FP_DSQRT(m2 / n + (double)eps));
+}
+
+template <typename T>
+DI void gn_apply_impl(T *R y, const T *R x, const T *R w, const T *R b, const float *R stats, long long n, long long S,
+                      long long C, long long G, int silu) {
+	long long i = BIDX * NR_BS + TID;
+	if (i >= n)
+		return;
+	long long c = (i / S) % C;
+	long long bg = (i / (S * C)) * G + c / (C / G);
+	float mean = stats[2 * bg], rstd = stats[2 * bg + 1];
+	float scale = w ? rstd * ld(w + c) : rstd;
+	float shift = b ? ld(b + c) : 0.0f;
+	float v = (ld(x + i) - mean) * scale + shift;
+	if (silu) {
+		v = rnd(v, y); // the reference rounds the norm's output before the SiLU
+		v = v * fsigmoid(v);
+	}
+	st(y + i, v);
+}
+
+#define GN_APPLY(sfx, T)                                                                                   \
+	KERNEL void gn_apply_##sfx(T *R y, const T *R x, const T *R w, const T *R b, const float *R stats, long long n, \
+	                           long long S, long long C, long long G, int silu) {                              \
+		gn_apply_impl<T>(y, x, w, b, stats, n, S, C, G, silu);                                             \
+	}
+GN_APPLY(f32, float)
+GN_APPLY(f16, h16)
+GN_APPLY(bf16, b16)
+
+// ---- LayerNorm / RMSNorm over the last axis ----
+
+template <typename T> DI void layernorm_impl(T *R y, const T *R x, const T *R w, const T *R b, long long D, float eps) {
+	__shared__ float sh[NR_BS];
+	const T *xr = x + BIDX * D;
+	T *yr = y + BIDX * D;
+	float s = 0.0f;
+	for (long long j = TID; j < D; j += NR_BS)
+		s += ld(xr + j);
+	float mean = block_sum<NR_BS>(s, sh) / (float)D;
+	float q = 0.0f;
+	for (long long j = TID; j < D; j += NR_BS) {
+		float d = ld(xr + j) - mean;
+		q += d * d;
+	}
+	float rstd = 1.0f / FP_SQRT(block_sum<NR_BS>(q, sh) / (float)D + eps);
+	for (long long j = TID; j < D; j += NR_BS) {
+		float v = (ld(xr + j) - mean) * rstd;
+		if (w)
+			v *= ld(w + j);
+		if (b)
+			v += ld(b + j);
+		st(yr + j, v);
+	}
+}
+
+#define LAYERNORM(sfx, T)                                                                                    \
+	KERNEL void layernorm_##sfx(T *R y, const T *R x, const T *R w, const T *R b, long long D, float eps) { \
+		layernorm_impl<T>(y, x, w, b, D, eps);                                                               \
+	}
+LAYERNORM(f32, float)
+LAYERNORM(f16, h16)
+LAYERNORM(bf16, b16)
+
+// y = x·rsqrt(mean(x²)+eps), rounded to the storage type, then ·w.
+template <typename T> DI void rmsnorm_impl(T *R y, const T *R x, const T *R w, long long D, float eps) {
+	__shared__ float sh[NR_BS];
+	const T *xr = x + BIDX * D;
+	T *yr = y + BIDX * D;
+	float q = 0.0f;
+	for (long long j = TID; j < D; j += NR_BS) {
+		float v = ld(xr + j);
+		q += v * v;
+	}
+	float rs = 1.0f / FP_SQRT(block_sum<NR_BS>(q, sh) / (float)D + eps);
+	for (long long j = TID; j < D; j += NR_BS) {
+		float v = ld(xr + j) * rs;
+		if (w)
+			v = rnd(v, y) * ld(w + j);
+		st(yr + j, v);
+	}
+}
+
+#define RMSNORM(sfx, T)                                                                      \
+	KERNEL void rmsnorm_##sfx(T *R y, const T *R x, const T *R w, long long D, float eps) { \
+		rmsnorm_impl<T>(y, x, w, D, eps);                                                    \
+	}
+RMSNORM(f32, float)
+RMSNORM(f16, h16)
+RMSNORM(bf16, b16)
+
+// ---- softmax over the last axis (NaN propagates; a row of −inf is NaN) ----
+
+template <typename T> DI void softmax_impl(T *R y, const T *R x, long long D) {
+	__shared__ float sh[NR_BS];
+	const T *xr = x + BIDX * D;
+	T *yr = y + BIDX * D;
+	float m = -FP_INF;
+	for (long long j = TID; j < D; j += NR_BS)
+		m = fmax_nan(m, ld(xr + j));
+	m = block_max<NR_BS>(m, sh);
+	float s = 0.0f;
+	for (long long j = TID; j < D; j += NR_BS)
+		s += fexp(ld(xr + j) - m);
+	float inv = 1.0f / block_sum<NR_BS>(s, sh);
+	for (long long j = TID; j < D; j += NR_BS)
+		st(yr + j, fexp(ld(xr + j) - m) * inv);
+}
+
+#define SOFTMAX(sfx, T) \
+	KERNEL void softmax_##sfx(T *R y, const T *R x, long long D) { softmax_impl<T>(y, x, D); }
+SOFTMAX(f32, float)
+SOFTMAX(f16, h16)
+SOFTMAX(bf16, b16)
+
+// ---- reductions of src (N, K) over K ----
+// op: 0 sum, 1 mean, 2 max, 3 var, 4 unbiased var, 5 mean |x|.
+
+template <typename T> DI void reduce_impl(T *R y, const T *R x, long long K, int op) {
+	__shared__ float sh[NR_BS];
+	const T *xr = x + BIDX * K;
+	float r;
+	if (op == 2) {
+		float m = -FP_INF;
+		for (long long j = TID; j < K; j += NR_BS)
+			m = fmax_nan(m, ld(xr + j));
+		r = block_max<NR_BS>(m, sh);
+	} else {
+		float s = 0.0f;
+		for (long long j = TID; j < K; j += NR_BS) {
+			float v = ld(xr + j);
+			s += op == 5 ? FP_FABS(v) : v;
+		}
+		r = block_sum<NR_BS>(s, sh);
+		if (op == 1 || op == 5)
+			r /= (float)K;
+		if (op == 3 || op == 4) {
+			float mean = r / (float)K, q = 0.0f;
+			for (long long j = TID; j < K; j += NR_BS) {
+				float d = ld(xr + j) - mean;
+				q += d * d;
+			}
+			r = block_sum<NR_BS>(q, sh) / (float)(op == 3 ? K : K - 1);
+		}
+	}
+	if (TID == 0)
+		st(y + BIDX, r);
+}
+
+#define REDUCE(sfx, T) \
+	KERNEL void reduce_##sfx(T *R y, const T *R x, long long K, int op) { reduce_impl<T>(y, x, K, op); }
+REDUCE(f32, float)
+REDUCE(f16, h16)
+REDUCE(bf16, b16)
