@@ -11,9 +11,15 @@ import (
 	"os/signal"
 
 	"github.com/spf13/cobra"
+
+	"github.com/framepack-go/framepack/convchain"
 )
 
 func main() {
+	// A conv3d algorithm search runs in a child copy of this program, so a
+	// search that hangs can be killed at its deadline; that child stops here.
+	convchain.MaybeRunChild()
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := newRoot().ExecuteContext(ctx); err != nil {
