@@ -5,6 +5,7 @@ package clip
 import (
 	"fmt"
 
+	"github.com/framepack-go/framepack/model/internal/encoder"
 	"github.com/framepack-go/framepack/model/internal/load"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -23,19 +24,13 @@ type Config struct {
 	EOSTokenID            int64   `json:"eos_token_id"`
 }
 
-type layer struct {
-	ln1W, ln1B, ln2W, ln2B *tensor.Tensor
-	qW, qB, kW, kB, vW, vB *tensor.Tensor
-	oW, oB                 *tensor.Tensor
-	fc1W, fc1B, fc2W, fc2B *tensor.Tensor
-}
-
 // Model is a loaded CLIP text encoder.
 type Model struct {
 	Config
 	dt            tensor.DType
 	tokenEmb, pos *tensor.Tensor
-	layers        []layer
+	layers        []encoder.Layer
+	act           encoder.Act
 	finalW        *tensor.Tensor
 	finalB        *tensor.Tensor
 	loaded        *load.Loader
@@ -56,28 +51,17 @@ func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
 	if cfg.NumAttentionHeads <= 0 || cfg.HiddenSize%cfg.NumAttentionHeads != 0 {
 		return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of num_attention_heads %d", dir, cfg.HiddenSize, cfg.NumAttentionHeads)
 	}
-	if cfg.HiddenAct != "quick_gelu" && cfg.HiddenAct != "gelu" {
-		return nil, fmt.Errorf("%s: unsupported hidden_act %q", dir, cfg.HiddenAct)
+	act, err := encoder.ParseAct(cfg.HiddenAct)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	d, f := cfg.HiddenSize, cfg.IntermediateSize
 	l := load.New(ck, be, dt)
 	l.Prefix = "text_model."
-	m := &Model{Config: cfg, dt: dt, loaded: l}
+	m := &Model{Config: cfg, dt: dt, act: act, loaded: l}
 	m.tokenEmb = l.T("embeddings.token_embedding.weight", cfg.VocabSize, d)
 	m.pos = l.T("embeddings.position_embedding.weight", cfg.MaxPositionEmbeddings, d)
-	for i := 0; i < cfg.NumHiddenLayers; i++ {
-		p := fmt.Sprintf("encoder.layers.%d.", i)
-		m.layers = append(m.layers, layer{
-			ln1W: l.T(p+"layer_norm1.weight", d), ln1B: l.T(p+"layer_norm1.bias", d),
-			ln2W: l.T(p+"layer_norm2.weight", d), ln2B: l.T(p+"layer_norm2.bias", d),
-			qW: l.T(p+"self_attn.q_proj.weight", d, d), qB: l.T(p+"self_attn.q_proj.bias", d),
-			kW: l.T(p+"self_attn.k_proj.weight", d, d), kB: l.T(p+"self_attn.k_proj.bias", d),
-			vW: l.T(p+"self_attn.v_proj.weight", d, d), vB: l.T(p+"self_attn.v_proj.bias", d),
-			oW: l.T(p+"self_attn.out_proj.weight", d, d), oB: l.T(p+"self_attn.out_proj.bias", d),
-			fc1W: l.T(p+"mlp.fc1.weight", f, d), fc1B: l.T(p+"mlp.fc1.bias", f),
-			fc2W: l.T(p+"mlp.fc2.weight", d, f), fc2B: l.T(p+"mlp.fc2.bias", d),
-		})
-	}
+	m.layers = encoder.LoadLayers(l, "encoder.layers.", cfg.NumHiddenLayers, d, f)
 	m.finalW = l.T("final_layer_norm.weight", d)
 	m.finalB = l.T("final_layer_norm.bias", d)
 	if err := l.Err(); err != nil {
@@ -113,28 +97,14 @@ func (m *Model) Forward(s *tensor.Scope, ids []int64) Output {
 			tensor.Fail("clip", "token id %d outside the vocabulary of %d", id, m.VocabSize)
 		}
 	}
-	h := m.HiddenSize / m.NumAttentionHeads
 	idt := s.To(tensor.FromInt64(ids, n))
 	x := s.Add(s.Embedding(m.tokenEmb, idt), s.Slice(m.pos, 0, 0, n))
 	x = x.Reshape(1, n, m.HiddenSize)
-	for _, ly := range m.layers {
-		c := s.Child()
-		r := c.LayerNorm(x, ly.ln1W, ly.ln1B, m.LayerNormEps)
-		q := c.Linear(r, ly.qW, ly.qB).Reshape(1, n, m.NumAttentionHeads, h)
-		k := c.Linear(r, ly.kW, ly.kB).Reshape(1, n, m.NumAttentionHeads, h)
-		v := c.Linear(r, ly.vW, ly.vB).Reshape(1, n, m.NumAttentionHeads, h)
-		a := c.Attention(q, k, v, tensor.AttnParams{Causal: true}).Reshape(1, n, m.HiddenSize)
-		x2 := c.Add(x, c.Linear(a, ly.oW, ly.oB))
-		r = c.LayerNorm(x2, ly.ln2W, ly.ln2B, m.LayerNormEps)
-		r = c.Linear(r, ly.fc1W, ly.fc1B)
-		if m.HiddenAct == "quick_gelu" {
-			r = c.QuickGELU(r)
-		} else {
-			r = c.GELU(r)
-		}
-		x = c.Add(x2, c.Linear(r, ly.fc2W, ly.fc2B))
-		c.Keep(x)
-		c.Close()
+	p := encoder.Params{Heads: m.NumAttentionHeads, Eps: m.LayerNormEps, Act: m.act, Causal: true}
+	for i := range m.layers {
+		next := m.layers[i].Forward(s, x, p)
+		s.Free(x)
+		x = next
 	}
 	last := s.LayerNorm(x, m.finalW, m.finalB, m.LayerNormEps)
 	pos := eosPosition(ids, m.EOSTokenID)

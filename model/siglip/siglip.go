@@ -5,6 +5,7 @@ package siglip
 import (
 	"fmt"
 
+	"github.com/framepack-go/framepack/model/internal/encoder"
 	"github.com/framepack-go/framepack/model/internal/load"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -23,18 +24,12 @@ type Config struct {
 	HiddenAct         string  `json:"hidden_act"`
 }
 
-type layer struct {
-	ln1W, ln1B, ln2W, ln2B *tensor.Tensor
-	qW, qB, kW, kB, vW, vB *tensor.Tensor
-	oW, oB                 *tensor.Tensor
-	fc1W, fc1B, fc2W, fc2B *tensor.Tensor
-}
-
 // Model is a loaded SigLIP vision tower (the pooling head is not used).
 type Model struct {
 	Config
 	patchW, patchB, pos *tensor.Tensor
-	layers              []layer
+	layers              []encoder.Layer
+	act                 encoder.Act
 	postW, postB        *tensor.Tensor
 	loaded              *load.Loader
 }
@@ -59,30 +54,20 @@ func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
 		return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of num_attention_heads %d", dir, cfg.HiddenSize, cfg.NumAttentionHeads)
 	case cfg.PatchSize <= 0 || cfg.ImageSize%cfg.PatchSize != 0:
 		return nil, fmt.Errorf("%s: image_size %d is not a multiple of patch_size %d", dir, cfg.ImageSize, cfg.PatchSize)
-	case cfg.HiddenAct != "gelu_pytorch_tanh" && cfg.HiddenAct != "gelu":
-		return nil, fmt.Errorf("%s: unsupported hidden_act %q", dir, cfg.HiddenAct)
+	}
+	act, err := encoder.ParseAct(cfg.HiddenAct)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	d, f, p := cfg.HiddenSize, cfg.IntermediateSize, cfg.PatchSize
 	n := (cfg.ImageSize / p) * (cfg.ImageSize / p)
 	l := load.New(ck, be, dt)
 	l.Prefix = "vision_model."
-	m := &Model{Config: cfg, loaded: l}
+	m := &Model{Config: cfg, act: act, loaded: l}
 	m.patchW = l.T("embeddings.patch_embedding.weight", d, cfg.NumChannels, p, p)
 	m.patchB = l.T("embeddings.patch_embedding.bias", d)
 	m.pos = l.T("embeddings.position_embedding.weight", n, d)
-	for i := 0; i < cfg.NumHiddenLayers; i++ {
-		q := fmt.Sprintf("encoder.layers.%d.", i)
-		m.layers = append(m.layers, layer{
-			ln1W: l.T(q+"layer_norm1.weight", d), ln1B: l.T(q+"layer_norm1.bias", d),
-			ln2W: l.T(q+"layer_norm2.weight", d), ln2B: l.T(q+"layer_norm2.bias", d),
-			qW: l.T(q+"self_attn.q_proj.weight", d, d), qB: l.T(q+"self_attn.q_proj.bias", d),
-			kW: l.T(q+"self_attn.k_proj.weight", d, d), kB: l.T(q+"self_attn.k_proj.bias", d),
-			vW: l.T(q+"self_attn.v_proj.weight", d, d), vB: l.T(q+"self_attn.v_proj.bias", d),
-			oW: l.T(q+"self_attn.out_proj.weight", d, d), oB: l.T(q+"self_attn.out_proj.bias", d),
-			fc1W: l.T(q+"mlp.fc1.weight", f, d), fc1B: l.T(q+"mlp.fc1.bias", f),
-			fc2W: l.T(q+"mlp.fc2.weight", d, f), fc2B: l.T(q+"mlp.fc2.bias", d),
-		})
-	}
+	m.layers = encoder.LoadLayers(l, "encoder.layers.", cfg.NumHiddenLayers, d, f)
 	m.postW = l.T("post_layernorm.weight", d)
 	m.postB = l.T("post_layernorm.bias", d)
 	if err := l.Err(); err != nil {
@@ -106,28 +91,15 @@ func (m *Model) Forward(s *tensor.Scope, pixels *tensor.Tensor) *tensor.Tensor {
 		tensor.Fail("siglip", "pixel values %v, want (B, %d, %d, %d)", sh, m.NumChannels, m.ImageSize, m.ImageSize)
 	}
 	b, d := sh[0], m.HiddenSize
-	nh, hd := m.NumAttentionHeads, m.HiddenSize/m.NumAttentionHeads
 	x := s.Conv2d(s.Cast(s.To(pixels), m.loaded.DType()), m.patchW, m.patchB, [2]int{m.PatchSize, m.PatchSize}, [2]int{})
 	n := x.Dim(2) * x.Dim(3)
 	x = s.Transpose(x.Reshape(b, d, n), 1, 2) // (B, patches, hidden), row-major patches
 	x = s.Add(x, m.pos)
-	for _, ly := range m.layers {
-		c := s.Child()
-		r := c.LayerNorm(x, ly.ln1W, ly.ln1B, m.LayerNormEps)
-		q := c.Linear(r, ly.qW, ly.qB).Reshape(b, n, nh, hd)
-		k := c.Linear(r, ly.kW, ly.kB).Reshape(b, n, nh, hd)
-		v := c.Linear(r, ly.vW, ly.vB).Reshape(b, n, nh, hd)
-		a := c.Attention(q, k, v, tensor.AttnParams{}).Reshape(b, n, d)
-		x2 := c.Add(x, c.Linear(a, ly.oW, ly.oB))
-		r = c.Linear(c.LayerNorm(x2, ly.ln2W, ly.ln2B, m.LayerNormEps), ly.fc1W, ly.fc1B)
-		if m.HiddenAct == "gelu" {
-			r = c.GELU(r)
-		} else {
-			r = c.GELUTanh(r)
-		}
-		x = c.Add(x2, c.Linear(r, ly.fc2W, ly.fc2B))
-		c.Keep(x)
-		c.Close()
+	p := encoder.Params{Heads: m.NumAttentionHeads, Eps: m.LayerNormEps, Act: m.act}
+	for i := range m.layers {
+		next := m.layers[i].Forward(s, x, p)
+		s.Free(x)
+		x = next
 	}
 	return s.LayerNorm(x, m.postW, m.postB, m.LayerNormEps)
 }
