@@ -58,19 +58,21 @@ func (be *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) e
 	if scale == 0 {
 		scale = float32(1 / math.Sqrt(float64(D)))
 	}
-	qf, err := be.widen(q)
+	tm := be.temps()
+	defer tm.release()
+	qf, err := tm.widen(q)
 	if err != nil {
 		return err
 	}
-	kf, err := be.widen(k)
+	kf, err := tm.widen(k)
 	if err != nil {
 		return err
 	}
-	vf, err := be.widen(v)
+	vf, err := tm.widen(v)
 	if err != nil {
 		return err
 	}
-	out, commit, err := be.output(dst)
+	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
 	}
@@ -94,13 +96,13 @@ func (be *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) e
 	nb := (Lq + bq - 1) / bq
 	group := Hq / Hkv
 	qld, kld := Hq*D, Hkv*D
-	scratch := make([][]float32, be.threads)
+	scratch := make([][]float32, min(be.threads, B*Hq*nb))
+	for w := range scratch {
+		scratch[w] = tm.alloc(bq * Lk)
+	}
 	// One task is one block of query rows of one head: a GEMM for its
 	// scores, the masked softmax of each row, a GEMM for its output.
 	be.tasks(B*Hq*nb, func(worker, task int) {
-		if scratch[worker] == nil {
-			scratch[worker] = make([]float32, bq*Lk)
-		}
 		b, h, i0 := task/(Hq*nb), (task/nb)%Hq, (task%nb)*bq
 		hk := h / group
 		qh := qf[(b*Lq*Hq+h)*D:]
@@ -188,19 +190,21 @@ func (be *Backend) RoPE(dst, x, cos, sin *tensor.Tensor) error {
 	if cos.Numel() != L*D || sin.Numel() != L*D {
 		return fmt.Errorf("cpu: rope of %v with cos %v, sin %v", x, cos, sin)
 	}
-	xf, err := be.widen(x)
+	tm := be.temps()
+	defer tm.release()
+	xf, err := tm.widen(x)
 	if err != nil {
 		return err
 	}
-	cf, err := be.widen(cos)
+	cf, err := tm.widen(cos)
 	if err != nil {
 		return err
 	}
-	sf, err := be.widen(sin)
+	sf, err := tm.widen(sin)
 	if err != nil {
 		return err
 	}
-	out, commit, err := be.output(dst)
+	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 type Backend struct {
 	threads int
 	blas    blasImpl
+	pool    scratchPool
 }
 
 // Options configure New.
@@ -181,9 +183,33 @@ func roundFn(dt tensor.DType) func(float32) float32 {
 	return func(f float32) float32 { return f }
 }
 
+// temps hands out the f32 scratch of one kernel call (widened operands,
+// half-precision results before rounding, im2col buffers) from the
+// backend's pool, and gives it all back when the kernel returns.
+type temps struct {
+	be   *Backend
+	bufs [][]float32
+}
+
+func (be *Backend) temps() *temps { return &temps{be: be} }
+
+// alloc returns n floats of undefined contents.
+func (tm *temps) alloc(n int) []float32 {
+	b := tm.be.pool.get(n)
+	tm.bufs = append(tm.bufs, b)
+	return b
+}
+
+func (tm *temps) release() {
+	for _, b := range tm.bufs {
+		tm.be.pool.put(b)
+	}
+	tm.bufs = nil
+}
+
 // widen reads a compute-dtype tensor as f32: its own storage for f32, a
-// converted copy for f16/bf16.
-func (be *Backend) widen(t *tensor.Tensor) ([]float32, error) {
+// converted copy for f16/bf16 (nil for a nil tensor).
+func (tm *temps) widen(t *tensor.Tensor) ([]float32, error) {
 	if t == nil {
 		return nil, nil
 	}
@@ -196,8 +222,8 @@ func (be *Backend) widen(t *tensor.Tensor) ([]float32, error) {
 		return asF32(b), nil
 	case tensor.F16, tensor.BF16:
 		src := asU16(b)
-		out := make([]float32, len(src))
-		be.widenInto(out, src, t.DType())
+		out := tm.alloc(len(src))
+		tm.be.widenInto(out, src, t.DType())
 		return out, nil
 	}
 	return nil, unsupported("read", t.DType())
@@ -214,8 +240,9 @@ func (be *Backend) widenInto(dst []float32, src []uint16, dt tensor.DType) {
 }
 
 // output gives f32 storage to compute a tensor's values into and a commit
-// that narrows them into the tensor (a no-op for f32).
-func (be *Backend) output(t *tensor.Tensor) ([]float32, func(), error) {
+// that narrows them into the tensor (a no-op for f32). The kernel must
+// write every value.
+func (tm *temps) output(t *tensor.Tensor) ([]float32, func(), error) {
 	b, err := raw(t)
 	if err != nil {
 		return nil, nil, err
@@ -225,11 +252,76 @@ func (be *Backend) output(t *tensor.Tensor) ([]float32, func(), error) {
 		return asF32(b), func() {}, nil
 	case tensor.F16, tensor.BF16:
 		dst := asU16(b)
-		tmp := make([]float32, len(dst))
+		tmp := tm.alloc(len(dst))
 		dt := t.DType()
-		return tmp, func() { be.narrowInto(dst, tmp, dt) }, nil
+		return tmp, func() { tm.be.narrowInto(dst, tmp, dt) }, nil
 	}
 	return nil, nil, unsupported("write", t.DType())
+}
+
+// scratchPool keeps recently used scratch buffers so that kernels do not
+// allocate (and the runtime zero) large temporaries on every call. It holds
+// at most scratchKeep bytes between calls.
+type scratchPool struct {
+	mu   sync.Mutex
+	free [][]float32
+	held int
+}
+
+const scratchKeep = 256 << 20
+
+// get returns the smallest free buffer that holds n floats without wasting
+// more than half of it, or a new one.
+func (p *scratchPool) get(n int) []float32 {
+	p.mu.Lock()
+	best := -1
+	for i, b := range p.free {
+		if c := cap(b); c >= n && c <= 2*n+1024 && (best < 0 || c < cap(p.free[best])) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		b := p.free[best]
+		p.free = append(p.free[:best], p.free[best+1:]...)
+		p.held -= 4 * cap(b)
+		p.mu.Unlock()
+		b = b[:n]
+		if poisonScratch {
+			poison(b)
+		}
+		return b
+	}
+	p.mu.Unlock()
+	b := make([]float32, n)
+	if poisonScratch {
+		poison(b)
+	}
+	return b
+}
+
+// poisonScratch makes tests fill scratch with NaN, so a kernel that reads
+// scratch it did not write fails instead of seeing zeros by luck.
+var poisonScratch = false
+
+func poison(b []float32) {
+	nan := float32(math.NaN())
+	for i := range b {
+		b[i] = nan
+	}
+}
+
+func (p *scratchPool) put(b []float32) {
+	if cap(b) < 1<<12 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.free = append(p.free, b[:0])
+	p.held += 4 * cap(b)
+	for p.held > scratchKeep { // drop the oldest
+		p.held -= 4 * cap(p.free[0])
+		p.free = p.free[1:]
+	}
 }
 
 func (be *Backend) narrowInto(dst []uint16, src []float32, dt tensor.DType) {

@@ -27,8 +27,7 @@ func eps(dt tensor.DType) float64 {
 	return 1e-5
 }
 
-// threadCounts exercise the serial path and the parallel split.
-var testBackends = map[string]*Backend{}
+func init() { poisonScratch = true }
 
 func backend(t testing.TB) *Backend {
 	t.Helper()

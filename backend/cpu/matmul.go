@@ -36,15 +36,17 @@ func (be *Backend) MatMul(dst, a, b *tensor.Tensor, p tensor.MatMulParams) error
 	if alpha == 0 {
 		alpha = 1
 	}
-	af, err := be.widen(a)
+	tm := be.temps()
+	defer tm.release()
+	af, err := tm.widen(a)
 	if err != nil {
 		return err
 	}
-	bf, err := be.widen(b)
+	bf, err := tm.widen(b)
 	if err != nil {
 		return err
 	}
-	out, commit, err := be.output(dst)
+	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
 	}
@@ -80,20 +82,22 @@ func (be *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 	if w.Dim(1) != K || dst.Dim(0) != M || dst.Dim(1) != N || (bias != nil && bias.Numel() != N) {
 		return fmt.Errorf("cpu: linear of %v by %v (bias %v) into %v", x, w, bias, dst)
 	}
-	xf, err := be.widen(x)
+	tm := be.temps()
+	defer tm.release()
+	xf, err := tm.widen(x)
 	if err != nil {
 		return err
 	}
-	bf, err := be.widen(bias)
+	bf, err := tm.widen(bias)
 	if err != nil {
 		return err
 	}
-	out, commit, err := be.output(dst)
+	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
 	}
 	if dt == tensor.F32 {
-		wf, err := be.widen(w)
+		wf, err := tm.widen(w)
 		if err != nil {
 			return err
 		}
@@ -107,7 +111,7 @@ func (be *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 		}
 		wh := asU16(wb)
 		rows := max(1, min(N, (1<<22)/max(K, 1)))
-		tmp := make([]float32, rows*K)
+		tmp := tm.alloc(rows * K)
 		for n0 := 0; n0 < N; n0 += rows {
 			nr := min(rows, N-n0)
 			be.widenInto(tmp[:nr*K], wh[n0*K:(n0+nr)*K], dt)
@@ -159,19 +163,21 @@ func (be *Backend) conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, b
 		}
 	}
 	g.cin = Cin
-	xf, err := be.widen(x)
+	tm := be.temps()
+	defer tm.release()
+	xf, err := tm.widen(x)
 	if err != nil {
 		return err
 	}
-	wf, err := be.widen(w)
+	wf, err := tm.widen(w)
 	if err != nil {
 		return err
 	}
-	bf, err := be.widen(bias)
+	bf, err := tm.widen(bias)
 	if err != nil {
 		return err
 	}
-	out, commit, err := be.output(dst)
+	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
 	}
@@ -183,7 +189,7 @@ func (be *Backend) conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, b
 	pc := P
 	if !pointwise {
 		pc = max(1, min(P, budget/max(Kc, 1)))
-		col = make([]float32, Kc*pc)
+		col = tm.alloc(Kc * pc)
 	}
 	for b := 0; b < B; b++ {
 		xb := xf[b*inN : (b+1)*inN]

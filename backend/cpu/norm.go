@@ -56,19 +56,21 @@ func (be *Backend) GroupNorm(dst, x, w, b *tensor.Tensor, groups int, eps float3
 	if B*C > 0 {
 		S = x.Numel() / (B * C)
 	}
-	xf, err := be.widen(x)
+	tm := be.temps()
+	defer tm.release()
+	xf, err := tm.widen(x)
 	if err != nil {
 		return err
 	}
-	wf, err := be.widen(w)
+	wf, err := tm.widen(w)
 	if err != nil {
 		return err
 	}
-	bf, err := be.widen(b)
+	bf, err := tm.widen(b)
 	if err != nil {
 		return err
 	}
-	out, commit, err := be.output(dst)
+	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
 	}
@@ -134,19 +136,21 @@ func (be *Backend) LayerNorm(dst, x, w, b *tensor.Tensor, eps float32) error {
 	if err := checkAffine("layer_norm", dt, d, w, b); err != nil {
 		return err
 	}
-	xf, err := be.widen(x)
+	tm := be.temps()
+	defer tm.release()
+	xf, err := tm.widen(x)
 	if err != nil {
 		return err
 	}
-	wf, err := be.widen(w)
+	wf, err := tm.widen(w)
 	if err != nil {
 		return err
 	}
-	bf, err := be.widen(b)
+	bf, err := tm.widen(b)
 	if err != nil {
 		return err
 	}
-	out, commit, err := be.output(dst)
+	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
 	}
@@ -184,15 +188,17 @@ func (be *Backend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
 	if err := checkAffine("rms_norm", dt, d, w); err != nil {
 		return err
 	}
-	xf, err := be.widen(x)
+	tm := be.temps()
+	defer tm.release()
+	xf, err := tm.widen(x)
 	if err != nil {
 		return err
 	}
-	wf, err := be.widen(w)
+	wf, err := tm.widen(w)
 	if err != nil {
 		return err
 	}
-	out, commit, err := be.output(dst)
+	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
 	}
@@ -229,11 +235,13 @@ func (be *Backend) Softmax(dst, x *tensor.Tensor) error {
 	if err != nil {
 		return err
 	}
-	xf, err := be.widen(x)
+	tm := be.temps()
+	defer tm.release()
+	xf, err := tm.widen(x)
 	if err != nil {
 		return err
 	}
-	out, commit, err := be.output(dst)
+	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
 	}
@@ -279,11 +287,13 @@ func (be *Backend) Reduce(op tensor.ReduceOp, dst, src *tensor.Tensor) error {
 		return fmt.Errorf("cpu: reduce of %v into %v", src, dst)
 	}
 	n, k := src.Dim(0), src.Dim(1)
-	xf, err := be.widen(src)
+	tm := be.temps()
+	defer tm.release()
+	xf, err := tm.widen(src)
 	if err != nil {
 		return err
 	}
-	out, commit, err := be.output(dst)
+	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
 	}

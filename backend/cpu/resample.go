@@ -180,11 +180,13 @@ func (be *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
 	if dst.Numel() == 0 {
 		return nil
 	}
-	xf, err := be.widen(src)
+	tm := be.temps()
+	defer tm.release()
+	xf, err := tm.widen(src)
 	if err != nil {
 		return err
 	}
-	out, commit, err := be.output(dst)
+	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
 	}
