@@ -2,8 +2,6 @@ package vae
 
 import (
 	"fmt"
-
-	"github.com/framepack-go/framepack/tensor"
 )
 
 // Tiling is how diffusers splits a decode (or encode) into pieces: frame-wise
@@ -110,131 +108,6 @@ func (t Tiling) spatialInTemporal(c *Config, h, w int) bool {
 	return t.Spatial && (w > t.TileWidth/ss || h > t.TileHeight/ss)
 }
 
-// video is a host (B, C, T, H, W) f32 array: decoded tiles and their
-// assembly. Values are representable in the compute dtype.
-type video struct {
-	b, c, t, h, w int
-	data          []float32
-}
-
-func newVideo(b, c, t, h, w int) *video {
-	return &video{b: b, c: c, t: t, h: h, w: w, data: make([]float32, b*c*t*h*w)}
-}
-
-func videoOf(x *tensor.Tensor) *video {
-	v := &video{b: x.Dim(0), c: x.Dim(1), t: x.Dim(2), h: x.Dim(3), w: x.Dim(4)}
-	if x.DType() == tensor.F32 {
-		v.data = append([]float32(nil), tensor.Float32s(x)...)
-	} else {
-		v.data = tensor.Float32s(x)
-	}
-	return v
-}
-
-func (v *video) idx(b, c, t, y, x int) int { return (((b*v.c+c)*v.t+t)*v.h+y)*v.w + x }
-
-// dropFirst removes the first frame.
-func (v *video) dropFirst() *video {
-	out := newVideo(v.b, v.c, max(v.t-1, 0), v.h, v.w)
-	fs := v.h * v.w
-	for bc := 0; bc < v.b*v.c; bc++ {
-		copy(out.data[bc*out.t*fs:(bc+1)*out.t*fs], v.data[(bc*v.t+1)*fs:(bc+1)*v.t*fs])
-	}
-	return out
-}
-
-// paste copies src[.., t0:t0+nt, y0:y0+nh, x0:x0+nw] into dst at (dt, dy, dx).
-func paste(dst *video, dt, dy, dx int, src *video, t0, y0, x0, nt, nh, nw int) {
-	for b := 0; b < src.b; b++ {
-		for c := 0; c < src.c; c++ {
-			for t := 0; t < nt; t++ {
-				for y := 0; y < nh; y++ {
-					d := dst.idx(b, c, dt+t, dy+y, dx)
-					s := src.idx(b, c, t0+t, y0+y, x0)
-					copy(dst.data[d:d+nw], src.data[s:s+nw])
-				}
-			}
-		}
-	}
-}
-
-// blender computes diffusers' blend a·(1−k/e) + b·(k/e) as torch does in the
-// compute dtype: each product is rounded to it, then the sum.
-type blender func(float32) float32
-
-func roundTo(dt tensor.DType) blender {
-	switch dt {
-	case tensor.F16:
-		return tensor.RoundF16
-	case tensor.BF16:
-		return tensor.RoundBF16
-	}
-	return func(f float32) float32 { return f }
-}
-
-func (r blender) mix(a, b, wa, wb float32) float32 {
-	return r(r(float32(a*wa)) + r(float32(b*wb)))
-}
-
-func weightsAt(k, e int) (wa, wb float32) {
-	return float32(1 - float64(k)/float64(e)), float32(float64(k) / float64(e))
-}
-
-// blendAxis blends the last e positions of a into the first e of b along
-// axis ax (2: T, 3: H, 4: W), in place on b (diffusers' blend_t/v/h). a and b
-// have equal sizes on the other axes.
-func (r blender) blendAxis(a, b *video, ax, extent int) {
-	na, nb := a.dim(ax), b.dim(ax)
-	e := min(na, nb, extent)
-	for k := 0; k < e; k++ {
-		wa, wb := weightsAt(k, e)
-		ka := na - e + k
-		for bi := 0; bi < b.b; bi++ {
-			for c := 0; c < b.c; c++ {
-				switch ax {
-				case 2:
-					da, db := a.idx(bi, c, ka, 0, 0), b.idx(bi, c, k, 0, 0)
-					r.mixRow(a.data[da:da+b.h*b.w], b.data[db:db+b.h*b.w], wa, wb)
-				case 3:
-					for t := 0; t < b.t; t++ {
-						da, db := a.idx(bi, c, t, ka, 0), b.idx(bi, c, t, k, 0)
-						r.mixRow(a.data[da:da+b.w], b.data[db:db+b.w], wa, wb)
-					}
-				case 4:
-					for t := 0; t < b.t; t++ {
-						for y := 0; y < b.h; y++ {
-							i := b.idx(bi, c, t, y, k)
-							b.data[i] = r.mix(a.data[a.idx(bi, c, t, y, ka)], b.data[i], wa, wb)
-						}
-					}
-				}
-			}
-		}
-	}
-}
-
-func (r blender) mixRow(a, b []float32, wa, wb float32) {
-	for i := range b {
-		b[i] = r.mix(a[i], b[i], wa, wb)
-	}
-}
-
-func (v *video) dim(ax int) int {
-	switch ax {
-	case 0:
-		return v.b
-	case 1:
-		return v.c
-	case 2:
-		return v.t
-	case 3:
-		return v.h
-	}
-	return v.w
-}
-
-func (v *video) tensor() *tensor.Tensor { return tensor.FromFloat32(v.data, v.b, v.c, v.t, v.h, v.w) }
-
 // tileFn runs the model on the box [t0,t1)×[h0,h1)×[w0,w1) of its input and
 // returns the result on the host.
 type tileFn func(t0, t1, h0, h1, w0, w1 int) *video
@@ -258,10 +131,10 @@ func (r blender) spatialTiles(run tileFn, t0, t1, h, w int, tinH, tinW, sinH, si
 				out = newVideo(tile.b, tile.c, tile.t, outH, outW)
 			}
 			if above != nil {
-				r.blendAxis(above[len(row)], tile, 3, boutH)
+				r.blendV(above[len(row)], tile, boutH)
 			}
 			if len(row) > 0 {
-				r.blendAxis(row[len(row)-1], tile, 4, boutW)
+				r.blendH(row[len(row)-1], tile, boutW)
 			}
 			kh, kw := min(tile.h, soutH), min(tile.w, soutW)
 			if nh, nw := min(kh, outH-y), min(kw, outW-x); nh > 0 && nw > 0 {
@@ -290,7 +163,7 @@ func (r blender) temporalTiles(tile func(t0, t1 int) *video, n, tin, sin, sout, 
 		keep := sout + 1
 		if i > 0 {
 			d = d.dropFirst()
-			r.blendAxis(prev, d, 2, bout)
+			r.blendT(prev, d, bout)
 			keep = sout
 		} else {
 			out = newVideo(d.b, d.c, outT, d.h, d.w)

@@ -194,12 +194,18 @@ func (p *randParams) get(name string, shape ...int) *tensor.Tensor {
 		hi = float32(1 / math.Sqrt(float64(fanIn)))
 		lo = -hi
 	}
-	host := tensor.New(p.dt, shape...)
-	fillUniform(host, lo, hi, p.seed^h.Sum64())
 	t, err := tensor.Alloc(p.be, p.dt, shape...)
-	if err == nil && host.Numel() > 0 {
-		if err = p.be.Upload(t.Buffer(), 0, host.HostBytes()); err != nil {
-			tensor.Release(t)
+	if err == nil {
+		hb, direct := t.Buffer().(*tensor.HostBuffer)
+		if direct && isHostBacked(p.be) { // fill in place
+			host, _ := tensor.FromBytes(p.dt, hb.Data()[:t.Bytes()], shape...)
+			fillUniform(host, lo, hi, p.seed^h.Sum64())
+		} else {
+			host := tensor.New(p.dt, shape...)
+			fillUniform(host, lo, hi, p.seed^h.Sum64())
+			if err = p.be.Upload(t.Buffer(), 0, host.HostBytes()); err != nil {
+				tensor.Release(t)
+			}
 		}
 	}
 	if err != nil {
@@ -252,6 +258,11 @@ func fillUniform(t *tensor.Tensor, lo, hi float32, seed uint64) {
 		}()
 	}
 	wg.Wait()
+}
+
+func isHostBacked(be tensor.Backend) bool {
+	hb, ok := be.(tensor.HostBacked)
+	return ok && hb.HostBacked()
 }
 
 func hasSuffix(s string, suffixes ...string) bool {
