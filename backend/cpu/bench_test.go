@@ -99,27 +99,31 @@ func BenchmarkGEMM(b *testing.B) {
 
 func BenchmarkConv3d(b *testing.B) {
 	// A VAE-decoder-like layer: 128 channels, 3×3×3, 4 frames of 32×32.
-	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
-		b.Run(dt.String(), func(b *testing.B) {
-			be := New()
-			s := tensor.NewScope(be)
-			defer s.Close()
-			r := rng(2)
-			xs, ws := []int{1, 128, 4, 32, 32}, []int{128, 128, 3, 3, 3}
-			x := input(s, dt, randVals(r, dt, tensor.Numel(xs), -1, 1), xs...)
-			w := input(s, dt, randVals(r, dt, tensor.Numel(ws), -1, 1), ws...)
-			bias := input(s, dt, randVals(r, dt, 128, -1, 1), 128)
-			y := s.Empty(dt, 1, 128, 4, 32, 32)
-			p := tensor.ConvParams{Stride: [3]int{1, 1, 1}, Padding: [3]int{1, 1, 1}}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := be.Conv3d(y, x, w, bias, p); err != nil {
-					b.Fatal(err)
+	defer func() { convShift = true }()
+	for _, mode := range []string{"im2col", "shifted", "im2col", "shifted"} {
+		for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
+			b.Run(mode+"/"+dt.String(), func(b *testing.B) {
+				convShift = mode == "shifted"
+				be := New()
+				s := tensor.NewScope(be)
+				defer s.Close()
+				r := rng(2)
+				xs, ws := []int{1, 128, 4, 32, 32}, []int{128, 128, 3, 3, 3}
+				x := input(s, dt, randVals(r, dt, tensor.Numel(xs), -1, 1), xs...)
+				w := input(s, dt, randVals(r, dt, tensor.Numel(ws), -1, 1), ws...)
+				bias := input(s, dt, randVals(r, dt, 128, -1, 1), 128)
+				y := s.Empty(dt, 1, 128, 4, 32, 32)
+				p := tensor.ConvParams{Stride: [3]int{1, 1, 1}, Padding: [3]int{1, 1, 1}}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := be.Conv3d(y, x, w, bias, p); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-			flops := 2.0 * 128 * 128 * 27 * 4 * 32 * 32
-			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
+				flops := 2.0 * 128 * 128 * 27 * 4 * 32 * 32
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
 	}
 }
 

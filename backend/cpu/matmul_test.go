@@ -178,26 +178,34 @@ func TestConv3d(t *testing.T) {
 		{[]int{1, 16, 3, 9, 10}, []int{8, 16, 3, 3, 3}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, true},
 		{[]int{1, 2, 2, 2, 2}, []int{3, 2, 1, 3, 3}, [3]int{1, 2, 2}, [3]int{1, 2, 2}, true}, // padding wider than the input
 		{[]int{1, 3, 1, 5, 9}, []int{2, 3, 1, 2, 4}, [3]int{1, 3, 3}, [3]int{0, 3, 3}, false},
+		// enough input channels for the shifted-GEMM path
+		{[]int{2, 32, 3, 5, 6}, []int{8, 32, 3, 3, 3}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, true},
+		{[]int{1, 33, 4, 3, 7}, []int{5, 33, 2, 1, 3}, [3]int{1, 1, 1}, [3]int{0, 1, 2}, false},
+		{[]int{1, 40, 1, 4, 4}, []int{3, 40, 1, 3, 3}, [3]int{1, 1, 1}, [3]int{0, 0, 0}, true},
 	}
+	defer func() { convShift = true }()
 	for _, c := range cases {
 		for _, dt := range floatTypes {
-			xv := randVals(r, dt, tensor.Numel(c.x), -1, 1)
-			wv := randVals(r, dt, tensor.Numel(c.w), -1, 1)
-			bv := randVals(r, dt, c.w[0], -1, 1)
-			var bias *tensor.Tensor
-			var bref []float32
-			if c.withBias {
-				bias, bref = input(s, dt, bv, c.w[0]), bv
+			for _, shift := range []bool{false, true} {
+				convShift = shift
+				xv := randVals(r, dt, tensor.Numel(c.x), -1, 1)
+				wv := randVals(r, dt, tensor.Numel(c.w), -1, 1)
+				bv := randVals(r, dt, c.w[0], -1, 1)
+				var bias *tensor.Tensor
+				var bref []float32
+				if c.withBias {
+					bias, bref = input(s, dt, bv, c.w[0]), bv
+				}
+				var y *tensor.Tensor
+				must(t, func() {
+					y = s.Conv3d(input(s, dt, xv, c.x...), input(s, dt, wv, c.w...), bias, c.st, c.pad)
+				})
+				want, scale, os := convRef(xv, c.x, wv, c.w, bref, c.st, c.pad)
+				if !equalInts(y.Shape(), os) {
+					t.Fatalf("conv3d %v: shape %v, want %v", c, y.Shape(), os)
+				}
+				compare(t, name("conv3d ", dt, c.x, c.w, c.st, c.pad, " shifted ", shift), values(s, y), want, within(dt, scale))
 			}
-			var y *tensor.Tensor
-			must(t, func() {
-				y = s.Conv3d(input(s, dt, xv, c.x...), input(s, dt, wv, c.w...), bias, c.st, c.pad)
-			})
-			want, scale, os := convRef(xv, c.x, wv, c.w, bref, c.st, c.pad)
-			if !equalInts(y.Shape(), os) {
-				t.Fatalf("conv3d %v: shape %v, want %v", c, y.Shape(), os)
-			}
-			compare(t, name("conv3d ", dt, c.x, c.w, c.st, c.pad), values(s, y), want, within(dt, scale))
 		}
 	}
 }
