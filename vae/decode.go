@@ -78,23 +78,28 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 	}
 }
 
-// decodeOnce runs one whole decode at tiling til.
+// decodeOnce runs one whole decode at tiling til. The device work runs on
+// its own goroutine, tile after tile in the order the assembly takes them
+// (decodeBoxes), while this goroutine blends and pastes the tiles already
+// decoded: the host work hides behind the device work. The device memory is
+// all freed when it returns.
 func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling) (*video, int) {
-	ds := s.Child()
-	defer ds.Close()
-	zc := toCompute(ds, z, v.dt)
 	c := &v.cfg
 	ss, st := c.SpatialCompressionRatio, c.TemporalCompressionRatio
 	nT, h, w := z.Dim(2), z.Dim(3), z.Dim(4)
-	r := roundTo(v.dt)
-	tiles := 0
+	boxes := decodeBoxes(c, nT, h, w, til)
+	p := v.startTiles(s, z, boxes)
+	defer p.stop()
+	next := 0
 	run := func(t0, t1, h0, h1, w0, w1 int) *video {
-		tiles++
-		ts := ds.Child()
-		defer ts.Close()
-		x := sliceBox(ts, zc, t0, t1, h0, h1, w0, w1)
-		return videoOf(v.dec.forward(ts, x))
+		hv := p.next()
+		if b := boxes[next]; b != (box{t0, t1, h0, h1, w0, w1}) {
+			panic(fmt.Sprintf("vae: tile %d is %v, the assembly wants %v", next, b, box{t0, t1, h0, h1, w0, w1}))
+		}
+		next++
+		return videoOf(hv)
 	}
+	r := roundTo(v.dt)
 	spatial := func(t0, t1 int) *video {
 		return r.spatialTiles(run, t0, t1, h, w,
 			til.TileHeight/ss, til.TileWidth/ss, til.TileStrideHeight/ss, til.TileStrideWidth/ss,
@@ -102,6 +107,7 @@ func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling) (*video,
 			til.TileHeight-til.TileStrideHeight, til.TileWidth-til.TileStrideWidth,
 			h*ss, w*ss)
 	}
+	var out *video
 	switch til.decodePath(c, nT, h, w) {
 	case pathTemporal:
 		tile := func(t0, t1 int) *video {
@@ -110,12 +116,75 @@ func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling) (*video,
 			}
 			return run(t0, t1, 0, h, 0, w)
 		}
-		return r.temporalTiles(tile, nT, til.TileFrames/st+1, til.TileFrameStride/st,
-			til.TileFrameStride, til.TileFrames-til.TileFrameStride, c.SampleFrames(nT)), tiles
+		out = r.temporalTiles(tile, nT, til.TileFrames/st+1, til.TileFrameStride/st,
+			til.TileFrameStride, til.TileFrames-til.TileFrameStride, c.SampleFrames(nT))
 	case pathSpatial:
-		return spatial(0, nT), tiles
+		out = spatial(0, nT)
+	default:
+		out = run(0, nT, 0, h, 0, w)
 	}
-	return run(0, nT, 0, h, 0, w), tiles
+	return out, len(boxes)
+}
+
+// tileProducer decodes boxes on its own goroutine and hands each result
+// over as a host tensor; at most one finished tile waits.
+type tileProducer struct {
+	tiles chan *tensor.Tensor
+	quit  chan struct{}
+	done  chan struct{}
+	fail  any // the producer's panic (an *tensor.OpError for op failures)
+}
+
+func (v *VAE) startTiles(s *tensor.Scope, z *tensor.Tensor, boxes []box) *tileProducer {
+	p := &tileProducer{tiles: make(chan *tensor.Tensor), quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		defer func() { p.fail = recover() }()
+		ds := s.Child()
+		defer ds.Close()
+		zc := toCompute(ds, z, v.dt)
+		for _, b := range boxes {
+			out := v.decodeBox(ds, zc, b)
+			select {
+			case p.tiles <- out:
+			case <-p.quit:
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// decodeBox runs the decoder on one box of zc and returns the result on the
+// host (memory that no backend owns).
+func (v *VAE) decodeBox(ds *tensor.Scope, zc *tensor.Tensor, b box) *tensor.Tensor {
+	ts := ds.Child()
+	defer ts.Close()
+	out := v.dec.forward(ts, sliceBox(ts, zc, b.t0, b.t1, b.h0, b.h1, b.w0, b.w1))
+	if out.OnHost() { // the backend's own storage: copy it out as f32
+		vid := videoOf(out)
+		return vid.tensor()
+	}
+	return tensor.ToHost(out)
+}
+
+// next is the next decoded tile; a failure of the producer is raised here.
+func (p *tileProducer) next() *tensor.Tensor {
+	select {
+	case t := <-p.tiles:
+		return t
+	case <-p.done:
+		if p.fail != nil {
+			panic(p.fail)
+		}
+		panic("vae: the tile producer ended early")
+	}
+}
+
+// stop ends the producer and waits until its device memory is freed.
+func (p *tileProducer) stop() {
+	close(p.quit)
+	<-p.done
 }
 
 // toCompute puts x on s's backend in dt, freeing an intermediate upload.
