@@ -30,16 +30,16 @@ type Options struct {
 	// Threads is the number of goroutines kernels split their work over;
 	// 0 means runtime.NumCPU().
 	Threads int
-	// BLAS chooses the GEMM library: "" (OpenBLAS when it loads, else
-	// gonum; the FRAMEPACK_BLAS environment variable may force "gonum"),
-	// "openblas" or "gonum".
+	// BLAS chooses the GEMM library: "" or "auto" (OpenBLAS when it
+	// loads, else gonum; FRAMEPACK_BLAS=gonum in the environment forces
+	// gonum), "openblas" (an error when it does not load) or "gonum".
 	BLAS string
 }
 
 // New returns a CPU backend using every core and the best BLAS present.
 func New() *Backend {
 	be, err := NewWithOptions(Options{})
-	if err != nil { // only an explicit BLAS choice can fail
+	if err != nil { // cannot happen: the automatic choice always has gonum
 		panic(err)
 	}
 	return be
@@ -69,7 +69,7 @@ func (be *Backend) Name() string { return "cpu" }
 func (be *Backend) HostBacked() bool { return true }
 
 // BLAS describes the GEMM library in use, e.g. "openblas 0.3.21
-// (libopenblas.so.0)" or "gonum".
+// (libopenblas.so.0)", or "gonum (why OpenBLAS is not in use)".
 func (be *Backend) BLAS() string { return be.blas.name() }
 
 // Threads is the number of goroutines kernels use.

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -224,5 +225,21 @@ func TestGEMMSplit(t *testing.T) {
 				compare(t, fmt.Sprint(name, " split gemm ", sz, tr), c, want, within(tensor.F32, scale))
 			}
 		}
+	}
+}
+
+func TestBLASChoice(t *testing.T) {
+	if _, err := NewWithOptions(Options{BLAS: "mkl"}); err == nil {
+		t.Error("unknown BLAS accepted")
+	}
+	saved := openBLASLibs
+	defer func() { openBLASLibs = saved }()
+	openBLASLibs = []string{"libframepack-no-such-blas.so"}
+	if _, err := openOpenBLAS(); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("missing library: %v", err)
+	}
+	t.Setenv("FRAMEPACK_BLAS", "gonum")
+	if be := New(); !strings.HasPrefix(be.BLAS(), "gonum") {
+		t.Errorf("FRAMEPACK_BLAS=gonum gave %s", be.BLAS())
 	}
 }

@@ -22,32 +22,37 @@ type blasImpl interface {
 	sgemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
 }
 
-// chooseBLAS picks the GEMM library: want is "", "openblas" or "gonum".
+// chooseBLAS picks the GEMM library. want is Options.BLAS: "" or "auto"
+// (OpenBLAS when it loads, else gonum; FRAMEPACK_BLAS=gonum forces gonum),
+// "openblas" (an error when it does not load) or "gonum".
 func chooseBLAS(want string) (blasImpl, error) {
-	if want == "" {
-		want = strings.ToLower(os.Getenv("FRAMEPACK_BLAS"))
-	}
-	switch want {
+	switch strings.ToLower(want) {
 	case "gonum":
 		return gonumBLAS{}, nil
-	case "", "auto":
-		if ob, err := loadOpenBLAS(); err == nil {
-			return ob, nil
-		}
-		return gonumBLAS{}, nil
 	case "openblas":
+		return loadOpenBLAS()
+	case "", "auto":
+		if strings.ToLower(os.Getenv("FRAMEPACK_BLAS")) == "gonum" {
+			return gonumBLAS{why: "FRAMEPACK_BLAS=gonum"}, nil
+		}
 		ob, err := loadOpenBLAS()
 		if err != nil {
-			return nil, err
+			return gonumBLAS{why: err.Error()}, nil
 		}
 		return ob, nil
 	}
-	return nil, fmt.Errorf("cpu: unknown BLAS %q (want openblas or gonum)", want)
+	return nil, fmt.Errorf("cpu: unknown BLAS %q (want auto, openblas or gonum)", want)
 }
 
-type gonumBLAS struct{}
+// gonumBLAS is the pure-Go fallback; why says why OpenBLAS is not in use.
+type gonumBLAS struct{ why string }
 
-func (gonumBLAS) name() string { return "gonum" }
+func (g gonumBLAS) name() string {
+	if g.why != "" {
+		return "gonum (" + g.why + ")"
+	}
+	return "gonum"
+}
 
 // gonum parallelises large products itself, with goroutines.
 func (gonumBLAS) threaded() bool { return true }
@@ -82,9 +87,12 @@ var (
 )
 
 // loadOpenBLAS opens the library once per process.
-func loadOpenBLAS() (*openBLAS, error) {
+func loadOpenBLAS() (blasImpl, error) {
 	openBLASOnce.Do(func() { openBLASLib, openBLASErr = openOpenBLAS() })
-	return openBLASLib, openBLASErr
+	if openBLASErr != nil {
+		return nil, openBLASErr
+	}
+	return openBLASLib, nil
 }
 
 func openOpenBLAS() (ob *openBLAS, err error) {
@@ -105,7 +113,7 @@ func openOpenBLAS() (ob *openBLAS, err error) {
 		errs = append(errs, e.Error())
 	}
 	if lib == 0 {
-		return nil, fmt.Errorf("cpu: openblas not found: %s", strings.Join(errs, "; "))
+		return nil, fmt.Errorf("openblas not found: %s", strings.Join(errs, "; "))
 	}
 	if _, e := purego.Dlsym(lib, "cblas_sgemm"); e != nil {
 		return nil, fmt.Errorf("cpu: %s has no cblas_sgemm: %v", path, e)
