@@ -230,3 +230,35 @@ func TestDecodeRetriesSmallerTiles(t *testing.T) {
 	}
 	t.Logf("1 KiB cap: %v", err)
 }
+
+// TestDecodePath checks diffusers' _decode dispatch, including 0.33.1's
+// width threshold taken from the stride.
+func TestDecodePath(t *testing.T) {
+	cfg := DefaultConfig()
+	til := SpatialTiling(32, 24) // latent tile 4, stride 3
+	fixed := til
+	fixed.FixedWidthThreshold = true
+	for _, tc := range []struct {
+		til     Tiling
+		t, h, w int
+		want    decodePath
+		boxes   int
+	}{
+		{til, 2, 4, 4, pathSpatial, 4},  // 0.33.1: w 4 > stride 3
+		{fixed, 2, 4, 4, pathPlain, 1},  // ≥ 0.34: w 4 ≤ tile 4
+		{til, 2, 4, 3, pathPlain, 1},    // w 3 ≤ 3, h 4 ≤ 4
+		{til, 2, 5, 3, pathSpatial, 2},  // h 5 > 4
+		{til, 5, 4, 4, pathTemporal, 2}, // frame-wise: tiles [0,5) and [3,5); inside, w 4 ≤ 4: untiled
+		{til, 5, 4, 5, pathTemporal, 8}, // inside: w 5 > 4: 2×2 spatial tiles per temporal tile
+		{DefaultTiling(), 4, 64, 64, pathPlain, 1},
+		{DefaultTiling(), 10, 8, 8, pathTemporal, 4}, // 0, 3, 6, 9 (the one-frame tail)
+		{Tiling{}.normalized(), 10, 8, 8, pathPlain, 1},
+	} {
+		if got := tc.til.decodePath(&cfg, tc.t, tc.h, tc.w); got != tc.want {
+			t.Errorf("%s on %dx%dx%d: path %d, want %d", tc.til, tc.t, tc.h, tc.w, got, tc.want)
+		}
+		if n := len(decodeBoxes(&cfg, tc.t, tc.h, tc.w, tc.til)); n != tc.boxes {
+			t.Errorf("%s on %dx%dx%d: %d tiles, want %d", tc.til, tc.t, tc.h, tc.w, n, tc.boxes)
+		}
+	}
+}

@@ -135,7 +135,8 @@ func TestRealConfig(t *testing.T) {
 		t.Skip("builds 246M random parameters")
 	}
 	cfg := DefaultConfig()
-	v, err := RandomWeights(cfg, cpu.New(), tensor.BF16, 1)
+	m := NewMeter(cpu.New(), 0)
+	v, err := RandomWeights(cfg, m, tensor.BF16, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,11 +145,18 @@ func TestRealConfig(t *testing.T) {
 	for _, w := range v.owned {
 		n += int64(w.Numel())
 	}
-	if n != 246478803 {
-		t.Errorf("%d parameters, want 246,478,803", n)
+	if n != 246478803 || v.WeightBytes() != 2*n || m.Live() != 2*n {
+		t.Errorf("%d parameters in %d B (%d B allocated), want 246,478,803 in bf16", n, v.WeightBytes(), m.Live())
 	}
-	out := decode(t, v, randLatents(1, 1, 16, 2, 4, 4), DefaultDecode())
+	shape := []int{1, 16, 2, 4, 4}
+	m.ResetPeak()
+	out := decode(t, v, randLatents(1, shape...), DefaultDecode())
 	checkFinite(t, out, 1, 3, 5, 32, 32)
+	measured, planned := m.Peak()-2*n, DecodePeak(cfg, shape, DefaultTiling(), tensor.BF16)
+	t.Logf("released config, bf16 %v: planned %d B, measured %d B", shape, planned, measured)
+	if measured > planned || planned-measured > int64(6*tensor.Numel(shape)) {
+		t.Errorf("peak model: planned %d, measured %d", planned, measured)
+	}
 
 	s := tensor.NewScope(v.Backend())
 	defer s.Close()
