@@ -1,0 +1,304 @@
+// Package framepack turns one image and a prompt into a video the way
+// FramePack (lllyasviel/FramePack, demo_gradio.py) does: HunyuanVideo
+// image-to-video generated section by section, last section first, each one
+// conditioned on the start image and the sections already made.
+//
+//	p, err := framepack.Load("/models/framepack", framepack.Options{})
+//	req := framepack.DefaultRequest()
+//	req.Image, req.Prompt = img, "The girl dances gracefully."
+//	res, err := p.Generate(ctx, req)
+//	// res.Frames: T frames of H×W RGB at res.FPS
+//
+// Load reads the model folder's configs and tokenizers; Generate loads each
+// model when its stage begins and frees it when the stage is done (the text
+// encoders after encoding, the VAE encoder and SigLIP after the start
+// image), keeping the transformer and the VAE decoder across sections when
+// the memory budget holds both, and otherwise freeing the transformer
+// before each decode as FramePack's low-VRAM mode does.
+package framepack
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/model/clip"
+	"github.com/framepack-go/framepack/model/hunyuan"
+	"github.com/framepack-go/framepack/model/llama"
+	"github.com/framepack-go/framepack/model/siglip"
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/tokenizer"
+	"github.com/framepack-go/framepack/vae"
+	"github.com/framepack-go/framepack/weights"
+)
+
+// Options configure Load.
+type Options struct {
+	// Folders of the parts, overriding <dir>/<part>: transformer
+	// (lllyasviel/FramePackI2V_HY), vae, text_encoder, text_encoder_2,
+	// tokenizer, tokenizer_2 (hunyuanvideo-community/HunyuanVideo) and
+	// image_encoder (lllyasviel/flux_redux_bfl).
+	Transformer, VAE, TextEncoder, TextEncoder2, Tokenizer, Tokenizer2, ImageEncoder string
+
+	// Device is DeviceAuto (""), DeviceCPU or DeviceGPU.
+	Device string
+	// DType is the compute dtype of every model (F32, BF16 or F16).
+	// Invalid means F32 on the CPU and FramePack's choice on a GPU: bf16
+	// for the transformer, f16 for the text encoders, SigLIP and the VAE.
+	DType tensor.DType
+	// VRAMLimit and Preserve are the --vram-limit and --preserve flags
+	// (memory.ParseSize: "20G", "90%"; empty: the device's default).
+	VRAMLimit, Preserve string
+	// VAETiling fixes the decode's tiling; nil plans it from the budget
+	// (diffusers' default whenever it fits).
+	VAETiling *vae.Tiling
+	// TeaCacheThreshold is TeaCache's relative-L1 threshold; 0 means
+	// FramePack's 0.15.
+	TeaCacheThreshold float32
+	// Logger receives progress and memory lines; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Part names, the sub-folders of a FramePack model folder.
+const (
+	PartTransformer  = "transformer"
+	PartVAE          = "vae"
+	PartTextEncoder  = "text_encoder"
+	PartTextEncoder2 = "text_encoder_2"
+	PartTokenizer    = "tokenizer"
+	PartTokenizer2   = "tokenizer_2"
+	PartImageEncoder = "image_encoder"
+)
+
+// Pipeline is a loaded FramePack model. Generate runs one job at a time.
+type Pipeline struct {
+	log   *slog.Logger
+	opts  Options
+	paths map[string]string
+
+	dev  *device
+	be   *memory.Backend // the budgeted compute backend every model loads on
+	host tensor.Backend  // host-side work: history pixels, soft append
+
+	llamaTok  *tokenizer.Llama
+	clipTok   *tokenizer.CLIP
+	cropStart int
+
+	dt struct{ transformer, text, image, vae tensor.DType }
+
+	trCfg  hunyuan.Config
+	vaeCfg vae.Config
+	// Weight bytes of each part in its compute dtype.
+	bytes map[string]int64
+
+	mu sync.Mutex
+}
+
+// Load opens the FramePack model in dir (the parts' folders, each
+// overridable in opts), reads the tokenizers and configs, checks that the
+// parts fit together and picks the device. Weights are read when Generate
+// needs them.
+func Load(dir string, opts Options) (*Pipeline, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	p := &Pipeline{log: log, opts: opts, paths: map[string]string{}, bytes: map[string]int64{}}
+	overrides := map[string]string{
+		PartTransformer: opts.Transformer, PartVAE: opts.VAE, PartTextEncoder: opts.TextEncoder,
+		PartTextEncoder2: opts.TextEncoder2, PartTokenizer: opts.Tokenizer, PartTokenizer2: opts.Tokenizer2,
+		PartImageEncoder: opts.ImageEncoder,
+	}
+	for _, part := range []string{PartTransformer, PartVAE, PartTextEncoder, PartTextEncoder2, PartTokenizer, PartTokenizer2, PartImageEncoder} {
+		path := overrides[part]
+		if path == "" {
+			if dir == "" {
+				return nil, fmt.Errorf("no model folder and no path for the %s", part)
+			}
+			path = filepath.Join(dir, part)
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("model part %s: %s does not exist", part, path)
+			}
+			return nil, fmt.Errorf("model part %s: %w", part, err)
+		}
+		if !st.IsDir() {
+			return nil, fmt.Errorf("model part %s: %s is not a folder", part, path)
+		}
+		p.paths[part] = path
+	}
+
+	var err error
+	if p.llamaTok, err = tokenizer.LoadLlama(p.paths[PartTokenizer]); err != nil {
+		return nil, err
+	}
+	if p.clipTok, err = tokenizer.LoadCLIP(p.paths[PartTokenizer2]); err != nil {
+		return nil, err
+	}
+	if p.cropStart, err = cropStart(p.llamaTok); err != nil {
+		return nil, err
+	}
+	if err := p.readConfigs(); err != nil {
+		return nil, err
+	}
+
+	if p.dev, err = openDevice(opts.Device, log); err != nil {
+		return nil, err
+	}
+	budget, err := p.dev.budget.WithFlags(opts.VRAMLimit, opts.Preserve)
+	if err != nil {
+		p.dev.close()
+		return nil, err
+	}
+	p.be = memory.Budgeted(p.dev.be, budget)
+	p.host = p.dev.be
+	if p.dev.gpu {
+		if p.host, err = hostBackend(); err != nil {
+			p.dev.close()
+			return nil, err
+		}
+	}
+	if err := p.chooseDTypes(); err != nil {
+		p.dev.close()
+		return nil, err
+	}
+	if err := p.measure(); err != nil {
+		p.dev.close()
+		return nil, err
+	}
+	log.Info("memory: " + budget.String())
+	log.Info(fmt.Sprintf("model: transformer %s (%s), text encoders %s + %s (%s), image encoder %s (%s), vae %s (%s); prompt template %d tokens",
+		memory.FormatBytes(p.bytes[PartTransformer]), p.dt.transformer,
+		memory.FormatBytes(p.bytes[PartTextEncoder]), memory.FormatBytes(p.bytes[PartTextEncoder2]), p.dt.text,
+		memory.FormatBytes(p.bytes[PartImageEncoder]), p.dt.image,
+		memory.FormatBytes(p.bytes[PartVAE]), p.dt.vae, p.cropStart))
+	return p, nil
+}
+
+// Close releases the device. The Pipeline holds no weights between
+// Generate calls.
+func (p *Pipeline) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dev != nil {
+		p.dev.close()
+		p.dev = nil
+	}
+}
+
+// Budget is the memory budget in force on the compute device.
+func (p *Pipeline) Budget() memory.Budget { return p.be.Budget() }
+
+// MemoryStats is the compute device's accounting now (peak since Load).
+func (p *Pipeline) MemoryStats() memory.Stats { return p.be.Stats() }
+
+// CropStart is the number of template tokens before the prompt (95 with
+// the real LLaMA-3 tokenizer).
+func (p *Pipeline) CropStart() int { return p.cropStart }
+
+// readConfigs reads the configs and checks that the parts fit together.
+func (p *Pipeline) readConfigs() error {
+	read := func(part string, v any) error {
+		ck, err := weights.Open(p.paths[part])
+		if err != nil {
+			return fmt.Errorf("model part %s: %w", part, err)
+		}
+		defer ck.Close()
+		if err := ck.Config(v); err != nil {
+			return fmt.Errorf("model part %s: %w", part, err)
+		}
+		return nil
+	}
+	p.trCfg = hunyuan.DefaultConfig()
+	if err := read(PartTransformer, &p.trCfg); err != nil {
+		return err
+	}
+	if err := p.trCfg.Validate(); err != nil {
+		return fmt.Errorf("model part transformer: %w", err)
+	}
+	p.vaeCfg = vae.DefaultConfig()
+	if err := read(PartVAE, &p.vaeCfg); err != nil {
+		return err
+	}
+	if err := p.vaeCfg.Validate(); err != nil {
+		return fmt.Errorf("model part vae: %w", err)
+	}
+	var lc llama.Config
+	var cc clip.Config
+	var sc siglip.Config
+	if err := read(PartTextEncoder, &lc); err != nil {
+		return err
+	}
+	if err := read(PartTextEncoder2, &cc); err != nil {
+		return err
+	}
+	if err := read(PartImageEncoder, &sc); err != nil {
+		return err
+	}
+	tc := p.trCfg
+	switch {
+	case !tc.HasImageProj || !tc.HasCleanXEmbedder:
+		return fmt.Errorf("model part transformer: not a FramePack transformer (has_image_proj %v, has_clean_x_embedder %v)", tc.HasImageProj, tc.HasCleanXEmbedder)
+	case lc.HiddenSize != tc.TextEmbedDim:
+		return fmt.Errorf("the text encoder's hidden size %d is not the transformer's text_embed_dim %d", lc.HiddenSize, tc.TextEmbedDim)
+	case cc.HiddenSize != tc.PooledProjectionDim:
+		return fmt.Errorf("text_encoder_2's hidden size %d is not the transformer's pooled_projection_dim %d", cc.HiddenSize, tc.PooledProjectionDim)
+	case sc.HiddenSize != tc.ImageProjDim:
+		return fmt.Errorf("the image encoder's hidden size %d is not the transformer's image_proj_dim %d", sc.HiddenSize, tc.ImageProjDim)
+	case p.vaeCfg.LatentChannels != tc.InChannels || tc.InChannels != 16:
+		return fmt.Errorf("the VAE's %d latent channels do not match the transformer's %d (FramePack needs 16)", p.vaeCfg.LatentChannels, tc.InChannels)
+	case lc.NumHiddenLayers+1+llamaHiddenState < 1:
+		return fmt.Errorf("the text encoder has %d layers; FramePack takes hidden_states[-3]", lc.NumHiddenLayers)
+	}
+	return nil
+}
+
+// chooseDTypes applies Options.DType or the device's defaults.
+func (p *Pipeline) chooseDTypes() error {
+	dt := p.opts.DType
+	switch dt {
+	case tensor.Invalid:
+		if p.dev.gpu {
+			p.dt.transformer, p.dt.text, p.dt.image, p.dt.vae = tensor.BF16, tensor.F16, tensor.F16, tensor.F16
+		} else {
+			p.dt.transformer, p.dt.text, p.dt.image, p.dt.vae = tensor.F32, tensor.F32, tensor.F32, tensor.F32
+		}
+	case tensor.F32, tensor.BF16, tensor.F16:
+		p.dt.transformer, p.dt.text, p.dt.image, p.dt.vae = dt, dt, dt, dt
+	default:
+		return fmt.Errorf("compute dtype %s: want f32, bf16 or f16", dt)
+	}
+	return nil
+}
+
+// measure records each part's weight bytes in its compute dtype, from the
+// checkpoints' headers.
+func (p *Pipeline) measure() error {
+	for part, dt := range map[string]tensor.DType{
+		PartTransformer: p.dt.transformer, PartVAE: p.dt.vae, PartTextEncoder: p.dt.text,
+		PartTextEncoder2: p.dt.text, PartImageEncoder: p.dt.image,
+	} {
+		ck, err := weights.Open(p.paths[part])
+		if err != nil {
+			return fmt.Errorf("model part %s: %w", part, err)
+		}
+		var n int64
+		for _, name := range ck.Names() {
+			_, shape, err := ck.Info(name)
+			if err != nil {
+				ck.Close()
+				return fmt.Errorf("model part %s: %w", part, err)
+			}
+			n += int64(tensor.Numel(shape)) * int64(dt.Size())
+		}
+		ck.Close()
+		p.bytes[part] = n
+	}
+	return nil
+}

@@ -1,0 +1,551 @@
+package framepack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/model/clip"
+	"github.com/framepack-go/framepack/model/hunyuan"
+	"github.com/framepack-go/framepack/model/llama"
+	"github.com/framepack-go/framepack/model/siglip"
+	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/sampler"
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/vae"
+	"github.com/framepack-go/framepack/video"
+)
+
+// Generate makes a video from req, following FramePack's worker() stage by
+// stage: text encoding, bucket crop, VAE encode of the start image, SigLIP,
+// then the sections (last in time first), each sampled, prepended to the
+// history latents and decoded, its pixels soft-appended before the video
+// so far. Cancelling ctx stops before the next sampler step or stage and
+// returns an error wrapping ctx.Err(); nothing is kept loaded.
+func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dev == nil {
+		return nil, errors.New("framepack: the pipeline is closed")
+	}
+	img, err := req.validate()
+	if err != nil {
+		return nil, err
+	}
+	j := &job{p: p, req: req, ctx: ctx, res: &Result{FPS: FPS}}
+	defer j.unloadAll()
+	t0 := time.Now()
+	p.be.ResetPeak()
+	if err := j.run(img); err != nil {
+		return nil, err
+	}
+	j.res.Total = time.Since(t0)
+	j.res.PeakBytes = p.be.Stats().Peak
+	return j.res, nil
+}
+
+// job is one Generate call's state.
+type job struct {
+	p   *Pipeline
+	req Request
+	ctx context.Context
+	res *Result
+
+	tr  *hunyuan.Model // loaded transformer, while sections need it
+	dec *vae.VAE       // loaded VAE decoder
+}
+
+func (j *job) progress(pr Progress) {
+	if j.req.Progress != nil {
+		j.req.Progress(pr)
+	}
+}
+
+// stage checks for cancellation and reports the stage.
+func (j *job) stage(name string) error {
+	if err := j.ctx.Err(); err != nil {
+		return fmt.Errorf("framepack: cancelled before %s: %w", name, err)
+	}
+	j.progress(Progress{Stage: name})
+	return nil
+}
+
+func (j *job) memory(stage string) {
+	j.p.log.Info("memory: " + stage + ": " + j.p.be.Stats().String())
+}
+
+// placeFor is the backend a part runs on: the device, or the host CPU when
+// its weights (with room for activations) exceed what the device budget
+// has free.
+func (j *job) placeFor(part string) tensor.Backend {
+	p := j.p
+	need := p.bytes[part] + p.bytes[part]/8 + 256*memory.MiB
+	if p.dev.gpu && need > p.be.Available() {
+		p.log.Warn(fmt.Sprintf("memory: %s (%s) does not fit the %s free on the device; running it on the CPU",
+			part, memory.FormatBytes(p.bytes[part]), memory.FormatBytes(p.be.Available())), "part", part)
+		return p.host
+	}
+	return p.be
+}
+
+func (j *job) run(img *pipeline.RGB) error {
+	p, req := j.p, j.req
+
+	// Text: LLaMA (templated, hidden_states[-3]) and CLIP (pooled), the
+	// negative prompt only for real CFG.
+	if err := j.stage(StageTextEncode); err != nil {
+		return err
+	}
+	t := time.Now()
+	pos, neg, err := j.encodeText()
+	if err != nil {
+		return err
+	}
+	j.res.TextEncode = time.Since(t)
+	p.log.Info(fmt.Sprintf("text: %d prompt tokens encoded in %s", pos.tokens, j.res.TextEncode.Round(time.Millisecond)))
+
+	// The start image, cropped to its bucket.
+	bh, bw, err := NearestBucket(img.H, img.W, req.Resolution)
+	if err != nil {
+		return err
+	}
+	if s := max(float64(bw)/float64(img.W), float64(bh)/float64(img.H)); float64(img.W)*s*float64(img.H)*s > 64*float64(bw*bh) {
+		return fmt.Errorf("framepack: a %d×%d image is too far from the %d×%d bucket's aspect ratio to crop", img.W, img.H, bw, bh)
+	}
+	crop, err := pipeline.ResizeAndCenterCrop(img, bw, bh)
+	if err != nil {
+		return fmt.Errorf("framepack: cropping the image: %w", err)
+	}
+	j.res.Width, j.res.Height = bw, bh
+	p.log.Info(fmt.Sprintf("image: %d×%d → bucket %d×%d (resolution %d)", img.W, img.H, bw, bh, req.Resolution))
+
+	if err := j.stage(StageVAEEncode); err != nil {
+		return err
+	}
+	t = time.Now()
+	start, err := j.encodeImage(crop)
+	if err != nil {
+		return err
+	}
+	j.res.VAEEncode = time.Since(t)
+
+	if err := j.stage(StageImageEncode); err != nil {
+		return err
+	}
+	t = time.Now()
+	imageEmb, err := j.encodeSigLIP(crop)
+	if err != nil {
+		return err
+	}
+	j.res.ImageEncode = time.Since(t)
+
+	return j.sections(start, pos, neg, imageEmb, bh/8, bw/8)
+}
+
+// encodeText runs the two text encoders, each loaded for this stage only.
+func (j *job) encodeText() (pos, neg textCond, err error) {
+	p, req := j.p, j.req
+	realCFG := req.CFG != 1
+
+	be := j.placeFor(PartTextEncoder)
+	lm, err := llama.Load(p.paths[PartTextEncoder], be, p.dt.text)
+	if err != nil {
+		return pos, neg, fmt.Errorf("framepack: loading the text encoder: %w", err)
+	}
+	j.memory("text encoder loaded (" + memory.FormatBytes(lm.Bytes()) + ")")
+	s := tensor.NewScope(be)
+	pos, err = p.encodeLlama(lm, s, req.Prompt)
+	if err == nil && realCFG {
+		neg, err = p.encodeLlama(lm, s, req.NegativePrompt)
+	}
+	s.Close()
+	lm.Close()
+	if err != nil {
+		return pos, neg, fmt.Errorf("framepack: %w", err)
+	}
+
+	be = j.placeFor(PartTextEncoder2)
+	cm, err := clip.Load(p.paths[PartTextEncoder2], be, p.dt.text)
+	if err != nil {
+		return pos, neg, fmt.Errorf("framepack: loading text_encoder_2: %w", err)
+	}
+	j.memory("text_encoder_2 loaded (" + memory.FormatBytes(cm.Bytes()) + ")")
+	s = tensor.NewScope(be)
+	err = p.encodeCLIP(cm, s, req.Prompt, &pos)
+	if err == nil && realCFG {
+		err = p.encodeCLIP(cm, s, req.NegativePrompt, &neg)
+	}
+	s.Close()
+	cm.Close()
+	if err != nil {
+		return pos, neg, fmt.Errorf("framepack: %w", err)
+	}
+	if !realCFG {
+		neg = pos.zerosLike()
+	}
+	j.memory("text encoders unloaded")
+	return pos, neg, nil
+}
+
+// encodeImage is FramePack's vae_encode: the posterior of the cropped
+// image, sampled (or its mean), times the scaling factor; (1, 16, 1, h, w).
+func (j *job) encodeImage(crop *pipeline.RGB) (*latents, error) {
+	p := j.p
+	be := j.placeFor(PartVAE)
+	v, err := vae.Load(p.paths[PartVAE], be, vae.Options{DType: p.dt.vae, NoDecoder: true})
+	if err != nil {
+		return nil, fmt.Errorf("framepack: loading the VAE encoder: %w", err)
+	}
+	defer v.Close()
+	j.memory("vae encoder loaded (" + memory.FormatBytes(v.WeightBytes()) + ")")
+	s := tensor.NewScope(be)
+	defer s.Close()
+	var z *tensor.Tensor
+	err = tensor.Catch(func() {
+		mean, logvar := v.Encode(s, pipeline.VAEPixels(crop))
+		if j.req.PosteriorMean {
+			z = tensor.ToHost(vae.Mode(mean, logvar))
+		} else {
+			z = vae.Sample(mean, logvar, sampler.NewTorchGenerator(j.req.Seed))
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("framepack: VAE encode: %w", err)
+	}
+	start := latentsOf(z)
+	// vae_encode returns the sample times the scaling factor in the VAE's
+	// dtype: round both steps there.
+	round := roundTo(p.dt.vae)
+	sf := v.ScalingFactor()
+	for i, x := range start.data {
+		start.data[i] = round(float32(round(x) * sf))
+	}
+	return start, nil
+}
+
+// encodeSigLIP is hf_clip_vision_encode: SigLIP's last hidden state of the
+// cropped image, (1, patches, hidden) on the host.
+func (j *job) encodeSigLIP(crop *pipeline.RGB) (*tensor.Tensor, error) {
+	p := j.p
+	be := j.placeFor(PartImageEncoder)
+	m, err := siglip.Load(p.paths[PartImageEncoder], be, p.dt.image)
+	if err != nil {
+		return nil, fmt.Errorf("framepack: loading the image encoder: %w", err)
+	}
+	defer m.Close()
+	j.memory("image encoder loaded (" + memory.FormatBytes(m.Bytes()) + ")")
+	px, err := siglipPixels(crop, m.ImageSize)
+	if err != nil {
+		return nil, fmt.Errorf("framepack: image encoder preprocessing: %w", err)
+	}
+	s := tensor.NewScope(be)
+	defer s.Close()
+	var out *tensor.Tensor
+	if err := tensor.Catch(func() { out = hostCopy(m.Forward(s, px)) }); err != nil {
+		return nil, fmt.Errorf("framepack: image encoder: %w", err)
+	}
+	return out, nil
+}
+
+// siglipPixels is SiglipImageProcessor at the model's image size (384 for
+// flux_redux_bfl, whose exact path is pipeline.SigLIPPixels): torch's
+// antialiased bicubic resize, then (x − 127.5)/127.5.
+func siglipPixels(im *pipeline.RGB, size int) (*tensor.Tensor, error) {
+	if size == pipeline.SigLIPSize {
+		return pipeline.SigLIPPixels(im)
+	}
+	r, err := pipeline.Resize(im, size, size, pipeline.TorchBicubic)
+	if err != nil {
+		return nil, err
+	}
+	n := size * size
+	out := make([]float32, 3*n)
+	for i := 0; i < n; i++ {
+		for c := 0; c < 3; c++ {
+			out[c*n+i] = (float32(r.Pix[3*i+c]) - 127.5) / 127.5
+		}
+	}
+	return tensor.FromFloat32(out, 1, 3, size, size), nil
+}
+
+// hostCopy is t as a host f32 tensor that owns its memory (so it outlives
+// the scope t was made in).
+func hostCopy(t *tensor.Tensor) *tensor.Tensor {
+	v := tensor.Float32s(t)
+	if t.OnHost() && t.DType() == tensor.F32 {
+		v = append([]float32(nil), v...)
+	}
+	return tensor.FromFloat32(v, t.Shape()...)
+}
+
+// roundTo rounds an f32 value to dt's precision (identity for f32).
+func roundTo(dt tensor.DType) func(float32) float32 {
+	switch dt {
+	case tensor.F16:
+		return tensor.RoundF16
+	case tensor.BF16:
+		return tensor.RoundBF16
+	}
+	return func(x float32) float32 { return x }
+}
+
+// residency decides where the transformer lives across sections: its blocks
+// stream from host memory when it does not fit beside the preserved
+// amount, and it stays loaded with the VAE decoder between sections only
+// when both fit (FramePack's high-VRAM mode); otherwise it is freed before
+// each decode and loaded again for the next section.
+func (j *job) residency() (hostBlocks, keep bool) {
+	p := j.p
+	b := p.be.Budget()
+	tr, v := p.bytes[PartTransformer], p.bytes[PartVAE]
+	hostBlocks = p.dev.gpu && tr+b.Preserve > b.Cap
+	keep = !hostBlocks && tr+v+b.Preserve <= b.Cap
+	return hostBlocks, keep
+}
+
+func (j *job) loadTransformer(hostBlocks bool) error {
+	if j.tr != nil {
+		return nil
+	}
+	p := j.p
+	t := time.Now()
+	m, err := hunyuan.Load(p.paths[PartTransformer], p.be, hunyuan.Options{DType: p.dt.transformer, HostBlocks: hostBlocks})
+	if err != nil {
+		return fmt.Errorf("framepack: loading the transformer: %w", err)
+	}
+	j.tr = m
+	dev, host := m.WeightBytes()
+	how := "resident"
+	if hostBlocks {
+		how = "blocks streamed from host memory"
+	}
+	j.memory(fmt.Sprintf("transformer loaded in %s (%s on the device, %s on the host; %s)",
+		time.Since(t).Round(time.Millisecond), memory.FormatBytes(dev), memory.FormatBytes(host), how))
+	return nil
+}
+
+func (j *job) unloadTransformer() {
+	if j.tr != nil {
+		j.tr.Close()
+		j.tr = nil
+		j.memory("transformer unloaded")
+	}
+}
+
+func (j *job) loadDecoder() error {
+	if j.dec != nil {
+		return nil
+	}
+	p := j.p
+	v, err := vae.Load(p.paths[PartVAE], p.be, vae.Options{DType: p.dt.vae, NoEncoder: true})
+	if err != nil {
+		return fmt.Errorf("framepack: loading the VAE decoder: %w", err)
+	}
+	j.dec = v
+	j.memory("vae decoder loaded (" + memory.FormatBytes(v.WeightBytes()) + ")")
+	return nil
+}
+
+func (j *job) unloadDecoder() {
+	if j.dec != nil {
+		j.dec.Close()
+		j.dec = nil
+		j.memory("vae decoder unloaded")
+	}
+}
+
+func (j *job) unloadAll() {
+	j.unloadTransformer()
+	j.unloadDecoder()
+}
+
+// sections is FramePack's section loop (demo_gradio.py worker()).
+func (j *job) sections(start *latents, pos, neg textCond, imageEmb *tensor.Tensor, h, w int) error {
+	p, req := j.p, j.req
+	lws := req.LatentWindowSize
+	n := Sections(req.Seconds, lws)
+	paddings := LatentPaddings(n)
+	p.log.Info(fmt.Sprintf("sections: %d of %d latent frames for %.2f s → %d frames at %d fps; paddings %v",
+		n, lws, req.Seconds, FrameCount(n, lws), FPS, paddings))
+
+	d := p.trCfg.TextEmbedDim
+	posE, posM := pos.padded(d)
+	negE, negM := neg.padded(d)
+	tr := &pipeline.Transformer{
+		Cond: hunyuan.Inputs{
+			EncoderHiddenStates:  posE,
+			EncoderAttentionMask: posM,
+			PooledProjections:    tensor.FromFloat32(pos.pooled, 1, len(pos.pooled)),
+			ImageEmbeddings:      imageEmb,
+		},
+		Negative: pipeline.Text{Embeds: negE, Mask: negM, Pooled: tensor.FromFloat32(neg.pooled, 1, len(neg.pooled))},
+	}
+	opts := pipeline.SampleOptions{
+		Config: sampler.Config{Steps: req.Steps, Guidance: sampler.Guidance{
+			CFG: req.CFG, Rescale: req.RS, Distilled: req.GS, BF16: p.dt.transformer == tensor.BF16}},
+		TeaCache:       req.TeaCache,
+		TeaCacheThresh: p.opts.TeaCacheThreshold,
+	}
+	hostBlocks, keep := j.residency()
+	if !keep {
+		p.log.Info("memory: the transformer and the VAE do not both fit the budget; each is loaded for its stage only")
+	}
+
+	rnd := sampler.NewTorchGenerator(req.Seed)
+	history := zeroLatents(16, 1+2+16, h, w)
+	total := 0
+	hs := tensor.NewScope(p.host) // the video so far, on the host
+	defer hs.Close()
+	var pixels *tensor.Tensor
+
+	for i, pad := range paddings {
+		section := i + 1
+		last := pad == 0
+		st := SectionStats{Index: section, Padding: pad}
+		if err := j.ctx.Err(); err != nil {
+			return fmt.Errorf("framepack: cancelled before section %d: %w", section, err)
+		}
+
+		idx := IndicesFor(pad, lws)
+		in := &tr.Cond
+		in.LatentIndices = idx.Latent
+		in.CleanLatents = catTime(start, history.slice(0, 1)).tensor()
+		in.CleanLatentIndices = idx.Clean
+		in.CleanLatents2x = history.slice(1, 3).tensor()
+		in.CleanLatent2xIndices = idx.Clean2x
+		in.CleanLatents4x = history.slice(3, 19).tensor()
+		in.CleanLatent4xIndices = idx.Clean4x
+
+		if err := j.loadTransformer(hostBlocks); err != nil {
+			return err
+		}
+		tr.Model = j.tr
+		shape := []int{1, 16, lws, h, w}
+		noise := tensor.FromFloat32(rnd.Randn(shape...), shape...)
+
+		t := time.Now()
+		frames := max(0, total*4-3)
+		cb := func(s sampler.Step) error {
+			j.progress(Progress{Stage: StageSample, Section: section, Sections: n, Step: s.Index + 1, Steps: s.Steps,
+				Frames: frames, Denoised: s.Denoised})
+			return nil
+		}
+		ss := tensor.NewScope(p.be)
+		out, err := pipeline.SampleSection(j.ctx, ss, tr, noise, opts, cb)
+		var gen *latents
+		if err == nil {
+			gen = latentsOf(hostCopy(out))
+		}
+		ss.Close()
+		if err != nil {
+			return fmt.Errorf("framepack: section %d of %d: %w", section, n, err)
+		}
+		st.Sample = time.Since(t)
+		if req.TeaCache {
+			st.TeaCacheComputed, st.TeaCacheSkipped = j.tr.TeaCacheStats()
+		}
+		if last {
+			gen = catTime(start, gen)
+		}
+		st.LatentFrames = gen.t
+		total += gen.t
+		history = catTime(gen, history)
+
+		if !keep {
+			j.unloadTransformer()
+		}
+		if err := j.stage(StageDecode); err != nil {
+			return err
+		}
+		t = time.Now()
+		var err2 error
+		pixels, st.DecodeTiling, err2 = j.decode(hs, history, total, pixels, last)
+		if err2 != nil {
+			return fmt.Errorf("framepack: section %d of %d: %w", section, n, err2)
+		}
+		if !keep {
+			j.unloadDecoder()
+		}
+		st.Decode = time.Since(t)
+		st.Frames = pixels.Dim(2)
+		j.res.Sections = append(j.res.Sections, st)
+		tc := ""
+		if req.TeaCache {
+			tc = fmt.Sprintf(" (TeaCache: %d computed, %d skipped)", st.TeaCacheComputed, st.TeaCacheSkipped)
+		}
+		p.log.Info(fmt.Sprintf("section %d/%d (padding %d): sampled in %s%s, decoded in %s (%s); %d latent frames, %d video frames",
+			section, n, pad, st.Sample.Round(time.Millisecond), tc, st.Decode.Round(time.Millisecond), st.DecodeTiling, total, st.Frames))
+	}
+
+	f, err := video.FromPixels(pixels)
+	if err != nil {
+		return fmt.Errorf("framepack: %w", err)
+	}
+	j.res.Frames = f
+	j.res.Latents = history.slice(0, total).tensor()
+	return nil
+}
+
+// decode is FramePack's per-section decode: the whole history after the
+// first section, then the newest 2·lws (+1 on the last) latents, whose
+// pixels are soft-appended before the video so far with an overlap of
+// lws·4 − 3 frames. Pixels stay unclamped, in the VAE's dtype, on the host.
+func (j *job) decode(hs *tensor.Scope, history *latents, total int, prev *tensor.Tensor, last bool) (*tensor.Tensor, string, error) {
+	p, lws := j.p, j.req.LatentWindowSize
+	nz := total
+	if prev != nil {
+		nz = 2 * lws
+		if last {
+			nz++
+		}
+	}
+	if err := j.loadDecoder(); err != nil {
+		return nil, "", err
+	}
+	// vae_decode: latents / scaling factor (f32), then the VAE's dtype.
+	z := history.slice(0, nz)
+	inv := j.dec.ScalingFactor()
+	for i := range z.data {
+		z.data[i] /= inv
+	}
+	shape := []int{1, 16, z.t, z.h, z.w}
+	var opts vae.DecodeOptions
+	if p.opts.VAETiling != nil {
+		opts.Tiling = *p.opts.VAETiling
+	} else {
+		var peak int64
+		opts, peak = vae.PlanDecode(p.vaeCfg, shape, p.be.Available(), p.dt.vae)
+		if peak > p.be.Available() {
+			p.log.Warn(fmt.Sprintf("memory: the smallest decode tiling needs %s, more than the %s free; trying it anyway",
+				memory.FormatBytes(peak), memory.FormatBytes(p.be.Available())))
+		}
+	}
+	var stats vae.DecodeStats
+	opts.Stats = &stats
+	opts.Log = func(format string, args ...any) { p.log.Warn(fmt.Sprintf(format, args...)) }
+
+	ds := tensor.NewScope(p.be)
+	defer ds.Close()
+	var out *tensor.Tensor
+	err := tensor.Catch(func() {
+		cur := j.dec.Decode(ds, z.tensor(), opts) // f32, host, owned by no scope
+		cs := hs.Child()
+		defer cs.Close()
+		cur = cs.Cast(cs.To(cur), p.dt.vae)
+		if prev == nil {
+			out = cur
+		} else {
+			out = pipeline.SoftAppend(cs, cur, prev, lws*4-3)
+		}
+		cs.Keep(out)
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("VAE decode: %w", err)
+	}
+	if prev != nil && prev != out {
+		hs.Free(prev)
+	}
+	return out, stats.Tiling.String(), nil
+}

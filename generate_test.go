@@ -1,0 +1,192 @@
+package framepack
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/framepack-go/framepack/internal/tinymodel"
+	"github.com/framepack-go/framepack/pipeline"
+)
+
+var tiny struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// tinyDir extracts the embedded tiny model once for the package's tests.
+func tinyDir(t *testing.T) string {
+	tiny.once.Do(func() {
+		tiny.dir, tiny.err = os.MkdirTemp("", "framepack-test-tiny-")
+		if tiny.err == nil {
+			tiny.err = tinymodel.Extract(tiny.dir)
+		}
+	})
+	if tiny.err != nil {
+		t.Fatal(tiny.err)
+	}
+	return tiny.dir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if tiny.dir != "" {
+		os.RemoveAll(tiny.dir)
+	}
+	os.Exit(code)
+}
+
+func quietLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func loadTiny(t *testing.T) *Pipeline {
+	t.Helper()
+	p, err := Load(tinyDir(t), Options{Device: DeviceCPU, Logger: quietLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func testImage(t *testing.T) *pipeline.RGB {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	img, err := pipeline.LoadImage(filepath.Join(filepath.Dir(file), "testdata", "images", "scene.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// smallRequest is a quick job on the tiny model: 64-resolution buckets
+// (a 96×64 crop, 12×8 latents), a short window and few steps.
+func smallRequest(img *pipeline.RGB) Request {
+	r := DefaultRequest()
+	r.RGB = img
+	r.Prompt = "A red kite flies over green hills."
+	r.Resolution = 64
+	r.LatentWindowSize = 3
+	r.Steps = 4
+	return r
+}
+
+func TestGenerateTiny(t *testing.T) {
+	p := loadTiny(t)
+	img := testImage(t)
+	for _, c := range []struct {
+		name     string
+		seconds  float64
+		sections int
+	}{
+		{"one section", 0.2, 1},  // round(6/12) = 0 → 1
+		{"two sections", 0.8, 2}, // round(24/12) = 2
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req := smallRequest(img)
+			req.Seconds = c.seconds
+			var steps, stages int
+			req.Progress = func(pr Progress) {
+				if pr.Stage == StageSample {
+					steps++
+					if pr.Denoised == nil || pr.Denoised.Dim(2) != req.LatentWindowSize {
+						t.Errorf("step %d: denoised %v", pr.Step, pr.Denoised)
+					}
+				} else {
+					stages++
+				}
+			}
+			res, err := p.Generate(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lws := req.LatentWindowSize
+			if n := Sections(req.Seconds, lws); n != c.sections || len(res.Sections) != n {
+				t.Fatalf("%d sections run, Sections() = %d, want %d", len(res.Sections), n, c.sections)
+			}
+			wantFrames := FrameCount(c.sections, lws)
+			if res.T != wantFrames || res.W != res.Width || res.H != res.Height || len(res.Pix) != res.T*res.H*res.W*3 {
+				t.Errorf("frames %d×%d×%d (%d bytes), want %d frames of the %d×%d bucket", res.T, res.W, res.H, len(res.Pix), wantFrames, res.Width, res.Height)
+			}
+			if bh, bw, _ := NearestBucket(img.H, img.W, 64); res.Width != bw || res.Height != bh {
+				t.Errorf("bucket %d×%d, want %d×%d", res.Width, res.Height, bw, bh)
+			}
+			if sh := res.Latents.Shape(); sh[2] != lws*c.sections+1 || sh[3] != res.Height/8 || sh[4] != res.Width/8 {
+				t.Errorf("latents %v", sh)
+			}
+			if steps != c.sections*req.Steps {
+				t.Errorf("%d progress steps, want %d", steps, c.sections*req.Steps)
+			}
+			if d := res.Dense(); d.Shape()[0] != res.T || d.Shape()[3] != 3 {
+				t.Errorf("dense %v", d.Shape())
+			}
+			if c.sections > 1 {
+				// The same seed gives the same video, noise drawn for
+				// every section from one generator.
+				again, err := p.Generate(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(again.Pix, res.Pix) {
+					t.Error("the same request gave different frames")
+				}
+			} else {
+				req.Seed++
+				req.Progress = nil
+				other, err := p.Generate(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if bytes.Equal(other.Pix, res.Pix) {
+					t.Error("another seed gave identical frames")
+				}
+			}
+		})
+	}
+}
+
+func TestGenerateCancel(t *testing.T) {
+	p := loadTiny(t)
+	req := smallRequest(testImage(t))
+	req.Seconds = 0.8
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req.Progress = func(pr Progress) {
+		if pr.Stage == StageSample && pr.Section == 1 && pr.Step == 2 {
+			cancel()
+		}
+	}
+	res, err := p.Generate(ctx, req)
+	if !errors.Is(err, context.Canceled) || res != nil {
+		t.Fatalf("Generate after cancel: %v, %v", res, err)
+	}
+	// Cancelled before it starts.
+	res, err = p.Generate(ctx, req)
+	if !errors.Is(err, context.Canceled) || res != nil {
+		t.Fatalf("Generate with a cancelled context: %v, %v", res, err)
+	}
+	// The pipeline is usable afterwards and nothing stayed loaded.
+	if in := p.MemoryStats().InUse; in != 0 {
+		t.Errorf("%d bytes still in use after a cancelled job", in)
+	}
+	req.Progress = nil
+	req.Seconds = 0.2
+	if _, err := p.Generate(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if in := p.MemoryStats().InUse; in != 0 {
+		t.Errorf("%d bytes still in use after a job", in)
+	}
+}

@@ -1,0 +1,190 @@
+package framepack
+
+import (
+	"fmt"
+	"image"
+	"math"
+	"time"
+
+	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/video"
+	gt "gorgonia.org/tensor"
+)
+
+// Request is one generation job. Start from DefaultRequest: its values are
+// FramePack's defaults, and Generate takes every field as given.
+type Request struct {
+	// The start frame: Image, or RGB (exactly one).
+	Image image.Image
+	RGB   *pipeline.RGB
+
+	// Prompt conditions both text encoders (LLaMA through the template,
+	// CLIP raw); NegativePrompt is encoded only when CFG ≠ 1.
+	Prompt, NegativePrompt string
+	// Seed seeds the one CPU torch generator all sections draw noise from,
+	// so a seed gives the reference's noise.
+	Seed uint64
+	// Seconds is the target length (0 < Seconds ≤ 120); the video has
+	// FrameCount(Sections(Seconds, LatentWindowSize), …) frames.
+	Seconds float64
+	// LatentWindowSize is the latent frames per section (1–33; 9).
+	LatentWindowSize int
+	// Steps is the sampler steps per section (1–100).
+	Steps int
+	// CFG is the real classifier-free guidance scale (1 turns the negative
+	// pass off), GS the distilled guidance scale, RS the CFG rescale.
+	CFG, GS, RS float64
+	// TeaCache skips transformer blocks on steps whose input barely moved.
+	TeaCache bool
+	// Resolution is the bucket resolution (640, FramePack's; smaller for
+	// quick runs, see Buckets).
+	Resolution int
+	// PosteriorMean takes the VAE posterior's mean as the start latent
+	// instead of a sample. FramePack samples with PyTorch's unseeded CUDA
+	// generator, which no port can reproduce; the sample here draws from a
+	// CPU torch generator seeded with Seed (separate from the noise's).
+	PosteriorMean bool
+
+	// Progress, when set, is called at every stage and after every sampler
+	// step, on Generate's goroutine.
+	Progress func(Progress)
+}
+
+// DefaultRequest is FramePack's demo defaults: seed 31337, 5 seconds,
+// window 9, 25 steps, CFG 1, GS 10, RS 0, TeaCache on, the 640 buckets.
+func DefaultRequest() Request {
+	return Request{Seed: 31337, Seconds: 5, LatentWindowSize: 9, Steps: 25, CFG: 1, GS: 10, RS: 0, TeaCache: true, Resolution: 640}
+}
+
+// Stages reported through Progress.
+const (
+	StageTextEncode  = "text encode"
+	StageVAEEncode   = "vae encode"
+	StageImageEncode = "image encode"
+	StageSample      = "sample"
+	StageDecode      = "decode"
+)
+
+// Progress is a report from Generate.
+type Progress struct {
+	Stage string
+	// Section is 1-based in generation order (the video's end first),
+	// of Sections; 0 before the section loop.
+	Section, Sections int
+	// Step is 1-based during StageSample, of Steps.
+	Step, Steps int
+	// Frames is the video length generated so far, in frames.
+	Frames int
+	// Denoised is the sampler's current x0 prediction (1, 16, lws, h, w)
+	// during StageSample; valid only during the call.
+	Denoised *tensor.Tensor
+}
+
+// PreviewRGB is FramePack's live preview of p.Denoised: the latent frames
+// side by side at latent resolution through the fixed latent-to-RGB map.
+func (p Progress) PreviewRGB() (*pipeline.RGB, error) {
+	if p.Denoised == nil {
+		return nil, fmt.Errorf("no latents to preview at stage %q", p.Stage)
+	}
+	be, err := hostBackend()
+	if err != nil {
+		return nil, err
+	}
+	s := tensor.NewScope(be)
+	defer s.Close()
+	var im *pipeline.RGB
+	var perr error
+	if err := tensor.Catch(func() {
+		x := s.To(tensor.ToHost(p.Denoised))
+		im, perr = pipeline.PreviewImage(tensor.ToHost(pipeline.PreviewLatents(s, x)))
+	}); err != nil {
+		return nil, err
+	}
+	return im, perr
+}
+
+// SectionStats describe one generated section.
+type SectionStats struct {
+	Index, Padding int // 1-based generation order; FramePack's latent padding
+	LatentFrames   int // latents this section added (lws, +1 on the last)
+	Frames         int // video frames after it
+	Sample, Decode time.Duration
+	// TeaCache counts the transformer calls that ran the blocks and those
+	// that reused the cached residual (0/0 when TeaCache is off).
+	TeaCacheComputed, TeaCacheSkipped int
+	DecodeTiling                      string
+}
+
+// Result is a finished video.
+type Result struct {
+	video.Frames
+	FPS int
+	// Width and Height are the bucket the image was cropped to.
+	Width, Height int
+	// Latents are every generated latent frame in time order, start latent
+	// first: (1, 16, lws·S + 1, H/8, W/8), f32 on the host.
+	Latents  *tensor.Tensor
+	Sections []SectionStats
+	// Stage times before the section loop, and in total.
+	TextEncode, VAEEncode, ImageEncode, Total time.Duration
+	// PeakBytes is the compute device's peak use during the job.
+	PeakBytes int64
+}
+
+// Dense is the frames as a gorgonia uint8 array (T, H, W, 3) sharing
+// their memory.
+func (r *Result) Dense() *gt.Dense {
+	return gt.New(gt.WithShape(r.T, r.H, r.W, 3), gt.WithBacking(r.Pix))
+}
+
+// Maximums Generate accepts.
+const (
+	MaxSeconds          = 120
+	MaxLatentWindowSize = 33
+	MaxSteps            = 100
+)
+
+// validate checks a request and returns its start image.
+func (r *Request) validate() (*pipeline.RGB, error) {
+	var img *pipeline.RGB
+	switch {
+	case r.Image != nil && r.RGB != nil:
+		return nil, fmt.Errorf("request: set Image or RGB, not both")
+	case r.RGB != nil:
+		if r.RGB.W <= 0 || r.RGB.H <= 0 || len(r.RGB.Pix) != 3*r.RGB.W*r.RGB.H {
+			return nil, fmt.Errorf("request: RGB image of %d×%d with %d bytes", r.RGB.W, r.RGB.H, len(r.RGB.Pix))
+		}
+		img = r.RGB
+	case r.Image != nil:
+		b := r.Image.Bounds()
+		if b.Dx() <= 0 || b.Dy() <= 0 {
+			return nil, fmt.Errorf("request: the image has no pixels (%d×%d)", b.Dx(), b.Dy())
+		}
+		if int64(b.Dx())*int64(b.Dy()) > pipeline.MaxImagePixels {
+			return nil, fmt.Errorf("request: a %d×%d image is too large (limit %d megapixels)", b.Dx(), b.Dy(), pipeline.MaxImagePixels/1000000)
+		}
+		img = pipeline.FromImage(r.Image)
+	default:
+		return nil, fmt.Errorf("request: no start image")
+	}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case !finite(r.Seconds) || r.Seconds <= 0 || r.Seconds > MaxSeconds:
+		return nil, fmt.Errorf("request: seconds must be in (0, %d], have %v", MaxSeconds, r.Seconds)
+	case r.LatentWindowSize < 1 || r.LatentWindowSize > MaxLatentWindowSize:
+		return nil, fmt.Errorf("request: latent window size must be in 1–%d, have %d", MaxLatentWindowSize, r.LatentWindowSize)
+	case r.Steps < 1 || r.Steps > MaxSteps:
+		return nil, fmt.Errorf("request: steps must be in 1–%d, have %d", MaxSteps, r.Steps)
+	case !finite(r.CFG) || r.CFG < 1 || r.CFG > 32:
+		return nil, fmt.Errorf("request: CFG must be in 1–32, have %v", r.CFG)
+	case !finite(r.GS) || r.GS < 1 || r.GS > 32:
+		return nil, fmt.Errorf("request: distilled guidance (gs) must be in 1–32, have %v", r.GS)
+	case !finite(r.RS) || r.RS < 0 || r.RS > 1:
+		return nil, fmt.Errorf("request: CFG rescale (rs) must be in 0–1, have %v", r.RS)
+	}
+	if _, err := Buckets(r.Resolution); err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	return img, nil
+}
