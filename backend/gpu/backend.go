@@ -1,0 +1,279 @@
+// Package gpu is framepack's GPU backend: every tensor.Backend kernel on an
+// AMD (HIP) or NVIDIA (CUDA) device through package hip, with GEMMs through
+// rocBLAS/cuBLAS (package rocblas) when the library is present and our own
+// kernels (package kernels, compiled at run time and cached on disk) for
+// everything else. Device memory comes from a stream-ordered pool under a
+// hard cap; all work is queued on one stream.
+package gpu
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/rocblas"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// Options configure New.
+type Options struct {
+	// Device is the GPU ordinal.
+	Device int
+	// Limit is the hard cap on device memory this backend may hold, in
+	// bytes; 0 means the free memory at start less a margin (5% of the
+	// device, at least 256 MiB).
+	Limit int64
+	// CacheDir holds compiled kernels; "" means
+	// os.UserCacheDir()/framepack/kernels. "-" disables the disk cache.
+	CacheDir string
+	// NoBLAS skips rocBLAS/cuBLAS and runs GEMMs on our own kernel.
+	NoBLAS bool
+	// OwnMath compiles the kernels with framepack's own transcendental
+	// functions (the AMD code path) also on NVIDIA, to test them there.
+	OwnMath bool
+	// Log receives one-line notes (library choices, compile times); nil
+	// means slog.Default().
+	Log *slog.Logger
+}
+
+// Backend implements tensor.Backend on one GPU.
+type Backend struct {
+	dev    *hip.Device
+	stream hip.Stream
+	opts   Options
+	log    *slog.Logger
+	alloc  allocator
+	stage  staging
+
+	modMu sync.Mutex
+	mods  map[string]*module
+	fnMu  sync.Mutex
+	fns   map[string]*hip.Function
+
+	blas    *rocblas.Handle
+	blasErr error
+	blasMu  sync.Mutex
+
+	errFlag uintptr // 4 bytes of device memory for kernels that report bad input
+}
+
+var _ tensor.Backend = (*Backend)(nil)
+
+// New opens the GPU and returns a backend on it. Without a usable GPU the
+// error wraps hip.ErrNoGPU and says why.
+func New(o Options) (*Backend, error) {
+	d, err := hip.Open(o.Device)
+	if err != nil {
+		return nil, err
+	}
+	lg := o.Log
+	if lg == nil {
+		lg = slog.Default()
+	}
+	b := &Backend{dev: d, opts: o, log: lg, mods: map[string]*module{}, fns: map[string]*hip.Function{}}
+	if b.stream, err = d.NewStream(); err != nil {
+		return nil, fmt.Errorf("gpu: %w", err)
+	}
+	if err := b.alloc.init(d, b.stream, o.Limit); err != nil {
+		return nil, err
+	}
+	b.stage.init(d, b.stream)
+	if p, err := b.alloc.alloc(4); err == nil {
+		b.errFlag = p.ptr
+	} else {
+		return nil, err
+	}
+	if !o.NoBLAS {
+		b.openBLAS()
+	}
+	return b, nil
+}
+
+func (b *Backend) openBLAS() {
+	v := rocblas.AMD
+	if b.dev.Vendor == hip.NVIDIA {
+		v = rocblas.NVIDIA
+	}
+	lib, err := rocblas.OpenVendor(v)
+	if err != nil {
+		b.blasErr = err
+		b.log.Info("gpu: no vendor BLAS, GEMMs run on framepack's own kernel", "why", err)
+		return
+	}
+	unbind, err := b.dev.Bind()
+	if err != nil {
+		b.blasErr = err
+		return
+	}
+	defer unbind()
+	h, err := lib.NewHandle(uintptr(b.stream))
+	if err != nil {
+		b.blasErr = err
+		b.log.Info("gpu: vendor BLAS handle failed, GEMMs run on framepack's own kernel", "why", err)
+		return
+	}
+	b.blas = h
+}
+
+// Name is "gpu" with the device's architecture.
+func (b *Backend) Name() string { return "gpu(" + b.dev.Arch + ")" }
+
+// Device is the opened GPU.
+func (b *Backend) Device() *hip.Device { return b.dev }
+
+// Stream is the stream all of the backend's work is queued on.
+func (b *Backend) Stream() hip.Stream { return b.stream }
+
+// BLAS describes the GEMM path: the vendor library, or why it is absent.
+func (b *Backend) BLAS() string {
+	if b.blas != nil {
+		return b.blas.Lib().String()
+	}
+	if b.blasErr != nil {
+		return "framepack GEMM kernel (" + b.blasErr.Error() + ")"
+	}
+	return "framepack GEMM kernel"
+}
+
+// Sync waits for all queued work.
+func (b *Backend) Sync() error {
+	if err := b.dev.Sync(b.stream); err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	return nil
+}
+
+// Close frees the backend's resources. Tensors still allocated become
+// invalid.
+func (b *Backend) Close() error {
+	err := b.Sync()
+	if b.blas != nil {
+		b.blas.Close()
+	}
+	b.stage.close()
+	b.alloc.trim()
+	b.dev.DestroyStream(b.stream)
+	return err
+}
+
+// Buffer is device memory owned by the backend.
+type Buffer struct {
+	ptr   uintptr
+	n     int64
+	size  int64 // accounted size (rounded up)
+	freed bool
+}
+
+// Bytes is the buffer's size.
+func (b *Buffer) Bytes() int64 { return b.n }
+
+// Ptr is the device address (for vendor libraries taking device pointers).
+func (b *Buffer) Ptr() uintptr { return b.ptr }
+
+// Ptr is the device address of a tensor on a GPU backend.
+func Ptr(t *tensor.Tensor) uintptr {
+	if t == nil {
+		return 0
+	}
+	if db, ok := t.Buffer().(*Buffer); ok {
+		return db.ptr
+	}
+	return 0
+}
+
+// Alloc returns n bytes of device memory under the cap.
+func (b *Backend) Alloc(n int64) (tensor.Buffer, error) { return b.alloc.alloc(n) }
+
+// Free returns a buffer to the pool (stream-ordered: work already queued
+// that reads it completes first).
+func (b *Backend) Free(buf tensor.Buffer) {
+	if db, ok := buf.(*Buffer); ok {
+		b.alloc.free(db)
+	}
+}
+
+// Stats is the backend's memory accounting.
+type Stats struct {
+	Limit    int64 // the hard cap
+	InUse    int64 // bytes held by live buffers
+	Peak     int64 // highest InUse since start or ResetPeak
+	Reserved int64 // bytes the pool holds from the driver (live + cached), when known
+	Allocs   int64 // live buffers
+}
+
+func (s Stats) String() string {
+	return fmt.Sprintf("in use %.2f GiB (peak %.2f), pool %.2f GiB, cap %.2f GiB, %d buffers", gib(s.InUse),
+		gib(s.Peak), gib(s.Reserved), gib(s.Limit), s.Allocs)
+}
+
+func gib(n int64) float64 { return float64(n) / (1 << 30) }
+
+// Stats reports current and peak use.
+func (b *Backend) Stats() Stats { return b.alloc.stats() }
+
+// ResetPeak starts a new peak measurement.
+func (b *Backend) ResetPeak() { b.alloc.resetPeak() }
+
+// Trim waits for queued work and returns the pool's cached free memory to
+// the driver.
+func (b *Backend) Trim() error { return b.alloc.trim() }
+
+// ptr checks that t lives on this backend and returns its address.
+func (b *Backend) ptr(t *tensor.Tensor) (uintptr, error) {
+	if t == nil {
+		return 0, nil
+	}
+	db, ok := t.Buffer().(*Buffer)
+	if !ok {
+		return 0, fmt.Errorf("gpu: %v is not in device memory", t)
+	}
+	if db.freed {
+		return 0, fmt.Errorf("gpu: %v: use of a freed buffer", t)
+	}
+	if db.n < t.Bytes() {
+		return 0, fmt.Errorf("gpu: %v: buffer holds %d bytes, need %d", t, db.n, t.Bytes())
+	}
+	return db.ptr, nil
+}
+
+// Upload copies host bytes into dst at byte offset off. It returns once the
+// bytes are staged; the copy itself is ordered on the stream.
+func (b *Backend) Upload(dst tensor.Buffer, off int64, src []byte) error {
+	db, ok := dst.(*Buffer)
+	if !ok {
+		return fmt.Errorf("gpu: upload into a %T", dst)
+	}
+	if off < 0 || off+int64(len(src)) > db.n {
+		return fmt.Errorf("gpu: upload of %d bytes at %d into %d", len(src), off, db.n)
+	}
+	return b.stage.upload(db.ptr+uintptr(off), src)
+}
+
+// Download copies device bytes at byte offset off into dst, after the work
+// queued before it.
+func (b *Backend) Download(dst []byte, src tensor.Buffer, off int64) error {
+	db, ok := src.(*Buffer)
+	if !ok {
+		return fmt.Errorf("gpu: download from a %T", src)
+	}
+	if off < 0 || off+int64(len(dst)) > db.n {
+		return fmt.Errorf("gpu: download of %d bytes at %d from %d", len(dst), off, db.n)
+	}
+	return b.stage.download(dst, db.ptr+uintptr(off))
+}
+
+// defaultCacheDir is os.UserCacheDir()/framepack/kernels.
+func defaultCacheDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "framepack", "kernels")
+}
+
+func unsupported(op string, dt tensor.DType) error {
+	return fmt.Errorf("gpu: %s on %s: %w", op, dt, tensor.ErrUnsupported)
+}

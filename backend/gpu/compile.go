@@ -1,0 +1,185 @@
+package gpu
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/kernels"
+)
+
+// module is one kernel source file compiled for the device, on first use.
+type module struct {
+	once sync.Once
+	mod  *hip.Module
+	err  error
+}
+
+// options are the extra compiler options of every module.
+func (b *Backend) options() []string {
+	if b.opts.OwnMath {
+		return []string{"-DFP_OWN_MATH"}
+	}
+	return nil
+}
+
+// module compiles (or loads from the disk cache) and loads a module.
+func (b *Backend) module(name string) (*hip.Module, error) {
+	b.modMu.Lock()
+	m := b.mods[name]
+	if m == nil {
+		m = &module{}
+		b.mods[name] = m
+	}
+	b.modMu.Unlock()
+	m.once.Do(func() {
+		code, err := b.codeObject(name)
+		if err != nil {
+			m.err = err
+			return
+		}
+		m.mod, m.err = b.dev.LoadModule(code)
+		if m.err != nil {
+			m.err = fmt.Errorf("gpu: load kernels %s: %w", name, m.err)
+		}
+	})
+	return m.mod, m.err
+}
+
+// Warmup compiles and loads every kernel module now, in parallel.
+func (b *Backend) Warmup() error {
+	mods := kernels.Modules()
+	errs := make([]error, len(mods))
+	var wg sync.WaitGroup
+	for i, m := range mods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = b.module(m)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// codeObject returns the module's code object for this device: from the
+// cache directory when a valid entry exists (key: source hash, arch,
+// compiler version, options), else compiled and stored atomically. A cache
+// file starts with the SHA-256 of its contents, so a torn write is ignored.
+func (b *Backend) codeObject(name string) ([]byte, error) {
+	src, err := kernels.Source(name)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: kernels %s: %w", name, err)
+	}
+	opts := b.options()
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s", src, b.dev.Vendor, b.dev.Arch, b.dev.CompilerVersion(), strings.Join(opts, " "))
+	key := hex.EncodeToString(h.Sum(nil))[:32]
+	dir := b.opts.CacheDir
+	if dir == "" {
+		dir = defaultCacheDir()
+	}
+	var path string
+	if dir != "-" && dir != "" {
+		path = filepath.Join(dir, name+"-"+key+".co")
+		if data, err := os.ReadFile(path); err == nil && len(data) > sha256.Size {
+			sum := sha256.Sum256(data[sha256.Size:])
+			if bytes.Equal(sum[:], data[:sha256.Size]) {
+				return data[sha256.Size:], nil
+			}
+		}
+	}
+	start := time.Now()
+	code, err := b.dev.Compile(src, name+".hip", opts)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: %w", err)
+	}
+	b.log.Debug("gpu: compiled kernels", "module", name, "arch", b.dev.Arch, "seconds", time.Since(start).Seconds())
+	if path != "" {
+		sum := sha256.Sum256(code)
+		if err := writeAtomic(path, append(sum[:], code...)); err != nil {
+			b.log.Info("gpu: kernel cache not written", "path", path, "why", err)
+		}
+	}
+	return code, nil
+}
+
+func writeAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+// fn looks up a kernel of a module.
+func (b *Backend) fn(mod, name string) (*hip.Function, error) {
+	b.fnMu.Lock()
+	f := b.fns[name]
+	b.fnMu.Unlock()
+	if f != nil {
+		return f, nil
+	}
+	m, err := b.module(mod)
+	if err != nil {
+		return nil, err
+	}
+	f, err = m.Function(name)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: %w", err)
+	}
+	b.fnMu.Lock()
+	b.fns[name] = f
+	b.fnMu.Unlock()
+	return f, nil
+}
+
+// launch1 runs a kernel over n work items in blocks of bs threads, each
+// thread covering per items.
+func (b *Backend) launch1(mod, name string, n int64, bs, per int, a *hip.Args) error {
+	if n <= 0 {
+		return nil
+	}
+	threads := (n + int64(per) - 1) / int64(per)
+	blocks := (threads + int64(bs) - 1) / int64(bs)
+	if blocks > 1<<31-1 {
+		return fmt.Errorf("gpu: %s: %d elements exceed one launch", name, n)
+	}
+	return b.launch(mod, name, hip.Dim3{uint32(blocks)}, hip.Dim3{uint32(bs)}, 0, a)
+}
+
+func (b *Backend) launch(mod, name string, grid, block hip.Dim3, shmem int, a *hip.Args) error {
+	f, err := b.fn(mod, name)
+	if err != nil {
+		return err
+	}
+	if err := f.Launch(grid, block, shmem, b.stream, a); err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,210 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/rocblas"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+func blasType(dt tensor.DType) rocblas.DType {
+	switch dt {
+	case tensor.F32:
+		return rocblas.F32
+	case tensor.F16:
+		return rocblas.F16
+	case tensor.BF16:
+		return rocblas.BF16
+	}
+	return 0
+}
+
+// gemm computes c[z] = alpha·op(a[z])·op(b[z]) (+ bias) for row-major
+// operands, through the vendor BLAS when present (bias then enters as
+// beta·C with C pre-filled, so the result is rounded once), else through
+// our own kernel.
+func (b *Backend) gemm(dt tensor.DType, c, a, bm, bias uintptr, batch, M, N, K int, ta, tb, bcastA, bcastB bool, alpha float32) error {
+	if M == 0 || N == 0 || batch == 0 {
+		return nil
+	}
+	if b.blas != nil {
+		beta := float32(0)
+		if bias != 0 {
+			// C[z][m][n] = bias[n]: a broadcast copy.
+			es := int64(dt.Size())
+			rowsTotal := int64(batch) * int64(M)
+			args := []int64{rowsTotal * int64(N), 2, 0, 0}
+			args = append(args, fixed([]int{int(rowsTotal), N})...)
+			args = append(args, fixed([]int{N, 1})...)
+			args = append(args, fixed([]int{0, 1})...)
+			ca := (&hip.Args{}).Ptr(c).Ptr(bias).Struct(i64s(args...), 8)
+			if err := b.launch1("elementwise", fmt.Sprintf("copy_b%d", es), rowsTotal*int64(N), 256, 1, ca); err != nil {
+				return err
+			}
+			beta = 1
+		}
+		m := rocblas.MatMul{M: M, N: N, K: K, TransA: ta, TransB: tb, A: a, B: bm, C: c,
+			BroadcastA: bcastA && batch > 1, BroadcastB: bcastB && batch > 1, Batch: batch,
+			In: blasType(dt), Out: blasType(dt), Alpha: alpha, Beta: beta}
+		b.blasMu.Lock()
+		defer b.blasMu.Unlock()
+		unbind, err := b.dev.Bind()
+		if err != nil {
+			return fmt.Errorf("gpu: %w", err)
+		}
+		defer unbind()
+		if err := b.blas.MatMul(m); err != nil {
+			return fmt.Errorf("gpu: %w", err)
+		}
+		return nil
+	}
+	lda, ldb := K, N
+	if ta {
+		lda = M
+	}
+	if tb {
+		ldb = K
+	}
+	sa, sb := int64(M)*int64(K), int64(K)*int64(N)
+	if bcastA {
+		sa = 0
+	}
+	if bcastB {
+		sb = 0
+	}
+	s := fsfx(dt)
+	es := uintptr(dt.Size())
+	for z0 := 0; z0 < batch; z0 += 65535 {
+		nz := min(65535, batch-z0)
+		st := i64s(int64(M), int64(N), int64(K), int64(lda), int64(ldb), sa, sb, int64(M)*int64(N))
+		st = binary.LittleEndian.AppendUint32(st, b2u(ta))
+		st = binary.LittleEndian.AppendUint32(st, b2u(tb))
+		st = binary.LittleEndian.AppendUint32(st, math.Float32bits(alpha))
+		st = append(st, 0, 0, 0, 0) // struct padding to 8
+		args := (&hip.Args{}).Ptr(c+uintptr(int64(z0)*int64(M)*int64(N))*es).
+			Ptr(a+uintptr(int64(z0)*sa)*es).Ptr(bm+uintptr(int64(z0)*sb)*es).Ptr(bias).Struct(st, 8)
+		grid := hip.Dim3{uint32((N + 63) / 64), uint32((M + 63) / 64), uint32(nz)}
+		if (M+63)/64 > 65535 {
+			return fmt.Errorf("gpu: gemm with %d rows: %w", M, tensor.ErrUnsupported)
+		}
+		if err := b.launch("conv", "gemm_"+s, grid, hip.Dim3{256}, 0, args); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func b2u(v bool) uint32 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+func (b *Backend) MatMul(dst, x, y *tensor.Tensor, p tensor.MatMulParams) error {
+	dt := dst.DType()
+	if fsfx(dt) == "" || x.DType() != dt || y.DType() != dt {
+		return unsupported("matmul", dt)
+	}
+	B, M, N, K := p.Batch, p.M, p.N, p.K
+	if B < 0 || M < 0 || N < 0 || K < 0 || dst.Numel() != B*M*N {
+		return fmt.Errorf("gpu: matmul %+v into %v", p, dst)
+	}
+	bcast := func(t *tensor.Tensor, r, c int) (bool, error) {
+		switch t.Numel() {
+		case r * c:
+			return true, nil
+		case B * r * c:
+			return false, nil
+		}
+		return false, fmt.Errorf("gpu: matmul %+v: operand %v", p, t)
+	}
+	ba, err := bcast(x, M, K)
+	if err != nil {
+		return err
+	}
+	bb, err := bcast(y, K, N)
+	if err != nil {
+		return err
+	}
+	alpha := p.Alpha
+	if alpha == 0 {
+		alpha = 1
+	}
+	ps, err := b.ptrs(dst, x, y)
+	if err != nil {
+		return err
+	}
+	if K == 0 {
+		return b.Fill(dst, 0)
+	}
+	return b.gemm(dt, ps[0], ps[1], ps[2], 0, B, M, N, K, p.TransA, p.TransB, ba, bb, alpha)
+}
+
+func (b *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
+	dt := dst.DType()
+	if fsfx(dt) == "" || x.DType() != dt || w.DType() != dt || (bias != nil && bias.DType() != dt) {
+		return unsupported("linear", dt)
+	}
+	if x.Rank() != 2 || w.Rank() != 2 || dst.Rank() != 2 {
+		return fmt.Errorf("gpu: linear wants 2-D x, w, dst; have %v, %v, %v", x, w, dst)
+	}
+	M, K, N := x.Dim(0), x.Dim(1), w.Dim(0)
+	if w.Dim(1) != K || dst.Dim(0) != M || dst.Dim(1) != N || (bias != nil && bias.Numel() != N) {
+		return fmt.Errorf("gpu: linear of %v by %v (bias %v) into %v", x, w, bias, dst)
+	}
+	ps, err := b.ptrs(dst, x, w, bias)
+	if err != nil {
+		return err
+	}
+	if K == 0 {
+		if bias == nil {
+			return b.Fill(dst, 0)
+		}
+		return b.Binary(tensor.OpAdd, dst, dst, []int{0, 0}, bias, []int{0, 1})
+	}
+	return b.gemm(dt, ps[0], ps[1], ps[2], ps[3], 1, M, N, K, false, true, false, false, 1)
+}
+
+// Conv3d runs the naive direct kernel: correct for every shape, slow. The
+// fast tiers (MIOpen/cuDNN, GEMM) belong to the conv3d chain above this.
+func (b *Backend) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	dt := dst.DType()
+	s := fsfx(dt)
+	if s == "" || x.DType() != dt || w.DType() != dt || (bias != nil && bias.DType() != dt) {
+		return unsupported("conv3d", dt)
+	}
+	if x.Rank() != 5 || w.Rank() != 5 || dst.Rank() != 5 || x.Dim(1) != w.Dim(1) || dst.Dim(0) != x.Dim(0) ||
+		dst.Dim(1) != w.Dim(0) || (bias != nil && bias.Numel() != w.Dim(0)) {
+		return fmt.Errorf("gpu: conv3d of %v with %v (bias %v) into %v", x, w, bias, dst)
+	}
+	var st [3]int64
+	for i := 0; i < 3; i++ {
+		st[i] = int64(max(p.Stride[i], 1))
+		want := (x.Dim(2+i)+2*p.Padding[i]-w.Dim(2+i))/int(st[i]) + 1
+		if dst.Dim(2+i) != want || p.Padding[i] < 0 {
+			return fmt.Errorf("gpu: conv3d of %v with %v, %+v: output %v, want size %d on axis %d", x, w, p, dst, want, 2+i)
+		}
+	}
+	if dst.Numel() == 0 {
+		return nil
+	}
+	ps, err := b.ptrs(dst, x, w, bias)
+	if err != nil {
+		return err
+	}
+	d := func(t *tensor.Tensor, i int) int64 { return int64(t.Dim(i)) }
+	args := i64s(d(x, 0), d(x, 1), d(x, 2), d(x, 3), d(x, 4), d(w, 0), d(w, 2), d(w, 3), d(w, 4), d(dst, 2), d(dst, 3), d(dst, 4),
+		st[0], st[1], st[2], int64(p.Padding[0]), int64(p.Padding[1]), int64(p.Padding[2]))
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Struct(args, 8)
+	return b.launch1("conv", "conv3d_"+s, int64(dst.Numel()), 256, 1, a)
+}
+
+// attentionFast runs a specialised attention kernel when one fits the call;
+// ok is false when the generic kernel should run.
+func (b *Backend) attentionFast(ps []uintptr, dt tensor.DType, B, Lq, Lk, Hq, Hkv, D int, scale float32, p tensor.AttnParams, maskStride int) (ok bool, err error) {
+	return false, nil
+}

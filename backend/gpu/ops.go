@@ -1,0 +1,771 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+const maxRank = 6 // kernels' strided views (kernels/prelude.hip MAXR)
+
+// sfx is a dtype's kernel-name suffix.
+func sfx(dt tensor.DType) string {
+	switch dt {
+	case tensor.F32, tensor.F16, tensor.BF16, tensor.I64, tensor.I32, tensor.U8, tensor.Bool:
+		return dt.String()
+	}
+	return ""
+}
+
+// fsfx is the suffix of a compute dtype (f32, f16, bf16), "" otherwise.
+func fsfx(dt tensor.DType) string {
+	if dt == tensor.F32 || dt == tensor.F16 || dt == tensor.BF16 {
+		return dt.String()
+	}
+	return ""
+}
+
+// wsfx is the element-size suffix of dtype-agnostic kernels.
+func wsfx(dt tensor.DType) string {
+	switch dt.Size() {
+	case 1, 2, 4, 8:
+		return fmt.Sprintf("b%d", dt.Size())
+	}
+	return ""
+}
+
+// i64s packs a kernel struct of 64-bit fields.
+func i64s(vals ...int64) []byte {
+	out := make([]byte, 8*len(vals))
+	for i, v := range vals {
+		binary.LittleEndian.PutUint64(out[8*i:], uint64(v))
+	}
+	return out
+}
+
+// fixed pads a slice to maxRank entries.
+func fixed(v []int) []int64 {
+	out := make([]int64, maxRank)
+	for i, x := range v {
+		out[i] = int64(x)
+	}
+	return out
+}
+
+// collapse drops unit axes and merges adjacent axes contiguous in every
+// stride set.
+func collapse(shape []int, strides ...[]int) ([]int, [][]int) {
+	var sh []int
+	st := make([][]int, len(strides))
+	for ax, n := range shape {
+		if n == 1 {
+			continue
+		}
+		if len(sh) > 0 {
+			last := len(sh) - 1
+			merge := true
+			for k := range strides {
+				if st[k][last] != strides[k][ax]*n {
+					merge = false
+					break
+				}
+			}
+			if merge {
+				sh[last] *= n
+				for k := range strides {
+					st[k][last] = strides[k][ax]
+				}
+				continue
+			}
+		}
+		sh = append(sh, n)
+		for k := range strides {
+			st[k] = append(st[k], strides[k][ax])
+		}
+	}
+	if len(sh) == 0 {
+		sh = []int{1}
+		for k := range strides {
+			st[k] = []int{1}
+		}
+	}
+	return sh, st
+}
+
+// span checks that a strided view lies inside n elements.
+func span(off int, strides, shape []int, n int) error {
+	if len(strides) != len(shape) {
+		return fmt.Errorf("gpu: %d strides for shape %v", len(strides), shape)
+	}
+	lo, hi := off, off
+	for i, d := range shape {
+		if d == 0 {
+			return nil
+		}
+		if s := strides[i] * (d - 1); s > 0 {
+			hi += s
+		} else {
+			lo += s
+		}
+	}
+	if lo < 0 || hi >= n {
+		return fmt.Errorf("gpu: view at %d with strides %v over %v leaves the %d elements of its tensor", off, strides, shape, n)
+	}
+	return nil
+}
+
+// forLeading calls fn once per index of the leading axes beyond maxRank,
+// with the element offsets of that slice in each stride set.
+func forLeading(sh []int, st [][]int, fn func(offs []int, sh []int, st [][]int) error) error {
+	lead := len(sh) - maxRank
+	if lead <= 0 {
+		return fn(make([]int, len(st)), sh, st)
+	}
+	inner := make([][]int, len(st))
+	for k := range st {
+		inner[k] = st[k][lead:]
+	}
+	n := tensor.Numel(sh[:lead])
+	offs := make([]int, len(st))
+	for i := 0; i < n; i++ {
+		r := i
+		for k := range offs {
+			offs[k] = 0
+		}
+		for ax := lead - 1; ax >= 0; ax-- {
+			c := r % sh[ax]
+			r /= sh[ax]
+			for k := range offs {
+				offs[k] += c * st[k][ax]
+			}
+		}
+		if err := fn(offs, sh[lead:], inner); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ---- Fill / Cast / Copy ----
+
+func (b *Backend) Fill(dst *tensor.Tensor, v float64) error {
+	s := sfx(dst.DType())
+	if s == "" {
+		return unsupported("fill", dst.DType())
+	}
+	p, err := b.ptr(dst)
+	if err != nil {
+		return err
+	}
+	n := int64(dst.Numel())
+	a := (&hip.Args{}).Ptr(p).I64(n).U64(math.Float64bits(v))
+	return b.launch1("elementwise", "fill_"+s, n, 256, 1, a)
+}
+
+func (b *Backend) Cast(dst, src *tensor.Tensor) error {
+	if dst.Numel() != src.Numel() {
+		return fmt.Errorf("gpu: cast of %v into %v", src, dst)
+	}
+	ss, ds := sfx(src.DType()), sfx(dst.DType())
+	if ss == "" || ds == "" {
+		return fmt.Errorf("gpu: cast %s to %s: %w", src.DType(), dst.DType(), tensor.ErrUnsupported)
+	}
+	pd, err := b.ptr(dst)
+	if err != nil {
+		return err
+	}
+	ps, err := b.ptr(src)
+	if err != nil {
+		return err
+	}
+	n := int64(dst.Numel())
+	if dst.DType() == src.DType() {
+		return b.d2d(pd, ps, n*int64(dst.DType().Size()))
+	}
+	return b.launch1("elementwise", "cast_"+ss+"_"+ds, n, 256, 1, (&hip.Args{}).Ptr(pd).Ptr(ps).I64(n))
+}
+
+func (b *Backend) d2d(dst, src uintptr, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	if err := b.dev.CopyD2DAsync(dst, src, n, b.stream); err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	return nil
+}
+
+func (b *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Tensor, sOff int, sSt []int, shape []int) error {
+	if dst.DType() != src.DType() {
+		return fmt.Errorf("gpu: copy of %s into %s", src.DType(), dst.DType())
+	}
+	if tensor.Numel(shape) == 0 {
+		return nil
+	}
+	if err := span(dOff, dSt, shape, dst.Numel()); err != nil {
+		return err
+	}
+	if err := span(sOff, sSt, shape, src.Numel()); err != nil {
+		return err
+	}
+	ws := wsfx(dst.DType())
+	if ws == "" {
+		return unsupported("copy", dst.DType())
+	}
+	pd, err := b.ptr(dst)
+	if err != nil {
+		return err
+	}
+	ps, err := b.ptr(src)
+	if err != nil {
+		return err
+	}
+	es := int64(dst.DType().Size())
+	sh, st := collapse(shape, dSt, sSt)
+	if len(sh) == 1 && st[0][0] == 1 && st[1][0] == 1 {
+		return b.d2d(pd+uintptr(int64(dOff)*es), ps+uintptr(int64(sOff)*es), int64(sh[0])*es)
+	}
+	return forLeading(sh, st, func(offs []int, sh []int, st [][]int) error {
+		n := int64(tensor.Numel(sh))
+		args := []int64{n, int64(len(sh)), int64(dOff + offs[0]), int64(sOff + offs[1])}
+		args = append(args, fixed(sh)...)
+		args = append(args, fixed(st[0])...)
+		args = append(args, fixed(st[1])...)
+		a := (&hip.Args{}).Ptr(pd).Ptr(ps).Struct(i64s(args...), 8)
+		return b.launch1("elementwise", "copy_"+ws, n, 256, 1, a)
+	})
+}
+
+// ---- Unary / Binary ----
+
+func (b *Backend) Unary(op tensor.UnaryOp, dst, src *tensor.Tensor, x, y float32) error {
+	if dst.DType() != src.DType() || dst.Numel() != src.Numel() {
+		return fmt.Errorf("gpu: %s of %v into %v", op, src, dst)
+	}
+	s := fsfx(dst.DType())
+	if s == "" {
+		return unsupported(op.String(), dst.DType())
+	}
+	if op > tensor.OpRecip {
+		return fmt.Errorf("gpu: unary %s: %w", op, tensor.ErrUnsupported)
+	}
+	pd, err := b.ptr(dst)
+	if err != nil {
+		return err
+	}
+	ps, err := b.ptr(src)
+	if err != nil {
+		return err
+	}
+	n := int64(dst.Numel())
+	a := (&hip.Args{}).Ptr(pd).Ptr(ps).I64(n).I32(int32(op)).F32(x).F32(y)
+	return b.launch1("elementwise", "unary_"+s, n, 256, 16/dst.DType().Size(), a)
+}
+
+func (b *Backend) Binary(op tensor.BinaryOp, dst, x *tensor.Tensor, xSt []int, y *tensor.Tensor, ySt []int) error {
+	dt := dst.DType()
+	if x.DType() != dt || y.DType() != dt {
+		return fmt.Errorf("gpu: %s of %s and %s into %s", op, x.DType(), y.DType(), dt)
+	}
+	if op > tensor.OpMin {
+		return fmt.Errorf("gpu: binary %s: %w", op, tensor.ErrUnsupported)
+	}
+	s := fsfx(dt)
+	per := 1
+	switch {
+	case s != "":
+		per = 16 / dt.Size()
+	case dt == tensor.I64 || dt == tensor.I32:
+		s = dt.String()
+	default:
+		return unsupported(op.String(), dt)
+	}
+	if dst.Numel() == 0 {
+		return nil
+	}
+	shape := dst.Shape()
+	if len(shape) == 0 {
+		shape, xSt, ySt = []int{1}, []int{0}, []int{0}
+	}
+	if err := span(0, xSt, shape, x.Numel()); err != nil {
+		return err
+	}
+	if err := span(0, ySt, shape, y.Numel()); err != nil {
+		return err
+	}
+	pd, err := b.ptr(dst)
+	if err != nil {
+		return err
+	}
+	px, err := b.ptr(x)
+	if err != nil {
+		return err
+	}
+	py, err := b.ptr(y)
+	if err != nil {
+		return err
+	}
+	es := uintptr(dt.Size())
+	sh, st := collapse(shape, tensor.ContiguousStrides(shape), xSt, ySt)
+	return forLeading(sh, st, func(offs []int, sh []int, st [][]int) error {
+		n := int64(tensor.Numel(sh))
+		args := []int64{n, int64(len(sh)), int64(op)}
+		args = append(args, fixed(sh)...)
+		args = append(args, fixed(st[1])...)
+		args = append(args, fixed(st[2])...)
+		a := (&hip.Args{}).Ptr(pd+uintptr(offs[0])*es).Ptr(px+uintptr(offs[1])*es).Ptr(py+uintptr(offs[2])*es).
+			Struct(i64s(args...), 8)
+		return b.launch1("elementwise", "binary_"+s, n, 256, per, a)
+	})
+}
+
+// ---- normalisation ----
+
+func (b *Backend) checkAffine(op string, dt tensor.DType, n int, ts ...*tensor.Tensor) error {
+	for _, t := range ts {
+		if t == nil {
+			continue
+		}
+		if t.DType() != dt {
+			return fmt.Errorf("gpu: %s: parameter %v, input %s", op, t, dt)
+		}
+		if t.Numel() != n {
+			return fmt.Errorf("gpu: %s: parameter %v for %d channels", op, t, n)
+		}
+	}
+	return nil
+}
+
+func (b *Backend) GroupNorm(dst, x, w, bias *tensor.Tensor, groups int, eps float32, silu bool) error {
+	dt := dst.DType()
+	s := fsfx(dt)
+	if s == "" || x.DType() != dt {
+		return unsupported("group_norm", dt)
+	}
+	if x.Rank() < 2 || x.Numel() != dst.Numel() || groups <= 0 || x.Dim(1)%groups != 0 {
+		return fmt.Errorf("gpu: group_norm of %v in %d groups into %v", x, groups, dst)
+	}
+	B, C := x.Dim(0), x.Dim(1)
+	if err := b.checkAffine("group_norm", dt, C, w, bias); err != nil {
+		return err
+	}
+	if x.Numel() == 0 {
+		return nil
+	}
+	S := x.Numel() / (B * C)
+	gsize := int64(C/groups) * int64(S)
+	chunk := int64(16384)
+	nchunks := (gsize + chunk - 1) / chunk
+	BG := int64(B * groups)
+	if nchunks > 65535*64 || BG > 65535 {
+		return fmt.Errorf("gpu: group_norm of %v: %w", x, tensor.ErrUnsupported)
+	}
+	pd, err := b.ptr(dst)
+	if err != nil {
+		return err
+	}
+	px, err := b.ptr(x)
+	if err != nil {
+		return err
+	}
+	pw, err := b.ptr(w)
+	if err != nil {
+		return err
+	}
+	pb, err := b.ptr(bias)
+	if err != nil {
+		return err
+	}
+	part, err := b.alloc.alloc(BG * nchunks * 3 * 4)
+	if err != nil {
+		return err
+	}
+	defer b.alloc.free(part)
+	stats, err := b.alloc.alloc(BG * 2 * 4)
+	if err != nil {
+		return err
+	}
+	defer b.alloc.free(stats)
+	a := (&hip.Args{}).Ptr(px).Ptr(part.ptr).I64(gsize).I64(chunk)
+	if err := b.launch("norm", "gn_stats_"+s, hip.Dim3{uint32(nchunks), uint32(BG)}, hip.Dim3{256}, 0, a); err != nil {
+		return err
+	}
+	a = (&hip.Args{}).Ptr(part.ptr).Ptr(stats.ptr).I64(BG).I64(nchunks).F32(eps)
+	if err := b.launch1("norm", "gn_finalize", BG, 256, 1, a); err != nil {
+		return err
+	}
+	n := int64(x.Numel())
+	sl := int32(0)
+	if silu {
+		sl = 1
+	}
+	a = (&hip.Args{}).Ptr(pd).Ptr(px).Ptr(pw).Ptr(pb).Ptr(stats.ptr).I64(n).I64(int64(S)).I64(int64(C)).I64(int64(groups)).I32(sl)
+	return b.launch1("norm", "gn_apply_"+s, n, 256, 1, a)
+}
+
+// rows checks a last-axis op and returns (rows, row length).
+func rows(op string, dst, x *tensor.Tensor) (int, int, error) {
+	if x.Rank() == 0 || dst.Numel() != x.Numel() || dst.DType() != x.DType() {
+		return 0, 0, fmt.Errorf("gpu: %s of %v into %v", op, x, dst)
+	}
+	d := x.Dim(-1)
+	if d == 0 {
+		return 0, 0, nil
+	}
+	return x.Numel() / d, d, nil
+}
+
+// rowLaunch runs a one-block-per-row kernel.
+func (b *Backend) rowLaunch(name string, nrows int, a *hip.Args) error {
+	if nrows == 0 {
+		return nil
+	}
+	if nrows > 1<<31-1 {
+		return fmt.Errorf("gpu: %s: %d rows exceed one launch", name, nrows)
+	}
+	return b.launch("norm", name, hip.Dim3{uint32(nrows)}, hip.Dim3{256}, 0, a)
+}
+
+func (b *Backend) LayerNorm(dst, x, w, bias *tensor.Tensor, eps float32) error {
+	s := fsfx(dst.DType())
+	if s == "" {
+		return unsupported("layer_norm", dst.DType())
+	}
+	n, d, err := rows("layer_norm", dst, x)
+	if err != nil {
+		return err
+	}
+	if err := b.checkAffine("layer_norm", dst.DType(), d, w, bias); err != nil {
+		return err
+	}
+	ps, err := b.ptrs(dst, x, w, bias)
+	if err != nil {
+		return err
+	}
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).I64(int64(d)).F32(eps)
+	return b.rowLaunch("layernorm_"+s, n, a)
+}
+
+func (b *Backend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
+	s := fsfx(dst.DType())
+	if s == "" {
+		return unsupported("rms_norm", dst.DType())
+	}
+	n, d, err := rows("rms_norm", dst, x)
+	if err != nil {
+		return err
+	}
+	if err := b.checkAffine("rms_norm", dst.DType(), d, w); err != nil {
+		return err
+	}
+	ps, err := b.ptrs(dst, x, w)
+	if err != nil {
+		return err
+	}
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).I64(int64(d)).F32(eps)
+	return b.rowLaunch("rmsnorm_"+s, n, a)
+}
+
+func (b *Backend) Softmax(dst, x *tensor.Tensor) error {
+	s := fsfx(dst.DType())
+	if s == "" {
+		return unsupported("softmax", dst.DType())
+	}
+	n, d, err := rows("softmax", dst, x)
+	if err != nil {
+		return err
+	}
+	ps, err := b.ptrs(dst, x)
+	if err != nil {
+		return err
+	}
+	return b.rowLaunch("softmax_"+s, n, (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(int64(d)))
+}
+
+func (b *Backend) Reduce(op tensor.ReduceOp, dst, src *tensor.Tensor) error {
+	s := fsfx(dst.DType())
+	if s == "" || src.DType() != dst.DType() {
+		return unsupported("reduce", dst.DType())
+	}
+	if op > tensor.ReduceAbsMean {
+		return fmt.Errorf("gpu: reduce %d: %w", op, tensor.ErrUnsupported)
+	}
+	if src.Rank() != 2 || dst.Numel() != src.Dim(0) {
+		return fmt.Errorf("gpu: reduce of %v into %v", src, dst)
+	}
+	if src.Dim(1) == 0 {
+		return fmt.Errorf("gpu: reduce over an empty axis of %v", src)
+	}
+	ps, err := b.ptrs(dst, src)
+	if err != nil {
+		return err
+	}
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(int64(src.Dim(1))).I32(int32(op))
+	return b.rowLaunch("reduce_"+s, src.Dim(0), a)
+}
+
+// ptrs resolves several tensors' addresses (nil tensors give 0).
+func (b *Backend) ptrs(ts ...*tensor.Tensor) ([]uintptr, error) {
+	out := make([]uintptr, len(ts))
+	for i, t := range ts {
+		p, err := b.ptr(t)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+// ---- attention and RoPE ----
+
+func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) error {
+	dt := dst.DType()
+	s := fsfx(dt)
+	if s == "" || q.DType() != dt || k.DType() != dt || v.DType() != dt {
+		return unsupported("attention", dt)
+	}
+	if q.Rank() != 4 || k.Rank() != 4 || v.Rank() != 4 || dst.Numel() != q.Numel() {
+		return fmt.Errorf("gpu: attention of q %v, k %v, v %v into %v", q, k, v, dst)
+	}
+	B, Lq, Hq, D := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
+	Lk, Hkv := k.Dim(1), k.Dim(2)
+	if k.Dim(0) != B || k.Dim(3) != D || v.Dim(0) != B || v.Dim(1) != Lk || v.Dim(2) != Hkv || v.Dim(3) != D || Hkv == 0 || Hq%Hkv != 0 {
+		return fmt.Errorf("gpu: attention of q %v with k %v, v %v", q, k, v)
+	}
+	if D > 512 {
+		return fmt.Errorf("gpu: attention with head dim %d > 512: %w", D, tensor.ErrUnsupported)
+	}
+	maskStride := 0
+	if p.KeyMask != nil && (p.KeyMask.DType() != tensor.F32 || p.KeyMask.Numel() != B*Lk) {
+		return fmt.Errorf("gpu: attention key mask %v, want f32 (%d, %d)", p.KeyMask, B, Lk)
+	}
+	if p.Mask != nil {
+		n := p.Mask.Numel()
+		if p.Mask.DType() != tensor.F32 || (n != Lq*Lk && n != B*Lq*Lk) {
+			return fmt.Errorf("gpu: attention mask %v, want f32 (B|1, %d, %d)", p.Mask, Lq, Lk)
+		}
+		if n == B*Lq*Lk && B > 1 {
+			maskStride = Lq * Lk
+		}
+	}
+	if dst.Numel() == 0 {
+		return nil
+	}
+	if Lk == 0 {
+		return b.Fill(dst, 0)
+	}
+	ps, err := b.ptrs(dst, q, k, v, p.KeyMask, p.Mask)
+	if err != nil {
+		return err
+	}
+	scale := p.Scale
+	if scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(D)))
+	}
+	if ok, err := b.attentionFast(ps, dt, B, Lq, Lk, Hq, Hkv, D, scale, p, maskStride); ok || err != nil {
+		return err
+	}
+	tpq := 1
+	for tpq*32 < D {
+		tpq *= 2
+	}
+	causal := int32(0)
+	if p.Causal {
+		causal = 1
+	}
+	st := i64s(int64(B), int64(Lq), int64(Lk), int64(Hq), int64(Hkv), int64(D), int64(max(p.FrameLen, 0)), int64(maskStride))
+	st = binary.LittleEndian.AppendUint32(st, math.Float32bits(scale*math.Log2E))
+	st = binary.LittleEndian.AppendUint32(st, uint32(causal))
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Ptr(ps[4]).Ptr(ps[5]).Struct(st, 8)
+	qpb := 128 / tpq
+	grid := hip.Dim3{uint32((Lq + qpb - 1) / qpb), uint32(Hq), uint32(B)}
+	if Hq > 65535 || B > 65535 {
+		return fmt.Errorf("gpu: attention with %d heads × batch %d: %w", Hq, B, tensor.ErrUnsupported)
+	}
+	return b.launch("attention", fmt.Sprintf("attn_%s_%d", s, tpq), grid, hip.Dim3{128}, 0, a)
+}
+
+func (b *Backend) RoPE(dst, x, cos, sin *tensor.Tensor) error {
+	dt := dst.DType()
+	s := fsfx(dt)
+	if s == "" || x.DType() != dt || cos.DType() != tensor.F32 || sin.DType() != tensor.F32 {
+		return unsupported("rope", dt)
+	}
+	if x.Rank() != 4 || dst.Numel() != x.Numel() || x.Dim(3)%2 != 0 {
+		return fmt.Errorf("gpu: rope of %v into %v", x, dst)
+	}
+	L, H, D := x.Dim(1), x.Dim(2), x.Dim(3)
+	if cos.Numel() != L*D || sin.Numel() != L*D {
+		return fmt.Errorf("gpu: rope of %v with cos %v, sin %v", x, cos, sin)
+	}
+	ps, err := b.ptrs(dst, x, cos, sin)
+	if err != nil {
+		return err
+	}
+	pairs := int64(x.Numel() / 2)
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).I64(pairs).I64(int64(L)).I64(int64(H)).I64(int64(D))
+	return b.launch1("elementwise", "rope_"+s, pairs, 256, 1, a)
+}
+
+// ---- resampling ----
+
+func (b *Backend) Pad(dst, src *tensor.Tensor, before []int, mode tensor.PadMode) error {
+	ds, ss := dst.Shape(), src.Shape()
+	if dst.DType() != src.DType() || len(ds) != len(ss) || len(before) > len(ds) || len(ds) == 0 {
+		return fmt.Errorf("gpu: pad of %v into %v", src, dst)
+	}
+	if mode != tensor.PadZeros && mode != tensor.PadReplicate {
+		return fmt.Errorf("gpu: pad mode %d: %w", mode, tensor.ErrUnsupported)
+	}
+	ws := wsfx(dst.DType())
+	if ws == "" {
+		return unsupported("pad", dst.DType())
+	}
+	r := len(ds)
+	bf := make([]int, r)
+	copy(bf[r-len(before):], before)
+	for i := range ds {
+		if bf[i] < 0 || ds[i] < ss[i]+bf[i] || (mode == tensor.PadReplicate && ss[i] == 0 && ds[i] > 0) {
+			return fmt.Errorf("gpu: pad of %v into %v with %v in front", src, dst, before)
+		}
+	}
+	if dst.Numel() == 0 {
+		return nil
+	}
+	// Merge the leading axes that are not padded into one.
+	lead := 0
+	for lead < r && bf[lead] == 0 && ds[lead] == ss[lead] {
+		lead++
+	}
+	if lead == r { // nothing padded: a plain copy
+		return b.Cast(dst, src)
+	}
+	n0 := tensor.Numel(ds[:lead])
+	dsh := append([]int{n0}, ds[lead:]...)
+	ssh := append([]int{n0}, ss[lead:]...)
+	bfs := append([]int{0}, bf[lead:]...)
+	if len(dsh) > maxRank {
+		return fmt.Errorf("gpu: pad of %d axes: %w", len(dsh)-1, tensor.ErrUnsupported)
+	}
+	ps, err := b.ptrs(dst, src)
+	if err != nil {
+		return err
+	}
+	rep := int64(0)
+	if mode == tensor.PadReplicate {
+		rep = 1
+	}
+	n := int64(dst.Numel())
+	args := []int64{n, int64(len(dsh)), rep}
+	args = append(args, fixed(dsh)...)
+	args = append(args, fixed(ssh)...)
+	args = append(args, fixed(bfs)...)
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Struct(i64s(args...), 8)
+	return b.launch1("elementwise", "pad_"+ws, n, 256, 1, a)
+}
+
+func (b *Backend) UpsampleNearest(dst, src *tensor.Tensor, scale [3]int) error {
+	ds, ss := dst.Shape(), src.Shape()
+	r := len(ss)
+	if dst.DType() != src.DType() || len(ds) != r || r < 3 {
+		return fmt.Errorf("gpu: upsample of %v into %v", src, dst)
+	}
+	for i := 0; i < r; i++ {
+		f := 1
+		if i >= r-3 {
+			f = scale[i-(r-3)]
+		}
+		if f < 1 || ds[i] != ss[i]*f {
+			return fmt.Errorf("gpu: upsample of %v by %v into %v", src, scale, dst)
+		}
+	}
+	ws := wsfx(dst.DType())
+	if ws == "" {
+		return unsupported("upsample", dst.DType())
+	}
+	ps, err := b.ptrs(dst, src)
+	if err != nil {
+		return err
+	}
+	n := int64(dst.Numel())
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(n).I64(int64(ss[r-3])).I64(int64(ss[r-2])).I64(int64(ss[r-1])).
+		I32(int32(scale[0])).I32(int32(scale[1])).I32(int32(scale[2]))
+	return b.launch1("elementwise", "upsample_"+ws, n, 256, 1, a)
+}
+
+func (b *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
+	dt := dst.DType()
+	s := fsfx(dt)
+	if s == "" || src.DType() != dt {
+		return unsupported("avg_pool3d", dt)
+	}
+	ds, ss := dst.Shape(), src.Shape()
+	r := len(ss)
+	if len(ds) != r || r < 3 {
+		return fmt.Errorf("gpu: avg_pool3d of %v into %v", src, dst)
+	}
+	for i := 0; i < r; i++ {
+		f := 1
+		if i >= r-3 {
+			f = kernel[i-(r-3)]
+		}
+		if f < 1 || ds[i]*f != ss[i] {
+			return fmt.Errorf("gpu: avg_pool3d of %v by %v into %v", src, kernel, dst)
+		}
+	}
+	ps, err := b.ptrs(dst, src)
+	if err != nil {
+		return err
+	}
+	n := int64(dst.Numel())
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(n).I64(int64(ss[r-3])).I64(int64(ss[r-2])).I64(int64(ss[r-1])).
+		I32(int32(kernel[0])).I32(int32(kernel[1])).I32(int32(kernel[2]))
+	return b.launch1("elementwise", "avgpool_"+s, n, 256, 1, a)
+}
+
+func (b *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
+	if dst.DType() != table.DType() || table.Rank() != 2 {
+		return fmt.Errorf("gpu: embedding of %v into %v", table, dst)
+	}
+	V, D := table.Dim(0), table.Dim(1)
+	n := ids.Numel()
+	if dst.Numel() != n*D {
+		return fmt.Errorf("gpu: embedding of %d ids from %v into %v", n, table, dst)
+	}
+	if ids.DType() != tensor.I64 && ids.DType() != tensor.I32 {
+		return fmt.Errorf("gpu: embedding ids of %s: %w", ids.DType(), tensor.ErrUnsupported)
+	}
+	ws := wsfx(dst.DType())
+	if ws == "" {
+		return unsupported("embedding", dst.DType())
+	}
+	if dst.Numel() == 0 {
+		return nil
+	}
+	ps, err := b.ptrs(dst, table, ids)
+	if err != nil {
+		return err
+	}
+	if err := b.dev.MemsetAsync(b.errFlag, 0, 4, b.stream); err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	total := int64(n) * int64(D)
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).I64(int64(n)).I64(int64(D)).I64(int64(V)).Ptr(b.errFlag)
+	if err := b.launch1("elementwise", "embedding_"+ws+"_"+ids.DType().String(), total, 256, 1, a); err != nil {
+		return err
+	}
+	// Ids live on the device: checking them costs one synchronisation,
+	// acceptable for the token embeddings this serves.
+	var flag [4]byte
+	if err := b.dev.CopyD2H(flag[:], b.errFlag, b.stream); err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	if flag != [4]byte{} {
+		return fmt.Errorf("gpu: embedding: an id lies outside the table of %d rows", V)
+	}
+	return nil
+}
