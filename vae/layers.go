@@ -39,14 +39,23 @@ func newPlainConv(p params, name string, cin, cout int) *causalConv {
 }
 
 func (c *causalConv) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	return c.run(s, x, true)
+}
+
+// run is forward; consume says whether x is freed.
+func (c *causalConv) run(s *tensor.Scope, x *tensor.Tensor, consume bool) *tensor.Tensor {
 	in := x
 	if c.causal && c.k > 1 {
 		h := c.k / 2
 		in = s.Pad(x, []int{c.k - 1, h, h}, []int{0, h, h}, tensor.PadReplicate)
-		s.Free(x)
+		if consume {
+			s.Free(x)
+		}
 	}
 	y := s.Conv3d(in, c.w, c.b, c.stride, [3]int{})
-	s.Free(in)
+	if in != x || consume {
+		s.Free(in)
+	}
 	return y
 }
 
@@ -82,15 +91,20 @@ func newResnet(p params, name string, cin, cout, groups int) *resnet {
 }
 
 func (r *resnet) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	res := x
+	if r.shortcut != nil {
+		// The shortcut first: x (the wider tensor) is then dead after the
+		// first norm instead of living through both convs.
+		res = r.shortcut.run(s, x, false)
+	}
 	h := s.GroupNormSiLU(x, r.norm1.w, r.norm1.b, r.norm1.groups, normEps)
+	if res != x {
+		s.Free(x)
+	}
 	h = r.conv1.forward(s, h)
 	g := s.GroupNormSiLU(h, r.norm2.w, r.norm2.b, r.norm2.groups, normEps)
 	s.Free(h)
 	h = r.conv2.forward(s, g)
-	res := x
-	if r.shortcut != nil {
-		res = r.shortcut.forward(s, x)
-	}
 	out := s.Add(h, res)
 	s.Free(h, res)
 	return out

@@ -13,10 +13,11 @@ import (
 // decode's activations after those.
 //
 // The largest term, for the released model, is the last up block's first
-// resnet at full resolution: its input (256 channels), the GroupNorm output
-// and the padded copy (256 channels, two more frames and a pixel border) are
-// alive together while the padding is made — about 768 channels' worth of
-// full-resolution frames of a tile.
+// resnet at full resolution: its shortcut output (128 channels), the
+// GroupNorm output and its padded copy (256 channels each, the copy two
+// frames and a pixel border larger) are alive together while the padding is
+// made — about 640 channels' worth of full-resolution frames of a tile.
+// (Running the shortcut first lets the 256-channel input die at the norm.)
 
 type shape5 struct{ b, c, t, h, w int }
 
@@ -56,15 +57,18 @@ func (m *memSim) conv(x shape5, cout, k int, stride [3]int, causal, owned bool) 
 var one3 = [3]int{1, 1, 1}
 
 func (m *memSim) resnet(x shape5, cout int) shape5 {
+	res := x
+	if x.c != cout {
+		res = m.conv(x, cout, 1, one3, true, false)
+	}
 	m.alloc(x) // GroupNormSiLU
+	if x.c != cout {
+		m.free(x)
+	}
 	h := m.conv(x, cout, 3, one3, true, true)
 	m.alloc(h) // GroupNormSiLU
 	m.free(h)
 	h = m.conv(h, cout, 3, one3, true, true)
-	res := x
-	if x.c != cout {
-		res = m.conv(x, cout, 1, one3, true, true)
-	}
 	m.alloc(h) // the sum
 	m.free(h)
 	m.free(res)
