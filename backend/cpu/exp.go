@@ -2,11 +2,20 @@ package cpu
 
 import "math"
 
-// expf is e^x for a float32 argument, in float64 arithmetic: x = n·ln2 + r
-// with |r| ≤ ln2/2, e^r from its degree-7 Taylor polynomial (relative error
-// below 6e-9, far under float32's 6e-8), and 2^n added to the exponent. It
-// is several times faster than math.Exp, which the softmax loops spend most
-// of their time in.
+// expTable holds 2^(j/64) for j = 0…63.
+var expTable = func() (t [64]float64) {
+	for j := range t {
+		t[j] = math.Exp2(float64(j) / 64)
+	}
+	return t
+}()
+
+// expf is e^x for a float32 argument, in float64 arithmetic: x = (64m +
+// j)·ln2/64 + r with |r| ≤ ln2/128, so e^x = 2^m · 2^(j/64) · e^r with the
+// middle factor from a table and e^r from a cubic (relative error below
+// 4e-11, far under float32's 6e-8). It is several times faster than
+// math.Exp, which the softmax loops would otherwise spend most of their
+// time in.
 func expf(x float32) float64 {
 	switch {
 	case x != x:
@@ -17,13 +26,15 @@ func expf(x float32) float64 {
 		return math.Inf(1)
 	}
 	const (
-		log2e = 1.4426950408889634
-		ln2   = 0.6931471805599453
+		toK   = 64 / math.Ln2
+		fromK = math.Ln2 / 64
 		round = 0x1.8p52 // adding and subtracting it rounds to an integer
 	)
 	f := float64(x)
-	n := (f*log2e + round) - round
-	r := f - n*ln2
-	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040)))))))
-	return math.Float64frombits(math.Float64bits(p) + uint64(int64(n))<<52)
+	kf := (f*toK + round) - round
+	k := int64(kf)
+	r := f - kf*fromK
+	p := 1 + r*(1+r*(0.5+r*(1.0/6)))
+	v := expTable[k&63] * p
+	return math.Float64frombits(math.Float64bits(v) + uint64(k>>6)<<52)
 }

@@ -29,3 +29,32 @@ func TestExpf(t *testing.T) {
 		t.Error("expf of infinities")
 	}
 }
+
+var sinkF float64
+
+func BenchmarkExpf(b *testing.B) {
+	x := make([]float32, 4096)
+	for i := range x {
+		x[i] = -float32(i) / 256
+	}
+	b.Run("expf", func(b *testing.B) {
+		var s float64
+		for i := 0; i < b.N; i++ {
+			for _, v := range x {
+				s += expf(v)
+			}
+		}
+		sinkF = s
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(x)), "ns/exp")
+	})
+	b.Run("math", func(b *testing.B) {
+		var s float64
+		for i := 0; i < b.N; i++ {
+			for _, v := range x {
+				s += math.Exp(float64(v))
+			}
+		}
+		sinkF = s
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(x)), "ns/exp")
+	})
+}
