@@ -3,7 +3,8 @@
 // present at run time and through gonum otherwise. It is the reference the
 // other backends are tested against, so every kernel is written for
 // accuracy first: f16 and bf16 are widened to f32, computed, and rounded
-// back once; reductions and normalisation statistics accumulate in float64.
+// back once (or where the PyTorch reference rounds, as RMSNorm does);
+// reductions and normalisation statistics accumulate in float64.
 package cpu
 
 import (
@@ -75,10 +76,15 @@ func (be *Backend) BLAS() string { return be.blas.name() }
 // Threads is the number of goroutines kernels use.
 func (be *Backend) Threads() int { return be.threads }
 
-func (be *Backend) Alloc(n int64) (tensor.Buffer, error) {
+func (be *Backend) Alloc(n int64) (buf tensor.Buffer, err error) {
 	if n < 0 {
 		return nil, fmt.Errorf("cpu: alloc of %d bytes: %w", n, tensor.ErrOutOfMemory)
 	}
+	defer func() { // a size the runtime cannot make panics in make
+		if r := recover(); r != nil {
+			buf, err = nil, fmt.Errorf("cpu: alloc of %d bytes: %v: %w", n, r, tensor.ErrOutOfMemory)
+		}
+	}()
 	return tensor.NewHostBuffer(n), nil
 }
 

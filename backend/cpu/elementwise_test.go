@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"errors"
 	"math"
 	"testing"
 
@@ -504,4 +505,28 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+func TestAllocTooLarge(t *testing.T) {
+	be := backend(t)
+	if _, err := be.Alloc(1 << 62); !errors.Is(err, tensor.ErrOutOfMemory) {
+		t.Errorf("alloc of 2^62 bytes: %v", err)
+	}
+	if _, err := be.Alloc(-1); !errors.Is(err, tensor.ErrOutOfMemory) {
+		t.Errorf("alloc of -1 bytes: %v", err)
+	}
+	b, err := be.Alloc(10)
+	if err != nil || b.Bytes() != 10 {
+		t.Fatalf("alloc of 10 bytes: %v %v", b, err)
+	}
+	if err := be.Upload(b, 8, []byte{1, 2, 3}); err == nil {
+		t.Error("upload past the end succeeded")
+	}
+	if err := be.Upload(b, 7, []byte{1, 2, 3}); err != nil {
+		t.Error(err)
+	}
+	out := make([]byte, 3)
+	if err := be.Download(out, b, 7); err != nil || out[2] != 3 {
+		t.Errorf("download %v %v", out, err)
+	}
 }
