@@ -8,7 +8,9 @@ import (
 	"github.com/framepack-go/framepack/tensor"
 )
 
-// DecodeOptions configure Decode.
+// DecodeOptions configure Decode. The zero value decodes everything in one
+// piece (no frame-wise tiles, no spatial tiles); DefaultDecode is diffusers'
+// default; PlanDecode chooses tiles for a memory budget.
 type DecodeOptions struct {
 	Tiling
 	// NoRetry makes an out-of-memory failure final instead of shrinking
@@ -44,7 +46,7 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 	if v.dec == nil {
 		tensor.Fail("vae.decode", "%v", errNoPart)
 	}
-	if z.Rank() != 5 || z.Dim(1) != v.cfg.LatentChannels {
+	if z.Rank() != 5 || z.Dim(1) != v.cfg.LatentChannels || z.Numel() == 0 {
 		tensor.Fail("vae.decode", "latents %v: want (B, %d, T, h, w)", z.Shape(), v.cfg.LatentChannels)
 	}
 	til := opts.Tiling.normalized()

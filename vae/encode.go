@@ -23,7 +23,7 @@ func (v *VAE) EncodeWith(s *tensor.Scope, x *tensor.Tensor, til Tiling) (mean, l
 		tensor.Fail("vae.encode", "%v", errNoPart)
 	}
 	c := &v.cfg
-	if x.Rank() != 5 || x.Dim(1) != c.InChannels {
+	if x.Rank() != 5 || x.Dim(1) != c.InChannels || x.Numel() == 0 {
 		tensor.Fail("vae.encode", "pixels %v: want (B, %d, T, H, W)", x.Shape(), c.InChannels)
 	}
 	til = til.normalized()

@@ -150,18 +150,19 @@ type ckptParams struct {
 
 func (p *ckptParams) get(name string, shape ...int) *tensor.Tensor {
 	if p.err != nil {
-		return placeholder(p.dt, shape)
+		return placeholder(p.dt)
 	}
 	t, err := p.ck.Load(p.be, name, p.dt, shape...)
 	if err != nil {
 		p.err = err
-		return placeholder(p.dt, shape)
+		return placeholder(p.dt)
 	}
 	p.loaded = append(p.loaded, t)
 	return t
 }
 
-func placeholder(dt tensor.DType, shape []int) *tensor.Tensor { return tensor.New(dt, 0) }
+// placeholder stands in for a weight that failed to load (Load then fails).
+func placeholder(dt tensor.DType) *tensor.Tensor { return tensor.New(dt, 0) }
 
 // randParams makes random weights; each tensor's values depend only on the
 // seed and its name.
@@ -175,7 +176,7 @@ type randParams struct {
 
 func (p *randParams) get(name string, shape ...int) *tensor.Tensor {
 	if p.err != nil {
-		return placeholder(p.dt, shape)
+		return placeholder(p.dt)
 	}
 	h := fnv.New64a()
 	h.Write([]byte(name))
@@ -210,7 +211,7 @@ func (p *randParams) get(name string, shape ...int) *tensor.Tensor {
 	}
 	if err != nil {
 		p.err = fmt.Errorf("random weight %s: %w", name, err)
-		return placeholder(p.dt, shape)
+		return placeholder(p.dt)
 	}
 	p.loaded = append(p.loaded, t)
 	return t
@@ -289,7 +290,7 @@ type nameParams struct{ names *[]string }
 
 func (p nameParams) get(name string, shape ...int) *tensor.Tensor {
 	*p.names = append(*p.names, name)
-	return placeholder(tensor.F32, shape)
+	return placeholder(tensor.F32)
 }
 
 var errNoPart = errors.New("vae: that half of the model was not loaded")
