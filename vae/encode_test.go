@@ -6,6 +6,7 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/sampler"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -127,3 +128,6 @@ func TestSample(t *testing.T) {
 		t.Error("mode is not the mean")
 	}
 }
+
+// The sampler's torch-compatible generator is a posterior noise source.
+var _ Randn = (*sampler.TorchGenerator)(nil)
