@@ -67,9 +67,9 @@ func openGPU(log *slog.Logger) (*device, error) {
 	d, err := hip.Open(0)
 	if err != nil {
 		if errors.Is(err, hip.ErrNoGPU) {
-			return nil, fmt.Errorf("no GPU: %v", err)
+			return nil, err
 		}
-		return nil, fmt.Errorf("opening the GPU: %v", err)
+		return nil, fmt.Errorf("opening the GPU: %w", err)
 	}
 	if gpuOpener == nil {
 		d.Close()

@@ -145,6 +145,12 @@ const (
 	MaxSteps            = 100
 )
 
+// Validate checks the request as Generate will, without running it.
+func (r *Request) Validate() error {
+	_, err := r.validate()
+	return err
+}
+
 // validate checks a request and returns its start image.
 func (r *Request) validate() (*pipeline.RGB, error) {
 	var img *pipeline.RGB

@@ -48,5 +48,6 @@ func newRoot() *cobra.Command {
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "debug logging")
 	root.AddCommand(newDoctor())
+	root.AddCommand(newGenerate())
 	return root
 }

@@ -1,0 +1,324 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/framepack-go/framepack"
+	"github.com/framepack-go/framepack/internal/tinymodel"
+	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/vae"
+	"github.com/framepack-go/framepack/video"
+	"github.com/spf13/cobra"
+)
+
+// generateFlags are `framepack generate`'s options.
+type generateFlags struct {
+	image, prompt, negative string
+	seconds                 float64
+	seed                    uint64
+	steps, window           int
+	cfg, gs, rs             float64
+	teacache                bool
+	resolution, crf         int
+	models, out             string
+	device, dtype           string
+	vramLimit, preserve     string
+	vaeTile                 int
+	posteriorMean           bool
+	parts                   map[string]*string
+}
+
+func newGenerate() *cobra.Command {
+	def := framepack.DefaultRequest()
+	f := &generateFlags{parts: map[string]*string{}}
+	cmd := &cobra.Command{
+		Use:   "generate --image IMAGE [--prompt TEXT] [-o out.mp4]",
+		Short: "Generate a video from an image and a prompt, as FramePack does",
+		Long: `Generate a video from a start image and a prompt with FramePack's HunyuanVideo model,
+section by section as FramePack's demo does, and write it as an H.264 MP4 (through ffmpeg;
+PNG frames in a folder when ffmpeg is missing).
+
+The model folder (--models, or $FRAMEPACK_MODELS) has the Hugging Face layout FramePack uses:
+transformer/ (lllyasviel/FramePackI2V_HY); vae/, text_encoder/, text_encoder_2/, tokenizer/,
+tokenizer_2/ (hunyuanvideo-community/HunyuanVideo); image_encoder/ (lllyasviel/flux_redux_bfl).
+Without one, a tiny random-weight model built into the binary runs instead: the video is
+noise, but every stage runs — a smoke test for a machine without the 30+ GB of weights
+(use a small --resolution such as 128 with it).`,
+		Example: `  framepack generate --image testdata/images/scene.png --seconds 1 --resolution 128 -o out.mp4
+  framepack generate --models ~/models/framepack --image girl.png --prompt "The girl dances gracefully." -o dance.mp4`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runGenerate(cmd.Context(), cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.image, "image", "", "start image (PNG, JPEG or WebP)")
+	fl.StringVar(&f.prompt, "prompt", "", "what happens in the video")
+	fl.StringVar(&f.negative, "negative-prompt", "", "negative prompt (used only with --cfg > 1)")
+	fl.Float64Var(&f.seconds, "seconds", def.Seconds, "video length in seconds (up to 120)")
+	fl.Uint64Var(&f.seed, "seed", def.Seed, "seed of the noise")
+	fl.IntVar(&f.steps, "steps", def.Steps, "sampler steps per section (1–100)")
+	fl.IntVar(&f.window, "window", def.LatentWindowSize, "latent window size: latent frames per section (1–33)")
+	fl.Float64Var(&f.cfg, "cfg", def.CFG, "real CFG scale (1: off)")
+	fl.Float64Var(&f.gs, "gs", def.GS, "distilled guidance scale")
+	fl.Float64Var(&f.rs, "rs", def.RS, "CFG rescale (0–1)")
+	fl.BoolVar(&f.teacache, "teacache", def.TeaCache, "TeaCache: skip transformer blocks on steps that barely change (faster, slightly different)")
+	fl.IntVar(&f.resolution, "resolution", def.Resolution, fmt.Sprintf("bucket resolution (FramePack's 640; %d–%d, e.g. 128 for smoke runs)", framepack.MinResolution, framepack.MaxResolution))
+	fl.BoolVar(&f.posteriorMean, "posterior-mean", false, "start latent = the VAE posterior's mean instead of a seeded sample")
+	fl.IntVar(&f.crf, "crf", video.DefaultCRF, "x264 CRF of the MP4 (0–51, lower is better)")
+	fl.StringVar(&f.models, "models", "", "model folder (default $FRAMEPACK_MODELS, else the built-in tiny model)")
+	fl.StringVarP(&f.out, "output", "o", "out.mp4", "output MP4")
+	fl.StringVar(&f.device, "device", framepack.DeviceAuto, "auto, cpu or gpu")
+	fl.StringVar(&f.dtype, "dtype", "", "compute dtype f32, bf16 or f16 (default: f32 on the CPU; bf16 transformer, f16 others on a GPU)")
+	fl.StringVar(&f.vramLimit, "vram-limit", "", `hard cap on device memory ("20G", "90%"; default: the device's safe default)`)
+	fl.StringVar(&f.preserve, "preserve", "", `memory kept free for activations while weights stream (default 6G)`)
+	fl.IntVar(&f.vaeTile, "vae-tile", 0, "decode in spatial tiles of this many pixels (stride 3/4 of it; 0: planned from the budget)")
+	for _, part := range []string{framepack.PartTransformer, framepack.PartVAE, framepack.PartTextEncoder, framepack.PartTextEncoder2,
+		framepack.PartTokenizer, framepack.PartTokenizer2, framepack.PartImageEncoder} {
+		f.parts[part] = new(string)
+		fl.StringVar(f.parts[part], strings.ReplaceAll(part, "_", "-"), "", "folder of the "+part+" (default <models>/"+part+")")
+	}
+	return cmd
+}
+
+// check validates everything that can be checked before loading a model,
+// so bad input fails at once with one clear error.
+func (f *generateFlags) check() (*pipeline.RGB, error) {
+	if f.image == "" {
+		return nil, errors.New("--image is required")
+	}
+	img, err := pipeline.LoadImage(f.image)
+	if err != nil {
+		return nil, err
+	}
+	req := f.request(img)
+	if err := req.Validate(); err != nil {
+		return nil, errors.New(flagNames.Replace(strings.TrimPrefix(err.Error(), "request: ")))
+	}
+	switch f.device {
+	case framepack.DeviceAuto, framepack.DeviceCPU, framepack.DeviceGPU:
+	default:
+		return nil, fmt.Errorf("--device %q: want auto, cpu or gpu", f.device)
+	}
+	if f.dtype != "" {
+		if _, err := tensor.ParseDType(f.dtype); err != nil {
+			return nil, fmt.Errorf("--dtype: %w", err)
+		}
+	}
+	if f.crf < 0 || f.crf > 51 {
+		return nil, fmt.Errorf("--crf %d: want 0–51", f.crf)
+	}
+	if f.vaeTile != 0 && (f.vaeTile < 32 || f.vaeTile%32 != 0) {
+		return nil, fmt.Errorf("--vae-tile %d: want a multiple of 32, at least 32", f.vaeTile)
+	}
+	if f.out == "" {
+		return nil, errors.New("-o: no output path")
+	}
+	if st, err := os.Stat(f.out); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("-o %s is a folder", f.out)
+	}
+	if st, err := os.Stat(filepath.Dir(f.out)); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("-o %s: the folder %s does not exist", f.out, filepath.Dir(f.out))
+	}
+	return img, nil
+}
+
+// flagNames maps the request's field names in errors to the flags.
+var flagNames = strings.NewReplacer("latent window size", "--window", "distilled guidance (gs)", "--gs",
+	"CFG rescale (rs)", "--rs", "CFG must", "--cfg must", "seconds must", "--seconds must", "steps must", "--steps must",
+	"resolution", "--resolution")
+
+func (f *generateFlags) request(img *pipeline.RGB) framepack.Request {
+	r := framepack.DefaultRequest()
+	r.RGB = img
+	r.Prompt, r.NegativePrompt = f.prompt, f.negative
+	r.Seed, r.Seconds, r.Steps, r.LatentWindowSize = f.seed, f.seconds, f.steps, f.window
+	r.CFG, r.GS, r.RS, r.TeaCache = f.cfg, f.gs, f.rs, f.teacache
+	r.Resolution, r.PosteriorMean = f.resolution, f.posteriorMean
+	return r
+}
+
+func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	log := slog.Default()
+	img, err := f.check()
+	if err != nil {
+		return err
+	}
+
+	dir := f.models
+	if dir == "" {
+		dir = os.Getenv("FRAMEPACK_MODELS")
+	}
+	if dir == "" {
+		tiny, temporary, err := tinymodel.Dir()
+		if err != nil {
+			return err
+		}
+		if temporary {
+			defer os.RemoveAll(tiny)
+		}
+		dir = tiny
+		hint := ""
+		if f.resolution > 256 {
+			hint = " (--resolution 128 makes it quick)"
+		}
+		log.Info("no --models and no FRAMEPACK_MODELS: using the built-in tiny model (random weights: every stage runs, the video is noise)" + hint)
+	}
+	opts := framepack.Options{Device: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, Logger: log}
+	for part, p := range f.parts {
+		switch part {
+		case framepack.PartTransformer:
+			opts.Transformer = *p
+		case framepack.PartVAE:
+			opts.VAE = *p
+		case framepack.PartTextEncoder:
+			opts.TextEncoder = *p
+		case framepack.PartTextEncoder2:
+			opts.TextEncoder2 = *p
+		case framepack.PartTokenizer:
+			opts.Tokenizer = *p
+		case framepack.PartTokenizer2:
+			opts.Tokenizer2 = *p
+		case framepack.PartImageEncoder:
+			opts.ImageEncoder = *p
+		}
+	}
+	if f.dtype != "" {
+		opts.DType, _ = tensor.ParseDType(f.dtype)
+	}
+	if f.vaeTile > 0 {
+		til := vae.SpatialTiling(f.vaeTile, f.vaeTile*3/4)
+		opts.VAETiling = &til
+	}
+
+	p, err := framepack.Load(dir, opts)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+
+	req := f.request(img)
+	prog := newProgress(cmd.ErrOrStderr(), log)
+	req.Progress = prog.report
+	res, err := p.Generate(ctx, req)
+	prog.done()
+	if err != nil {
+		return err
+	}
+
+	crf := f.crf
+	if crf == 0 {
+		crf = video.CRFZero
+	}
+	wrote, err := video.Write(ctx, f.out, res.Frames, video.Options{FPS: res.FPS, CRF: crf, Log: log})
+	if err != nil {
+		return err
+	}
+	summary(cmd.OutOrStdout(), res, wrote)
+	return nil
+}
+
+// summary prints the result in a few lines.
+func summary(w io.Writer, res *framepack.Result, wrote string) {
+	var sample, decode time.Duration
+	for _, s := range res.Sections {
+		sample += s.Sample
+		decode += s.Decode
+	}
+	fmt.Fprintf(w, "wrote %s: %d frames (%.2f s at %d fps), %d×%d\n", wrote, res.T, float64(res.T)/float64(res.FPS), res.FPS, res.W, res.H)
+	sections := "sections"
+	if len(res.Sections) == 1 {
+		sections = "section"
+	}
+	fmt.Fprintf(w, "%d %s in %s: text %s, vae encode %s, image encode %s, sampling %s, decoding %s\n",
+		len(res.Sections), sections, res.Total.Round(time.Millisecond), res.TextEncode.Round(time.Millisecond),
+		res.VAEEncode.Round(time.Millisecond), res.ImageEncode.Round(time.Millisecond),
+		sample.Round(time.Millisecond), decode.Round(time.Millisecond))
+	mem := "peak memory " + memory.FormatBytes(res.PeakBytes) + " on the compute device"
+	if rss := peakRSS(); rss > 0 {
+		mem += ", process peak RSS " + memory.FormatBytes(rss)
+	}
+	fmt.Fprintln(w, mem)
+}
+
+// peakRSS is the process's peak resident set (VmHWM; 0 where unknown).
+func peakRSS() int64 {
+	fh, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// progress reports Generate's progress: one line redrawn in place on a
+// terminal, plain log lines otherwise.
+type progress struct {
+	w     io.Writer
+	log   *slog.Logger
+	tty   bool
+	start time.Time
+	drawn bool
+}
+
+func newProgress(w io.Writer, log *slog.Logger) *progress {
+	tty := false
+	if fh, ok := w.(*os.File); ok {
+		if st, err := fh.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &progress{w: w, log: log, tty: tty, start: time.Now()}
+}
+
+func (p *progress) report(pr framepack.Progress) {
+	if pr.Stage != framepack.StageSample {
+		if p.tty && p.drawn {
+			fmt.Fprintln(p.w)
+			p.drawn = false
+		}
+		return // the library logs the other stages itself
+	}
+	elapsed := time.Since(p.start).Round(time.Second)
+	if !p.tty {
+		p.log.Info(fmt.Sprintf("sampling section %d/%d, step %d/%d", pr.Section, pr.Sections, pr.Step, pr.Steps),
+			"section", pr.Section, "sections", pr.Sections, "step", pr.Step, "steps", pr.Steps, "frames", pr.Frames, "elapsed", elapsed.String())
+		return
+	}
+	const width = 30
+	done := width * pr.Step / max(pr.Steps, 1)
+	fmt.Fprintf(p.w, "\rsection %d/%d [%s%s] step %d/%d, %d frames so far, %s ",
+		pr.Section, pr.Sections, strings.Repeat("=", done), strings.Repeat(" ", width-done), pr.Step, pr.Steps, pr.Frames, elapsed)
+	p.drawn = true
+}
+
+func (p *progress) done() {
+	if p.tty && p.drawn {
+		fmt.Fprintln(p.w)
+		p.drawn = false
+	}
+}

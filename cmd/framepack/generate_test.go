@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"hash/crc32"
+	"image"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runCLI runs the command line in-process with args and returns its
+// standard output and error.
+func runCLI(t *testing.T, ctx context.Context, args ...string) (string, error) {
+	t.Helper()
+	root := newRoot()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+const sceneImage = "../../testdata/images/scene.png"
+
+// quick are the flags of a job the tiny model runs in a few seconds.
+var quick = []string{"--resolution", "64", "--seconds", "0.2", "--window", "3", "--steps", "3"}
+
+func tinyEnv(t *testing.T) {
+	t.Setenv("FRAMEPACK_MODELS", "")
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+}
+
+func TestGenerateBadInput(t *testing.T) {
+	tinyEnv(t)
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.png")
+	os.WriteFile(garbage, []byte("not an image at all"), 0o644)
+	// A PNG whose header claims 100000×100000 pixels.
+	var huge bytes.Buffer
+	png.Encode(&huge, image.NewGray(image.Rect(0, 0, 1, 1)))
+	b := huge.Bytes()
+	copy(b[16:24], []byte{0, 1, 0x86, 0xa0, 0, 1, 0x86, 0xa0})
+	binary.BigEndian.PutUint32(b[29:33], crc32.ChecksumIEEE(b[12:29])) // IHDR's CRC
+	hugePath := filepath.Join(dir, "huge.png")
+	os.WriteFile(hugePath, b, 0o644)
+
+	out := filepath.Join(dir, "out.mp4")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "--image is required"},
+		{[]string{"--image", filepath.Join(dir, "missing.png")}, "no such file"},
+		{[]string{"--image", garbage}, "not a PNG, JPEG or WebP"},
+		{[]string{"--image", hugePath}, "too large"},
+		{[]string{"--image", sceneImage, "--seconds", "0"}, "--seconds must be"},
+		{[]string{"--image", sceneImage, "--seconds", "121"}, "--seconds must be"},
+		{[]string{"--image", sceneImage, "--seconds", "-1"}, "--seconds must be"},
+		{[]string{"--image", sceneImage, "--steps", "0"}, "--steps must be"},
+		{[]string{"--image", sceneImage, "--window", "40"}, "--window must be"},
+		{[]string{"--image", sceneImage, "--cfg", "0.5"}, "--cfg must be"},
+		{[]string{"--image", sceneImage, "--rs", "2"}, "--rs must be"},
+		{[]string{"--image", sceneImage, "--resolution", "5000"}, "--resolution 5000"},
+		{[]string{"--image", sceneImage, "--device", "tpu"}, `--device "tpu"`},
+		{[]string{"--image", sceneImage, "--dtype", "int8"}, "--dtype"},
+		{[]string{"--image", sceneImage, "--crf", "60"}, "--crf 60"},
+		{[]string{"--image", sceneImage, "--vae-tile", "100"}, "--vae-tile 100"},
+		{[]string{"--image", sceneImage, "--vram-limit", "lots"}, "--vram-limit"},
+		{[]string{"--image", sceneImage, "--models", filepath.Join(dir, "nowhere")}, "does not exist"},
+		{[]string{"--image", sceneImage, "-o", filepath.Join(dir, "no", "such", "dir", "x.mp4")}, "does not exist"},
+		{[]string{"--image", sceneImage, "-o", dir}, "is a folder"},
+	} {
+		args := append([]string{"generate", "-o", out}, c.args...)
+		_, err := runCLI(t, context.Background(), args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want one containing %q", c.args, err, c.want)
+		}
+		if strings.Count(err.Error(), "\n") > 0 {
+			t.Errorf("%v: the error should be one line: %q", c.args, err)
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.Name() != "garbage.png" && e.Name() != "huge.png" {
+			t.Errorf("refused jobs left %s behind", e.Name())
+		}
+	}
+}
+
+// TestGenerateTiny runs the whole command on the built-in tiny model: the
+// MP4 when ffmpeg is installed, PNG frames without it.
+func TestGenerateTiny(t *testing.T) {
+	tinyEnv(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "clip.mp4")
+	if _, err := exec.LookPath("ffmpeg"); err != nil {
+		t.Log("ffmpeg is not installed: checking the PNG fallback only")
+	} else {
+		stdout, err := runCLI(t, context.Background(), append([]string{"generate", "--image", sceneImage, "--prompt", "a kite", "-o", out}, quick...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 0.2 s at window 3: one section, 4·(3+1) − 3 = 13 frames.
+		if !strings.Contains(stdout, "wrote "+out+": 13 frames") || !strings.Contains(stdout, "peak memory") {
+			t.Errorf("summary:\n%s", stdout)
+		}
+		if st, err := os.Stat(out); err != nil || st.Size() == 0 {
+			t.Fatalf("no MP4: %v", err)
+		}
+		if _, err := exec.LookPath("ffprobe"); err == nil {
+			probe, err := exec.Command("ffprobe", "-v", "error", "-count_frames", "-select_streams", "v:0",
+				"-show_entries", "stream=width,height,nb_read_frames", "-of", "csv=p=0", out).Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.TrimSpace(string(probe)); got != "96,64,13" {
+				t.Errorf("ffprobe: %q, want 96,64,13", got)
+			}
+		}
+	}
+
+	// Without ffmpeg on the PATH: PNG frames in clip_frames/.
+	t.Setenv("PATH", t.TempDir())
+	os.Remove(out)
+	stdout, err := runCLI(t, context.Background(), append([]string{"generate", "--image", sceneImage, "-o", out}, quick...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := filepath.Join(dir, "clip_frames")
+	if !strings.Contains(stdout, "wrote "+frames) {
+		t.Errorf("summary:\n%s", stdout)
+	}
+	ents, _ := os.ReadDir(frames)
+	if len(ents) != 13 {
+		t.Errorf("%d PNG frames, want 13", len(ents))
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Error("an MP4 was written without ffmpeg")
+	}
+}
+
+// TestGenerateCancelled: an interrupted job writes nothing.
+func TestGenerateCancelled(t *testing.T) {
+	tinyEnv(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := runCLI(t, ctx, append([]string{"generate", "--image", sceneImage, "-o", filepath.Join(dir, "x.mp4")}, quick...)...)
+	if err == nil || !strings.Contains(err.Error(), "cancel") {
+		t.Fatalf("error %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("a cancelled job left %d entries", len(ents))
+	}
+}
