@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
@@ -21,10 +22,6 @@ const (
 	DeviceCPU  = "cpu"
 	DeviceGPU  = "gpu"
 )
-
-// gpuOpener opens the GPU backend on the device hip.Open found, with the
-// device's default budget. Builds without a GPU backend leave it nil.
-var gpuOpener func(d *hip.Device, log *slog.Logger) (tensor.Backend, memory.Budget, error)
 
 // device is the compute backend chosen for a Pipeline.
 type device struct {
@@ -63,25 +60,34 @@ func openDevice(choice string, log *slog.Logger) (*device, error) {
 	return &device{be: be, budget: b, close: func() {}}, nil
 }
 
+// openGPU opens the GPU backend on device 0 with the device's default
+// budget (system memory for an integrated GPU).
 func openGPU(log *slog.Logger) (*device, error) {
-	d, err := hip.Open(0)
+	be, err := gpu.New(gpu.Options{Log: log})
 	if err != nil {
 		if errors.Is(err, hip.ErrNoGPU) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("opening the GPU: %w", err)
 	}
-	if gpuOpener == nil {
+	d := be.Device()
+	closeAll := func() {
+		be.Close()
 		d.Close()
-		return nil, fmt.Errorf("found %s, but this build has no GPU backend", d.Name)
 	}
-	be, b, err := gpuOpener(d, log)
+	free, total, err := d.MemGetInfo()
 	if err != nil {
-		d.Close()
-		return nil, fmt.Errorf("GPU backend on %s: %v", d.Name, err)
+		closeAll()
+		return nil, fmt.Errorf("GPU %s: %w", d.Name, err)
 	}
-	log.Info(fmt.Sprintf("device: %s (%s)", d.Name, d.Arch))
-	return &device{be: be, budget: b, gpu: true, close: d.Close}, nil
+	b, err := memory.BudgetFor(memory.DeviceInfo{Name: d.Name, Arch: d.Arch, Integrated: d.Integrated,
+		TotalMem: int64(total), FreeMem: int64(free)}, "/")
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	log.Info(fmt.Sprintf("device: %s (%s), GEMM through %s", d.Name, d.Arch, be.BLAS()))
+	return &device{be: be, budget: b, gpu: true, close: closeAll}, nil
 }
 
 // hostMemory is MemTotal and MemAvailable from /proc/meminfo (a 16 GiB

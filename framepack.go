@@ -53,8 +53,10 @@ type Options struct {
 	// VRAMLimit and Preserve are the --vram-limit and --preserve flags
 	// (memory.ParseSize: "20G", "90%"; empty: the device's default).
 	VRAMLimit, Preserve string
-	// VAETiling fixes the decode's tiling; nil plans it from the budget
-	// (diffusers' default whenever it fits).
+	// VAETiling fixes the VAE's tiling; nil encodes untiled and plans each
+	// decode's tiling from the budget (diffusers' default, FramePack's
+	// high-VRAM mode, whenever it fits). vae.SpatialTiling(256, 192) is
+	// FramePack's low-VRAM mode.
 	VAETiling *vae.Tiling
 	// TeaCacheThreshold is TeaCache's relative-L1 threshold; 0 means
 	// FramePack's 0.15.

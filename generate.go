@@ -204,7 +204,13 @@ func (j *job) encodeImage(crop *pipeline.RGB) (*latents, error) {
 	defer s.Close()
 	var z *tensor.Tensor
 	err = tensor.Catch(func() {
-		mean, logvar := v.Encode(s, pipeline.VAEPixels(crop))
+		// A fixed tiling applies to the encode too, as FramePack's
+		// low-VRAM mode (enable_tiling) tiles both.
+		til := vae.DefaultTiling()
+		if p.opts.VAETiling != nil {
+			til = *p.opts.VAETiling
+		}
+		mean, logvar := v.EncodeWith(s, pipeline.VAEPixels(crop), til)
 		if j.req.PosteriorMean {
 			z = tensor.ToHost(vae.Mode(mean, logvar))
 		} else {
@@ -433,12 +439,18 @@ func (j *job) sections(start *latents, pos, neg textCond, imageEmb *tensor.Tenso
 			return nil
 		}
 		ss := tensor.NewScope(p.be)
-		out, err := pipeline.SampleSection(j.ctx, ss, tr, noise, opts, cb)
 		var gen *latents
-		if err == nil {
-			gen = latentsOf(hostCopy(out))
-		}
+		var serr error
+		err := tensor.Catch(func() {
+			var out *tensor.Tensor
+			if out, serr = pipeline.SampleSection(j.ctx, ss, tr, ss.To(noise), opts, cb); serr == nil {
+				gen = latentsOf(hostCopy(out))
+			}
+		})
 		ss.Close()
+		if err == nil {
+			err = serr
+		}
 		if err != nil {
 			return fmt.Errorf("framepack: section %d of %d: %w", section, n, err)
 		}

@@ -9,11 +9,16 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
+	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/tinymodel"
 	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/vae"
+	"github.com/framepack-go/framepack/video"
 )
 
 var tiny struct {
@@ -132,6 +137,7 @@ func TestGenerateTiny(t *testing.T) {
 			if d := res.Dense(); d.Shape()[0] != res.T || d.Shape()[3] != 3 {
 				t.Errorf("dense %v", d.Shape())
 			}
+			checkEnds(t, p, req, res)
 			if c.sections > 1 {
 				// The same seed gives the same video, noise drawn for
 				// every section from one generator.
@@ -154,6 +160,55 @@ func TestGenerateTiny(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkEnds checks where the loop put what: the latents start with the
+// start latent (the last section prepends it) and, with two sections, the
+// video's last frame is exactly the last frame of the first section's
+// decode (the soft append's weight there is 1). (The first frame depends on
+// every latent of its decode through the VAE's GroupNorms.)
+func checkEnds(t *testing.T, p *Pipeline, req Request, res *Result) {
+	t.Helper()
+	lws := req.LatentWindowSize
+	all := latentsOf(res.Latents)
+	crop, err := pipeline.ResizeAndCenterCrop(req.RGB, res.Width, res.Height)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &job{p: p, req: req, ctx: context.Background()}
+	start, err := j.encodeImage(crop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(start.data, all.slice(0, 1).data) {
+		t.Error("the first latent is not the start latent")
+	}
+	if len(res.Sections) != 2 {
+		return
+	}
+	v, err := vae.Load(filepath.Join(tinyDir(t), "vae"), cpu.New(), vae.Options{NoEncoder: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	z := all.slice(1+lws, 1+2*lws)
+	for i := range z.data {
+		z.data[i] /= v.ScalingFactor()
+	}
+	s := tensor.NewScope(cpu.New())
+	defer s.Close()
+	var px *tensor.Tensor
+	if err := tensor.Catch(func() { px = v.Decode(s, z.tensor(), vae.DefaultDecode()) }); err != nil {
+		t.Fatal(err)
+	}
+	f, err := video.FromPixels(px)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := f.H * f.W * 3
+	if !bytes.Equal(res.Pix[(res.T-1)*n:], f.Pix[(f.T-1)*n:]) {
+		t.Error("the last frame is not the first section's last decoded frame")
 	}
 }
 
