@@ -111,9 +111,6 @@ func (j *job) run(img *pipeline.RGB) error {
 	if err != nil {
 		return err
 	}
-	if s := max(float64(bw)/float64(img.W), float64(bh)/float64(img.H)); float64(img.W)*s*float64(img.H)*s > 64*float64(bw*bh) {
-		return fmt.Errorf("framepack: a %d×%d image is too far from the %d×%d bucket's aspect ratio to crop", img.W, img.H, bw, bh)
-	}
 	crop, err := pipeline.ResizeAndCenterCrop(img, bw, bh)
 	if err != nil {
 		return fmt.Errorf("framepack: cropping the image: %w", err)

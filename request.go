@@ -189,8 +189,14 @@ func (r *Request) validate() (*pipeline.RGB, error) {
 	case !finite(r.RS) || r.RS < 0 || r.RS > 1:
 		return nil, fmt.Errorf("request: CFG rescale (rs) must be in 0–1, have %v", r.RS)
 	}
-	if _, err := Buckets(r.Resolution); err != nil {
+	bh, bw, err := NearestBucket(img.H, img.W, r.Resolution)
+	if err != nil {
 		return nil, fmt.Errorf("request: %w", err)
+	}
+	// The crop resizes the image to cover the bucket; a very thin image
+	// would be blown up to a huge intermediate first.
+	if s := max(float64(bw)/float64(img.W), float64(bh)/float64(img.H)); float64(img.W)*s*float64(img.H)*s > 64*float64(bw*bh) {
+		return nil, fmt.Errorf("request: a %d×%d image is too far from the %d×%d bucket's aspect ratio to crop", img.W, img.H, bw, bh)
 	}
 	return img, nil
 }

@@ -51,6 +51,11 @@ func TestGenerateBadInput(t *testing.T) {
 	hugePath := filepath.Join(dir, "huge.png")
 	os.WriteFile(hugePath, b, 0o644)
 
+	thin := filepath.Join(dir, "thin.png")
+	var tb bytes.Buffer
+	png.Encode(&tb, image.NewGray(image.Rect(0, 0, 4000, 1)))
+	os.WriteFile(thin, tb.Bytes(), 0o644)
+
 	out := filepath.Join(dir, "out.mp4")
 	for _, c := range []struct {
 		args []string
@@ -60,6 +65,7 @@ func TestGenerateBadInput(t *testing.T) {
 		{[]string{"--image", filepath.Join(dir, "missing.png")}, "no such file"},
 		{[]string{"--image", garbage}, "not a PNG, JPEG or WebP"},
 		{[]string{"--image", hugePath}, "too large"},
+		{[]string{"--image", thin}, "aspect ratio"},
 		{[]string{"--image", sceneImage, "--seconds", "0"}, "--seconds must be"},
 		{[]string{"--image", sceneImage, "--seconds", "121"}, "--seconds must be"},
 		{[]string{"--image", sceneImage, "--seconds", "-1"}, "--seconds must be"},
@@ -88,7 +94,7 @@ func TestGenerateBadInput(t *testing.T) {
 	}
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if e.Name() != "garbage.png" && e.Name() != "huge.png" {
+		if e.Name() != "garbage.png" && e.Name() != "huge.png" && e.Name() != "thin.png" {
 			t.Errorf("refused jobs left %s behind", e.Name())
 		}
 	}
