@@ -156,3 +156,218 @@ DI void attn_impl(T *R o, const T *R q, const T *R k, const T *R v, const float 
 ATTN_ALL(f32, float)
 ATTN_ALL(f16, h16)
 ATTN_ALL(bf16, b16)
+
+// ---- NVIDIA tensor-core kernel (sm_80+): bf16/f16, D = 64 or 128 ----
+// FlashAttention-2 layout: 4 warps × 16 queries per block, key tiles of 64
+// in shared memory, S = Q·Kᵀ and O += P·V on mma.sync m16n8k16 with f32
+// accumulators, P kept in registers (the S accumulator layout is the A
+// operand layout), online softmax per row in log2 units.
+
+#if defined(FP_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define MMA_BQ 64
+#define MMA_BK 64
+
+DI unsigned pack2(float lo, float hi, const b16 *) {
+	unsigned r;
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+	return r;
+}
+DI unsigned pack2(float lo, float hi, const h16 *) {
+	unsigned r;
+	asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+	return r;
+}
+DI void mma16816(float *c, const unsigned *a, unsigned b0, unsigned b1, const b16 *) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	             "{%0,%1,%2,%3};"
+	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+DI void mma16816(float *c, const unsigned *a, unsigned b0, unsigned b1, const h16 *) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	             "{%0,%1,%2,%3};"
+	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+DI unsigned smem_addr(const void *p) {
+	unsigned a;
+	asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+	return a;
+}
+DI void ldsm4(unsigned *r, const void *p) {
+	unsigned addr = smem_addr(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(addr));
+}
+DI void ldsm4t(unsigned *r, const void *p) {
+	unsigned addr = smem_addr(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(addr));
+}
+
+struct U4 {
+	unsigned x, y, z, w;
+} __attribute__((aligned(16)));
+
+template <typename T, int D>
+DI void attn_mma_impl(T *R o, const T *R q, const T *R k, const T *R v, const float *R keymask, const float *R mask,
+                      const AttnArgs &a) {
+	const int RS = D + 8; // shared row stride in halves: rows land 4 banks apart
+	__shared__ U4 Ks4[MMA_BK * RS / 8];
+	__shared__ U4 Vs4[MMA_BK * RS / 8];
+	unsigned short *Ks = (unsigned short *)Ks4, *Vs = (unsigned short *)Vs4;
+	const int warp = TID / 32, lane = TID % 32, r = lane / 4, c = lane % 4;
+	const long long b = BIDZ, h = BIDY;
+	const long long hk = h / (a.Hq / a.Hkv);
+	const long long q0 = BIDX * MMA_BQ + warp * 16;
+
+	// Q as A fragments, one per 16 dims.
+	unsigned qf[D / 16][4];
+	const unsigned short *qb = (const unsigned short *)q;
+#pragma unroll
+	for (int half = 0; half < 2; half++) {
+		long long row = q0 + r + 8 * half;
+		bool ok = row < a.Lq;
+		const unsigned short *qr = qb + ((b * a.Lq + (ok ? row : 0)) * a.Hq + h) * D;
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++) {
+			qf[kk][half] = ok ? *(const unsigned *)(qr + kk * 16 + 2 * c) : 0u;
+			qf[kk][2 + half] = ok ? *(const unsigned *)(qr + kk * 16 + 8 + 2 * c) : 0u;
+		}
+	}
+	float m[2] = {-FP_INF, -FP_INF}, l[2] = {0.0f, 0.0f};
+	float acc[D / 8][4];
+#pragma unroll
+	for (int i = 0; i < D / 8; i++)
+		acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+
+	long long qlast = BIDX * MMA_BQ + MMA_BQ - 1;
+	if (qlast > a.Lq - 1)
+		qlast = a.Lq - 1;
+	long long kend = a.Lk;
+	if (a.causal && qlast + 1 < kend)
+		kend = qlast + 1;
+	if (a.frame_len > 0 && (qlast / a.frame_len + 1) * a.frame_len < kend)
+		kend = (qlast / a.frame_len + 1) * a.frame_len;
+	const bool masked = a.causal || a.frame_len > 0 || keymask || mask;
+
+	for (long long k0 = 0; k0 < kend; k0 += MMA_BK) {
+		for (int idx = TID; idx < MMA_BK * D / 8; idx += 128) {
+			int row = idx / (D / 8), col = (idx % (D / 8)) * 8;
+			long long key = k0 + row;
+			U4 kv = {0, 0, 0, 0}, vv = {0, 0, 0, 0};
+			if (key < a.Lk) {
+				long long off = ((b * a.Lk + key) * a.Hkv + hk) * D + col;
+				kv = *(const U4 *)((const unsigned short *)k + off);
+				vv = *(const U4 *)((const unsigned short *)v + off);
+			}
+			*(U4 *)(Ks + row * RS + col) = kv;
+			*(U4 *)(Vs + row * RS + col) = vv;
+		}
+		fp_sync();
+
+		float s[MMA_BK / 8][4];
+#pragma unroll
+		for (int nt = 0; nt < MMA_BK / 8; nt++)
+			s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+			for (int nt = 0; nt < MMA_BK / 8; nt += 2) {
+				unsigned bf[4];
+				ldsm4(bf, Ks + ((nt + lane / 16) * 8 + lane % 8) * RS + kk * 16 + ((lane / 8) % 2) * 8);
+				mma16816(s[nt], qf[kk], bf[0], bf[1], o);
+				mma16816(s[nt + 1], qf[kk], bf[2], bf[3], o);
+			}
+
+		bool full = !masked && k0 + MMA_BK <= a.Lk;
+#pragma unroll
+		for (int nt = 0; nt < MMA_BK / 8; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float sv = s[nt][e] * a.scale_log2;
+				if (!full) {
+					long long row = q0 + r + (e >= 2 ? 8 : 0);
+					long long qc = row < a.Lq ? row : a.Lq - 1;
+					long long key = k0 + nt * 8 + 2 * c + (e & 1);
+					bool ok = key < kend && (!a.causal || key <= qc) &&
+					          (a.frame_len <= 0 || key / a.frame_len <= qc / a.frame_len) &&
+					          (!keymask || keymask[b * a.Lk + key] != 0.0f);
+					if (ok && mask)
+						sv += mask[b * a.mask_bstride + qc * a.Lk + key] * LOG2E;
+					sv = ok ? sv : -FP_INF;
+				}
+				s[nt][e] = sv;
+			}
+
+		float alpha[2];
+#pragma unroll
+		for (int half = 0; half < 2; half++) {
+			float mx = -FP_INF;
+#pragma unroll
+			for (int nt = 0; nt < MMA_BK / 8; nt++)
+				mx = fmax_nan(mx, fmax_nan(s[nt][2 * half], s[nt][2 * half + 1]));
+			mx = fmax_nan(mx, shfl_xor(mx, 1));
+			mx = fmax_nan(mx, shfl_xor(mx, 2));
+			float mnew = fmax_nan(m[half], mx);
+			float ms = mnew == -FP_INF ? 0.0f : mnew;
+			alpha[half] = FP_EXP2(m[half] - ms);
+			m[half] = mnew;
+			float sum = 0.0f;
+#pragma unroll
+			for (int nt = 0; nt < MMA_BK / 8; nt++) {
+				s[nt][2 * half] = FP_EXP2(s[nt][2 * half] - ms);
+				s[nt][2 * half + 1] = FP_EXP2(s[nt][2 * half + 1] - ms);
+				sum += s[nt][2 * half] + s[nt][2 * half + 1];
+			}
+			l[half] = l[half] * alpha[half] + sum;
+		}
+#pragma unroll
+		for (int i = 0; i < D / 8; i++) {
+			acc[i][0] *= alpha[0];
+			acc[i][1] *= alpha[0];
+			acc[i][2] *= alpha[1];
+			acc[i][3] *= alpha[1];
+		}
+#pragma unroll
+		for (int kk = 0; kk < MMA_BK / 16; kk++) {
+			unsigned pa[4] = {pack2(s[2 * kk][0], s[2 * kk][1], o), pack2(s[2 * kk][2], s[2 * kk][3], o),
+			                  pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], o), pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], o)};
+#pragma unroll
+			for (int dt = 0; dt < D / 8; dt += 2) {
+				unsigned bf[4];
+				ldsm4t(bf, Vs + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * RS + (dt + lane / 16) * 8);
+				mma16816(acc[dt], pa, bf[0], bf[1], o);
+				mma16816(acc[dt + 1], pa, bf[2], bf[3], o);
+			}
+		}
+		fp_sync();
+	}
+
+#pragma unroll
+	for (int half = 0; half < 2; half++) {
+		l[half] += shfl_xor(l[half], 1);
+		l[half] += shfl_xor(l[half], 2);
+		long long row = q0 + r + 8 * half;
+		if (row >= a.Lq)
+			continue;
+		float inv = l[half] > 0.0f ? 1.0f / l[half] : 0.0f;
+		unsigned *orow = (unsigned *)((unsigned short *)o + ((b * a.Lq + row) * a.Hq + h) * D);
+#pragma unroll
+		for (int dt = 0; dt < D / 8; dt++)
+			orow[(dt * 8 + 2 * c) / 2] = pack2(acc[dt][2 * half] * inv, acc[dt][2 * half + 1] * inv, o);
+	}
+}
+
+#define ATTN_MMA(sfx, T, D)                                                                                      \
+	KERNEL BOUNDS(128) void attn_mma_##sfx##_##D(T *R o, const T *R q, const T *R k, const T *R v,               \
+	                                              const float *R keymask, const float *R mask, AttnArgs a) { \
+		attn_mma_impl<T, D>(o, q, k, v, keymask, mask, a);                                                   \
+	}
+ATTN_MMA(bf16, b16, 64)
+ATTN_MMA(bf16, b16, 128)
+ATTN_MMA(f16, h16, 64)
+ATTN_MMA(f16, h16, 128)
+#endif

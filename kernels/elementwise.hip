@@ -101,9 +101,9 @@ DI float unary_op(int op, float x, float a, float b) {
 		return x * fsigmoid(x);
 	case 10: // GELU, erf form: 0.5·x·(1 + erf(x/√2)) = 0.5·x·erfc(−x/√2)
 		return 0.5f * x * ferfc(-0.70710678118654752f * x);
-	case 11: { // GELU, tanh approximation
+	case 11: { // GELU, tanh approximation; 0.5·(1 + tanh(u)) = sigmoid(2u) without cancellation
 		float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-		return 0.5f * x * (1.0f + ftanh(u));
+		return x * fsigmoid(2.0f * u);
 	}
 	case 12: // QuickGELU
 		return x * fsigmoid(1.702f * x);

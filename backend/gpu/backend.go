@@ -34,6 +34,9 @@ type Options struct {
 	// OwnMath compiles the kernels with framepack's own transcendental
 	// functions (the AMD code path) also on NVIDIA, to test them there.
 	OwnMath bool
+	// GenericAttention skips the tensor-core attention kernel (also
+	// FRAMEPACK_ATTN=generic).
+	GenericAttention bool
 	// Log receives one-line notes (library choices, compile times); nil
 	// means slog.Default().
 	Log *slog.Logger

@@ -8,21 +8,24 @@ import (
 	"github.com/framepack-go/framepack/tensor"
 )
 
-// benchBackend is shared by the benchmarks (kernels compile once).
-var benchBackend *Backend
+// benchBackends are shared by the benchmarks (kernels compile once): the
+// default and one with the generic attention kernel.
+var benchBackends [2]*Backend
 
-func benchGPU(b *testing.B) *Backend {
-	if benchBackend == nil {
-		g, err := New(Options{})
+func benchGPU(b *testing.B) *Backend { return benchOf(b, 0) }
+
+func benchOf(b *testing.B, i int) *Backend {
+	if benchBackends[i] == nil {
+		g, err := New(Options{GenericAttention: i == 1})
 		if err != nil {
 			b.Skipf("no GPU: %v", err)
 		}
 		if err := g.Warmup(); err != nil {
 			b.Fatal(err)
 		}
-		benchBackend = g
+		benchBackends[i] = g
 	}
-	return benchBackend
+	return benchBackends[i]
 }
 
 // randDevice allocates a device tensor of random values in [-1, 1).
@@ -161,15 +164,21 @@ func BenchmarkGroupNormSiLU(b *testing.B) {
 }
 
 // BenchmarkAttention: the transformer's self-attention at L ≈ 18k (a
-// 480×832 section), 24 heads × 128, bf16. 4·L²·D·H FLOPs.
+// 480×832 section), 24 heads × 128, bf16: 4·L²·D·H FLOPs. "fast" is the
+// default choice (tensor cores where the device has them), "generic" the
+// portable kernel.
 func BenchmarkAttention(b *testing.B) {
-	g := benchGPU(b)
-	L, H, D := 18000, 24, 128
-	q := randDevice(b, g, tensor.BF16, 1, L, H, D)
-	k := randDevice(b, g, tensor.BF16, 1, L, H, D)
-	v := randDevice(b, g, tensor.BF16, 1, L, H, D)
-	o := randDevice(b, g, tensor.BF16, 1, L, H, D)
-	s := timeIt(b, g, func() error { return g.Attention(o, q, k, v, tensor.AttnParams{}) })
-	b.ReportMetric(4*float64(L)*float64(L)*float64(D)*float64(H)/s/1e12, "TFLOP/s")
-	b.ReportMetric(s*1e3, "ms")
+	for i, name := range []string{"fast", "generic"} {
+		b.Run(name, func(b *testing.B) {
+			g := benchOf(b, i)
+			L, H, D := 18000, 24, 128
+			q := randDevice(b, g, tensor.BF16, 1, L, H, D)
+			k := randDevice(b, g, tensor.BF16, 1, L, H, D)
+			v := randDevice(b, g, tensor.BF16, 1, L, H, D)
+			o := randDevice(b, g, tensor.BF16, 1, L, H, D)
+			s := timeIt(b, g, func() error { return g.Attention(o, q, k, v, tensor.AttnParams{}) })
+			b.ReportMetric(4*float64(L)*float64(L)*float64(D)*float64(H)/s/1e12, "TFLOP/s")
+			b.ReportMetric(s*1e3, "ms")
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
 
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/rocblas"
@@ -203,8 +204,15 @@ func (b *Backend) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) er
 	return b.launch1("conv", "conv3d_"+s, int64(dst.Numel()), 256, 1, a)
 }
 
-// attentionFast runs a specialised attention kernel when one fits the call;
-// ok is false when the generic kernel should run.
-func (b *Backend) attentionFast(ps []uintptr, dt tensor.DType, B, Lq, Lk, Hq, Hkv, D int, scale float32, p tensor.AttnParams, maskStride int) (ok bool, err error) {
-	return false, nil
+// attentionMMA names the tensor-core attention kernel that fits, or "" for
+// the generic one: NVIDIA sm_80+, bf16/f16, head dim 64 or 128.
+// FRAMEPACK_ATTN=generic forces the generic kernel.
+func (b *Backend) attentionMMA(dt tensor.DType, D int) string {
+	if b.dev.Vendor != hip.NVIDIA || b.dev.ComputeMajor < 8 || b.opts.GenericAttention || os.Getenv("FRAMEPACK_ATTN") == "generic" {
+		return ""
+	}
+	if (dt != tensor.BF16 && dt != tensor.F16) || (D != 64 && D != 128) {
+		return ""
+	}
+	return fmt.Sprintf("attn_mma_%s_%d", dt, D)
 }

@@ -566,13 +566,6 @@ func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) er
 	if scale == 0 {
 		scale = float32(1 / math.Sqrt(float64(D)))
 	}
-	if ok, err := b.attentionFast(ps, dt, B, Lq, Lk, Hq, Hkv, D, scale, p, maskStride); ok || err != nil {
-		return err
-	}
-	tpq := 1
-	for tpq*32 < D {
-		tpq *= 2
-	}
 	causal := int32(0)
 	if p.Causal {
 		causal = 1
@@ -581,11 +574,19 @@ func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) er
 	st = binary.LittleEndian.AppendUint32(st, math.Float32bits(scale*math.Log2E))
 	st = binary.LittleEndian.AppendUint32(st, uint32(causal))
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Ptr(ps[4]).Ptr(ps[5]).Struct(st, 8)
-	qpb := 128 / tpq
-	grid := hip.Dim3{uint32((Lq + qpb - 1) / qpb), uint32(Hq), uint32(B)}
 	if Hq > 65535 || B > 65535 {
 		return fmt.Errorf("gpu: attention with %d heads × batch %d: %w", Hq, B, tensor.ErrUnsupported)
 	}
+	if name := b.attentionMMA(dt, D); name != "" {
+		grid := hip.Dim3{uint32((Lq + 63) / 64), uint32(Hq), uint32(B)}
+		return b.launch("attention", name, grid, hip.Dim3{128}, 0, a)
+	}
+	tpq := 1
+	for tpq*32 < D {
+		tpq *= 2
+	}
+	qpb := 128 / tpq
+	grid := hip.Dim3{uint32((Lq + qpb - 1) / qpb), uint32(Hq), uint32(B)}
 	return b.launch("attention", fmt.Sprintf("attn_%s_%d", s, tpq), grid, hip.Dim3{128}, 0, a)
 }
 

@@ -252,13 +252,16 @@ func TestOps(t *testing.T) {
 			c.fn(&env{t: t, cpu: ref, gpu: g, rng: rand.New(rand.NewSource(int64(len(c.name))))})
 		})
 	}
-	// framepack's own math functions (the AMD code path) on this GPU.
-	own := newGPU(t, Options{OwnMath: true, NoBLAS: true})
+	// framepack's own math functions (the AMD code path), GEMM kernel and
+	// generic attention kernel on this GPU.
+	own := newGPU(t, Options{OwnMath: true, NoBLAS: true, GenericAttention: true})
 	t.Run("own_math", func(t *testing.T) {
 		e := &env{t: t, cpu: ref, gpu: own, rng: rand.New(rand.NewSource(9))}
 		testUnary(e)
 		testAttention(e)
 		testSoftmax(e)
+		testMatMul(e)
+		testLinear(e)
 	})
 	t.Logf("memory after the ops: %v", g.Stats())
 }
@@ -642,9 +645,9 @@ func testUpsample(e *env) {
 func testAvgPool(e *env) {
 	for _, dt := range floats {
 		for _, k := range [][3]int{{2, 2, 2}, {1, 3, 3}, {3, 1, 1}} {
-			shape := []int{2, 3, 6, 9, 6}
+			shape := []int{2, 3, 6, 12, 6}
 			x := e.pair(e.rand(dt, -3, 3, shape...))
-			o := e.out(dt, 2, 3, 6/k[0], 9/k[1], 6/k[2])
+			o := e.out(dt, 2, 3, 6/k[0], 12/k[1], 6/k[2])
 			e.run("avg_pool3d", func(i int) error { return e.be(i).AvgPool3d(o[i], x[i], k) })
 			e.compare(fmt.Sprintf("avg_pool3d %s %v", dt, k), o, 2, 1)
 		}
