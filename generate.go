@@ -294,18 +294,24 @@ func roundTo(dt tensor.DType) func(float32) float32 {
 	return func(x float32) float32 { return x }
 }
 
-// residency decides where the transformer lives across sections: its blocks
-// stream from host memory when it does not fit beside the preserved
-// amount, and it stays loaded with the VAE decoder between sections only
-// when both fit (FramePack's high-VRAM mode); otherwise it is freed before
-// each decode and loaded again for the next section.
-func (j *job) residency() (hostBlocks, keep bool) {
+// streamBlocks is whether the transformer's blocks stay in host memory,
+// streamed to the device block by block (FramePack's DynamicSwap): on a
+// GPU, when the whole model does not fit the cap beside the preserved
+// amount.
+func (j *job) streamBlocks() bool {
 	p := j.p
 	b := p.be.Budget()
-	tr, v := p.bytes[PartTransformer], p.bytes[PartVAE]
-	hostBlocks = p.dev.gpu && tr+b.Preserve > b.Cap
-	keep = !hostBlocks && tr+v+b.Preserve <= b.Cap
-	return hostBlocks, keep
+	return p.dev.gpu && p.bytes[PartTransformer]+b.Preserve > b.Cap
+}
+
+// keepLoaded is whether the transformer (as loaded) and the VAE decoder
+// stay on the device across sections with the preserved amount still free
+// (FramePack's high-VRAM mode). Otherwise the transformer is freed before
+// each decode and loaded again for the next section.
+func (j *job) keepLoaded() bool {
+	p := j.p
+	dev, _ := j.tr.WeightBytes()
+	return dev+p.bytes[PartVAE]+p.be.Budget().Preserve <= p.be.Budget().Cap
 }
 
 func (j *job) loadTransformer(hostBlocks bool) error {
@@ -391,10 +397,8 @@ func (j *job) sections(start *latents, pos, neg textCond, imageEmb *tensor.Tenso
 		TeaCache:       req.TeaCache,
 		TeaCacheThresh: p.opts.TeaCacheThreshold,
 	}
-	hostBlocks, keep := j.residency()
-	if !keep {
-		p.log.Info("memory: the transformer and the VAE do not both fit the budget; each is loaded for its stage only")
-	}
+	hostBlocks := j.streamBlocks()
+	keep := true
 
 	rnd := sampler.NewTorchGenerator(req.Seed)
 	history := zeroLatents(16, 1+2+16, h, w)
@@ -423,6 +427,11 @@ func (j *job) sections(start *latents, pos, neg textCond, imageEmb *tensor.Tenso
 
 		if err := j.loadTransformer(hostBlocks); err != nil {
 			return err
+		}
+		if i == 0 {
+			if keep = j.keepLoaded(); !keep {
+				p.log.Info("memory: the transformer and the VAE decoder do not both fit the budget; each is loaded for its stage only")
+			}
 		}
 		tr.Model = j.tr
 		shape := []int{1, 16, lws, h, w}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -49,12 +50,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func quietLogger(t *testing.T) *slog.Logger {
+// logWriter is where the tests' pipelines log: stderr with -v.
+func logWriter() io.Writer {
 	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+		return os.Stderr
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return io.Discard
 }
+
+func quietLogger(t *testing.T) *slog.Logger { return slog.New(slog.NewTextHandler(logWriter(), nil)) }
 
 func loadTiny(t *testing.T) *Pipeline {
 	t.Helper()
@@ -140,13 +144,29 @@ func TestGenerateTiny(t *testing.T) {
 			checkEnds(t, p, req, res)
 			if c.sections > 1 {
 				// The same seed gives the same video, noise drawn for
-				// every section from one generator.
-				again, err := p.Generate(context.Background(), req)
+				// every section from one generator, also from a
+				// pipeline whose budget makes it load the transformer
+				// and the VAE decoder for their stage only.
+				var logs bytes.Buffer
+				small, err := Load(tinyDir(t), Options{Device: DeviceCPU, VRAMLimit: "64M", Preserve: "60M",
+					Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), nil))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer small.Close()
+				req.Progress = nil
+				again, err := small.Generate(context.Background(), req)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if !bytes.Equal(again.Pix, res.Pix) {
 					t.Error("the same request gave different frames")
+				}
+				if n := strings.Count(logs.String(), "transformer loaded"); n != c.sections {
+					t.Errorf("the transformer was loaded %d times under the small budget, want once a section", n)
+				}
+				if again.PeakBytes > 64<<20 {
+					t.Errorf("peak %d bytes above the 64 MiB cap", again.PeakBytes)
 				}
 			} else {
 				req.Seed++
