@@ -83,8 +83,8 @@ func (j *job) placeFor(part string) tensor.Backend {
 	p := j.p
 	need := p.bytes[part] + p.bytes[part]/8 + 256*memory.MiB
 	if p.dev.gpu && need > p.be.Available() {
-		p.log.Warn(fmt.Sprintf("memory: %s (%s) does not fit the %s free on the device; running it on the CPU",
-			part, memory.FormatBytes(p.bytes[part]), memory.FormatBytes(p.be.Available())), "part", part)
+		p.log.Warn(fmt.Sprintf("memory: %s needs about %s (%s of weights and room to compute), more than the %s free on the device; running it on the CPU",
+			part, memory.FormatBytes(need), memory.FormatBytes(p.bytes[part]), memory.FormatBytes(p.be.Available())), "part", part)
 		return p.host
 	}
 	return p.be

@@ -16,6 +16,7 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/tinymodel"
+	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/pipeline"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae"
@@ -169,6 +170,31 @@ func TestGenerateTiny(t *testing.T) {
 					t.Errorf("peak %d bytes above the 64 MiB cap", again.PeakBytes)
 				}
 			} else {
+				// The GPU policies (encoders placed on the host when the
+				// device lacks room, transformer blocks streamed, reload
+				// per section), run on the CPU, change nothing.
+				var logs bytes.Buffer
+				fake, err := Load(tinyDir(t), Options{Device: DeviceCPU,
+					Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), nil))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer fake.Close()
+				fake.dev.gpu = true
+				fake.be = memory.Budgeted(fake.dev.be, memory.Budget{Device: "small", Total: 64 << 20, Cap: 64 << 20, Preserve: 61 << 20})
+				req.Progress = nil
+				streamed, err := fake.Generate(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(streamed.Pix, res.Pix) {
+					t.Error("the streamed transformer and host-placed encoders gave different frames")
+				}
+				for _, want := range []string{"text_encoder needs about", "image_encoder needs about", "blocks streamed from host memory", "loaded for its stage only"} {
+					if !strings.Contains(logs.String(), want) {
+						t.Errorf("no log line saying %q", want)
+					}
+				}
 				req.Seed++
 				req.Progress = nil
 				other, err := p.Generate(context.Background(), req)
