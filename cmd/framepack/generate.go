@@ -55,8 +55,8 @@ transformer/ (lllyasviel/FramePackI2V_HY); vae/, text_encoder/, text_encoder_2/,
 tokenizer_2/ (hunyuanvideo-community/HunyuanVideo); image_encoder/ (lllyasviel/flux_redux_bfl).
 Without one, a tiny random-weight model built into the binary runs instead: the video is
 noise, but every stage runs — a smoke test for a machine without the 30+ GB of weights
-(use a small --resolution such as 128 with it).`,
-		Example: `  framepack generate --image testdata/images/scene.png --seconds 1 --resolution 128 -o out.mp4
+(at --resolution 128 unless set).`,
+		Example: `  framepack generate --image testdata/images/scene.png --seconds 1 -o out.mp4
   framepack generate --models ~/models/framepack --image girl.png --prompt "The girl dances gracefully." -o dance.mp4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -75,7 +75,7 @@ noise, but every stage runs — a smoke test for a machine without the 30+ GB of
 	fl.Float64Var(&f.gs, "gs", def.GS, "distilled guidance scale")
 	fl.Float64Var(&f.rs, "rs", def.RS, "CFG rescale (0–1)")
 	fl.BoolVar(&f.teacache, "teacache", def.TeaCache, "TeaCache: skip transformer blocks on steps that barely change (faster, slightly different)")
-	fl.IntVar(&f.resolution, "resolution", def.Resolution, fmt.Sprintf("bucket resolution (FramePack's 640; %d–%d, e.g. 128 for smoke runs)", framepack.MinResolution, framepack.MaxResolution))
+	fl.IntVar(&f.resolution, "resolution", def.Resolution, fmt.Sprintf("bucket resolution (FramePack's 640, %d–%d; the built-in tiny model defaults to %d)", framepack.MinResolution, framepack.MaxResolution, tinyResolution))
 	fl.BoolVar(&f.posteriorMean, "posterior-mean", false, "start latent = the VAE posterior's mean instead of a seeded sample")
 	fl.IntVar(&f.crf, "crf", video.DefaultCRF, "x264 CRF of the MP4 (0–51, lower is better)")
 	fl.StringVar(&f.models, "models", "", "model folder (default $FRAMEPACK_MODELS, else the built-in tiny model)")
@@ -150,6 +150,10 @@ func (f *generateFlags) request(img *pipeline.RGB) framepack.Request {
 	return r
 }
 
+// tinyResolution is the default bucket resolution for the built-in tiny
+// model: at FramePack's 640 its CPU run takes minutes, at 128 seconds.
+const tinyResolution = 128
+
 func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -173,11 +177,12 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags) erro
 			defer os.RemoveAll(tiny)
 		}
 		dir = tiny
-		hint := ""
-		if f.resolution > 256 {
-			hint = " (--resolution 128 makes it quick)"
+		at := ""
+		if !cmd.Flags().Changed("resolution") {
+			f.resolution = tinyResolution
+			at = fmt.Sprintf(" at --resolution %d", tinyResolution)
 		}
-		log.Info("no --models and no FRAMEPACK_MODELS: using the built-in tiny model (random weights: every stage runs, the video is noise)" + hint)
+		log.Info("no --models and no FRAMEPACK_MODELS: using the built-in tiny model" + at + " (random weights: every stage runs, the video is noise)")
 	}
 	opts := framepack.Options{Device: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, Logger: log}
 	for part, p := range f.parts {
