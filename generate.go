@@ -474,9 +474,10 @@ func (j *job) sections(start *latents, pos, neg textCond, imageEmb *tensor.Tenso
 		if !keep {
 			j.unloadTransformer()
 		}
-		if err := j.stage(StageDecode); err != nil {
-			return err
+		if err := j.ctx.Err(); err != nil {
+			return fmt.Errorf("framepack: cancelled before decoding section %d: %w", section, err)
 		}
+		j.progress(Progress{Stage: StageDecode, Section: section, Sections: n, Frames: frames})
 		t = time.Now()
 		var err2 error
 		pixels, st.DecodeTiling, err2 = j.decode(hs, history, total, pixels, last)

@@ -114,6 +114,13 @@ func TestGenerateTiny(t *testing.T) {
 					if pr.Denoised == nil || pr.Denoised.Dim(2) != req.LatentWindowSize {
 						t.Errorf("step %d: denoised %v", pr.Step, pr.Denoised)
 					}
+					if pr.Step == pr.Steps {
+						// FramePack's preview: the window's latent frames side by side.
+						im, err := pr.PreviewRGB()
+						if d := pr.Denoised.Shape(); err != nil || im.W != d[2]*d[4] || im.H != d[3] {
+							t.Errorf("preview %v for latents %v: %v", im, d, err)
+						}
+					}
 				} else {
 					stages++
 				}
@@ -136,8 +143,8 @@ func TestGenerateTiny(t *testing.T) {
 			if sh := res.Latents.Shape(); sh[2] != lws*c.sections+1 || sh[3] != res.Height/8 || sh[4] != res.Width/8 {
 				t.Errorf("latents %v", sh)
 			}
-			if steps != c.sections*req.Steps {
-				t.Errorf("%d progress steps, want %d", steps, c.sections*req.Steps)
+			if steps != c.sections*req.Steps || stages != 3+c.sections {
+				t.Errorf("%d progress steps and %d stage reports, want %d and %d", steps, stages, c.sections*req.Steps, 3+c.sections)
 			}
 			if d := res.Dense(); d.Shape()[0] != res.T || d.Shape()[3] != 3 {
 				t.Errorf("dense %v", d.Shape())
