@@ -158,10 +158,11 @@ ATTN_ALL(f16, h16)
 ATTN_ALL(bf16, b16)
 
 // ---- NVIDIA tensor-core kernel (sm_80+): bf16/f16, D = 64 or 128 ----
-// FlashAttention-2 layout: 4 warps × 16 queries per block, key tiles of 64
-// in shared memory, S = Q·Kᵀ and O += P·V on mma.sync m16n8k16 with f32
-// accumulators, P kept in registers (the S accumulator layout is the A
-// operand layout), online softmax per row in log2 units.
+// FlashAttention-2 layout: W warps × 16 queries per block, key tiles of 64
+// double-buffered in shared memory by cp.async, S = Q·Kᵀ and O += P·V on
+// mma.sync m16n8k16 with f32 accumulators, P kept in registers (the S
+// accumulator layout is the A operand layout), online softmax per row in
+// log2 units. Dynamic shared memory: 4·64·(D+8) halves.
 
 #if defined(FP_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define MMA_BQ 64
@@ -211,17 +212,43 @@ struct U4 {
 	unsigned x, y, z, w;
 } __attribute__((aligned(16)));
 
-template <typename T, int D>
+DI void cp_async16(void *dst, const void *src, bool valid) {
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+DI void cp_commit() { asm volatile("cp.async.commit_group;"); }
+DI void cp_wait_all() { asm volatile("cp.async.wait_group 0;"); }
+DI void cp_wait_one() { asm volatile("cp.async.wait_group 1;"); }
+
+extern __shared__ U4 fp_dyn_smem[];
+
+// attn_mma_load queues the copy of one K and V tile into shared memory
+// (keys past Lk are zero-filled).
+template <int D, int NT>
+DI void attn_mma_load(unsigned short *Ks, unsigned short *Vs, const unsigned short *k, const unsigned short *v,
+                      long long k0, long long b, long long hk, const AttnArgs &a) {
+	const int RS = D + 8;
+	for (int idx = TID; idx < MMA_BK * D / 8; idx += NT) {
+		int row = idx / (D / 8), col = (idx % (D / 8)) * 8;
+		long long key = k0 + row;
+		bool ok = key < a.Lk;
+		long long off = ok ? ((b * a.Lk + key) * a.Hkv + hk) * D + col : 0;
+		cp_async16(Ks + row * RS + col, k + off, ok);
+		cp_async16(Vs + row * RS + col, v + off, ok);
+	}
+}
+
+// Shared memory: two stages of K and V tiles, (D+8)-half rows.
+template <typename T, int D, int W>
 DI void attn_mma_impl(T *R o, const T *R q, const T *R k, const T *R v, const float *R keymask, const float *R mask,
                       const AttnArgs &a) {
 	const int RS = D + 8; // shared row stride in halves: rows land 4 banks apart
-	__shared__ U4 Ks4[MMA_BK * RS / 8];
-	__shared__ U4 Vs4[MMA_BK * RS / 8];
-	unsigned short *Ks = (unsigned short *)Ks4, *Vs = (unsigned short *)Vs4;
+	const int NT = 32 * W, BQ = 16 * W, TILE = MMA_BK * RS;
+	unsigned short *smem = (unsigned short *)fp_dyn_smem;
 	const int warp = TID / 32, lane = TID % 32, r = lane / 4, c = lane % 4;
 	const long long b = BIDZ, h = BIDY;
 	const long long hk = h / (a.Hq / a.Hkv);
-	const long long q0 = BIDX * MMA_BQ + warp * 16;
+	const long long q0 = BIDX * BQ + warp * 16;
+	const unsigned short *kb = (const unsigned short *)k, *vb = (const unsigned short *)v;
 
 	// Q as A fragments, one per 16 dims.
 	unsigned qf[D / 16][4];
@@ -243,7 +270,7 @@ DI void attn_mma_impl(T *R o, const T *R q, const T *R k, const T *R v, const fl
 	for (int i = 0; i < D / 8; i++)
 		acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 
-	long long qlast = BIDX * MMA_BQ + MMA_BQ - 1;
+	long long qlast = BIDX * BQ + BQ - 1;
 	if (qlast > a.Lq - 1)
 		qlast = a.Lq - 1;
 	long long kend = a.Lk;
@@ -252,21 +279,24 @@ DI void attn_mma_impl(T *R o, const T *R q, const T *R k, const T *R v, const fl
 	if (a.frame_len > 0 && (qlast / a.frame_len + 1) * a.frame_len < kend)
 		kend = (qlast / a.frame_len + 1) * a.frame_len;
 	const bool masked = a.causal || a.frame_len > 0 || keymask || mask;
+	const long long ntiles = (kend + MMA_BK - 1) / MMA_BK;
 
-	for (long long k0 = 0; k0 < kend; k0 += MMA_BK) {
-		for (int idx = TID; idx < MMA_BK * D / 8; idx += 128) {
-			int row = idx / (D / 8), col = (idx % (D / 8)) * 8;
-			long long key = k0 + row;
-			U4 kv = {0, 0, 0, 0}, vv = {0, 0, 0, 0};
-			if (key < a.Lk) {
-				long long off = ((b * a.Lk + key) * a.Hkv + hk) * D + col;
-				kv = *(const U4 *)((const unsigned short *)k + off);
-				vv = *(const U4 *)((const unsigned short *)v + off);
-			}
-			*(U4 *)(Ks + row * RS + col) = kv;
-			*(U4 *)(Vs + row * RS + col) = vv;
+	if (ntiles > 0) {
+		attn_mma_load<D, NT>(smem, smem + TILE, kb, vb, 0, b, hk, a);
+		cp_commit();
+	}
+	for (long long t = 0; t < ntiles; t++) {
+		const long long k0 = t * MMA_BK;
+		if (t + 1 < ntiles) {
+			unsigned short *nx = smem + ((t + 1) & 1) * 2 * TILE;
+			attn_mma_load<D, NT>(nx, nx + TILE, kb, vb, k0 + MMA_BK, b, hk, a);
+			cp_commit();
+			cp_wait_one();
+		} else {
+			cp_wait_all();
 		}
 		fp_sync();
+		const unsigned short *Ks = smem + (t & 1) * 2 * TILE, *Vs = Ks + TILE;
 
 		float s[MMA_BK / 8][4];
 #pragma unroll
@@ -343,7 +373,7 @@ DI void attn_mma_impl(T *R o, const T *R q, const T *R k, const T *R v, const fl
 				mma16816(acc[dt + 1], pa, bf[2], bf[3], o);
 			}
 		}
-		fp_sync();
+		fp_sync(); // the next iteration's load overwrites this stage
 	}
 
 #pragma unroll
@@ -361,13 +391,15 @@ DI void attn_mma_impl(T *R o, const T *R q, const T *R k, const T *R v, const fl
 	}
 }
 
-#define ATTN_MMA(sfx, T, D)                                                                                      \
-	KERNEL BOUNDS(128) void attn_mma_##sfx##_##D(T *R o, const T *R q, const T *R k, const T *R v,               \
-	                                              const float *R keymask, const float *R mask, AttnArgs a) { \
-		attn_mma_impl<T, D>(o, q, k, v, keymask, mask, a);                                                   \
+#define ATTN_MMA(sfx, T, D, W)                                                                              \
+	KERNEL BOUNDS(32 * W) void attn_mma_##sfx##_##D##_w##W(T *R o, const T *R q, const T *R k, const T *R v, \
+	                                                      const float *R keymask, const float *R mask,     \
+	                                                      AttnArgs a) {                                    \
+		attn_mma_impl<T, D, W>(o, q, k, v, keymask, mask, a);                                              \
 	}
-ATTN_MMA(bf16, b16, 64)
-ATTN_MMA(bf16, b16, 128)
-ATTN_MMA(f16, h16, 64)
-ATTN_MMA(f16, h16, 128)
+#define ATTN_MMA_W(sfx, T, D) ATTN_MMA(sfx, T, D, 4) ATTN_MMA(sfx, T, D, 8)
+ATTN_MMA_W(bf16, b16, 64)
+ATTN_MMA_W(bf16, b16, 128)
+ATTN_MMA_W(f16, h16, 64)
+ATTN_MMA_W(f16, h16, 128)
 #endif

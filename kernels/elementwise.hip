@@ -125,14 +125,43 @@ DI float unary_op(int op, float x, float a, float b) {
 	return FP_NAN;
 }
 
+// The op switch sits outside the per-element loop so each case is a tight
+// vectorisable loop.
+#define UCASE(n, expr)                 \
+	case n:                            \
+		_Pragma("unroll") for (int e = 0; e < E; e++) { \
+			float x = in[e];           \
+			out[e] = (expr);           \
+		}                              \
+		break;
+
+template <int E> DI void unary_vec(int op, const float *in, float *out, float a, float b) {
+	switch (op) {
+		UCASE(0, -x)
+		UCASE(9, x * fsigmoid(x))
+		UCASE(11, x * fsigmoid(1.59576912160573071f * (x + 0.044715f * x * x * x)))
+		UCASE(15, x * a)
+		UCASE(16, x + a)
+	default:
+#pragma unroll
+		for (int e = 0; e < E; e++)
+			out[e] = unary_op(op, in[e], a, b);
+	}
+}
+
 template <typename T> DI void unary_impl(T *R y, const T *R x, long long n, int op, float a, float b) {
 	const int E = 16 / sizeof(T);
 	long long i0 = (BIDX * EW_BS + TID) * E;
 	if (i0 + E <= n && aligned16(x) && aligned16(y)) {
 		V16<T> vx = *(const V16<T> *)(x + i0), vy;
+		float in[E], out[E];
 #pragma unroll
 		for (int e = 0; e < E; e++)
-			st(&vy.v[e], unary_op(op, ld(&vx.v[e]), a, b));
+			in[e] = ld(&vx.v[e]);
+		unary_vec<E>(op, in, out, a, b);
+#pragma unroll
+		for (int e = 0; e < E; e++)
+			st(&vy.v[e], out[e]);
 		*(V16<T> *)(y + i0) = vy;
 		return;
 	}
@@ -203,22 +232,50 @@ DI void bin_offsets(const BinArgs &a, long long i, long long *oa, long long *ob)
 	*ob = pb;
 }
 
-// Contiguous operands (rank 1, unit strides) take the 16-byte vector path.
+// When the innermost axis is a multiple of the vector width and each
+// operand is contiguous (stride 1) or broadcast (stride 0) along it, a
+// thread handles one 16-byte vector, locating it once.
 template <typename T> DI void binary_impl(T *R y, const T *R x, const T *R z, const BinArgs &a) {
 	const int E = 16 / sizeof(T);
 	int op = (int)a.op;
 	long long i0 = (BIDX * EW_BS + TID) * E;
-	if (a.rank == 1 && a.ast[0] == 1 && a.bst[0] == 1) {
-		if (i0 + E <= a.n && aligned16(x) && aligned16(y) && aligned16(z)) {
-			V16<T> vx = *(const V16<T> *)(x + i0), vz = *(const V16<T> *)(z + i0), vy;
+	int r = (int)a.rank - 1;
+	long long as = a.ast[r], bs = a.bst[r];
+	bool vec = a.shape[r] % E == 0 && (as == 0 || as == 1) && (bs == 0 || bs == 1) && aligned16(y) &&
+	           (as == 0 || aligned16(x)) && (bs == 0 || aligned16(z));
+	if (vec) {
+		if (i0 >= a.n)
+			return;
+		long long oa, ob;
+		bin_offsets(a, i0, &oa, &ob);
+		float xa[E], zb[E];
+		if (as == 1) {
+			V16<T> v = *(const V16<T> *)(x + oa);
 #pragma unroll
 			for (int e = 0; e < E; e++)
-				st(&vy.v[e], binary_op(op, ld(&vx.v[e]), ld(&vz.v[e])));
-			*(V16<T> *)(y + i0) = vy;
-			return;
+				xa[e] = ld(&v.v[e]);
+		} else {
+			float v = ld(x + oa);
+#pragma unroll
+			for (int e = 0; e < E; e++)
+				xa[e] = v;
 		}
-		for (long long i = i0; i < i0 + E && i < a.n; i++)
-			st(y + i, binary_op(op, ld(x + i), ld(z + i)));
+		if (bs == 1) {
+			V16<T> v = *(const V16<T> *)(z + ob);
+#pragma unroll
+			for (int e = 0; e < E; e++)
+				zb[e] = ld(&v.v[e]);
+		} else {
+			float v = ld(z + ob);
+#pragma unroll
+			for (int e = 0; e < E; e++)
+				zb[e] = v;
+		}
+		V16<T> vy;
+#pragma unroll
+		for (int e = 0; e < E; e++)
+			st(&vy.v[e], binary_op(op, xa[e], zb[e]));
+		*(V16<T> *)(y + i0) = vy;
 		return;
 	}
 	for (long long i = i0; i < i0 + E && i < a.n; i++) {

@@ -61,29 +61,47 @@ KERNEL void gn_finalize(const float *R part, float *R stats, long long groups, l
 	stats[2 * g + 1] = (float)(1.0 / FP_DSQRT(m2 / n + (double)eps));
 }
 
+// vec: S is a multiple of the vector width, so a 16-byte vector lies in
+// one channel.
 template <typename T>
 DI void gn_apply_impl(T *R y, const T *R x, const T *R w, const T *R b, const float *R stats, long long n, long long S,
-                      long long C, long long G, int silu) {
-	long long i = BIDX * NR_BS + TID;
-	if (i >= n)
+                      long long C, long long G, int silu, int vec) {
+	const int E = vec ? 16 / sizeof(T) : 1;
+	long long i0 = (BIDX * NR_BS + TID) * (long long)E;
+	if (i0 >= n)
 		return;
-	long long c = (i / S) % C;
-	long long bg = (i / (S * C)) * G + c / (C / G);
+	long long c = (i0 / S) % C;
+	long long bg = (i0 / (S * C)) * G + c / (C / G);
 	float mean = stats[2 * bg], rstd = stats[2 * bg + 1];
 	float scale = w ? rstd * ld(w + c) : rstd;
 	float shift = b ? ld(b + c) : 0.0f;
-	float v = (ld(x + i) - mean) * scale + shift;
+	if (vec) {
+		const int EV = 16 / sizeof(T);
+		V16<T> vx = *(const V16<T> *)(x + i0), vy;
+#pragma unroll
+		for (int e = 0; e < EV; e++) {
+			float v = (ld(&vx.v[e]) - mean) * scale + shift;
+			if (silu) {
+				v = rnd(v, y); // the reference rounds the norm's output before the SiLU
+				v = v * fsigmoid(v);
+			}
+			st(&vy.v[e], v);
+		}
+		*(V16<T> *)(y + i0) = vy;
+		return;
+	}
+	float v = (ld(x + i0) - mean) * scale + shift;
 	if (silu) {
-		v = rnd(v, y); // the reference rounds the norm's output before the SiLU
+		v = rnd(v, y);
 		v = v * fsigmoid(v);
 	}
-	st(y + i, v);
+	st(y + i0, v);
 }
 
 #define GN_APPLY(sfx, T)                                                                                   \
 	KERNEL void gn_apply_##sfx(T *R y, const T *R x, const T *R w, const T *R b, const float *R stats, long long n, \
-	                           long long S, long long C, long long G, int silu) {                              \
-		gn_apply_impl<T>(y, x, w, b, stats, n, S, C, G, silu);                                             \
+	                           long long S, long long C, long long G, int silu, int vec) {                     \
+		gn_apply_impl<T>(y, x, w, b, stats, n, S, C, G, silu, vec);                                        \
 	}
 GN_APPLY(f32, float)
 GN_APPLY(f16, h16)
@@ -213,3 +231,94 @@ template <typename T> DI void reduce_impl(T *R y, const T *R x, long long K, int
 REDUCE(f32, float)
 REDUCE(f16, h16)
 REDUCE(bf16, b16)
+
+// ---- short rows (D ≤ 1024): one group of 32 lanes per row, 8 rows per
+// block, shuffle reductions within the group ----
+
+DI float group_sum(float v) {
+#pragma unroll
+	for (int m = 16; m > 0; m >>= 1)
+		v += shfl_xor(v, m);
+	return v;
+}
+DI float group_max(float v) {
+#pragma unroll
+	for (int m = 16; m > 0; m >>= 1)
+		v = fmax_nan(v, shfl_xor(v, m));
+	return v;
+}
+
+#define ROW_SETUP                                  \
+	long long row = BIDX * 8 + TID / 32;           \
+	int lane = TID % 32;                           \
+	if (row >= nrows)                              \
+		return;
+
+// op: 0 layernorm, 1 rmsnorm, 2 softmax (w, b unused for softmax).
+template <typename T>
+DI void rows_impl(int op, T *R y, const T *R x, const T *R w, const T *R b, long long nrows, long long D, float eps) {
+	ROW_SETUP
+	const T *xr = x + row * D;
+	T *yr = y + row * D;
+	if (op == 2) {
+		float m = -FP_INF;
+		for (long long j = lane; j < D; j += 32)
+			m = fmax_nan(m, ld(xr + j));
+		m = group_max(m);
+		float s = 0.0f;
+		for (long long j = lane; j < D; j += 32)
+			s += fexp(ld(xr + j) - m);
+		float inv = 1.0f / group_sum(s);
+		for (long long j = lane; j < D; j += 32)
+			st(yr + j, fexp(ld(xr + j) - m) * inv);
+		return;
+	}
+	if (op == 1) {
+		float q = 0.0f;
+		for (long long j = lane; j < D; j += 32) {
+			float v = ld(xr + j);
+			q += v * v;
+		}
+		float rs = 1.0f / FP_SQRT(group_sum(q) / (float)D + eps);
+		for (long long j = lane; j < D; j += 32) {
+			float v = ld(xr + j) * rs;
+			if (w)
+				v = rnd(v, y) * ld(w + j);
+			st(yr + j, v);
+		}
+		return;
+	}
+	float s = 0.0f;
+	for (long long j = lane; j < D; j += 32)
+		s += ld(xr + j);
+	float mean = group_sum(s) / (float)D;
+	float q = 0.0f;
+	for (long long j = lane; j < D; j += 32) {
+		float d = ld(xr + j) - mean;
+		q += d * d;
+	}
+	float rstd = 1.0f / FP_SQRT(group_sum(q) / (float)D + eps);
+	for (long long j = lane; j < D; j += 32) {
+		float v = (ld(xr + j) - mean) * rstd;
+		if (w)
+			v *= ld(w + j);
+		if (b)
+			v += ld(b + j);
+		st(yr + j, v);
+	}
+}
+
+#define ROWS(sfx, T)                                                                                            \
+	KERNEL void layernorm_rows_##sfx(T *R y, const T *R x, const T *R w, const T *R b, long long nrows, long long D, \
+	                                 float eps) {                                                               \
+		rows_impl<T>(0, y, x, w, b, nrows, D, eps);                                                            \
+	}                                                                                                           \
+	KERNEL void rmsnorm_rows_##sfx(T *R y, const T *R x, const T *R w, long long nrows, long long D, float eps) { \
+		rows_impl<T>(1, y, x, w, (const T *)0, nrows, D, eps);                                                 \
+	}                                                                                                           \
+	KERNEL void softmax_rows_##sfx(T *R y, const T *R x, long long nrows, long long D) {                       \
+		rows_impl<T>(2, y, x, (const T *)0, (const T *)0, nrows, D, 0.0f);                                     \
+	}
+ROWS(f32, float)
+ROWS(f16, h16)
+ROWS(bf16, b16)

@@ -51,10 +51,11 @@ type Backend struct {
 	alloc  allocator
 	stage  staging
 
-	modMu sync.Mutex
-	mods  map[string]*module
-	fnMu  sync.Mutex
-	fns   map[string]*hip.Function
+	modMu     sync.Mutex
+	mods      map[string]*module
+	fnMu      sync.Mutex
+	fns       map[string]*hip.Function
+	bigShared map[string]int // kernels opted in to more than 48 KiB of shared memory
 
 	blas    *rocblas.Handle
 	blasErr error
@@ -76,7 +77,8 @@ func New(o Options) (*Backend, error) {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	b := &Backend{dev: d, opts: o, log: lg, mods: map[string]*module{}, fns: map[string]*hip.Function{}}
+	b := &Backend{dev: d, opts: o, log: lg, mods: map[string]*module{}, fns: map[string]*hip.Function{},
+		bigShared: map[string]int{}}
 	if b.stream, err = d.NewStream(); err != nil {
 		return nil, fmt.Errorf("gpu: %w", err)
 	}

@@ -168,9 +168,15 @@ func BenchmarkGroupNormSiLU(b *testing.B) {
 // default choice (tensor cores where the device has them), "generic" the
 // portable kernel.
 func BenchmarkAttention(b *testing.B) {
-	for i, name := range []string{"fast", "generic"} {
-		b.Run(name, func(b *testing.B) {
-			g := benchOf(b, i)
+	for _, c := range []struct {
+		name    string
+		generic int
+		warps   int
+	}{{"fast", 0, 4}, {"fast-w8", 0, 8}, {"generic", 1, 4}} {
+		b.Run(c.name, func(b *testing.B) {
+			g := benchOf(b, c.generic)
+			defer func(w int) { attnWarps = w }(attnWarps)
+			attnWarps = c.warps
 			L, H, D := 18000, 24, 128
 			q := randDevice(b, g, tensor.BF16, 1, L, H, D)
 			k := randDevice(b, g, tensor.BF16, 1, L, H, D)

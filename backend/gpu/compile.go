@@ -178,6 +178,20 @@ func (b *Backend) launch(mod, name string, grid, block hip.Dim3, shmem int, a *h
 	if err != nil {
 		return err
 	}
+	if shmem > 48<<10 {
+		// Above 48 KiB a kernel must opt in (NVIDIA), once.
+		b.fnMu.Lock()
+		done := b.bigShared[name] >= shmem
+		b.fnMu.Unlock()
+		if !done {
+			if err := f.SetMaxDynamicShared(shmem); err != nil {
+				return fmt.Errorf("gpu: %s: %w", name, err)
+			}
+			b.fnMu.Lock()
+			b.bigShared[name] = shmem
+			b.fnMu.Unlock()
+		}
+	}
 	if err := f.Launch(grid, block, shmem, b.stream, a); err != nil {
 		return fmt.Errorf("gpu: %w", err)
 	}

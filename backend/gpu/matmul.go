@@ -204,6 +204,10 @@ func (b *Backend) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) er
 	return b.launch1("conv", "conv3d_"+s, int64(dst.Numel()), 256, 1, a)
 }
 
+// attnWarps is the warps per block of the tensor-core attention kernel
+// (4 or 8: 64 or 128 queries per block).
+var attnWarps = 4
+
 // attentionMMA names the tensor-core attention kernel that fits, or "" for
 // the generic one: NVIDIA sm_80+, bf16/f16, head dim 64 or 128.
 // FRAMEPACK_ATTN=generic forces the generic kernel.
@@ -214,5 +218,5 @@ func (b *Backend) attentionMMA(dt tensor.DType, D int) string {
 	if (dt != tensor.BF16 && dt != tensor.F16) || (D != 64 && D != 128) {
 		return ""
 	}
-	return fmt.Sprintf("attn_mma_%s_%d", dt, D)
+	return fmt.Sprintf("attn_mma_%s_%d_w%d", dt, D, attnWarps)
 }

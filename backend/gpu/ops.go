@@ -402,8 +402,14 @@ func (b *Backend) GroupNorm(dst, x, w, bias *tensor.Tensor, groups int, eps floa
 	if silu {
 		sl = 1
 	}
-	a = (&hip.Args{}).Ptr(pd).Ptr(px).Ptr(pw).Ptr(pb).Ptr(stats.ptr).I64(n).I64(int64(S)).I64(int64(C)).I64(int64(groups)).I32(sl)
-	return b.launch1("norm", "gn_apply_"+s, n, 256, 1, a)
+	e := 16 / dt.Size()
+	vec, per := int32(0), 1
+	if S%e == 0 {
+		vec, per = 1, e
+	}
+	a = (&hip.Args{}).Ptr(pd).Ptr(px).Ptr(pw).Ptr(pb).Ptr(stats.ptr).I64(n).I64(int64(S)).I64(int64(C)).I64(int64(groups)).
+		I32(sl).I32(vec)
+	return b.launch1("norm", "gn_apply_"+s, n, 256, per, a)
 }
 
 // rows checks a last-axis op and returns (rows, row length).
@@ -416,6 +422,14 @@ func rows(op string, dst, x *tensor.Tensor) (int, int, error) {
 		return 0, 0, nil
 	}
 	return x.Numel() / d, d, nil
+}
+
+// shortRow is the longest row the 32-lanes-per-row kernels take.
+const shortRow = 1024
+
+// shortRows runs a 32-lanes-per-row kernel (8 rows per block).
+func (b *Backend) shortRows(name string, nrows int, a *hip.Args) error {
+	return b.launch1("norm", name, int64(nrows)*32, 256, 1, a)
 }
 
 // rowLaunch runs a one-block-per-row kernel.
@@ -445,6 +459,10 @@ func (b *Backend) LayerNorm(dst, x, w, bias *tensor.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
+	if d <= shortRow {
+		a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).I64(int64(n)).I64(int64(d)).F32(eps)
+		return b.shortRows("layernorm_rows_"+s, n, a)
+	}
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).I64(int64(d)).F32(eps)
 	return b.rowLaunch("layernorm_"+s, n, a)
 }
@@ -465,6 +483,10 @@ func (b *Backend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
+	if d <= shortRow {
+		a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).I64(int64(n)).I64(int64(d)).F32(eps)
+		return b.shortRows("rmsnorm_rows_"+s, n, a)
+	}
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).I64(int64(d)).F32(eps)
 	return b.rowLaunch("rmsnorm_"+s, n, a)
 }
@@ -481,6 +503,9 @@ func (b *Backend) Softmax(dst, x *tensor.Tensor) error {
 	ps, err := b.ptrs(dst, x)
 	if err != nil {
 		return err
+	}
+	if d <= shortRow {
+		return b.shortRows("softmax_rows_"+s, n, (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(int64(n)).I64(int64(d)))
 	}
 	return b.rowLaunch("softmax_"+s, n, (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(int64(d)))
 }
@@ -578,8 +603,9 @@ func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) er
 		return fmt.Errorf("gpu: attention with %d heads × batch %d: %w", Hq, B, tensor.ErrUnsupported)
 	}
 	if name := b.attentionMMA(dt, D); name != "" {
-		grid := hip.Dim3{uint32((Lq + 63) / 64), uint32(Hq), uint32(B)}
-		return b.launch("attention", name, grid, hip.Dim3{128}, 0, a)
+		bq := 16 * attnWarps
+		grid := hip.Dim3{uint32((Lq + bq - 1) / bq), uint32(Hq), uint32(B)}
+		return b.launch("attention", name, grid, hip.Dim3{uint32(32 * attnWarps)}, 4*64*(D+8)*2, a)
 	}
 	tpq := 1
 	for tpq*32 < D {

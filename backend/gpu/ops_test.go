@@ -281,6 +281,11 @@ var opCases = []struct {
 	{"softmax", testSoftmax},
 	{"reduce", testReduce},
 	{"attention", testAttention},
+	{"attention_other_warps", func(e *env) {
+		defer func(w int) { attnWarps = w }(attnWarps)
+		attnWarps = 12 - attnWarps // the tensor-core kernel's other block size (4 ↔ 8)
+		testAttention(e)
+	}},
 	{"rope", testRoPE},
 	{"pad", testPad},
 	{"upsample", testUpsample},
@@ -478,7 +483,7 @@ func testGroupNorm(e *env) {
 }
 
 func testLayerNorm(e *env) {
-	for _, shape := range [][]int{{7, 33}, {3, 129}, {2, 3, 1000}, {1, 1}} {
+	for _, shape := range [][]int{{7, 33}, {3, 129}, {2, 3, 1000}, {1, 1}, {5, 3000}} {
 		for _, dt := range floats {
 			for _, affine := range []bool{true, false} {
 				d := shape[len(shape)-1]
@@ -515,7 +520,7 @@ func testRMSNorm(e *env) {
 }
 
 func testSoftmax(e *env) {
-	for _, shape := range [][]int{{7, 33}, {3, 1000}, {1, 1}, {2, 3, 129}} {
+	for _, shape := range [][]int{{7, 33}, {3, 1000}, {1, 1}, {2, 3, 129}, {3, 2500}} {
 		for _, dt := range floats {
 			x := e.pair(e.rand(dt, -10, 10, shape...))
 			o := e.out(dt, shape...)
