@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/internal/tinymodel"
@@ -169,6 +170,11 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags) erro
 		dir = os.Getenv("FRAMEPACK_MODELS")
 	}
 	if dir == "" {
+		for _, p := range []string{f.prompt, f.negative} {
+			if i := strings.IndexFunc(p, func(r rune) bool { return r > unicode.MaxASCII }); i >= 0 {
+				return fmt.Errorf("the built-in tiny model reads ASCII prompts only (its CLIP vocabulary has 200 ids); %q is not ASCII — use --models for real weights", []rune(p[i:])[0])
+			}
+		}
 		tiny, temporary, err := tinymodel.Dir()
 		if err != nil {
 			return err
