@@ -48,6 +48,7 @@ func newRoot() *cobra.Command {
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "debug logging")
 	root.AddCommand(newDoctor())
+	root.AddCommand(newBench())
 	root.AddCommand(newGenerate())
 	return root
 }
