@@ -1,0 +1,239 @@
+// Package device opens the compute device every framepack command runs on:
+// the GPU when one opens (or when asked for), else the CPU, with the memory
+// budget of that device (--vram-limit, --preserve) enforced by a
+// memory.Backend that every allocation goes through.
+package device
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/backend/gpu"
+	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// Device choices, the --device flag's values.
+const (
+	Auto = "auto" // the GPU when one opens, else the CPU (the reason logged)
+	CPU  = "cpu"
+	GPU  = "gpu"
+)
+
+// Options configure Open.
+type Options struct {
+	// Choice is Auto (also ""), CPU or GPU.
+	Choice string
+	// VRAMLimit is --vram-limit in memory.ParseSize's forms ("20G", "90%");
+	// "" keeps the device's default budget.
+	VRAMLimit string
+	// Preserve is --preserve, the memory kept free for activations while
+	// weights stream; "" keeps the default.
+	Preserve string
+	// Log receives the device line and, for Auto, why the CPU was chosen;
+	// nil means slog.Default().
+	Log *slog.Logger
+}
+
+// Device is an opened compute device.
+type Device struct {
+	// Backend is the budgeted compute backend: allocate everything on it
+	// so that the cap holds (Stats, String report its accounting).
+	Backend *memory.Backend
+	// Budget is the budget in force when the device was opened.
+	Budget memory.Budget
+	// GPU is the GPU backend under Backend; nil on the CPU.
+	GPU *gpu.Backend
+	// CPU is a CPU backend for host-side work; on the CPU it is also the
+	// backend under Backend.
+	CPU *cpu.Backend
+	// Name describes the device: "NVIDIA H200 (sm_90), GEMM through cuBLAS"
+	// or "CPU (2 threads, GEMM through openblas)".
+	Name string
+
+	closed bool
+}
+
+// IsGPU reports whether the compute backend is a GPU.
+func (d *Device) IsGPU() bool { return d.GPU != nil }
+
+// ParseChoice checks a --device value; "" is Auto.
+func ParseChoice(s string) (string, error) {
+	switch c := strings.ToLower(strings.TrimSpace(s)); c {
+	case "", Auto:
+		return Auto, nil
+	case CPU, GPU:
+		return c, nil
+	}
+	return "", fmt.Errorf("--device %q: want auto, cpu or gpu", s)
+}
+
+// checkSizes checks the flags' syntax before a device is opened; whether
+// the sizes fit the device is checked against its budget.
+func checkSizes(o Options) error {
+	for _, f := range []struct{ name, v string }{{"--vram-limit", o.VRAMLimit}, {"--preserve", o.Preserve}} {
+		if f.v == "" {
+			continue
+		}
+		// Fractions need the device's total; any positive total checks
+		// their syntax.
+		if _, err := memory.ParseSize(f.v, memory.GiB); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// budgetError is a budget the flags make invalid on the opened device:
+// reported as it is, never a reason to fall back to the CPU.
+type budgetError struct{ err error }
+
+func (e *budgetError) Error() string { return e.err.Error() }
+func (e *budgetError) Unwrap() error { return e.err }
+
+// Open opens the device o chooses. For Auto, a GPU that does not open
+// (none present, no runtime, no memory free) leaves the CPU, with a log line
+// saying why; for GPU it is an error with the reason.
+func Open(o Options) (*Device, error) {
+	log := o.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	choice, err := ParseChoice(o.Choice)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSizes(o); err != nil {
+		return nil, err
+	}
+	host, err := cpu.NewWithOptions(cpu.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("cpu backend: %w", err)
+	}
+	if choice != CPU {
+		d, err := openGPU(o, host, log)
+		if err == nil {
+			log.Info("device: " + d.Name)
+			log.Info("memory: " + d.Budget.String())
+			return d, nil
+		}
+		var be *budgetError
+		if errors.As(err, &be) {
+			return nil, err
+		}
+		if choice == GPU {
+			return nil, fmt.Errorf("--device gpu: %w", err)
+		}
+		log.Info("device: using the CPU: " + err.Error())
+	}
+	d, err := openCPU(o, host)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("device: " + d.Name)
+	log.Info("memory: " + d.Budget.String())
+	return d, nil
+}
+
+// openCPU budgets the CPU from system memory.
+func openCPU(o Options, host *cpu.Backend) (*Device, error) {
+	// No GPU here: the amdgpu counters ReadSysMem also reads are unused.
+	sys, err := memory.ReadSysMem("/", "", 0)
+	total, avail := sys.MemTotal, sys.MemAvailable
+	if err != nil || total <= 0 {
+		total, avail = 16*memory.GiB, 0 // no /proc/meminfo: a modest guess
+	}
+	b := memory.NewBudget("cpu", total, avail)
+	b.Source = "system memory"
+	if err != nil || sys.MemTotal <= 0 {
+		b.Source = "system memory unknown, 16 GiB assumed"
+	}
+	b, err = b.WithFlags(o.VRAMLimit, o.Preserve)
+	if err != nil {
+		return nil, err
+	}
+	return &Device{
+		Backend: memory.Budgeted(host, b),
+		Budget:  b,
+		CPU:     host,
+		Name:    fmt.Sprintf("CPU (%d threads, GEMM through %s)", host.Threads(), host.BLAS()),
+	}, nil
+}
+
+// openGPU opens GPU 0: its budget from the runtime's memory figures (system
+// memory for an integrated GPU), the flags applied, the GPU backend capped
+// at the budget's cap, the conv3d chain and the budget on top.
+func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
+	// The device is opened first to read its memory: the GPU backend's
+	// allocator takes its cap when it is made. (hip.Open of an open
+	// device shares its context; one Close releases it.)
+	hd, err := hip.Open(0)
+	if err != nil {
+		if errors.Is(err, hip.ErrNoGPU) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("opening the GPU: %w", err)
+	}
+	free, total, err := hd.MemGetInfo()
+	if err != nil {
+		hd.Close()
+		return nil, fmt.Errorf("GPU %s: %w", hd.Name, err)
+	}
+	b, err := memory.BudgetFor(memory.DeviceInfo{Name: hd.Name, Arch: hd.Arch, Integrated: hd.Integrated,
+		TotalMem: int64(total), FreeMem: int64(free)}, "/")
+	if err != nil {
+		hd.Close()
+		return nil, err
+	}
+	if b, err = b.WithFlags(o.VRAMLimit, o.Preserve); err != nil {
+		hd.Close()
+		return nil, &budgetError{err}
+	}
+	g, err := gpu.New(gpu.Options{Limit: b.Cap, Log: log})
+	if err != nil {
+		hd.Close()
+		return nil, fmt.Errorf("opening the GPU backend on %s: %w", hd.Name, err)
+	}
+	closeGPU := func() {
+		g.Close()
+		hd.Close()
+	}
+	inner, err := wrapConv(g, host, log)
+	if err != nil {
+		closeGPU()
+		return nil, fmt.Errorf("conv3d on %s: %w", hd.Name, err)
+	}
+	return &Device{
+		Backend: memory.Budgeted(inner, b),
+		Budget:  b,
+		GPU:     g,
+		CPU:     host,
+		Name:    fmt.Sprintf("%s (%s), GEMM through %s", hd.Name, hd.Arch, g.BLAS()),
+	}, nil
+}
+
+// wrapConv puts the conv3d fallback chain between the GPU backend and the
+// budget: budget(conv3d chain(gpu)).
+//
+// GPUCONV: until package gpuconv exists, Conv3d runs on the GPU backend's
+// own kernel; then this becomes gpuconv.Wrap(g, host, gpuconv.Options{…}).
+func wrapConv(g *gpu.Backend, host *cpu.Backend, log *slog.Logger) (tensor.Backend, error) {
+	return g, nil
+}
+
+// Close releases the device. Tensors still allocated on it become invalid.
+// Closing twice does nothing.
+func (d *Device) Close() {
+	if d == nil || d.closed {
+		return
+	}
+	d.closed = true
+	if d.GPU != nil {
+		d.GPU.Close()
+		d.GPU.Device().Close()
+	}
+}

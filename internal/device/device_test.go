@@ -1,0 +1,139 @@
+package device
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+func TestParseChoice(t *testing.T) {
+	for in, want := range map[string]string{"": Auto, "auto": Auto, "cpu": CPU, "GPU": GPU, " gpu ": GPU} {
+		got, err := ParseChoice(in)
+		if err != nil || got != want {
+			t.Errorf("ParseChoice(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"cuda", "gpu0", "rocm", "x"} {
+		if _, err := ParseChoice(in); err == nil || !strings.Contains(err.Error(), "want auto, cpu or gpu") {
+			t.Errorf("ParseChoice(%q): %v, want an error listing the choices", in, err)
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Choice: "tpu"}, `--device "tpu"`},
+		{Options{Choice: "cpu", VRAMLimit: "20"}, "--vram-limit"},
+		{Options{Choice: "cpu", VRAMLimit: "12Q"}, `unknown unit`},
+		{Options{Choice: "cpu", Preserve: "-1G"}, "--preserve"},
+		{Options{Choice: "cpu", VRAMLimit: "64M", Preserve: "64M"}, "preserved memory"},
+		{Options{Choice: "cpu", VRAMLimit: "1000T"}, "is more than"},
+		// A bad flag fails before any device opens, also for "gpu".
+		{Options{Choice: "gpu", VRAMLimit: "lots"}, "--vram-limit"},
+	} {
+		d, err := Open(Options{Choice: c.o.Choice, VRAMLimit: c.o.VRAMLimit, Preserve: c.o.Preserve, Log: quiet()})
+		if err == nil {
+			d.Close()
+			t.Errorf("%+v: no error", c.o)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %q does not say %q", c.o, err, c.want)
+		}
+	}
+}
+
+func TestCPU(t *testing.T) {
+	d, err := Open(Options{Choice: CPU, VRAMLimit: "64M", Preserve: "16M", Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.GPU != nil || d.CPU == nil || d.IsGPU() {
+		t.Fatalf("cpu device: GPU %v, CPU %v", d.GPU, d.CPU)
+	}
+	if !strings.HasPrefix(d.Name, "CPU (") {
+		t.Errorf("name %q", d.Name)
+	}
+	if d.Budget.Cap != 64*memory.MiB || d.Budget.Preserve != 16*memory.MiB || d.Backend.Budget() != d.Budget {
+		t.Errorf("budget %v, backend's %v", d.Budget, d.Backend.Budget())
+	}
+	// The cap holds: 48 MiB fits, 32 more do not.
+	a, err := tensor.Alloc(d.Backend, tensor.F32, 12<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tensor.Alloc(d.Backend, tensor.F32, 8<<20); err == nil {
+		t.Error("an allocation above the cap succeeded")
+	}
+	tensor.Release(a)
+	if s := d.Backend.Stats(); s.InUse != 0 || s.Peak != 48*memory.MiB {
+		t.Errorf("stats %v", s)
+	}
+	d.Close()
+	d.Close() // twice is harmless
+}
+
+// Without a GPU (FRAMEPACK_GPU=none makes any machine one), "gpu" is an
+// error saying why and "auto" opens the CPU, logging why.
+func TestNoGPU(t *testing.T) {
+	t.Setenv("FRAMEPACK_GPU", "none")
+	_, err := Open(Options{Choice: GPU, Log: quiet()})
+	if err == nil {
+		t.Fatal("--device gpu opened without a GPU")
+	}
+	if !strings.Contains(err.Error(), "--device gpu") || !strings.Contains(err.Error(), "FRAMEPACK_GPU=none") {
+		t.Errorf("error %q does not give the reason", err)
+	}
+	var logs bytes.Buffer
+	d, err := Open(Options{Choice: Auto, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.GPU != nil {
+		t.Fatal("auto opened a GPU with FRAMEPACK_GPU=none")
+	}
+	if !strings.Contains(logs.String(), "using the CPU") || !strings.Contains(logs.String(), "FRAMEPACK_GPU=none") {
+		t.Errorf("no log line saying why the CPU was chosen:\n%s", logs.String())
+	}
+}
+
+// On this machine (no GPU, or one): "auto" always opens something, and a
+// GPU it opens is budgeted with the backend's cap at the budget's.
+func TestAuto(t *testing.T) {
+	var logs bytes.Buffer
+	d, err := Open(Options{Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	t.Logf("%s; %s", d.Name, d.Budget)
+	if d.GPU == nil {
+		if _, err := hip.Open(0); err == nil {
+			t.Errorf("auto chose the CPU although a GPU opens:\n%s", logs.String())
+		}
+		return
+	}
+	if d.Backend.Budget().Cap != d.Budget.Cap || d.Budget.Cap <= 0 {
+		t.Errorf("budget %v", d.Budget)
+	}
+	x, err := tensor.Alloc(d.Backend, tensor.F32, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := d.GPU.Stats(); s.Limit != d.Budget.Cap {
+		t.Errorf("GPU backend's cap %d, want the budget's %d", s.Limit, d.Budget.Cap)
+	}
+	tensor.Release(x)
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)) }
