@@ -138,3 +138,35 @@ template <typename T> DI void gemm_impl(T *R c, const T *R a_, const T *R b_, co
 GEMM(f32, float)
 GEMM(f16, h16)
 GEMM(bf16, b16)
+
+// ---- im2col for the GEMM tier of conv3d ----
+// col (K = Cin·kT·kH·kW, P chunk) for output positions p0 … p0+Pc of batch b:
+// col[k][p] = x[b][ci][t·st − pad + kt][…] or 0 outside the input.
+template <typename T> DI void im2col_impl(T *R col, const T *R x, const ConvArgs &a, long long b, long long p0, long long pc) {
+	long long i = BIDX * 256 + TID;
+	long long K = a.Cin * a.kT * a.kH * a.kW;
+	if (i >= K * pc)
+		return;
+	long long p = p0 + i % pc, k = i / pc;
+	long long kw = k % a.kW, r = k / a.kW;
+	long long kh = r % a.kH;
+	r /= a.kH;
+	long long kt = r % a.kT, ci = r / a.kT;
+	long long wo = p % a.Wo, q = p / a.Wo;
+	long long ho = q % a.Ho, to = q / a.Ho;
+	long long t = to * a.st[0] - a.pad[0] + kt, hh = ho * a.st[1] - a.pad[1] + kh, ww = wo * a.st[2] - a.pad[2] + kw;
+	T v;
+	if (t >= 0 && t < a.T && hh >= 0 && hh < a.H && ww >= 0 && ww < a.W)
+		v = x[(((b * a.Cin + ci) * a.T + t) * a.H + hh) * a.W + ww];
+	else
+		st(&v, 0.0f);
+	col[i] = v;
+}
+
+#define IM2COL(sfx, T)                                                                                  \
+	KERNEL void im2col_##sfx(T *R col, const T *R x, ConvArgs a, long long b, long long p0, long long pc) { \
+		im2col_impl<T>(col, x, a, b, p0, pc);                                                          \
+	}
+IM2COL(f32, float)
+IM2COL(f16, h16)
+IM2COL(bf16, b16)

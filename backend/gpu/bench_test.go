@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -185,6 +186,29 @@ func BenchmarkAttention(b *testing.B) {
 			s := timeIt(b, g, func() error { return g.Attention(o, q, k, v, tensor.AttnParams{}) })
 			b.ReportMetric(4*float64(L)*float64(L)*float64(D)*float64(H)/s/1e12, "TFLOP/s")
 			b.ReportMetric(s*1e3, "ms")
+		})
+	}
+}
+
+// BenchmarkConv3dTiers times each conv3d tier on a VAE-like 3×3×3
+// convolution (128 → 128 channels, 5 frames of 64×64, bf16).
+func BenchmarkConv3dTiers(b *testing.B) {
+	g := benchGPU(b)
+	x := randDevice(b, g, tensor.BF16, 1, 128, 5, 64, 64)
+	w := randDevice(b, g, tensor.BF16, 128, 128, 3, 3, 3)
+	bias := randDevice(b, g, tensor.BF16, 128)
+	y := randDevice(b, g, tensor.BF16, 1, 128, 5, 64, 64)
+	p := tensor.ConvParams{Stride: [3]int{1, 1, 1}, Padding: [3]int{1, 1, 1}}
+	flops := 2.0 * 128 * 128 * 27 * 5 * 64 * 64
+	for _, tier := range g.ConvTiers() {
+		b.Run(tier.Name(), func(b *testing.B) {
+			plan, err := tier.Plan(convchain.KeyOf("bench", x, w, bias, p), nil)
+			if err != nil {
+				b.Skip(err)
+			}
+			b.Logf("%s: %s", tier.Name(), plan.Algorithm)
+			s := timeIt(b, g, func() error { return tier.Run(plan, y, x, w, bias, p) })
+			b.ReportMetric(flops/s/1e12, "TFLOP/s")
 		})
 	}
 }

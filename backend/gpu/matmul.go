@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/rocblas"
 	"github.com/framepack-go/framepack/tensor"
@@ -170,25 +171,56 @@ func (b *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 	return b.gemm(dt, ps[0], ps[1], ps[2], ps[3], 1, M, N, K, false, true, false, false, 1)
 }
 
-// Conv3d runs the naive direct kernel: correct for every shape, slow. The
-// fast tiers (MIOpen/cuDNN, GEMM) belong to the conv3d chain above this.
+// Conv3d runs the vendor library (MIOpen / cuDNN) when it loads and its
+// heuristic does not pick MIOpen's naive solver, else framepack's direct
+// kernel. The engine wraps the backend in the conv3d chain (ConvTiers),
+// which adds the GEMM tier, searches under a deadline and remembers.
 func (b *Backend) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	if _, err := convArgs(dst, x, w, bias, p); err != nil {
+		return err
+	}
+	if dst.Numel() == 0 {
+		return nil
+	}
+	if t, err := b.optimized(); err == nil {
+		k := convchain.KeyOf("", x, w, bias, p)
+		if plan, err := t.Plan(k, nil); err == nil && !plan.Naive {
+			if err := t.Run(plan, dst, x, w, bias, p); err == nil {
+				return nil
+			}
+		}
+	}
+	return b.conv3dNaive(dst, x, w, bias, p)
+}
+
+// convArgs checks a convolution and packs the kernels' ConvArgs.
+func convArgs(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) ([]byte, error) {
 	dt := dst.DType()
-	s := fsfx(dt)
-	if s == "" || x.DType() != dt || w.DType() != dt || (bias != nil && bias.DType() != dt) {
-		return unsupported("conv3d", dt)
+	if fsfx(dt) == "" || x.DType() != dt || w.DType() != dt || (bias != nil && bias.DType() != dt) {
+		return nil, unsupported("conv3d", dt)
 	}
 	if x.Rank() != 5 || w.Rank() != 5 || dst.Rank() != 5 || x.Dim(1) != w.Dim(1) || dst.Dim(0) != x.Dim(0) ||
 		dst.Dim(1) != w.Dim(0) || (bias != nil && bias.Numel() != w.Dim(0)) {
-		return fmt.Errorf("gpu: conv3d of %v with %v (bias %v) into %v", x, w, bias, dst)
+		return nil, fmt.Errorf("gpu: conv3d of %v with %v (bias %v) into %v", x, w, bias, dst)
 	}
 	var st [3]int64
 	for i := 0; i < 3; i++ {
 		st[i] = int64(max(p.Stride[i], 1))
 		want := (x.Dim(2+i)+2*p.Padding[i]-w.Dim(2+i))/int(st[i]) + 1
 		if dst.Dim(2+i) != want || p.Padding[i] < 0 {
-			return fmt.Errorf("gpu: conv3d of %v with %v, %+v: output %v, want size %d on axis %d", x, w, p, dst, want, 2+i)
+			return nil, fmt.Errorf("gpu: conv3d of %v with %v, %+v: output %v, want size %d on axis %d", x, w, p, dst, want, 2+i)
 		}
+	}
+	d := func(t *tensor.Tensor, i int) int64 { return int64(t.Dim(i)) }
+	return i64s(d(x, 0), d(x, 1), d(x, 2), d(x, 3), d(x, 4), d(w, 0), d(w, 2), d(w, 3), d(w, 4), d(dst, 2), d(dst, 3), d(dst, 4),
+		st[0], st[1], st[2], int64(p.Padding[0]), int64(p.Padding[1]), int64(p.Padding[2])), nil
+}
+
+// conv3dNaive runs the direct kernel: one thread per output element.
+func (b *Backend) conv3dNaive(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	args, err := convArgs(dst, x, w, bias, p)
+	if err != nil {
+		return err
 	}
 	if dst.Numel() == 0 {
 		return nil
@@ -197,11 +229,8 @@ func (b *Backend) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) er
 	if err != nil {
 		return err
 	}
-	d := func(t *tensor.Tensor, i int) int64 { return int64(t.Dim(i)) }
-	args := i64s(d(x, 0), d(x, 1), d(x, 2), d(x, 3), d(x, 4), d(w, 0), d(w, 2), d(w, 3), d(w, 4), d(dst, 2), d(dst, 3), d(dst, 4),
-		st[0], st[1], st[2], int64(p.Padding[0]), int64(p.Padding[1]), int64(p.Padding[2]))
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Struct(args, 8)
-	return b.launch1("conv", "conv3d_"+s, int64(dst.Numel()), 256, 1, a)
+	return b.launch1("conv", "conv3d_"+fsfx(dst.DType()), int64(dst.Numel()), 256, 1, a)
 }
 
 // attnWarps is the warps per block of the tensor-core attention kernel

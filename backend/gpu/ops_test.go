@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -294,6 +295,7 @@ var opCases = []struct {
 	{"matmul", testMatMul},
 	{"linear", testLinear},
 	{"conv3d", testConv3d},
+	{"conv3d_tiers", testConvTiers},
 }
 
 var allTypes = []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.I64, tensor.I32, tensor.U8, tensor.Bool}
@@ -724,6 +726,55 @@ func testLinear(e *env) {
 				o := e.out(dt, c.M, c.N)
 				e.run("linear", func(i int) error { return e.be(i).Linear(o[i], x[i], w[i], b[i]) })
 				e.compare(fmt.Sprintf("linear %s %+v bias=%v", dt, c, withBias), o, 20, 1)
+			}
+		}
+	}
+}
+
+var convCases = []struct {
+	x, w        []int
+	stride, pad [3]int
+	withBias    bool
+}{
+	{[]int{1, 3, 5, 7, 9}, []int{4, 3, 3, 3, 3}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, true},
+	{[]int{2, 2, 3, 9, 8}, []int{5, 2, 1, 3, 3}, [3]int{1, 2, 2}, [3]int{0, 1, 1}, false},
+	{[]int{1, 4, 2, 5, 5}, []int{3, 4, 1, 1, 1}, [3]int{1, 1, 1}, [3]int{0, 0, 0}, true},
+	{[]int{1, 16, 3, 17, 19}, []int{8, 16, 3, 3, 3}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, true},
+}
+
+// testConvTiers runs every conv3d tier of the chain (vendor library, GEMM,
+// naive kernel) directly.
+func testConvTiers(e *env) {
+	g := e.gpu.(*Backend)
+	for _, tier := range g.ConvTiers() {
+		for _, c := range convCases {
+			for _, dt := range floats {
+				x := e.pair(e.rand(dt, -1, 1, c.x...))
+				w := e.pair(e.rand(dt, -1, 1, c.w...))
+				var b [2]*tensor.Tensor
+				if c.withBias {
+					b = e.pair(e.rand(dt, -1, 1, c.w[0]))
+				}
+				out := []int{c.x[0], c.w[0], 0, 0, 0}
+				for i := 0; i < 3; i++ {
+					out[2+i] = (c.x[2+i]+2*c.pad[i]-c.w[2+i])/c.stride[i] + 1
+				}
+				o := e.out(dt, out...)
+				p := tensor.ConvParams{Stride: c.stride, Padding: c.pad}
+				if err := e.cpu.Conv3d(o[0], x[0], w[0], b[0], p); err != nil {
+					e.t.Fatal(err)
+				}
+				k := convchain.KeyOf("test", x[1], w[1], b[1], p)
+				plan, err := tier.Plan(k, nil)
+				if err != nil {
+					e.t.Logf("tier %s skips %v: %v", tier.Name(), k, err)
+					continue
+				}
+				if err := tier.Run(plan, o[1], x[1], w[1], b[1], p); err != nil {
+					e.t.Errorf("tier %s (%s) on %v: %v", tier.Name(), plan.Algorithm, k, err)
+					continue
+				}
+				e.compare(fmt.Sprintf("conv3d tier %s (%s) %s x%v w%v", tier.Name(), plan.Algorithm, dt, c.x, c.w), o, 20, 1)
 			}
 		}
 	}

@@ -1,0 +1,363 @@
+package gpu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/framepack-go/framepack/convchain"
+	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/miopen"
+	"github.com/framepack-go/framepack/rocblas"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// The GPU tiers of the conv3d chain (package convchain), fastest first:
+//
+//   - "optimized": MIOpen on AMD, cuDNN on NVIDIA (package miopen), planned
+//     by the library's heuristics, or by a search the chain runs in a child
+//     process; MIOpen's naive solver is reported so the chain skips it;
+//   - "gemm": im2col chunks bounded in memory, each one GEMM on
+//     rocBLAS/cuBLAS;
+//   - "naive": framepack's direct kernel, correct for every shape.
+
+func init() {
+	convchain.RegisterSearch("optimized", searchOptimized)
+}
+
+// ConvTiers returns the GPU tiers this device supports, fastest first.
+func (b *Backend) ConvTiers() []convchain.Tier {
+	var ts []convchain.Tier
+	if t, err := b.optimized(); err == nil {
+		ts = append(ts, t)
+	} else {
+		b.log.Info("gpu: no vendor convolution library for the conv3d chain", "why", err)
+	}
+	if b.blas != nil {
+		ts = append(ts, gemmTier{b})
+	}
+	return append(ts, naiveTier{b})
+}
+
+func convDesc(k convchain.Key) (miopen.ConvDesc, error) {
+	var dt miopen.DType
+	switch k.DType {
+	case "f32":
+		dt = miopen.F32
+	case "f16":
+		dt = miopen.F16
+	case "bf16":
+		dt = miopen.BF16
+	default:
+		return miopen.ConvDesc{}, fmt.Errorf("gpu: conv3d on %s: %w", k.DType, tensor.ErrUnsupported)
+	}
+	if k.Layout != "" && k.Layout != "ncdhw" {
+		return miopen.ConvDesc{}, fmt.Errorf("gpu: conv3d layout %s: %w", k.Layout, tensor.ErrUnsupported)
+	}
+	return miopen.ConvDesc{N: k.X[0], C: k.X[1], D: k.X[2], H: k.X[3], W: k.X[4], K: k.W[0], KD: k.W[2], KH: k.W[3],
+		KW: k.W[4], Stride: k.Stride, Pad: k.Padding, DType: dt, Layout: miopen.NCDHW}, nil
+}
+
+// ---- optimized: MIOpen / cuDNN ----
+
+type optimizedTier struct {
+	b  *Backend
+	h  *miopen.Handle
+	mu *sync.Mutex // the handle is not safe for concurrent use
+}
+
+// optimized opens the vendor convolution library once.
+func (b *Backend) optimized() (*optimizedTier, error) {
+	b.convOnce.Do(func() {
+		v := miopen.AMD
+		if b.dev.Vendor == hip.NVIDIA {
+			v = miopen.NVIDIA
+		}
+		lib, err := miopen.OpenVendor(v)
+		if err != nil {
+			b.convErr = err
+			return
+		}
+		unbind, err := b.dev.Bind()
+		if err != nil {
+			b.convErr = err
+			return
+		}
+		defer unbind()
+		h, err := lib.NewHandle(uintptr(b.stream))
+		if err != nil {
+			b.convErr = err
+			return
+		}
+		b.conv = &optimizedTier{b: b, h: h, mu: &sync.Mutex{}}
+	})
+	return b.conv, b.convErr
+}
+
+func (t *optimizedTier) Name() string { return "optimized" }
+
+type planData struct {
+	ID uint64 `json:"id"` // MIOpen solution id, or cuDNN algorithm
+}
+
+func (t *optimizedTier) Plan(k convchain.Key, searched *convchain.Plan) (*convchain.Plan, error) {
+	d, err := convDesc(k)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	unbind, err := t.b.dev.Bind()
+	if err != nil {
+		return nil, err
+	}
+	defer unbind()
+	var p miopen.Plan
+	if searched != nil && len(searched.Data) > 0 {
+		var pd planData
+		if err := json.Unmarshal(searched.Data, &pd); err != nil {
+			return nil, fmt.Errorf("gpu: remembered conv3d plan: %w", err)
+		}
+		p, err = t.h.PlanWith(d, pd.ID)
+	} else {
+		p, err = t.h.Plan(d)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return chainPlan(p), nil
+}
+
+func chainPlan(p miopen.Plan) *convchain.Plan {
+	id := p.SolutionID
+	if id == 0 {
+		id = uint64(p.Algo)
+	}
+	data, _ := json.Marshal(planData{ID: id})
+	return &convchain.Plan{Algorithm: p.String(), Naive: p.IsNaive, Workspace: p.WorkspaceBytes, Data: data}
+}
+
+func (t *optimizedTier) Run(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	b := t.b
+	d, err := convDesc(convchain.KeyOf("", x, w, bias, p))
+	if err != nil {
+		return err
+	}
+	ps, err := b.ptrs(dst, x, w, bias)
+	if err != nil {
+		return err
+	}
+	var ws *Buffer
+	if plan != nil && plan.Workspace > 0 {
+		if ws, err = b.alloc.alloc(plan.Workspace); err != nil {
+			return err
+		}
+		defer b.alloc.free(ws)
+	}
+	var wsp uintptr
+	if ws != nil {
+		wsp = ws.ptr
+	}
+	if err := t.forward(d, ps[1], ps[2], ps[0], wsp); err != nil {
+		return err
+	}
+	if bias == nil {
+		return nil
+	}
+	return b.addChannelBias(dst, bias)
+}
+
+func (t *optimizedTier) forward(d miopen.ConvDesc, x, w, y, ws uintptr) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	unbind, err := t.b.dev.Bind()
+	if err != nil {
+		return err
+	}
+	defer unbind()
+	return t.h.Conv3dForward(d, x, w, y, ws)
+}
+
+// addChannelBias adds bias (C) to y (B, C, …) in place.
+func (b *Backend) addChannelBias(y, bias *tensor.Tensor) error {
+	B, C := y.Dim(0), y.Dim(1)
+	S := y.Numel() / max(B*C, 1)
+	y3 := y.Reshape(B, C, S)
+	return b.Binary(tensor.OpAdd, y3, y3, []int{C * S, S, 1}, bias, []int{0, 1, 0})
+}
+
+// searchOptimized runs the library's benchmarking search for one key in a
+// child process (the chain kills it at its deadline): a fresh backend,
+// buffers of the convolution's size, and the fastest usable plan.
+func searchOptimized(ctx context.Context, req convchain.SearchRequest) (*convchain.Plan, error) {
+	d, err := convDesc(req.Key)
+	if err != nil {
+		return nil, err
+	}
+	b, err := New(Options{NoBLAS: true})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	t, err := b.optimized()
+	if err != nil {
+		return nil, err
+	}
+	es := int64(d.DType.Size())
+	var bufs [4]*Buffer
+	const wsBytes = 1 << 30
+	for i, n := range []int64{d.XElems() * es, d.WElems() * es, d.YElems() * es, wsBytes} {
+		if bufs[i], err = b.alloc.alloc(n); err != nil {
+			return nil, err
+		}
+		defer b.alloc.free(bufs[i])
+		if err := b.dev.MemsetAsync(bufs[i].ptr, 0x3c, n, b.stream); err != nil { // small non-zero values
+			return nil, err
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	unbind, err := b.dev.Bind()
+	if err != nil {
+		return nil, err
+	}
+	defer unbind()
+	plans, err := t.h.Search(d, bufs[0].ptr, bufs[1].ptr, bufs[2].ptr, bufs[3].ptr, wsBytes)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range plans {
+		if !p.IsNaive {
+			return chainPlan(p), nil
+		}
+	}
+	if len(plans) > 0 {
+		return chainPlan(plans[0]), nil
+	}
+	return nil, errors.New("gpu: the search found no usable algorithm")
+}
+
+// ---- gemm: im2col chunks on the vendor BLAS ----
+
+type gemmTier struct{ b *Backend }
+
+func (gemmTier) Name() string { return "gemm" }
+
+// colBudget bounds the im2col buffer.
+const colBudget = 256 << 20
+
+func gemmChunk(k convchain.Key, es int) (K, P, pc int) {
+	K = k.W[1] * k.W[2] * k.W[3] * k.W[4]
+	P = 1
+	for i := 0; i < 3; i++ {
+		P *= (k.X[2+i]+2*k.Padding[i]-k.W[2+i])/max(k.Stride[i], 1) + 1
+	}
+	pc = max(1, min(P, colBudget/max(K*es, 1)))
+	if pc < P && pc > 256 {
+		pc -= pc % 256
+	}
+	return K, P, pc
+}
+
+func (g gemmTier) Plan(k convchain.Key, _ *convchain.Plan) (*convchain.Plan, error) {
+	if g.b.blas == nil {
+		return nil, errors.New("gpu: no vendor BLAS")
+	}
+	if _, err := convDesc(k); err != nil {
+		return nil, err
+	}
+	dt, _ := tensor.ParseDType(k.DType)
+	K, P, pc := gemmChunk(k, dt.Size())
+	return &convchain.Plan{Algorithm: fmt.Sprintf("im2col (K %d × %d of %d positions) + %s", K, pc, P, g.b.BLAS()),
+		Workspace: int64(K) * int64(pc) * int64(dt.Size())}, nil
+}
+
+func (g gemmTier) Run(_ *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	b := g.b
+	dt := dst.DType()
+	s := fsfx(dt)
+	if s == "" || b.blas == nil {
+		return unsupported("conv3d gemm", dt)
+	}
+	args, err := convArgs(dst, x, w, bias, p)
+	if err != nil {
+		return err
+	}
+	k := convchain.KeyOf("", x, w, bias, p)
+	es := dt.Size()
+	K, P, pc := gemmChunk(k, es)
+	ps, err := b.ptrs(dst, x, w, bias)
+	if err != nil {
+		return err
+	}
+	B, Cout := x.Dim(0), w.Dim(0)
+	beta := float32(0)
+	if bias != nil {
+		// y[b][c][p] = bias[c], then every GEMM adds into it: one rounding.
+		cargs := []int64{int64(dst.Numel()), 3, 0, 0}
+		cargs = append(cargs, fixed([]int{B, Cout, P})...)
+		cargs = append(cargs, fixed([]int{Cout * P, P, 1})...)
+		cargs = append(cargs, fixed([]int{0, 1, 0})...)
+		a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[3]).Struct(i64s(cargs...), 8)
+		if err := b.launch1("elementwise", fmt.Sprintf("copy_b%d", es), int64(dst.Numel()), 256, 1, a); err != nil {
+			return err
+		}
+		beta = 1
+	}
+	col, err := b.alloc.alloc(int64(K) * int64(pc) * int64(es))
+	if err != nil {
+		return err
+	}
+	defer b.alloc.free(col)
+	b.blasMu.Lock()
+	defer b.blasMu.Unlock()
+	for bi := 0; bi < B; bi++ {
+		for p0 := 0; p0 < P; p0 += pc {
+			n := min(pc, P-p0)
+			a := (&hip.Args{}).Ptr(col.ptr).Ptr(ps[1]).Struct(args, 8).I64(int64(bi)).I64(int64(p0)).I64(int64(n))
+			if err := b.launch1("conv", "im2col_"+s, int64(K)*int64(n), 256, 1, a); err != nil {
+				return err
+			}
+			m := rocblas.MatMul{M: Cout, N: n, K: K, A: ps[2], LDA: K, B: col.ptr, LDB: n,
+				C: ps[0] + uintptr((int64(bi)*int64(Cout)*int64(P)+int64(p0))*int64(es)), LDC: P,
+				Batch: 1, In: blasType(dt), Out: blasType(dt), Alpha: 1, Beta: beta}
+			if err := b.blasCall(func() error { return b.blas.MatMul(m) }); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// blasCall runs fn on a thread bound to the device (the caller holds
+// blasMu).
+func (b *Backend) blasCall(fn func() error) error {
+	unbind, err := b.dev.Bind()
+	if err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	defer unbind()
+	if err := fn(); err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	return nil
+}
+
+// ---- naive: the direct kernel ----
+
+type naiveTier struct{ b *Backend }
+
+func (naiveTier) Name() string { return "naive" }
+
+func (naiveTier) Plan(k convchain.Key, _ *convchain.Plan) (*convchain.Plan, error) {
+	if _, err := convDesc(k); err != nil {
+		return nil, err
+	}
+	return &convchain.Plan{Algorithm: "framepack direct conv3d kernel"}, nil
+}
+
+func (t naiveTier) Run(_ *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	return t.b.conv3dNaive(dst, x, w, bias, p)
+}
