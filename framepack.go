@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/model/clip"
 	"github.com/framepack-go/framepack/model/hunyuan"
@@ -44,7 +45,8 @@ type Options struct {
 	// image_encoder (lllyasviel/flux_redux_bfl).
 	Transformer, VAE, TextEncoder, TextEncoder2, Tokenizer, Tokenizer2, ImageEncoder string
 
-	// Device is DeviceAuto (""), DeviceCPU or DeviceGPU.
+	// Device is DeviceAuto (""), DeviceCPU or DeviceGPU: for auto, the GPU
+	// when one opens, else the CPU with a log line saying why.
 	Device string
 	// DType is the compute dtype of every model (F32, BF16 or F16).
 	// Invalid means F32 on the CPU and FramePack's choice on a GPU: bf16
@@ -65,6 +67,13 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// Device choices for Options.Device.
+const (
+	DeviceAuto = device.Auto
+	DeviceCPU  = device.CPU
+	DeviceGPU  = device.GPU
+)
+
 // Part names, the sub-folders of a FramePack model folder.
 const (
 	PartTransformer  = "transformer"
@@ -82,9 +91,10 @@ type Pipeline struct {
 	opts  Options
 	paths map[string]string
 
-	dev  *device
+	dev  *device.Device
 	be   *memory.Backend // the budgeted compute backend every model loads on
 	host tensor.Backend  // host-side work: history pixels, soft append
+	gpu  bool            // be computes on a GPU: GPU dtypes and placement
 
 	llamaTok  *tokenizer.Llama
 	clipTok   *tokenizer.CLIP
@@ -150,31 +160,18 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 		return nil, err
 	}
 
-	if p.dev, err = openDevice(opts.Device, log); err != nil {
+	if p.dev, err = device.Open(device.Options{Choice: opts.Device, VRAMLimit: opts.VRAMLimit, Preserve: opts.Preserve, Log: log}); err != nil {
 		return nil, err
 	}
-	budget, err := p.dev.budget.WithFlags(opts.VRAMLimit, opts.Preserve)
-	if err != nil {
-		p.dev.close()
-		return nil, err
-	}
-	p.be = memory.Budgeted(p.dev.be, budget)
-	p.host = p.dev.be
-	if p.dev.gpu {
-		if p.host, err = hostBackend(); err != nil {
-			p.dev.close()
-			return nil, err
-		}
-	}
+	p.be, p.host, p.gpu = p.dev.Backend, p.dev.CPU, p.dev.IsGPU()
 	if err := p.chooseDTypes(); err != nil {
-		p.dev.close()
+		p.dev.Close()
 		return nil, err
 	}
 	if err := p.measure(); err != nil {
-		p.dev.close()
+		p.dev.Close()
 		return nil, err
 	}
-	log.Info("memory: " + budget.String())
 	log.Info(fmt.Sprintf("model: transformer %s (%s), text encoders %s + %s (%s), image encoder %s (%s), vae %s (%s); prompt template %d tokens",
 		memory.FormatBytes(p.bytes[PartTransformer]), p.dt.transformer,
 		memory.FormatBytes(p.bytes[PartTextEncoder]), memory.FormatBytes(p.bytes[PartTextEncoder2]), p.dt.text,
@@ -189,10 +186,14 @@ func (p *Pipeline) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dev != nil {
-		p.dev.close()
+		p.dev.Close()
 		p.dev = nil
 	}
 }
+
+// Device describes the compute device: "NVIDIA H100 80GB HBM3 (sm_90),
+// GEMM through cuBLAS …" or "CPU (16 threads, GEMM through openblas …)".
+func (p *Pipeline) Device() string { return p.dev.Name }
 
 // Budget is the memory budget in force on the compute device.
 func (p *Pipeline) Budget() memory.Budget { return p.be.Budget() }
@@ -266,7 +267,7 @@ func (p *Pipeline) chooseDTypes() error {
 	dt := p.opts.DType
 	switch dt {
 	case tensor.Invalid:
-		if p.dev.gpu {
+		if p.gpu {
 			p.dt.transformer, p.dt.text, p.dt.image, p.dt.vae = tensor.BF16, tensor.F16, tensor.F16, tensor.F16
 		} else {
 			p.dt.transformer, p.dt.text, p.dt.image, p.dt.vae = tensor.F32, tensor.F32, tensor.F32, tensor.F32

@@ -82,7 +82,7 @@ func (j *job) memory(stage string) {
 func (j *job) placeFor(part string) tensor.Backend {
 	p := j.p
 	need := p.bytes[part] + p.bytes[part]/8 + 256*memory.MiB
-	if p.dev.gpu && need > p.be.Available() {
+	if p.gpu && need > p.be.Available() {
 		p.log.Warn(fmt.Sprintf("memory: %s needs about %s (%s of weights and room to compute), more than the %s free on the device; running it on the CPU",
 			part, memory.FormatBytes(need), memory.FormatBytes(p.bytes[part]), memory.FormatBytes(p.be.Available())), "part", part)
 		return p.host
@@ -107,7 +107,7 @@ func (j *job) run(img *pipeline.RGB) error {
 	p.log.Info(fmt.Sprintf("text: %d prompt tokens encoded in %s", pos.tokens, j.res.TextEncode.Round(time.Millisecond)))
 
 	// The start image, cropped to its bucket.
-	bh, bw, err := NearestBucket(img.H, img.W, req.Resolution)
+	bh, bw, err := pipeline.NearestBucket(img.H, img.W, req.Resolution)
 	if err != nil {
 		return err
 	}
@@ -187,8 +187,9 @@ func (j *job) encodeText() (pos, neg textCond, err error) {
 }
 
 // encodeImage is FramePack's vae_encode: the posterior of the cropped
-// image, sampled (or its mean), times the scaling factor; (1, 16, 1, h, w).
-func (j *job) encodeImage(crop *pipeline.RGB) (*latents, error) {
+// image, sampled (or its mean), times the scaling factor: (1, 16, 1, h, w)
+// f32 on the host.
+func (j *job) encodeImage(crop *pipeline.RGB) (*tensor.Tensor, error) {
 	p := j.p
 	be := j.placeFor(PartVAE)
 	v, err := vae.Load(p.paths[PartVAE], be, vae.Options{DType: p.dt.vae, NoDecoder: true})
@@ -217,13 +218,14 @@ func (j *job) encodeImage(crop *pipeline.RGB) (*latents, error) {
 	if err != nil {
 		return nil, fmt.Errorf("framepack: VAE encode: %w", err)
 	}
-	start := latentsOf(z)
+	start := hostCopy(z)
 	// vae_encode returns the sample times the scaling factor in the VAE's
 	// dtype: round both steps there.
 	round := roundTo(p.dt.vae)
 	sf := v.ScalingFactor()
-	for i, x := range start.data {
-		start.data[i] = round(float32(round(x) * sf))
+	data := start.Float32s()
+	for i, x := range data {
+		data[i] = round(round(x) * sf)
 	}
 	return start, nil
 }
@@ -239,7 +241,7 @@ func (j *job) encodeSigLIP(crop *pipeline.RGB) (*tensor.Tensor, error) {
 	}
 	defer m.Close()
 	j.memory("image encoder loaded (" + memory.FormatBytes(m.Bytes()) + ")")
-	px, err := siglipPixels(crop, m.ImageSize)
+	px, err := pipeline.SigLIPPixels(crop, m.ImageSize)
 	if err != nil {
 		return nil, fmt.Errorf("framepack: image encoder preprocessing: %w", err)
 	}
@@ -250,27 +252,6 @@ func (j *job) encodeSigLIP(crop *pipeline.RGB) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("framepack: image encoder: %w", err)
 	}
 	return out, nil
-}
-
-// siglipPixels is SiglipImageProcessor at the model's image size (384 for
-// flux_redux_bfl, whose exact path is pipeline.SigLIPPixels): torch's
-// antialiased bicubic resize, then (x − 127.5)/127.5.
-func siglipPixels(im *pipeline.RGB, size int) (*tensor.Tensor, error) {
-	if size == pipeline.SigLIPSize {
-		return pipeline.SigLIPPixels(im)
-	}
-	r, err := pipeline.Resize(im, size, size, pipeline.TorchBicubic)
-	if err != nil {
-		return nil, err
-	}
-	n := size * size
-	out := make([]float32, 3*n)
-	for i := 0; i < n; i++ {
-		for c := 0; c < 3; c++ {
-			out[c*n+i] = (float32(r.Pix[3*i+c]) - 127.5) / 127.5
-		}
-	}
-	return tensor.FromFloat32(out, 1, 3, size, size), nil
 }
 
 // hostCopy is t as a host f32 tensor that owns its memory (so it outlives
@@ -301,7 +282,7 @@ func roundTo(dt tensor.DType) func(float32) float32 {
 func (j *job) streamBlocks() bool {
 	p := j.p
 	b := p.be.Budget()
-	return p.dev.gpu && p.bytes[PartTransformer]+b.Preserve > b.Cap
+	return p.gpu && p.bytes[PartTransformer]+b.Preserve > b.Cap
 }
 
 // keepLoaded is whether the transformer (as loaded) and the VAE decoder
@@ -371,13 +352,16 @@ func (j *job) unloadAll() {
 }
 
 // sections is FramePack's section loop (demo_gradio.py worker()).
-func (j *job) sections(start *latents, pos, neg textCond, imageEmb *tensor.Tensor, h, w int) error {
+func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor.Tensor, h, w int) error {
 	p, req := j.p, j.req
 	lws := req.LatentWindowSize
-	n := Sections(req.Seconds, lws)
-	paddings := LatentPaddings(n)
+	plan, err := pipeline.NewPlan(req.Seconds, lws)
+	if err != nil {
+		return fmt.Errorf("framepack: %w", err)
+	}
+	n := plan.Sections
 	p.log.Info(fmt.Sprintf("sections: %d of %d latent frames for %.2f s → %d frames at %d fps; paddings %v",
-		n, lws, req.Seconds, FrameCount(n, lws), FPS, paddings))
+		n, lws, req.Seconds, plan.VideoFrames(), FPS, plan.Paddings))
 
 	d := p.trCfg.TextEmbedDim
 	posE, posM := pos.padded(d)
@@ -401,29 +385,26 @@ func (j *job) sections(start *latents, pos, neg textCond, imageEmb *tensor.Tenso
 	keep := true
 
 	rnd := sampler.NewTorchGenerator(req.Seed)
-	history := zeroLatents(16, 1+2+16, h, w)
-	total := 0
+	history := pipeline.NewHistory(h, w)
 	hs := tensor.NewScope(p.host) // the video so far, on the host
 	defer hs.Close()
 	var pixels *tensor.Tensor
 
-	for i, pad := range paddings {
+	for i := range n {
+		sec := plan.Section(i)
 		section := i + 1
-		last := pad == 0
-		st := SectionStats{Index: section, Padding: pad}
+		st := SectionStats{Index: section, Padding: sec.Padding}
 		if err := j.ctx.Err(); err != nil {
 			return fmt.Errorf("framepack: cancelled before section %d: %w", section, err)
 		}
 
-		idx := IndicesFor(pad, lws)
 		in := &tr.Cond
-		in.LatentIndices = idx.Latent
-		in.CleanLatents = catTime(start, history.slice(0, 1)).tensor()
-		in.CleanLatentIndices = idx.Clean
-		in.CleanLatents2x = history.slice(1, 3).tensor()
-		in.CleanLatent2xIndices = idx.Clean2x
-		in.CleanLatents4x = history.slice(3, 19).tensor()
-		in.CleanLatent4xIndices = idx.Clean4x
+		var err error
+		if in.CleanLatents, in.CleanLatents2x, in.CleanLatents4x, err = history.Context(start); err != nil {
+			return fmt.Errorf("framepack: section %d: %w", section, err)
+		}
+		in.LatentIndices, in.CleanLatentIndices = sec.LatentIndices, sec.CleanIndices
+		in.CleanLatent2xIndices, in.CleanLatent4xIndices = sec.Clean2xIndices, sec.Clean4xIndices
 
 		if err := j.loadTransformer(hostBlocks); err != nil {
 			return err
@@ -438,24 +419,29 @@ func (j *job) sections(start *latents, pos, neg textCond, imageEmb *tensor.Tenso
 		noise := tensor.FromFloat32(rnd.Randn(shape...), shape...)
 
 		t := time.Now()
-		frames := max(0, total*4-3)
+		frames := max(0, history.Generated*4-3)
 		cb := func(s sampler.Step) error {
 			j.progress(Progress{Stage: StageSample, Section: section, Sections: n, Step: s.Index + 1, Steps: s.Steps,
 				Frames: frames, Denoised: s.Denoised})
 			return nil
 		}
 		ss := tensor.NewScope(p.be)
-		var gen *latents
+		var gen *tensor.Tensor
 		var serr error
-		err := tensor.Catch(func() {
+		err = tensor.Catch(func() {
 			var out *tensor.Tensor
 			if out, serr = pipeline.SampleSection(j.ctx, ss, tr, ss.To(noise), opts, cb); serr == nil {
-				gen = latentsOf(hostCopy(out))
+				gen = hostCopy(out)
 			}
 		})
 		ss.Close()
 		if err == nil {
 			err = serr
+		}
+		if err == nil {
+			before := history.Generated
+			err = history.Add(gen, start, sec.Last)
+			st.LatentFrames = history.Generated - before
 		}
 		if err != nil {
 			return fmt.Errorf("framepack: section %d of %d: %w", section, n, err)
@@ -464,12 +450,6 @@ func (j *job) sections(start *latents, pos, neg textCond, imageEmb *tensor.Tenso
 		if req.TeaCache {
 			st.TeaCacheComputed, st.TeaCacheSkipped = j.tr.TeaCacheStats()
 		}
-		if last {
-			gen = catTime(start, gen)
-		}
-		st.LatentFrames = gen.t
-		total += gen.t
-		history = catTime(gen, history)
 
 		if !keep {
 			j.unloadTransformer()
@@ -479,10 +459,10 @@ func (j *job) sections(start *latents, pos, neg textCond, imageEmb *tensor.Tenso
 		}
 		j.progress(Progress{Stage: StageDecode, Section: section, Sections: n, Frames: frames})
 		t = time.Now()
-		var err2 error
-		pixels, st.DecodeTiling, err2 = j.decode(hs, history, total, pixels, last)
-		if err2 != nil {
-			return fmt.Errorf("framepack: section %d of %d: %w", section, n, err2)
+		nz, overlap := plan.DecodeLatents(i)
+		pixels, st.DecodeTiling, err = j.decode(hs, history.Newest(nz), pixels, overlap)
+		if err != nil {
+			return fmt.Errorf("framepack: section %d of %d: %w", section, n, err)
 		}
 		if !keep {
 			j.unloadDecoder()
@@ -495,7 +475,7 @@ func (j *job) sections(start *latents, pos, neg textCond, imageEmb *tensor.Tenso
 			tc = fmt.Sprintf(" (TeaCache: %d computed, %d skipped)", st.TeaCacheComputed, st.TeaCacheSkipped)
 		}
 		p.log.Info(fmt.Sprintf("section %d/%d (padding %d): sampled in %s%s, decoded in %s (%s); %d latent frames, %d video frames",
-			section, n, pad, st.Sample.Round(time.Millisecond), tc, st.Decode.Round(time.Millisecond), st.DecodeTiling, total, st.Frames))
+			section, n, sec.Padding, st.Sample.Round(time.Millisecond), tc, st.Decode.Round(time.Millisecond), st.DecodeTiling, history.Generated, st.Frames))
 	}
 
 	f, err := video.FromPixels(pixels)
@@ -503,33 +483,28 @@ func (j *job) sections(start *latents, pos, neg textCond, imageEmb *tensor.Tenso
 		return fmt.Errorf("framepack: %w", err)
 	}
 	j.res.Frames = f
-	j.res.Latents = history.slice(0, total).tensor()
+	j.res.Latents = history.Newest(0)
 	return nil
 }
 
-// decode is FramePack's per-section decode: the whole history after the
-// first section, then the newest 2·lws (+1 on the last) latents, whose
-// pixels are soft-appended before the video so far with an overlap of
-// lws·4 − 3 frames. Pixels stay unclamped, in the VAE's dtype, on the host.
-func (j *job) decode(hs *tensor.Scope, history *latents, total int, prev *tensor.Tensor, last bool) (*tensor.Tensor, string, error) {
-	p, lws := j.p, j.req.LatentWindowSize
-	nz := total
-	if prev != nil {
-		nz = 2 * lws
-		if last {
-			nz++
-		}
-	}
+// decode is FramePack's per-section decode of z, the newest history
+// latents (all of them after the first section, then the newest 2·lws, +1
+// on the last: pipeline.Plan.DecodeLatents), whose pixels are soft-appended
+// before the video so far with overlap frames. Pixels stay unclamped, in
+// the VAE's dtype, on the host.
+func (j *job) decode(hs *tensor.Scope, z, prev *tensor.Tensor, overlap int) (*tensor.Tensor, string, error) {
+	p := j.p
 	if err := j.loadDecoder(); err != nil {
 		return nil, "", err
 	}
 	// vae_decode: latents / scaling factor (f32), then the VAE's dtype.
-	z := history.slice(0, nz)
-	inv := j.dec.ScalingFactor()
-	for i := range z.data {
-		z.data[i] /= inv
+	// (z is the history's copy.)
+	sf := j.dec.ScalingFactor()
+	zs := z.Float32s()
+	for i := range zs {
+		zs[i] /= sf
 	}
-	shape := []int{1, 16, z.t, z.h, z.w}
+	shape := z.Shape()
 	var opts vae.DecodeOptions
 	if p.opts.VAETiling != nil {
 		opts.Tiling = *p.opts.VAETiling
@@ -549,14 +524,14 @@ func (j *job) decode(hs *tensor.Scope, history *latents, total int, prev *tensor
 	defer ds.Close()
 	var out *tensor.Tensor
 	err := tensor.Catch(func() {
-		cur := j.dec.Decode(ds, z.tensor(), opts) // f32, host, owned by no scope
+		cur := j.dec.Decode(ds, z, opts) // f32, host, owned by no scope
 		cs := hs.Child()
 		defer cs.Close()
 		cur = cs.Cast(cs.To(cur), p.dt.vae)
 		if prev == nil {
 			out = cur
 		} else {
-			out = pipeline.SoftAppend(cs, cur, prev, lws*4-3)
+			out = pipeline.SoftAppend(cs, cur, prev, overlap)
 		}
 		cs.Keep(out)
 	})

@@ -130,14 +130,15 @@ func TestGenerateTiny(t *testing.T) {
 				t.Fatal(err)
 			}
 			lws := req.LatentWindowSize
-			if n := Sections(req.Seconds, lws); n != c.sections || len(res.Sections) != n {
-				t.Fatalf("%d sections run, Sections() = %d, want %d", len(res.Sections), n, c.sections)
+			plan, err := pipeline.NewPlan(req.Seconds, lws)
+			if err != nil || plan.Sections != c.sections || len(res.Sections) != c.sections {
+				t.Fatalf("%d sections run, the plan has %d (%v), want %d", len(res.Sections), plan.Sections, err, c.sections)
 			}
-			wantFrames := FrameCount(c.sections, lws)
+			wantFrames := 4*(lws*c.sections+1) - 3
 			if res.T != wantFrames || res.W != res.Width || res.H != res.Height || len(res.Pix) != res.T*res.H*res.W*3 {
 				t.Errorf("frames %d×%d×%d (%d bytes), want %d frames of the %d×%d bucket", res.T, res.W, res.H, len(res.Pix), wantFrames, res.Width, res.Height)
 			}
-			if bh, bw, _ := NearestBucket(img.H, img.W, 64); res.Width != bw || res.Height != bh {
+			if bh, bw, _ := pipeline.NearestBucket(img.H, img.W, 64); res.Width != bw || res.Height != bh {
 				t.Errorf("bucket %d×%d, want %d×%d", res.Width, res.Height, bw, bh)
 			}
 			if sh := res.Latents.Shape(); sh[2] != lws*c.sections+1 || sh[3] != res.Height/8 || sh[4] != res.Width/8 {
@@ -187,8 +188,8 @@ func TestGenerateTiny(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer fake.Close()
-				fake.dev.gpu = true
-				fake.be = memory.Budgeted(fake.dev.be, memory.Budget{Device: "small", Total: 64 << 20, Cap: 64 << 20, Preserve: 61 << 20})
+				fake.gpu = true
+				fake.be = memory.Budgeted(fake.dev.CPU, memory.Budget{Device: "small", Total: 64 << 20, Cap: 64 << 20, Preserve: 61 << 20})
 				req.Progress = nil
 				streamed, err := fake.Generate(context.Background(), req)
 				if err != nil {
@@ -224,7 +225,7 @@ func TestGenerateTiny(t *testing.T) {
 func checkEnds(t *testing.T, p *Pipeline, req Request, res *Result) {
 	t.Helper()
 	lws := req.LatentWindowSize
-	all := latentsOf(res.Latents)
+	all := res.Latents
 	crop, err := pipeline.ResizeAndCenterCrop(req.RGB, res.Width, res.Height)
 	if err != nil {
 		t.Fatal(err)
@@ -234,7 +235,7 @@ func checkEnds(t *testing.T, p *Pipeline, req Request, res *Result) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(start.data, all.slice(0, 1).data) {
+	if !slices.Equal(start.Float32s(), pipeline.Frames(all, 0, 1).Float32s()) {
 		t.Error("the first latent is not the start latent")
 	}
 	if len(res.Sections) != 2 {
@@ -245,14 +246,15 @@ func checkEnds(t *testing.T, p *Pipeline, req Request, res *Result) {
 		t.Fatal(err)
 	}
 	defer v.Close()
-	z := all.slice(1+lws, 1+2*lws)
-	for i := range z.data {
-		z.data[i] /= v.ScalingFactor()
+	z := pipeline.Frames(all, 1+lws, 1+2*lws)
+	zs := z.Float32s()
+	for i := range zs {
+		zs[i] /= v.ScalingFactor()
 	}
 	s := tensor.NewScope(cpu.New())
 	defer s.Close()
 	var px *tensor.Tensor
-	if err := tensor.Catch(func() { px = v.Decode(s, z.tensor(), vae.DefaultDecode()) }); err != nil {
+	if err := tensor.Catch(func() { px = v.Decode(s, z, vae.DefaultDecode()) }); err != nil {
 		t.Fatal(err)
 	}
 	f, err := video.FromPixels(px)

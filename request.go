@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/pipeline"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/video"
@@ -26,7 +27,7 @@ type Request struct {
 	// so a seed gives the reference's noise.
 	Seed uint64
 	// Seconds is the target length (0 < Seconds ≤ 120); the video has
-	// FrameCount(Sections(Seconds, LatentWindowSize), …) frames.
+	// pipeline.NewPlan(Seconds, LatentWindowSize)'s VideoFrames() frames.
 	Seconds float64
 	// LatentWindowSize is the latent frames per section (1–33; 9).
 	LatentWindowSize int
@@ -38,7 +39,7 @@ type Request struct {
 	// TeaCache skips transformer blocks on steps whose input barely moved.
 	TeaCache bool
 	// Resolution is the bucket resolution (640, FramePack's; smaller for
-	// quick runs, see Buckets).
+	// quick runs, see pipeline.Buckets).
 	Resolution int
 	// PosteriorMean takes the VAE posterior's mean as the start latent
 	// instead of a sample. FramePack samples with PyTorch's unseeded CUDA
@@ -87,11 +88,7 @@ func (p Progress) PreviewRGB() (*pipeline.RGB, error) {
 	if p.Denoised == nil {
 		return nil, fmt.Errorf("no latents to preview at stage %q", p.Stage)
 	}
-	be, err := hostBackend()
-	if err != nil {
-		return nil, err
-	}
-	s := tensor.NewScope(be)
+	s := tensor.NewScope(cpu.New())
 	defer s.Close()
 	var im *pipeline.RGB
 	var perr error
@@ -137,6 +134,15 @@ type Result struct {
 func (r *Result) Dense() *gt.Dense {
 	return gt.New(gt.WithShape(r.T, r.H, r.W, 3), gt.WithBacking(r.Pix))
 }
+
+// FPS is the frame rate FramePack generates and writes at.
+const FPS = pipeline.FPS
+
+// Resolution limits (pipeline.Buckets).
+const (
+	MinResolution = pipeline.MinResolution
+	MaxResolution = pipeline.MaxResolution
+)
 
 // Maximums Generate accepts.
 const (
@@ -189,7 +195,7 @@ func (r *Request) validate() (*pipeline.RGB, error) {
 	case !finite(r.RS) || r.RS < 0 || r.RS > 1:
 		return nil, fmt.Errorf("request: CFG rescale (rs) must be in 0–1, have %v", r.RS)
 	}
-	bh, bw, err := NearestBucket(img.H, img.W, r.Resolution)
+	bh, bw, err := pipeline.NearestBucket(img.H, img.W, r.Resolution)
 	if err != nil {
 		return nil, fmt.Errorf("request: %w", err)
 	}

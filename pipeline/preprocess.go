@@ -14,22 +14,55 @@ var Buckets640 = [][2]int{
 	{640, 608}, {672, 576}, {704, 544}, {768, 512}, {832, 480}, {864, 448}, {960, 416},
 }
 
-// NearestBucket is FramePack's find_nearest_bucket(h, w, 640): the bucket
-// minimising |h·bw − w·bh|, the later one on a tie. It returns (height,
-// width).
-func NearestBucket(h, w int) (int, int) {
-	best := Buckets640[0]
-	bestMetric := int64(math.MaxInt64)
-	for _, b := range Buckets640 {
+// Resolution limits of Buckets: FramePack's 640 and smaller sizes for
+// quick runs; above 1280 the transformer's sequence grows past what the
+// model was trained on.
+const (
+	MinResolution = 64
+	MaxResolution = 1280
+)
+
+// Buckets returns the (height, width) buckets of a resolution. 640 is
+// FramePack's own list (bucket_tools.py has no other); any other resolution
+// scales that list by resolution/640 and rounds each side to a multiple of
+// 32 (at least 32), which keeps the property of the original buckets that
+// both latent sides are multiples of 4.
+func Buckets(resolution int) ([][2]int, error) {
+	if resolution < MinResolution || resolution > MaxResolution {
+		return nil, fmt.Errorf("resolution %d is outside %d–%d", resolution, MinResolution, MaxResolution)
+	}
+	if resolution == 640 {
+		return Buckets640, nil
+	}
+	out := make([][2]int, len(Buckets640))
+	for i, b := range Buckets640 {
+		for j := range b {
+			v := int(math.Round(float64(b[j]*resolution)/640/32)) * 32
+			out[i][j] = max(v, 32)
+		}
+	}
+	return out, nil
+}
+
+// NearestBucket is FramePack's find_nearest_bucket(h, w, resolution) over
+// Buckets(resolution): the bucket minimising |h·bw − w·bh|, the later one
+// on a tie. It returns (height, width).
+func NearestBucket(h, w, resolution int) (bh, bw int, err error) {
+	list, err := Buckets(resolution)
+	if err != nil {
+		return 0, 0, err
+	}
+	best := int64(math.MaxInt64)
+	for _, b := range list {
 		m := int64(h)*int64(b[1]) - int64(w)*int64(b[0])
 		if m < 0 {
 			m = -m
 		}
-		if m <= bestMetric {
-			bestMetric, best = m, b
+		if m <= best {
+			best, bh, bw = m, b[0], b[1]
 		}
 	}
-	return best[0], best[1]
+	return bh, bw, nil
 }
 
 // ResizeAndCenterCrop is FramePack's resize_and_center_crop: scale the image
@@ -74,27 +107,31 @@ func VAEPixels(im *RGB) *tensor.Tensor {
 }
 
 // SigLIPSize is the side of the SigLIP image encoder's input
-// (flux_redux_bfl's feature_extractor).
+// (flux_redux_bfl's feature_extractor and vision config).
 const SigLIPSize = 384
 
-// SigLIPPixels is SiglipImageProcessor as flux_redux_bfl configures it —
-// bicubic resize to 384×384 (no aspect preservation), rescale by 1/255,
-// normalise with mean 0.5 and std 0.5 — as current transformers runs it (the
-// golden reference): torch's antialiased uint8 bicubic, then the rescale and
+// SigLIPPixels is SiglipImageProcessor as flux_redux_bfl configures it, at
+// the encoder's image size (SigLIPSize for flux_redux_bfl) — bicubic resize
+// to size×size (no aspect preservation), rescale by 1/255, normalise with
+// mean 0.5 and std 0.5 — as current transformers runs it (the golden
+// reference): torch's antialiased uint8 bicubic, then the rescale and
 // normalisation fused into (x − 127.5)/127.5 in float32. (transformers 4.x
-// resized with Pillow's BICUBIC instead; the two differ by one level on a few
-// pixels in ten thousand.) Returns float32 (1, 3, 384, 384).
-func SigLIPPixels(im *RGB) (*tensor.Tensor, error) {
-	r, err := Resize(im, SigLIPSize, SigLIPSize, TorchBicubic)
+// resized with Pillow's BICUBIC instead; the two differ by one level on a
+// few pixels in ten thousand.) Returns float32 (1, 3, size, size).
+func SigLIPPixels(im *RGB, size int) (*tensor.Tensor, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("SigLIP image size %d", size)
+	}
+	r, err := Resize(im, size, size, TorchBicubic)
 	if err != nil {
 		return nil, err
 	}
-	n := SigLIPSize * SigLIPSize
+	n := size * size
 	out := make([]float32, 3*n)
 	for i := 0; i < n; i++ {
 		for c := 0; c < 3; c++ {
 			out[c*n+i] = (float32(r.Pix[3*i+c]) - 127.5) / 127.5
 		}
 	}
-	return tensor.FromFloat32(out, 1, 3, SigLIPSize, SigLIPSize), nil
+	return tensor.FromFloat32(out, 1, 3, size, size), nil
 }

@@ -189,11 +189,11 @@ func (hs *History) checkFrames(what string, t *tensor.Tensor) error {
 
 // frames copies history frames [a, b).
 func (hs *History) frames(a, b int) *tensor.Tensor {
-	return sliceT(hs.Latents, a, b)
+	return Frames(hs.Latents, a, b)
 }
 
-// sliceT copies frames [a, b) of a host f32 (B, C, T, H, W) tensor.
-func sliceT(t *tensor.Tensor, a, b int) *tensor.Tensor {
+// Frames copies frames [a, b) of a host f32 (B, C, T, H, W) tensor.
+func Frames(t *tensor.Tensor, a, b int) *tensor.Tensor {
 	s := t.Shape()
 	plane := s[3] * s[4]
 	out := tensor.New(tensor.F32, s[0], s[1], b-a, s[3], s[4])

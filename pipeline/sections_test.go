@@ -16,6 +16,8 @@ func TestPlanSections(t *testing.T) {
 	}{
 		{5, 9, 4, 145}, {60, 9, 50, 1801}, {3, 9, 2, 73}, // 2.5 rounds to even
 		{0.2, 1, 2, 9}, {1, 9, 1, 37}, {0.1, 9, 1, 37}, {120, 9, 100, 3601},
+		{4.2, 9, 4, 145}, // 3.5 rounds half to even
+		{1.34, 2, 5, 41}, // §8.3's tiny loop
 	} {
 		p, err := NewPlan(c.seconds, c.lws)
 		if err != nil {
@@ -36,6 +38,20 @@ func TestPlanSections(t *testing.T) {
 	p, _ = NewPlan(3, 9)
 	if !reflect.DeepEqual(p.Paddings, []int{1, 0}) {
 		t.Errorf("2 sections: paddings %v", p.Paddings)
+	}
+	p, _ = NewPlan(1.34, 2)
+	if !reflect.DeepEqual(p.Paddings, []int{3, 2, 2, 1, 0}) {
+		t.Errorf("5 sections: paddings %v", p.Paddings)
+	}
+	p, _ = NewPlan(1, 9)
+	if !reflect.DeepEqual(p.Paddings, []int{0}) || !p.Section(0).Last {
+		t.Errorf("1 section: paddings %v", p.Paddings)
+	}
+	// §8.1's tiny case: lws 2, padding 1 → 24 indices in all.
+	p, _ = NewPlan(0.5, 2) // round(15/8) = 2 sections: paddings [1, 0]
+	if sec := p.Section(0); sec.Padding != 1 || len(sec.LatentIndices)+2+len(sec.Clean2xIndices)+len(sec.Clean4xIndices)+2 != 24 ||
+		sec.Clean4xIndices[15] != 23 {
+		t.Errorf("lws 2, padding 1: %+v", sec)
 	}
 	for _, bad := range []struct {
 		s   float64
