@@ -51,6 +51,9 @@ type Options struct {
 	// Exhaustive asks searches to benchmark every algorithm (slow; off by
 	// default).
 	Exhaustive bool
+	// NoSearch plans every tier without its registered search (the
+	// library's heuristics alone); an injected hang still runs its child.
+	NoSearch bool
 	// Faults to inject; nil reads FRAMEPACK_FAULTS.
 	Faults *Faults
 	// Log receives skips, choices and the summary (nil: slog.Default()).
@@ -266,7 +269,7 @@ func (c *Chain) plan(i int, k Key) (*Plan, error) {
 	name := t.Name()
 	fault := c.faults.Conv3d[name]
 	var searched *Plan
-	if fault == FaultHang || searchFor(name) != nil {
+	if fault == FaultHang || (!c.opt.NoSearch && searchFor(name) != nil) {
 		req := SearchRequest{Tier: name, Key: k, Exhaustive: c.opt.Exhaustive}
 		if fault == FaultHang {
 			req.Fault = FaultHang
