@@ -1,0 +1,207 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// Fused kernels for the transformer's elementwise work (kernels/fused.hip).
+// They are not part of tensor.Backend: model code finds them by interface
+// and falls back to the op-by-op path, which is also their reference.
+
+// LayerNormModulate computes dst = LayerNorm(x)·(1 + scale) + shift for x
+// and dst (B, L, D) and shift, scale holding B·D values (one row per batch
+// element); the LayerNorm has no affine and f32 statistics.
+func (b *Backend) LayerNormModulate(dst, x, shift, scale *tensor.Tensor, eps float32) error {
+	dt := dst.DType()
+	s := fsfx(dt)
+	if s == "" || x.DType() != dt || shift.DType() != dt || scale.DType() != dt {
+		return unsupported("layer_norm_modulate", dt)
+	}
+	if x.Rank() != 3 || dst.Numel() != x.Numel() {
+		return fmt.Errorf("gpu: layer_norm_modulate of %v into %v", x, dst)
+	}
+	B, L, D := x.Dim(0), x.Dim(1), x.Dim(2)
+	if shift.Numel() != B*D || scale.Numel() != B*D {
+		return fmt.Errorf("gpu: layer_norm_modulate of %v with shift %v, scale %v", x, shift, scale)
+	}
+	if x.Numel() == 0 {
+		return nil
+	}
+	ps, err := b.ptrs(dst, x, shift, scale)
+	if err != nil {
+		return err
+	}
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).I64(int64(L)).I64(int64(D)).F32(eps)
+	return b.rowLaunchIn("fused", "ln_mod_"+s, B*L, a)
+}
+
+// rowLaunchIn runs a one-block-per-row kernel of a module.
+func (b *Backend) rowLaunchIn(mod, name string, nrows int, a *hip.Args) error {
+	if nrows > 1<<31-1 {
+		return fmt.Errorf("gpu: %s: %d rows exceed one launch", name, nrows)
+	}
+	return b.launch(mod, name, hip.Dim3{uint32(nrows)}, hip.Dim3{256}, 0, a)
+}
+
+// GatedAdd computes dst = x + y·gate for x, y, dst (B, L, D) and gate
+// holding B·D values; the product is rounded to the dtype before the sum.
+// dst may be x.
+func (b *Backend) GatedAdd(dst, x, y, gate *tensor.Tensor) error {
+	dt := dst.DType()
+	s := fsfx(dt)
+	if s == "" || x.DType() != dt || y.DType() != dt || gate.DType() != dt {
+		return unsupported("gated_add", dt)
+	}
+	if x.Rank() != 3 || dst.Numel() != x.Numel() || y.Numel() != x.Numel() {
+		return fmt.Errorf("gpu: gated_add of %v and %v into %v", x, y, dst)
+	}
+	B, L, D := x.Dim(0), x.Dim(1), x.Dim(2)
+	if gate.Numel() != B*D {
+		return fmt.Errorf("gpu: gated_add of %v with gate %v", x, gate)
+	}
+	n := int64(x.Numel())
+	if n == 0 {
+		return nil
+	}
+	ps, err := b.ptrs(dst, x, y, gate)
+	if err != nil {
+		return err
+	}
+	e := 16 / dt.Size()
+	vec, per := int32(0), 1
+	if D%e == 0 && aligned(16, ps...) {
+		vec, per = 1, e
+	}
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).I64(n).I64(int64(L) * int64(D)).I64(int64(D)).I32(vec)
+	return b.launch1("fused", "gated_add_"+s, n, 256, per, a)
+}
+
+func aligned(n uintptr, ps ...uintptr) bool {
+	for _, p := range ps {
+		if p%n != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// QKNormRoPE takes the q, k and v columns of src (B, Ls, S), starting at
+// the column offsets cols, and writes them to rows [rowOff, rowOff+Ls) of
+// q, k and v (B, Lj, H, Dh): q and k through RMSNorm over each head with
+// the weights wq and wk (Dh; the normalised value rounded before the
+// weight multiply) and then, when cos is not nil, RoPE on interleaved
+// pairs with cos and sin (R, Lj, Dh) f32, R 1 (shared) or B.
+func (b *Backend) QKNormRoPE(q, k, v, src *tensor.Tensor, rowOff int, cols [3]int, wq, wk, cos, sin *tensor.Tensor, eps float32) error {
+	dt := q.DType()
+	s := fsfx(dt)
+	if s == "" || k.DType() != dt || v.DType() != dt || src.DType() != dt || wq.DType() != dt || wk.DType() != dt {
+		return unsupported("qk_norm_rope", dt)
+	}
+	if q.Rank() != 4 || k.Numel() != q.Numel() || v.Numel() != q.Numel() || src.Rank() != 3 {
+		return fmt.Errorf("gpu: qk_norm_rope of %v into %v", src, q)
+	}
+	B, Lj, H, Dh := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
+	Ls, S := src.Dim(1), src.Dim(2)
+	if src.Dim(0) != B || rowOff < 0 || rowOff+Ls > Lj || Dh%2 != 0 || wq.Numel() != Dh || wk.Numel() != Dh {
+		return fmt.Errorf("gpu: qk_norm_rope of %v at row %d into %v (weights %v, %v)", src, rowOff, q, wq, wk)
+	}
+	for _, c := range cols {
+		if c < 0 || c+H*Dh > S {
+			return fmt.Errorf("gpu: qk_norm_rope: columns %v of %v for %d heads of %d", cols, src, H, Dh)
+		}
+	}
+	cstride := 0
+	if cos != nil {
+		if cos.DType() != tensor.F32 || sin == nil || sin.DType() != tensor.F32 || sin.Numel() != cos.Numel() {
+			return fmt.Errorf("gpu: qk_norm_rope tables %v, %v: want f32 of one shape", cos, sin)
+		}
+		switch cos.Numel() {
+		case Lj * Dh:
+		case B * Lj * Dh:
+			cstride = Lj * Dh
+		default:
+			return fmt.Errorf("gpu: qk_norm_rope tables %v for %d rows of %d", cos, Lj, Dh)
+		}
+	}
+	groups := int64(B) * int64(Ls) * int64(H)
+	if groups == 0 {
+		return nil
+	}
+	ps, err := b.ptrs(q, k, v, src, wq, wk, cos, sin)
+	if err != nil {
+		return err
+	}
+	st := i64s(int64(B), int64(Ls), int64(S), int64(cols[0]), int64(cols[1]), int64(cols[2]), int64(H), int64(Dh),
+		int64(Lj), int64(rowOff), int64(cstride))
+	st = binary.LittleEndian.AppendUint32(st, math.Float32bits(eps))
+	st = binary.LittleEndian.AppendUint32(st, 0)
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Ptr(ps[4]).Ptr(ps[5]).Ptr(ps[6]).Ptr(ps[7]).Struct(st, 8)
+	return b.launch1("fused", "qkv_norm_rope_"+s, groups*32, 256, 1, a)
+}
+
+// ActivateColumns applies op (tensor.OpGELUTanh or tensor.OpSiLU) to
+// columns [srcCol, srcCol+cols) of src and writes them to columns
+// [dstCol, dstCol+cols) of dst; both are matrices of the same number of
+// rows (all axes but the last). dst may be src.
+func (b *Backend) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, src *tensor.Tensor, srcCol, cols int) error {
+	dt := dst.DType()
+	s := fsfx(dt)
+	if s == "" || src.DType() != dt {
+		return unsupported("activate_columns", dt)
+	}
+	var code int32
+	switch op {
+	case tensor.OpGELUTanh:
+		code = 0
+	case tensor.OpSiLU:
+		code = 1
+	default:
+		return fmt.Errorf("gpu: activate_columns %s: %w", op, tensor.ErrUnsupported)
+	}
+	if dst.Rank() == 0 || src.Rank() == 0 {
+		return fmt.Errorf("gpu: activate_columns of %v into %v", src, dst)
+	}
+	ws, xs := dst.Dim(-1), src.Dim(-1)
+	if ws == 0 || xs == 0 {
+		return nil
+	}
+	rows := dst.Numel() / ws
+	if src.Numel()/xs != rows || dstCol < 0 || srcCol < 0 || cols < 0 || dstCol+cols > ws || srcCol+cols > xs {
+		return fmt.Errorf("gpu: activate_columns [%d, +%d) of %v into [%d, …) of %v", srcCol, cols, src, dstCol, dst)
+	}
+	n := int64(rows) * int64(cols)
+	if n == 0 {
+		return nil
+	}
+	ps, err := b.ptrs(dst, src)
+	if err != nil {
+		return err
+	}
+	es := uintptr(dt.Size())
+	py, px := ps[0]+uintptr(dstCol)*es, ps[1]+uintptr(srcCol)*es
+	e := 16 / dt.Size()
+	vec, per := int32(0), 1
+	if cols%e == 0 && ws%e == 0 && xs%e == 0 && aligned(16, py, px) {
+		vec, per = 1, e
+	}
+	a := (&hip.Args{}).Ptr(py).Ptr(px).I64(int64(rows)).I64(int64(cols)).I64(int64(ws)).I64(int64(xs)).I32(code).I32(vec)
+	return b.launch1("fused", "act_rows_"+s, n, 256, per, a)
+}
+
+// View is n bytes of buf from byte offset off, without a copy: the storage
+// of buf, valid while buf is. Never free a view.
+func (b *Backend) View(buf tensor.Buffer, off, n int64) (tensor.Buffer, error) {
+	db, ok := buf.(*Buffer)
+	if !ok {
+		return nil, fmt.Errorf("gpu: view of a %T", buf)
+	}
+	if db.freed || off < 0 || n < 0 || off+n > db.n {
+		return nil, fmt.Errorf("gpu: view of %d bytes at %d of a %d-byte buffer", n, off, db.n)
+	}
+	return &Buffer{ptr: db.ptr + uintptr(off), n: n}, nil
+}

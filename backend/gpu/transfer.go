@@ -1,0 +1,153 @@
+package gpu
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// Weight streaming: page-locked host memory and uploads on a second
+// stream, so that copying the next block's weights overlaps the compute of
+// the current one.
+
+// transfers is the per-backend state of the copy stream and the pinned
+// allocations.
+type transfers struct {
+	mu     sync.Mutex
+	stream hip.Stream
+	pinned map[uintptr]hip.HostMem // by start address
+	err    error
+}
+
+var transferState sync.Map // *Backend → *transfers
+
+func (b *Backend) transfers() *transfers {
+	v, _ := transferState.LoadOrStore(b, &transfers{pinned: map[uintptr]hip.HostMem{}})
+	return v.(*transfers)
+}
+
+// AllocPinned returns n bytes of page-locked host memory as a host buffer;
+// UploadAsync copies out of it without staging. Free it with FreePinned.
+func (b *Backend) AllocPinned(n int64) (*tensor.HostBuffer, error) {
+	if n <= 0 {
+		return tensor.HostBufferOf(nil), nil
+	}
+	h, err := b.dev.HostAlloc(int(n))
+	if err != nil {
+		return nil, fmt.Errorf("gpu: %d MiB of pinned host memory: %w", n>>20, err)
+	}
+	t := b.transfers()
+	t.mu.Lock()
+	t.pinned[uintptr(h.Ptr)] = h
+	t.mu.Unlock()
+	return tensor.HostBufferOf(h.Bytes()), nil
+}
+
+// FreePinned releases memory from AllocPinned after the copies queued from
+// it are done.
+func (b *Backend) FreePinned(hb *tensor.HostBuffer) error {
+	data := hb.Data()
+	if len(data) == 0 {
+		return nil
+	}
+	t := b.transfers()
+	t.mu.Lock()
+	h, ok := t.pinned[uintptr(unsafe.Pointer(&data[0]))]
+	delete(t.pinned, uintptr(unsafe.Pointer(&data[0])))
+	s := t.stream
+	t.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("gpu: FreePinned of memory AllocPinned did not return")
+	}
+	if s != 0 {
+		if err := b.dev.Sync(s); err != nil {
+			return fmt.Errorf("gpu: %w", err)
+		}
+	}
+	return b.dev.HostFree(h)
+}
+
+// isPinned reports whether src lies inside one pinned allocation.
+func (t *transfers) isPinned(src []byte) bool {
+	if len(src) == 0 {
+		return true
+	}
+	p := uintptr(unsafe.Pointer(&src[0]))
+	for start, h := range t.pinned {
+		if p >= start && p+uintptr(len(src)) <= start+uintptr(h.N) {
+			return true
+		}
+	}
+	return false
+}
+
+// UploadAsync queues a copy of src into dst at byte offset off on the
+// backend's copy stream, after the work queued so far on the compute
+// stream (so dst, freshly allocated in stream order, is free to write),
+// and returns wait, which makes the compute stream's later work wait for
+// the copy. src must stay unchanged until the copy is done. Memory not
+// from AllocPinned is uploaded on the compute stream instead (staged; wait
+// then does nothing).
+func (b *Backend) UploadAsync(dst tensor.Buffer, off int64, src []byte) (wait func() error, err error) {
+	db, ok := dst.(*Buffer)
+	if !ok {
+		return nil, fmt.Errorf("gpu: upload into a %T", dst)
+	}
+	if off < 0 || off+int64(len(src)) > db.n {
+		return nil, fmt.Errorf("gpu: upload of %d bytes at %d into %d", len(src), off, db.n)
+	}
+	none := func() error { return nil }
+	if len(src) == 0 {
+		return none, nil
+	}
+	t := b.transfers()
+	t.mu.Lock()
+	pinned := t.isPinned(src)
+	if pinned && t.stream == 0 && t.err == nil {
+		t.stream, t.err = b.dev.NewStream()
+	}
+	cs, serr := t.stream, t.err
+	t.mu.Unlock()
+	if !pinned || serr != nil {
+		return none, b.Upload(dst, off, src)
+	}
+	ready, err := b.dev.NewEvent(false)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: %w", err)
+	}
+	defer b.dev.DestroyEvent(ready)
+	if err := b.dev.Record(ready, b.stream); err != nil {
+		return nil, fmt.Errorf("gpu: %w", err)
+	}
+	if err := b.dev.WaitEvent(cs, ready); err != nil {
+		return nil, fmt.Errorf("gpu: %w", err)
+	}
+	if err := b.dev.CopyH2DAsync(db.ptr+uintptr(off), unsafe.Pointer(&src[0]), len(src), cs); err != nil {
+		return nil, fmt.Errorf("gpu: %w", err)
+	}
+	done, err := b.dev.NewEvent(false)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: %w", err)
+	}
+	if err := b.dev.Record(done, cs); err != nil {
+		b.dev.DestroyEvent(done)
+		return nil, fmt.Errorf("gpu: %w", err)
+	}
+	var once sync.Once
+	return func() error {
+		var werr error
+		once.Do(func() {
+			werr = b.dev.WaitEvent(b.stream, done)
+			// The wait is queued; destroying the event now releases it
+			// once it has completed.
+			b.dev.DestroyEvent(done)
+			if werr != nil {
+				werr = fmt.Errorf("gpu: %w", werr)
+			}
+		})
+		return werr
+	}, nil
+}

@@ -1,0 +1,206 @@
+// Fused elementwise kernels around the transformer's GEMMs: LayerNorm with
+// the adaptive modulation, the gated residual add, the q/k RMSNorm + RoPE
+// that writes q, k and v straight into the joint attention layout, and an
+// activation over column ranges of row-strided matrices. Each rounds its
+// intermediate values to the storage type where the op-by-op reference
+// stores them, so on one device the fused and op-by-op results agree to
+// the last bit or nearly.
+
+#define FZ_BS 256
+
+DI float fz_group_sum(float v) {
+#pragma unroll
+	for (int m = 16; m > 0; m >>= 1)
+		v += shfl_xor(v, m);
+	return v;
+}
+
+// ---- y = LN(x)·(1 + scale[b]) + shift[b] ----
+// x, y (rows, D) with rows of batch b in [b·L, (b+1)·L); shift and scale
+// are (B, D). The LayerNorm output (no affine) is rounded to the storage
+// type, then 1 + scale, the product and the sum each, as the reference
+// computes them op by op.
+
+template <typename T>
+DI void ln_mod_impl(T *R y, const T *R x, const T *R shift, const T *R scale, long long L, long long D, float eps) {
+	__shared__ float sh[FZ_BS];
+	long long row = BIDX;
+	const T *xr = x + row * D;
+	T *yr = y + row * D;
+	long long b = row / L;
+	const T *sc = scale + b * D, *sf = shift + b * D;
+	float s = 0.0f;
+	for (long long j = TID; j < D; j += FZ_BS)
+		s += ld(xr + j);
+	float mean = block_sum<FZ_BS>(s, sh) / (float)D;
+	float q = 0.0f;
+	for (long long j = TID; j < D; j += FZ_BS) {
+		float d = ld(xr + j) - mean;
+		q += d * d;
+	}
+	float rstd = 1.0f / FP_SQRT(block_sum<FZ_BS>(q, sh) / (float)D + eps);
+	for (long long j = TID; j < D; j += FZ_BS) {
+		float n = rnd((ld(xr + j) - mean) * rstd, y);
+		float p = rnd(n * rnd(1.0f + ld(sc + j), y), y);
+		st(yr + j, p + ld(sf + j));
+	}
+}
+
+#define LN_MOD(sfx, T)                                                                                  \
+	KERNEL void ln_mod_##sfx(T *R y, const T *R x, const T *R shift, const T *R scale, long long L,     \
+	                         long long D, float eps) {                                                  \
+		ln_mod_impl<T>(y, x, shift, scale, L, D, eps);                                                  \
+	}
+LN_MOD(f32, float)
+LN_MOD(f16, h16)
+LN_MOD(bf16, b16)
+
+// ---- y = x + g·gate[b] ----
+// x, g, y (B, L, D) contiguous, gate (B, D); n = B·L·D, LD = L·D. The
+// product is rounded before the sum, as op by op. vec: D, the pointers and
+// n allow 16-byte vectors.
+
+template <typename T>
+DI void gated_add_impl(T *R y, const T *R x, const T *R g, const T *R gate, long long n, long long LD, long long D,
+                       int vec) {
+	if (vec) {
+		const int E = 16 / sizeof(T);
+		long long i0 = (BIDX * FZ_BS + TID) * (long long)E;
+		if (i0 >= n)
+			return;
+		const T *gr = gate + (i0 / LD) * D + i0 % D;
+		V16<T> vx = *(const V16<T> *)(x + i0), vg = *(const V16<T> *)(g + i0), vy;
+#pragma unroll
+		for (int e = 0; e < E; e++)
+			st(&vy.v[e], ld(&vx.v[e]) + rnd(ld(&vg.v[e]) * ld(gr + e), y));
+		*(V16<T> *)(y + i0) = vy;
+		return;
+	}
+	long long i = BIDX * FZ_BS + TID;
+	if (i >= n)
+		return;
+	st(y + i, ld(x + i) + rnd(ld(g + i) * ld(gate + (i / LD) * D + i % D), y));
+}
+
+#define GATED_ADD(sfx, T)                                                                                     \
+	KERNEL void gated_add_##sfx(T *R y, const T *R x, const T *R g, const T *R gate, long long n, long long LD, \
+	                            long long D, int vec) {                                                       \
+		gated_add_impl<T>(y, x, g, gate, n, LD, D, vec);                                                      \
+	}
+GATED_ADD(f32, float)
+GATED_ADD(f16, h16)
+GATED_ADD(bf16, b16)
+
+// ---- q, k, v from a projection's rows into the joint attention layout ----
+// src (B, Ls, S): columns [qoff, qoff+H·Dh) are q, likewise k and v. Row r
+// of batch b goes to row rowoff + r of q, k, v (B, Lj, H, Dh). q and k get
+// RMSNorm over each head (x·rsqrt(mean x² + eps), rounded, times the
+// weight, rounded) and, when cos is set, RoPE on interleaved pairs with the
+// tables (R, Lj, Dh) f32 at batch stride cstride (0: shared). 32 lanes per
+// (b, r, head), 8 per block.
+
+struct QKVArgs {
+	long long B, Ls, S, qoff, koff, voff, H, Dh, Lj, rowoff, cstride;
+	float eps;
+	int pad;
+};
+
+template <typename T>
+DI void norm_rope_head(T *R dst, const T *R src, const T *R w, const float *R c, const float *R s, long long Dh,
+                       int lane, float eps) {
+	long long np = Dh / 2;
+	float q = 0.0f;
+	for (long long p = lane; p < np; p += 32) {
+		float a = ld(src + 2 * p), b = ld(src + 2 * p + 1);
+		q += a * a + b * b;
+	}
+	float rs = 1.0f / FP_SQRT(fz_group_sum(q) / (float)Dh + eps);
+	for (long long p = lane; p < np; p += 32) {
+		float a = rnd(rnd(ld(src + 2 * p) * rs, dst) * ld(w + 2 * p), dst);
+		float b = rnd(rnd(ld(src + 2 * p + 1) * rs, dst) * ld(w + 2 * p + 1), dst);
+		if (c) {
+			float ra = a * c[2 * p] - b * s[2 * p];
+			float rb = b * c[2 * p + 1] + a * s[2 * p + 1];
+			a = ra;
+			b = rb;
+		}
+		st(dst + 2 * p, a);
+		st(dst + 2 * p + 1, b);
+	}
+}
+
+template <typename T>
+DI void qkv_impl(T *R qd, T *R kd, T *R vd, const T *R src, const T *R wq, const T *R wk, const float *R cs,
+                 const float *R sn, const QKVArgs &a) {
+	long long g = BIDX * 8 + TID / 32;
+	int lane = TID % 32;
+	if (g >= a.B * a.Ls * a.H)
+		return;
+	long long h = g % a.H, r = (g / a.H) % a.Ls, b = g / (a.H * a.Ls);
+	const T *sr = src + (b * a.Ls + r) * a.S + h * a.Dh;
+	long long jr = a.rowoff + r;
+	long long o = ((b * a.Lj + jr) * a.H + h) * a.Dh;
+	const float *c = 0, *s = 0;
+	if (cs) {
+		c = cs + b * a.cstride + jr * a.Dh;
+		s = sn + b * a.cstride + jr * a.Dh;
+	}
+	norm_rope_head<T>(qd + o, sr + a.qoff, wq, c, s, a.Dh, lane, a.eps);
+	norm_rope_head<T>(kd + o, sr + a.koff, wk, c, s, a.Dh, lane, a.eps);
+	for (long long e = lane; e < a.Dh; e += 32)
+		vd[o + e] = sr[a.voff + e];
+}
+
+#define QKV(sfx, T)                                                                                                  \
+	KERNEL void qkv_norm_rope_##sfx(T *R qd, T *R kd, T *R vd, const T *R src, const T *R wq, const T *R wk,        \
+	                                const float *R cs, const float *R sn, QKVArgs a) {                              \
+		qkv_impl<T>(qd, kd, vd, src, wq, wk, cs, sn, a);                                                             \
+	}
+QKV(f32, float)
+QKV(f16, h16)
+QKV(bf16, b16)
+
+// ---- y[r, yoff + c] = f(x[r, xoff + c]) for c < cols ----
+// Row strides ys and xs in elements; op 0: GELU (tanh approximation), 1:
+// SiLU. vec: cols, strides, offsets and pointers allow 16-byte vectors.
+
+DI float fz_act(int op, float v) {
+	if (op == 0) {
+		float u = 0.79788456080286536f * (v + 0.044715f * v * v * v);
+		return v * fsigmoid(2.0f * u);
+	}
+	return v * fsigmoid(v);
+}
+
+template <typename T>
+DI void act_rows_impl(T *R y, const T *R x, long long rows, long long cols, long long ys, long long xs, int op,
+                      int vec) {
+	if (vec) {
+		const int E = 16 / sizeof(T);
+		long long cv = cols / E;
+		long long i = BIDX * FZ_BS + TID;
+		if (i >= rows * cv)
+			return;
+		long long r = i / cv, c = (i % cv) * E;
+		V16<T> vx = *(const V16<T> *)(x + r * xs + c), vy;
+#pragma unroll
+		for (int e = 0; e < E; e++)
+			st(&vy.v[e], fz_act(op, ld(&vx.v[e])));
+		*(V16<T> *)(y + r * ys + c) = vy;
+		return;
+	}
+	long long i = BIDX * FZ_BS + TID;
+	if (i >= rows * cols)
+		return;
+	long long r = i / cols, c = i % cols;
+	st(y + r * ys + c, fz_act(op, ld(x + r * xs + c)));
+}
+
+#define ACT_ROWS(sfx, T)                                                                                        \
+	KERNEL void act_rows_##sfx(T *y, const T *x, long long rows, long long cols, long long ys, long long xs,     \
+	                           int op, int vec) {                                                               \
+		act_rows_impl<T>(y, x, rows, cols, ys, xs, op, vec);                                                    \
+	}
+ACT_ROWS(f32, float)
+ACT_ROWS(f16, h16)
+ACT_ROWS(bf16, b16)
