@@ -12,6 +12,7 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/backend/gpu"
+	"github.com/framepack-go/framepack/gpuconv"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
@@ -218,11 +219,8 @@ func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 
 // wrapConv puts the conv3d fallback chain between the GPU backend and the
 // budget: budget(conv3d chain(gpu)).
-//
-// GPUCONV: until package gpuconv exists, Conv3d runs on the GPU backend's
-// own kernel; then this becomes gpuconv.Wrap(g, host, gpuconv.Options{…}).
 func wrapConv(g *gpu.Backend, host *cpu.Backend, log *slog.Logger) (tensor.Backend, error) {
-	return g, nil
+	return gpuconv.Wrap(g, host, gpuconv.Options{Log: log})
 }
 
 // Close releases the device. Tensors still allocated on it become invalid.
