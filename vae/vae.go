@@ -64,15 +64,22 @@ func Load(dir string, be tensor.Backend, opts Options) (*VAE, error) {
 // weights (PyTorch's default initialisation: uniform ±1/√fan_in for convs
 // and linears, GroupNorm 1 and 0), for benchmarks and shape tests.
 func RandomWeights(cfg Config, be tensor.Backend, dt tensor.DType, seed uint64) (*VAE, error) {
+	return RandomWeightsWith(cfg, be, Options{DType: dt}, seed)
+}
+
+// RandomWeightsWith is RandomWeights with load options (a half of the
+// model may be left out); each weight's values depend only on the seed and
+// its name.
+func RandomWeightsWith(cfg Config, be tensor.Backend, opts Options, seed uint64) (*VAE, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("vae: config: %w", err)
 	}
-	dt, err := computeDType(dt)
+	dt, err := computeDType(opts.DType)
 	if err != nil {
 		return nil, err
 	}
 	p := &randParams{be: be, dt: dt, seed: seed}
-	v := build(cfg, be, dt, p, Options{})
+	v := build(cfg, be, dt, p, opts)
 	if p.err != nil {
 		v.Close()
 		return nil, fmt.Errorf("vae: %w", p.err)
