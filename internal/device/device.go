@@ -12,10 +12,10 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/backend/gpu"
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/gpuconv"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/memory"
-	"github.com/framepack-go/framepack/tensor"
 )
 
 // Device choices, the --device flag's values.
@@ -35,6 +35,9 @@ type Options struct {
 	// Preserve is --preserve, the memory kept free for activations while
 	// weights stream; "" keeps the default.
 	Preserve string
+	// Conv configures the conv3d chain on a GPU (vendor library, GEMM,
+	// naive kernel, CPU); its Log defaults to Log.
+	Conv gpuconv.Options
 	// Log receives the device line and, for Auto, why the CPU was chosen;
 	// nil means slog.Default().
 	Log *slog.Logger
@@ -47,8 +50,12 @@ type Device struct {
 	Backend *memory.Backend
 	// Budget is the budget in force when the device was opened.
 	Budget memory.Budget
-	// GPU is the GPU backend under Backend; nil on the CPU.
+	// GPU is the GPU backend at the bottom of Backend; nil on the CPU.
 	GPU *gpu.Backend
+	// Conv is the conv3d chain between the GPU backend and the budget,
+	// Backend = budget(Conv(GPU)); Conv.Chain() has the tiers' summary.
+	// Nil on the CPU.
+	Conv *convchain.Backend
 	// CPU is a CPU backend for host-side work; on the CPU it is also the
 	// backend under Backend.
 	CPU *cpu.Backend
@@ -73,9 +80,12 @@ func ParseChoice(s string) (string, error) {
 	return "", fmt.Errorf("--device %q: want auto, cpu or gpu", s)
 }
 
-// checkSizes checks the flags' syntax before a device is opened; whether
+// checkOptions checks the flags' syntax before a device is opened; whether
 // the sizes fit the device is checked against its budget.
-func checkSizes(o Options) error {
+func checkOptions(o Options) error {
+	if _, err := gpuconv.ParseLayout(string(o.Conv.Layout)); err != nil {
+		return err
+	}
 	for _, f := range []struct{ name, v string }{{"--vram-limit", o.VRAMLimit}, {"--preserve", o.Preserve}} {
 		if f.v == "" {
 			continue
@@ -89,12 +99,13 @@ func checkSizes(o Options) error {
 	return nil
 }
 
-// budgetError is a budget the flags make invalid on the opened device:
-// reported as it is, never a reason to fall back to the CPU.
-type budgetError struct{ err error }
+// configError is an option that is invalid on the opened device (a budget
+// the flags make impossible, conv3d options): reported as it is, never a
+// reason to fall back to the CPU.
+type configError struct{ err error }
 
-func (e *budgetError) Error() string { return e.err.Error() }
-func (e *budgetError) Unwrap() error { return e.err }
+func (e *configError) Error() string { return e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
 
 // Open opens the device o chooses. For Auto, a GPU that does not open
 // (none present, no runtime, no memory free) leaves the CPU, with a log line
@@ -108,7 +119,7 @@ func Open(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSizes(o); err != nil {
+	if err := checkOptions(o); err != nil {
 		return nil, err
 	}
 	host, err := cpu.NewWithOptions(cpu.Options{})
@@ -122,7 +133,7 @@ func Open(o Options) (*Device, error) {
 			log.Info("memory: " + d.Budget.String())
 			return d, nil
 		}
-		var be *budgetError
+		var be *configError
 		if errors.As(err, &be) {
 			return nil, err
 		}
@@ -192,7 +203,7 @@ func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 	}
 	if b, err = b.WithFlags(o.VRAMLimit, o.Preserve); err != nil {
 		hd.Close()
-		return nil, &budgetError{err}
+		return nil, &configError{err}
 	}
 	g, err := gpu.New(gpu.Options{Limit: b.Cap, Log: log})
 	if err != nil {
@@ -203,24 +214,23 @@ func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 		g.Close()
 		hd.Close()
 	}
-	inner, err := wrapConv(g, host, log)
+	co := o.Conv
+	if co.Log == nil {
+		co.Log = log
+	}
+	conv, err := gpuconv.New(g, host, co)
 	if err != nil {
 		closeGPU()
-		return nil, fmt.Errorf("conv3d on %s: %w", hd.Name, err)
+		return nil, &configError{fmt.Errorf("conv3d on %s: %w", hd.Name, err)}
 	}
 	return &Device{
-		Backend: memory.Budgeted(inner, b),
+		Backend: memory.Budgeted(conv, b),
 		Budget:  b,
 		GPU:     g,
+		Conv:    conv,
 		CPU:     host,
 		Name:    fmt.Sprintf("%s (%s), GEMM through %s", hd.Name, hd.Arch, g.BLAS()),
 	}, nil
-}
-
-// wrapConv puts the conv3d fallback chain between the GPU backend and the
-// budget: budget(conv3d chain(gpu)).
-func wrapConv(g *gpu.Backend, host *cpu.Backend, log *slog.Logger) (tensor.Backend, error) {
-	return gpuconv.Wrap(g, host, gpuconv.Options{Log: log})
 }
 
 // Close releases the device. Tensors still allocated on it become invalid.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/framepack-go/framepack/gpuconv"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
@@ -38,8 +39,10 @@ func TestBadFlags(t *testing.T) {
 		{Options{Choice: "cpu", VRAMLimit: "1000T"}, "is more than"},
 		// A bad flag fails before any device opens, also for "gpu".
 		{Options{Choice: "gpu", VRAMLimit: "lots"}, "--vram-limit"},
+		{Options{Choice: "gpu", Conv: gpuconv.Options{Layout: "nhwc"}}, "conv3d layout"},
 	} {
-		d, err := Open(Options{Choice: c.o.Choice, VRAMLimit: c.o.VRAMLimit, Preserve: c.o.Preserve, Log: quiet()})
+		c.o.Log = quiet()
+		d, err := Open(c.o)
 		if err == nil {
 			d.Close()
 			t.Errorf("%+v: no error", c.o)
@@ -132,6 +135,11 @@ func TestAuto(t *testing.T) {
 	}
 	if s := d.GPU.Stats(); s.Limit != d.Budget.Cap {
 		t.Errorf("GPU backend's cap %d, want the budget's %d", s.Limit, d.Budget.Cap)
+	}
+	if d.Conv == nil || gpuconv.ChainOf(d.Backend) != d.Conv.Chain() {
+		t.Error("no conv3d chain between the budget and the GPU backend")
+	} else {
+		t.Logf("conv3d tiers %v", d.Conv.Chain().Tiers())
 	}
 	tensor.Release(x)
 }
