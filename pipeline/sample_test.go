@@ -5,8 +5,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/model/hunyuan"
 	"github.com/framepack-go/framepack/sampler"
 	"github.com/framepack-go/framepack/tensor"
@@ -49,7 +49,7 @@ func TestGoldenSampler(t *testing.T) {
 			c.Param("model_calls", &p.modelCalls)
 			c.Param("transformer_block_calls", &p.blockCalls)
 
-			m, err := hunyuan.Load(c.ModelDir, cpu.New(), hunyuan.Options{})
+			m, err := hunyuan.Load(c.ModelDir, testdevice.Backend(t), hunyuan.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +92,7 @@ func TestGoldenSampler(t *testing.T) {
 			// Count model calls through a wrapper around the same transformer.
 			cm := &countingModel{Transformer: tr}
 			tr.Model.InitTeaCache(o.TeaCache, o.Steps, p.thresh)
-			out, err := sampler.Sample(context.Background(), s, cm, noise, o.Config, nil)
+			out, err := sampler.Sample(context.Background(), s, cm, s.To(noise), o.Config, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,7 +110,7 @@ func TestGoldenSampler(t *testing.T) {
 			}
 
 			// SampleSection (the pipeline's entry) gives the same result.
-			out2, err := SampleSection(context.Background(), s, tr, noise, o, nil)
+			out2, err := SampleSection(context.Background(), s, tr, s.To(noise), o, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -21,24 +21,31 @@ func RandomModel(cfg Config, be tensor.Backend, opts Options, seed uint64) (*Mod
 	if err != nil {
 		return nil, err
 	}
-	ps, host := m.allParams()
-	for i, p := range ps {
+	for _, p := range m.globalParams() {
 		dt := m.dt
 		if p.f32 {
 			dt = tensor.F32
 		}
 		h := tensor.New(dt, p.shape...)
 		fillRandom(h, p, seed)
-		if host[i] {
-			*p.t = h
-			continue
-		}
 		t, err := upload(be, h)
 		if err != nil {
 			m.Close()
 			return nil, err
 		}
 		*p.t = t
+	}
+	err = m.makeBlocks(func(_ int, p param, dst []byte) error {
+		h, err := tensor.FromBytes(m.dt, dst, p.shape...)
+		if err != nil {
+			return err
+		}
+		fillRandom(h, p, seed)
+		return nil
+	})
+	if err != nil {
+		m.Close()
+		return nil, err
 	}
 	return m, nil
 }

@@ -10,29 +10,18 @@ const normEps = 1e-6
 type joint struct {
 	heads int
 	// cos and sin are the RoPE tables of the joint sequence [image | text],
-	// (L, head_dim) f32, with identity rows for the text tokens. One pair
-	// when every batch element has the same indices, else one per element.
-	cos, sin []*tensor.Tensor
+	// (R, L, head_dim) f32 with identity rows for the text tokens; R is 1
+	// when every batch element has the same indices, else B.
+	cos, sin *tensor.Tensor
 	// keyMask (B, L) is nil for batch 1, where the text is cropped to its
 	// valid tokens; otherwise it hides each element's text padding.
 	keyMask *tensor.Tensor
 }
 
-// heads reshapes (B, L, inner) to (B, L, heads, head_dim).
-func (j *joint) split(x *tensor.Tensor) *tensor.Tensor {
-	return x.Reshape(x.Dim(0), x.Dim(1), j.heads, -1)
-}
-
-// rope rotates q or k (B, L, H, D) of the joint sequence.
-func (j *joint) rope(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
-	if len(j.cos) == 1 {
-		return s.RoPE(x, j.cos[0], j.sin[0])
-	}
-	parts := make([]*tensor.Tensor, x.Dim(0))
-	for b := range parts {
-		parts[b] = s.RoPE(s.Slice(x, 0, b, b+1), j.cos[b], j.sin[b])
-	}
-	return s.Concat(0, parts...)
+// empty allocates q, k or v of the joint sequence: (B, L, heads, head_dim)
+// for a model width of inner.
+func (j *joint) empty(s *tensor.Scope, dt tensor.DType, b, l, inner int) *tensor.Tensor {
+	return s.Empty(dt, b, l, j.heads, inner/j.heads)
 }
 
 // attend is scaled-dot-product attention over the joint sequence, returning
@@ -55,14 +44,6 @@ func adaChunks(s *tensor.Scope, lin *linear, temb *tensor.Tensor, n int) []*tens
 	return s.Chunk(emb.Reshape(emb.Dim(0), 1, emb.Dim(1)), n, 2)
 }
 
-// adaNormZero is AdaLayerNormZero: LN(x)·(1 + scale_msa) + shift_msa and the
-// rest of [shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp].
-func adaNormZero(s *tensor.Scope, lin *linear, x, temb *tensor.Tensor) (norm, gateMSA, shiftMLP, scaleMLP, gateMLP *tensor.Tensor) {
-	c := adaChunks(s, lin, temb, 6)
-	norm = modulate(s, s.LayerNorm(x, nil, nil, normEps), c[0], c[1])
-	return norm, c[2], c[3], c[4], c[5]
-}
-
 // feedForward is diffusers' FeedForward: net.0.proj, the activation, net.2.
 type feedForward struct{ Proj, Out linear }
 
@@ -72,8 +53,11 @@ func (f *feedForward) params(p params, dim, hidden int) {
 }
 
 // gelu is FeedForward(activation_fn="gelu-approximate").
-func (f *feedForward) gelu(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
-	return f.Out.forward(s, s.GELUTanh(f.Proj.forward(s, x)))
+func (f *feedForward) gelu(s *tensor.Scope, k kernels, x *tensor.Tensor) *tensor.Tensor {
+	h := k.geluInPlace(s, f.Proj.forward(s, x))
+	out := f.Out.forward(s, h)
+	s.Free(h)
+	return out
 }
 
 // silu is FeedForward(activation_fn="linear-silu").
@@ -81,17 +65,16 @@ func (f *feedForward) silu(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 	return f.Out.forward(s, s.SiLU(f.Proj.forward(s, x)))
 }
 
-// doubleAttn is the dual-stream block's Attention with added_kv_proj_dim.
-type doubleAttn struct {
-	ToQ, ToK, ToV, AddQProj, AddKProj, AddVProj, ToOut0, ToAddOut linear
-	NormQ, NormK, NormAddedQ, NormAddedK                          rmsNorm
-}
-
-// doubleBlock is HunyuanVideoTransformerBlock (transformer_blocks.N).
+// doubleBlock is HunyuanVideoTransformerBlock (transformer_blocks.N). The
+// image and text streams each have their q, k and v projections fused into
+// one linear layer (attn.to_q|to_k|to_v and attn.add_q_proj|add_k_proj|
+// add_v_proj, outputs side by side).
 type doubleBlock struct {
-	Norm1, Norm1Context linear // norm1.linear, norm1_context.linear
-	Attn                doubleAttn
-	FF, FFContext       feedForward
+	Norm1, Norm1Context                  linear // norm1.linear, norm1_context.linear
+	QKV, AddQKV                          linear
+	NormQ, NormK, NormAddedQ, NormAddedK rmsNorm
+	ToOut0, ToAddOut                     linear // attn.to_out.0, attn.to_add_out
+	FF, FFContext                        feedForward
 }
 
 func (b *doubleBlock) params(p params, cfg Config) {
@@ -99,110 +82,125 @@ func (b *doubleBlock) params(p params, cfg Config) {
 	b.Norm1.params(p, "norm1.linear", 6*d, d)
 	b.Norm1Context.params(p, "norm1_context.linear", 6*d, d)
 	a := p.sub("attn")
-	for _, l := range []struct {
-		name string
-		l    *linear
-	}{{"to_q", &b.Attn.ToQ}, {"to_k", &b.Attn.ToK}, {"to_v", &b.Attn.ToV},
-		{"add_q_proj", &b.Attn.AddQProj}, {"add_k_proj", &b.Attn.AddKProj}, {"add_v_proj", &b.Attn.AddVProj},
-		{"to_out.0", &b.Attn.ToOut0}, {"to_add_out", &b.Attn.ToAddOut}} {
-		l.l.params(a, l.name, d, d)
-	}
-	b.Attn.NormQ.params(a, "norm_q", hd)
-	b.Attn.NormK.params(a, "norm_k", hd)
-	b.Attn.NormAddedQ.params(a, "norm_added_q", hd)
-	b.Attn.NormAddedK.params(a, "norm_added_k", hd)
+	b.QKV.catParams(a, "to_qkv", []string{"to_q", "to_k", "to_v"}, []int{d, d, d}, d)
+	b.AddQKV.catParams(a, "add_qkv_proj", []string{"add_q_proj", "add_k_proj", "add_v_proj"}, []int{d, d, d}, d)
+	b.NormQ.params(a, "norm_q", hd)
+	b.NormK.params(a, "norm_k", hd)
+	b.NormAddedQ.params(a, "norm_added_q", hd)
+	b.NormAddedK.params(a, "norm_added_k", hd)
+	b.ToOut0.params(a, "to_out.0", d, d)
+	b.ToAddOut.params(a, "to_add_out", d, d)
 	b.FF.params(p.sub("ff"), d, cfg.MLPDim())
 	b.FFContext.params(p.sub("ff_context"), d, cfg.MLPDim())
 }
 
 // forward runs the block on the image stream x (B, Lx, inner) and the text
 // stream c (B, Lc, inner).
-func (b *doubleBlock) forward(s *tensor.Scope, x, c, temb *tensor.Tensor, j *joint) (*tensor.Tensor, *tensor.Tensor) {
-	// 1. Input normalization
-	normX, gateMSA, shiftMLP, scaleMLP, gateMLP := adaNormZero(s, &b.Norm1, x, temb)
-	normC, cGateMSA, cShiftMLP, cScaleMLP, cGateMLP := adaNormZero(s, &b.Norm1Context, c, temb)
+func (b *doubleBlock) forward(s *tensor.Scope, k kernels, x, c, temb *tensor.Tensor, j *joint) (*tensor.Tensor, *tensor.Tensor) {
+	// 1. Input normalization (AdaLayerNormZero): [shift_msa, scale_msa,
+	// gate_msa, shift_mlp, scale_mlp, gate_mlp] for each stream.
+	mx := adaChunks(s, &b.Norm1, temb, 6)
+	mc := adaChunks(s, &b.Norm1Context, temb, 6)
+	normX := k.lnModulate(s, x, mx[0], mx[1])
+	normC := k.lnModulate(s, c, mc[0], mc[1])
 
 	// 2. Joint attention
-	attnX, attnC := b.Attn.forward(s, normX, normC, j)
+	attnX, attnC := b.attention(s, k, normX, normC, j)
+	s.Free(normX, normC)
 
 	// 3. Modulation and residual connection
-	x = s.Add(x, s.Mul(attnX, gateMSA))
-	c = s.Add(c, s.Mul(attnC, cGateMSA))
-	normX = modulate(s, s.LayerNorm(x, nil, nil, normEps), shiftMLP, scaleMLP)
-	normC = modulate(s, s.LayerNorm(c, nil, nil, normEps), cShiftMLP, cScaleMLP)
+	x = k.gatedAdd(s, x, attnX, mx[2])
+	c = k.gatedAdd(s, c, attnC, mc[2])
+	s.Free(attnX, attnC)
+	normX = k.lnModulate(s, x, mx[3], mx[4])
+	normC = k.lnModulate(s, c, mc[3], mc[4])
 
 	// 4. Feed-forward
-	x = s.Add(x, s.Mul(gateMLP, b.FF.gelu(s, normX)))
-	c = s.Add(c, s.Mul(cGateMLP, b.FFContext.gelu(s, normC)))
-	return x, c
+	ffX := b.FF.gelu(s, k, normX)
+	s.Free(normX)
+	nx := k.gatedAdd(s, x, ffX, mx[5])
+	s.Free(ffX, x)
+	ffC := b.FFContext.gelu(s, k, normC)
+	nc := k.gatedAdd(s, c, ffC, mc[5])
+	s.Free(normC, ffC, c)
+	return nx, nc
 }
 
-// forward is HunyuanAttnProcessorFlashAttnDouble: image q/k/v with q/k
+// attention is HunyuanAttnProcessorFlashAttnDouble: image q/k/v with q/k
 // RMSNorm and RoPE, text q/k/v through the added projections with their own
-// norms and no RoPE, one attention over [image | text], split back.
-func (a *doubleAttn) forward(s *tensor.Scope, x, c *tensor.Tensor, j *joint) (*tensor.Tensor, *tensor.Tensor) {
-	q := a.NormQ.forward(s, j.split(a.ToQ.forward(s, x)))
-	k := a.NormK.forward(s, j.split(a.ToK.forward(s, x)))
-	v := j.split(a.ToV.forward(s, x))
+// norms and no RoPE, one attention over [image | text], split back and
+// projected out.
+func (b *doubleBlock) attention(s *tensor.Scope, k kernels, x, c *tensor.Tensor, j *joint) (*tensor.Tensor, *tensor.Tensor) {
+	bs, lx, lc, d := x.Dim(0), x.Dim(1), c.Dim(1), x.Dim(2)
+	l := lx + lc
+	q, kk, v := j.empty(s, x.DType(), bs, l, d), j.empty(s, x.DType(), bs, l, d), j.empty(s, x.DType(), bs, l, d)
+	y := b.QKV.forward(s, x)
+	k.qkvInto(s, q, kk, v, y, 0, &b.NormQ, &b.NormK, j.cos, j.sin)
+	s.Free(y)
+	y = b.AddQKV.forward(s, c)
+	k.qkvInto(s, q, kk, v, y, lx, &b.NormAddedQ, &b.NormAddedK, nil, nil)
+	s.Free(y)
 
-	cq := a.NormAddedQ.forward(s, j.split(a.AddQProj.forward(s, c)))
-	ck := a.NormAddedK.forward(s, j.split(a.AddKProj.forward(s, c)))
-	cv := j.split(a.AddVProj.forward(s, c))
-
-	// RoPE after the concatenation: the tables' text rows are the identity.
-	q = j.rope(s, s.Concat(1, q, cq))
-	k = j.rope(s, s.Concat(1, k, ck))
-	v = s.Concat(1, v, cv)
-
-	o := j.attend(s, q, k, v)
-	lx := x.Dim(1)
-	ox, oc := s.Slice(o, 1, 0, lx), s.Slice(o, 1, lx, o.Dim(1))
-	return a.ToOut0.forward(s, ox), a.ToAddOut.forward(s, oc)
+	o := j.attend(s, q, kk, v)
+	s.Free(q, kk, v)
+	ox, oc := rowRange(s, o, 0, lx), rowRange(s, o, lx, l)
+	outX, outC := b.ToOut0.forward(s, ox), b.ToAddOut.forward(s, oc)
+	s.Free(o, ox, oc)
+	return outX, outC
 }
 
 // singleBlock is HunyuanVideoSingleTransformerBlock
-// (single_transformer_blocks.N).
+// (single_transformer_blocks.N). Its q, k, v and MLP input projections are
+// fused into one linear layer (attn.to_q|to_k|to_v|proj_mlp).
 type singleBlock struct {
-	Norm             linear // norm.linear
-	ToQ, ToK, ToV    linear // attn.to_q/k/v
-	NormQ, NormK     rmsNorm
-	ProjMLP, ProjOut linear
+	Norm         linear // norm.linear
+	QKVMLP       linear
+	NormQ, NormK rmsNorm
+	ProjOut      linear
 }
 
 func (b *singleBlock) params(p params, cfg Config) {
 	d, hd, mlp := cfg.Inner(), cfg.AttentionHeadDim, cfg.MLPDim()
 	b.Norm.params(p, "norm.linear", 3*d, d)
+	b.QKVMLP.catParams(p, "qkv_mlp", []string{"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"}, []int{d, d, d, mlp}, d)
 	a := p.sub("attn")
-	b.ToQ.params(a, "to_q", d, d)
-	b.ToK.params(a, "to_k", d, d)
-	b.ToV.params(a, "to_v", d, d)
 	b.NormQ.params(a, "norm_q", hd)
 	b.NormK.params(a, "norm_k", hd)
-	b.ProjMLP.params(p, "proj_mlp", mlp, d)
 	b.ProjOut.params(p, "proj_out", d, d+mlp)
 }
 
-func (b *singleBlock) forward(s *tensor.Scope, x, c, temb *tensor.Tensor, j *joint) (*tensor.Tensor, *tensor.Tensor) {
-	lx := x.Dim(1)
-	h := s.Concat(1, x, c)
-	residual := h
+// forward runs the block on the joint stream h = [image | text] (B, L,
+// inner). The reference concatenates the two streams at the start of each
+// single block and splits them at its end; they stay joined here.
+func (b *singleBlock) forward(s *tensor.Scope, k kernels, h, temb *tensor.Tensor, j *joint) *tensor.Tensor {
+	bs, l, d := h.Dim(0), h.Dim(1), h.Dim(2)
+	mlp := b.QKVMLP.Weight.Dim(0) - 3*d
 
-	// 1. Input normalization (AdaLayerNormZeroSingle)
+	// 1. Input normalization (AdaLayerNormZeroSingle): shift, scale, gate.
 	m := adaChunks(s, &b.Norm, temb, 3)
-	norm, gate := modulate(s, s.LayerNorm(h, nil, nil, normEps), m[0], m[1]), m[2]
-	mlp := s.GELUTanh(b.ProjMLP.forward(s, norm))
+	norm := k.lnModulate(s, h, m[0], m[1])
+	y := b.QKVMLP.forward(s, norm) // [q | k | v | mlp]
+	s.Free(norm)
 
 	// 2. Attention (pre_only: no output projection); RoPE on the image
-	// tokens only, through the identity rows of the text.
-	q := j.rope(s, b.NormQ.forward(s, j.split(b.ToQ.forward(s, norm))))
-	k := j.rope(s, b.NormK.forward(s, j.split(b.ToK.forward(s, norm))))
-	v := j.split(b.ToV.forward(s, norm))
-	attn := j.attend(s, q, k, v)
+	// tokens only, through the identity rows of the text. The MLP's GELU
+	// goes straight into the output projection's input [attn | mlp].
+	q, kk, v := j.empty(s, h.DType(), bs, l, d), j.empty(s, h.DType(), bs, l, d), j.empty(s, h.DType(), bs, l, d)
+	k.qkvInto(s, q, kk, v, y, 0, &b.NormQ, &b.NormK, j.cos, j.sin)
+	cat := s.Empty(h.DType(), bs, l, d+mlp)
+	k.geluInto(s, cat, d, y, 3*d, mlp)
+	s.Free(y)
+	o := j.attend(s, q, kk, v)
+	s.Free(q, kk, v)
+	placeColumns(s, cat, 0, o)
+	s.Free(o)
 
 	// 3. Modulation and residual connection
-	h = s.Mul(gate, b.ProjOut.forward(s, s.Concat(2, attn, mlp)))
-	h = s.Add(h, residual)
-	return s.Slice(h, 1, 0, lx), s.Slice(h, 1, lx, h.Dim(1))
+	p := b.ProjOut.forward(s, cat)
+	s.Free(cat)
+	out := k.gatedAdd(s, h, p, m[2])
+	s.Free(p)
+	return out
 }
 
 // refinerBlock is HunyuanVideoIndividualTokenRefinerBlock

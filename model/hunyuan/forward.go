@@ -84,7 +84,7 @@ func (m *Model) Forward(s *tensor.Scope, in *Inputs) *tensor.Tensor {
 
 	// norm_out: AdaLayerNormContinuous, chunked [scale, shift].
 	mod := adaChunks(cs, &m.normOut, temb, 2)
-	img = modulate(cs, cs.LayerNorm(img, nil, nil, normEps), mod[1], mod[0])
+	img = kernelsFor(cs.Backend()).lnModulate(cs, img, mod[1], mod[0])
 	img = cs.Slice(img, 1, img.Dim(1)-originalContextLength, img.Dim(1))
 
 	// high_quality_fp32_output_for_inference: proj_out in f32.
@@ -164,14 +164,15 @@ func (m *Model) processInputHiddenStates(s *tensor.Scope, in *Inputs) (*tensor.T
 }
 
 // ropeTables returns the RoPE tables of the joint sequence on the backend,
-// reusing the last call's when the grids are the same (every step of a
-// section).
-func (m *Model) ropeTables(spec ropeSpec) (cos, sin []*tensor.Tensor) {
+// (rows, L, head_dim) f32, reusing the last call's when the grids are the
+// same (every step of a section).
+func (m *Model) ropeTables(spec ropeSpec) (cos, sin *tensor.Tensor) {
 	key := spec.key()
 	if m.rope.key != key {
-		m.state.Free(m.rope.cos...)
-		m.state.Free(m.rope.sin...)
+		m.state.Free(m.rope.cos, m.rope.sin)
 		m.rope.cos, m.rope.sin = nil, nil
+		var cs, sn []float32
+		l, d := 0, 0
 		for _, row := range spec.rows {
 			grids := make([]*ropeGrid, len(row))
 			for i, st := range row {
@@ -181,9 +182,13 @@ func (m *Model) ropeTables(spec ropeSpec) (cos, sin []*tensor.Tensor) {
 				}
 			}
 			c, s := joinRopeGrids(spec.nText, grids...)
-			m.rope.cos = append(m.rope.cos, m.state.To(c))
-			m.rope.sin = append(m.rope.sin, m.state.To(s))
+			l, d = c.Dim(0), c.Dim(1)
+			cs = append(cs, c.Float32s()...)
+			sn = append(sn, s.Float32s()...)
 		}
+		r := len(spec.rows)
+		m.rope.cos = m.state.To(tensor.FromFloat32(cs, r, l, d))
+		m.rope.sin = m.state.To(tensor.FromFloat32(sn, r, l, d))
 		m.rope.key = key
 	}
 	return m.rope.cos, m.rope.sin
@@ -200,12 +205,17 @@ func (m *Model) runBlocks(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joi
 	}
 	// The modulated input of the first block over the whole image stream.
 	ms := s.Child()
-	mod, _, _, _, _ := adaNormZero(ms, &m.residentDouble(ms, 0).Norm1, img, temb)
+	u := m.acquire(0, false)
+	defer u.release()
+	c := adaChunks(ms, &u.block().(*doubleBlock).Norm1, temb, 6)
+	mod := kernelsFor(ms.Backend()).lnModulate(ms, img, c[0], c[1])
 	ms.Keep(mod)
 	ms.Close()
+	u.release()
 
 	calc := m.tc.step(func() float64 { return relL1(s, mod, m.tc.prevMod, m.dt) })
 	m.tc.keep(m.state, &m.tc.prevMod, mod)
+	s.Free(mod)
 	if !calc {
 		m.tc.skipped++
 		return s.Add(img, m.tc.prevResidual)
@@ -217,52 +227,65 @@ func (m *Model) runBlocks(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joi
 }
 
 // blocksForward runs every block, each in its own scope so its
-// intermediates (and, with HostBlocks, its uploaded weights) are freed as
-// soon as it is done. img itself is left to the caller.
+// intermediates (and the copies of streamed weights) are freed as soon as
+// it is done; the next streamed block's weights are copied while the
+// current block computes. The double blocks run on the two streams, the
+// single blocks on the joined [image | text] stream. img itself is left
+// to the caller.
 func (m *Model) blocksForward(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joint) *tensor.Tensor {
-	x, c := img, txt
-	step := func(run func(bs *tensor.Scope) (*tensor.Tensor, *tensor.Tensor)) {
-		bs := s.Child()
-		nx, nc := run(bs)
-		bs.Keep(nx, nc)
-		bs.Close()
-		if x.Buffer() != img.Buffer() {
-			s.Free(x)
+	k := kernelsFor(s.Backend())
+	var cur, next *use
+	defer func() { cur.release(); next.release() }()
+	x, c, h := img, txt, (*tensor.Tensor)(nil)
+	for i := 0; i < m.numBlocks(); i++ {
+		cur, next = next, nil
+		if cur == nil {
+			cur = m.acquire(i, false)
 		}
-		if c.Buffer() != txt.Buffer() {
+		if i+1 < m.numBlocks() {
+			next = m.acquire(i+1, true)
+		}
+		bs := s.Child()
+		switch b := cur.block().(type) {
+		case *doubleBlock:
+			nx, nc := b.forward(bs, k, x, c, temb, j)
+			bs.Keep(nx, nc)
+			bs.Close()
+			if x != img {
+				s.Free(x)
+			}
+			if c != txt {
+				s.Free(c)
+			}
+			x, c = nx, nc
+		case *singleBlock:
+			if h == nil {
+				h = s.Concat(1, x, c)
+				if x != img {
+					s.Free(x)
+				}
+				if c != txt {
+					s.Free(c)
+				}
+			}
+			nh := b.forward(bs, k, h, temb, j)
+			bs.Keep(nh)
+			bs.Close()
+			s.Free(h)
+			h = nh
+		}
+		cur.release()
+		cur = nil
+	}
+	if h == nil {
+		if c != txt {
 			s.Free(c)
 		}
-		x, c = nx, nc
+		return x
 	}
-	for i := range m.blocks {
-		step(func(bs *tensor.Scope) (*tensor.Tensor, *tensor.Tensor) {
-			return m.residentDouble(bs, i).forward(bs, x, c, temb, j)
-		})
-	}
-	for i := range m.singleBlocks {
-		step(func(bs *tensor.Scope) (*tensor.Tensor, *tensor.Tensor) {
-			return m.residentSingle(bs, i).forward(bs, x, c, temb, j)
-		})
-	}
-	return x
-}
-
-// residentDouble returns block i with its weights usable on s's backend
-// (uploaded into s when they live on the host).
-func (m *Model) residentDouble(s *tensor.Scope, i int) *doubleBlock {
-	b := m.blocks[i]
-	if m.opts.HostBlocks {
-		resident(s, m.doubleParams(&b, i))
-	}
-	return &b
-}
-
-func (m *Model) residentSingle(s *tensor.Scope, i int) *singleBlock {
-	b := m.singleBlocks[i]
-	if m.opts.HostBlocks {
-		resident(s, m.singleParams(&b, i))
-	}
-	return &b
+	out := s.Slice(h, 1, 0, img.Dim(1))
+	s.Free(h)
+	return out
 }
 
 // validTokens is the number of valid text tokens of each batch element.

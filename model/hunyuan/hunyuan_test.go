@@ -4,8 +4,8 @@ import (
 	"math"
 	"testing"
 
-	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/internal/golden"
+		"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -43,7 +43,7 @@ func forward(t testing.TB, m *Model, in *Inputs) *tensor.Tensor {
 
 func loadModel(t testing.TB, dir string, opts Options) *Model {
 	t.Helper()
-	m, err := Load(dir, cpu.New(), opts)
+	m, err := Load(dir, testdevice.Backend(t), opts)
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
@@ -214,7 +214,7 @@ func TestRefinerCropExact(t *testing.T) {
 	in := caseInputs(c)
 	s := tensor.NewScope(m.Backend())
 	defer s.Close()
-	x := in.EncoderHiddenStates
+	x := s.To(in.EncoderHiddenStates)
 	l := x.Dim(1)
 	n := validTokens(in)[0]
 	if n == l {
@@ -231,7 +231,7 @@ func TestRefinerCropExact(t *testing.T) {
 	heads := m.cfg.NumAttentionHeads
 	var full, crop []float32
 	err := tensor.Catch(func() {
-		f := m.contextEmbedder.forward(s, x, in.Timestep, []int{n}, tensor.AttnParams{Mask: tensor.FromFloat32(mask, 1, l, l)}, heads)
+		f := m.contextEmbedder.forward(s, x, in.Timestep, []int{n}, tensor.AttnParams{Mask: s.To(tensor.FromFloat32(mask, 1, l, l))}, heads)
 		full = tensor.Float32s(s.Slice(f, 1, 0, n))
 		crop = tensor.Float32s(m.contextEmbedder.forward(s, s.Slice(x, 1, 0, n), in.Timestep, []int{n}, tensor.AttnParams{}, heads))
 	})

@@ -2,7 +2,6 @@ package hunyuan
 
 import (
 	"fmt"
-	"strconv"
 
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -14,13 +13,24 @@ type Options struct {
 	// means F32. proj_out is always kept in f32 (rounded through DType).
 	DType tensor.DType
 	// HostBlocks keeps the weights of the double and single blocks in host
-	// memory. Each block's weights are copied to the backend right before
-	// the block runs and freed right after, so the backend holds one block's
-	// weights at a time beside the rest of the model (block-wise residency,
-	// the basis for streaming on small devices). On a host-backed backend
-	// (the CPU) nothing is copied.
+	// memory (page-locked when the backend has it) and streams them: each
+	// block's weights are copied to the backend in one transfer before the
+	// block runs and freed after it, the next block's copy overlapping the
+	// current block's compute where the backend can (a second stream) and
+	// the budget has room. The backend then holds at most two blocks'
+	// weights beside the rest of the model, plus KeepBlockBytes. On a
+	// host-backed backend (the CPU) nothing is copied.
 	HostBlocks bool
+	// KeepBlockBytes, under HostBlocks, keeps the first blocks resident on
+	// the backend up to this many bytes of their weights; AutoKeep keeps
+	// what the backend's memory budget (a memory.Backend) allows beside its
+	// preserved amount once the rest of the model is loaded.
+	KeepBlockBytes int64
 }
+
+// AutoKeep as Options.KeepBlockBytes sizes the resident blocks from the
+// backend's budget.
+const AutoKeep = -1
 
 // Model is a loaded packed HunyuanVideo transformer. Forward may be called
 // from one goroutine at a time (TeaCache keeps state between calls).
@@ -39,13 +49,14 @@ type Model struct {
 	imageProjection clipVisionProjection
 	blocks          []doubleBlock // transformer_blocks.N
 	singleBlocks    []singleBlock // single_transformer_blocks.N
+	arenas          []*arena      // the weights of every block, double blocks first
 	normOut         linear        // norm_out.linear
 	projOut         linear        // f32
 
 	tc   teaCache
 	rope struct { // the last call's RoPE tables
 		key      string
-		cos, sin []*tensor.Tensor
+		cos, sin *tensor.Tensor
 	}
 	state *tensor.Scope // owns what is kept between calls (TeaCache, RoPE)
 }
@@ -103,42 +114,6 @@ func (m *Model) globalParams() []param {
 	return list
 }
 
-// doubleParams lists the weights of b as block i.
-func (m *Model) doubleParams(b *doubleBlock, i int) []param {
-	var list []param
-	b.params(newParams(&list).sub("transformer_blocks."+strconv.Itoa(i)), m.cfg)
-	return list
-}
-
-// singleParams lists the weights of b as single block i.
-func (m *Model) singleParams(b *singleBlock, i int) []param {
-	var list []param
-	b.params(newParams(&list).sub("single_transformer_blocks."+strconv.Itoa(i)), m.cfg)
-	return list
-}
-
-// allParams lists every weight, blocks last, with whether it stays on the
-// host under Options.HostBlocks.
-func (m *Model) allParams() (ps []param, host []bool) {
-	ps = m.globalParams()
-	host = make([]bool, len(ps))
-	for i := range m.blocks {
-		bp := m.doubleParams(&m.blocks[i], i)
-		ps = append(ps, bp...)
-		for range bp {
-			host = append(host, m.opts.HostBlocks)
-		}
-	}
-	for i := range m.singleBlocks {
-		bp := m.singleParams(&m.singleBlocks[i], i)
-		ps = append(ps, bp...)
-		for range bp {
-			host = append(host, m.opts.HostBlocks)
-		}
-	}
-	return ps, host
-}
-
 // Load reads a HunyuanVideoTransformer3DModelPacked folder (config.json and
 // safetensors, one file or sharded with an index) onto be. A missing or
 // misshapen weight fails with an error naming the file, the tensor and the
@@ -157,23 +132,46 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hunyuan: %s: %w", dir, err)
 	}
-	ps, host := m.allParams()
-	for i, p := range ps {
-		t, err := m.loadParam(ck, dir, p, host[i])
+	for _, p := range m.globalParams() {
+		t, err := m.loadGlobal(ck, dir, p)
 		if err != nil {
 			m.Close()
 			return nil, err
 		}
 		*p.t = t
 	}
+	err = m.makeBlocks(func(_ int, p param, dst []byte) error {
+		off := 0
+		for _, src := range p.sources() {
+			h, err := ck.Host(src.name)
+			if err != nil {
+				return err
+			}
+			if want := p.sourceShape(src); !equalShape(h.Shape(), want) {
+				return fmt.Errorf("hunyuan: %s: tensor %q has shape %v, want %v", dir, src.name, h.Shape(), want)
+			}
+			n := h.Numel() * m.dt.Size()
+			if err := convertInto(dst[off:off+n], m.dt, h, tensor.Invalid); err != nil {
+				return fmt.Errorf("hunyuan: %s: tensor %q %v", dir, src.name, err)
+			}
+			off += n
+		}
+		return nil
+	})
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
 	return m, nil
 }
 
-func (m *Model) loadParam(ck *weights.Checkpoint, dir string, p param, host bool) (*tensor.Tensor, error) {
-	if !host && !p.f32 {
+// loadGlobal loads a weight outside the blocks onto the backend.
+func (m *Model) loadGlobal(ck *weights.Checkpoint, dir string, p param) (*tensor.Tensor, error) {
+	if !p.f32 {
 		return ck.Load(m.be, p.name, m.dt, p.shape...)
 	}
-	// Converted on the host: weights kept there, and proj_out's f32 copy.
+	// proj_out: f32 holding the values the compute dtype rounds to,
+	// converted on the host.
 	src, err := ck.Host(p.name)
 	if err != nil {
 		return nil, err
@@ -181,16 +179,9 @@ func (m *Model) loadParam(ck *weights.Checkpoint, dir string, p param, host bool
 	if !equalShape(src.Shape(), p.shape) {
 		return nil, fmt.Errorf("hunyuan: %s: tensor %q has shape %v, want %v", dir, p.name, src.Shape(), p.shape)
 	}
-	dt, through := m.dt, tensor.Invalid
-	if p.f32 {
-		dt, through = tensor.F32, m.dt
-	}
-	t, err := convertHost(src, dt, through)
+	t, err := convertHost(src, tensor.F32, m.dt)
 	if err != nil {
 		return nil, fmt.Errorf("hunyuan: %s: tensor %q %v", dir, p.name, err)
-	}
-	if host {
-		return t, nil
 	}
 	return upload(m.be, t)
 }
@@ -211,11 +202,16 @@ func upload(be tensor.Backend, h *tensor.Tensor) (*tensor.Tensor, error) {
 
 // Close frees every weight and the TeaCache state.
 func (m *Model) Close() {
-	ps, _ := m.allParams()
-	for _, p := range ps {
+	for _, p := range m.globalParams() {
 		tensor.Release(*p.t)
 		*p.t = nil
 	}
+	for _, a := range m.arenas {
+		if a != nil {
+			a.free()
+		}
+	}
+	m.arenas = nil
 	m.tc = teaCache{}
 	m.rope.key, m.rope.cos, m.rope.sin = "", nil, nil
 	if m.state != nil {
@@ -226,17 +222,32 @@ func (m *Model) Close() {
 
 // WeightBytes is the storage of the weights on the backend and on the host.
 func (m *Model) WeightBytes() (backend, host int64) {
-	ps, _ := m.allParams()
-	for _, p := range ps {
+	for _, p := range m.globalParams() {
 		if t := *p.t; t != nil {
-			if t.Backend() == nil {
-				host += t.Bytes()
-			} else {
-				backend += t.Bytes()
-			}
+			backend += t.Bytes()
+		}
+	}
+	for _, a := range m.arenas {
+		if a.dev != nil {
+			backend += a.size
+		}
+		if a.host != nil {
+			host += a.size
 		}
 	}
 	return backend, host
+}
+
+// StreamedBlocks is the number of blocks whose weights stream from host
+// memory (the others are resident).
+func (m *Model) StreamedBlocks() int {
+	n := 0
+	for _, a := range m.arenas {
+		if a.dev == nil && a.host != nil {
+			n++
+		}
+	}
+	return n
 }
 
 func equalShape(a, b []int) bool {

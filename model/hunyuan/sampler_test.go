@@ -71,7 +71,7 @@ func TestGoldenSampler(t *testing.T) {
 			}
 			s := tensor.NewScope(m.Backend())
 			defer s.Close()
-			out, err := sampler.UniPC(context.Background(), s, d, c.Tensor("noise"), c.Tensor("sigmas").Float32s(), nil)
+			out, err := sampler.UniPC(context.Background(), s, d, s.To(c.Tensor("noise")), c.Tensor("sigmas").Float32s(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,105 @@
+// Package testdevice picks the backend that tests run on, so that one test
+// binary checks the CPU, the GPU or a simulated device: the CPU by default;
+// the GPU when FRAMEPACK_TEST_DEVICE=gpu (a test skips, saying why, when
+// none opens); "fake": the CPU's kernels behind a backend that is not host
+// backed, so tests exercise the uploads, downloads, buffer views and
+// streamed weights that a device needs.
+package testdevice
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/backend/gpu"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// Env names the environment variable that chooses the device: "" or
+// "cpu", "gpu", "fake".
+const Env = "FRAMEPACK_TEST_DEVICE"
+
+// Name is the chosen device.
+func Name() string {
+	switch v := os.Getenv(Env); v {
+	case "", "cpu":
+		return "cpu"
+	default:
+		return v
+	}
+}
+
+var gpuOnce struct {
+	sync.Once
+	be  *gpu.Backend
+	err error
+}
+
+// GPU is the process's GPU backend (opened once, never closed), or why
+// none opened.
+func GPU() (*gpu.Backend, error) {
+	gpuOnce.Do(func() {
+		gpuOnce.be, gpuOnce.err = gpu.New(gpu.Options{})
+	})
+	return gpuOnce.be, gpuOnce.err
+}
+
+// Backend returns the chosen device's backend; for "gpu" without a GPU it
+// skips the test with the reason.
+func Backend(t testing.TB) tensor.Backend {
+	t.Helper()
+	switch n := Name(); n {
+	case "cpu":
+		return cpu.New()
+	case "fake":
+		return NewFake()
+	case "gpu":
+		be, err := GPU()
+		if err != nil {
+			t.Skipf("%s=gpu: no GPU: %v", Env, err)
+		}
+		return be
+	default:
+		t.Fatalf("%s=%q: want cpu, gpu or fake", Env, n)
+		return nil
+	}
+}
+
+// Fake is the CPU backend presented as a device: its buffers are not
+// usable as host tensors (Scope.To uploads and ToHost downloads), it makes
+// views of buffers and has "pinned" memory with uploads that complete at
+// once.
+type Fake struct{ *cpu.Backend }
+
+// NewFake returns a simulated device.
+func NewFake() *Fake { return &Fake{cpu.New()} }
+
+func (f *Fake) Name() string { return "fake-device" }
+
+// HostBacked is false: host tensors must be uploaded.
+func (f *Fake) HostBacked() bool { return false }
+
+// View is n bytes of buf at off.
+func (f *Fake) View(buf tensor.Buffer, off, n int64) (tensor.Buffer, error) {
+	hb, ok := buf.(*tensor.HostBuffer)
+	if !ok || off < 0 || n < 0 || off+n > hb.Bytes() {
+		return nil, fmt.Errorf("fake: view of %d bytes at %d of %v", n, off, buf)
+	}
+	return tensor.HostBufferOf(hb.Data()[off : off+n]), nil
+}
+
+// AllocPinned is plain host memory.
+func (f *Fake) AllocPinned(n int64) (*tensor.HostBuffer, error) { return tensor.NewHostBuffer(n), nil }
+
+// FreePinned does nothing.
+func (f *Fake) FreePinned(*tensor.HostBuffer) error { return nil }
+
+// UploadAsync copies at once.
+func (f *Fake) UploadAsync(dst tensor.Buffer, off int64, src []byte) (func() error, error) {
+	if err := f.Upload(dst, off, src); err != nil {
+		return nil, err
+	}
+	return func() error { return nil }, nil
+}

@@ -1,0 +1,259 @@
+package hunyuan
+
+import (
+	"fmt"
+
+	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// arena holds the weights of one block in one allocation, each weight a
+// view of it at its offset: on the backend when the block is resident; in
+// host memory when it streams (page-locked when the backend has such
+// memory), copied to the backend in one transfer before each use.
+type arena struct {
+	ps    []param // the block's weights, in order; their fields hold the views
+	offs  []int64
+	size  int64
+	dev   *tensor.Tensor     // U8 storage on the backend while resident
+	host  *tensor.HostBuffer // host storage of a streamed block
+	pinIt pinnedUploader     // set when host is pinned memory from it
+}
+
+// arenaAlign keeps every weight 256-byte aligned, as a device allocation.
+const arenaAlign = 256
+
+func newArena(ps []param, dt tensor.DType) *arena {
+	a := &arena{ps: ps, offs: make([]int64, len(ps))}
+	for i, p := range ps {
+		a.offs[i] = a.size
+		n := int64(tensor.Numel(p.shape)) * int64(dt.Size())
+		a.size += (n + arenaAlign - 1) / arenaAlign * arenaAlign
+	}
+	return a
+}
+
+// slice is the bytes of weight i within data.
+func (a *arena) slice(data []byte, i int, dt tensor.DType) []byte {
+	n := int64(tensor.Numel(a.ps[i].shape)) * int64(dt.Size())
+	return data[a.offs[i] : a.offs[i]+n]
+}
+
+// bind points the fields of ps (the params of a copy of the block, in the
+// arena's order) at views of buf on be (be nil: host tensors).
+func (a *arena) bind(ps []param, be tensor.Backend, buf tensor.Buffer, dt tensor.DType) error {
+	for i, p := range ps {
+		n := int64(tensor.Numel(p.shape)) * int64(dt.Size())
+		if be == nil {
+			t, err := tensor.FromBytes(dt, a.slice(buf.(*tensor.HostBuffer).Data(), i, dt), p.shape...)
+			if err != nil {
+				return err
+			}
+			*p.t = t
+			continue
+		}
+		v, ok := viewOf(be, buf, a.offs[i], n)
+		if !ok {
+			return fmt.Errorf("hunyuan: backend %s cannot view part of a buffer: %w", be.Name(), tensor.ErrUnsupported)
+		}
+		*p.t = tensor.Wrap(be, v, dt, p.shape...)
+	}
+	return nil
+}
+
+// free releases the arena's storage; the views become invalid.
+func (a *arena) free() {
+	tensor.Release(a.dev)
+	a.dev = nil
+	if a.host != nil && a.pinIt != nil {
+		a.pinIt.FreePinned(a.host)
+	}
+	a.host, a.pinIt = nil, nil
+	for _, p := range a.ps {
+		*p.t = nil
+	}
+}
+
+// hostBacked reports whether host tensors are usable on be without a copy.
+func hostBacked(be tensor.Backend) bool {
+	hb, ok := be.(tensor.HostBacked)
+	return ok && hb.HostBacked()
+}
+
+// blockParams lists the weights of block i (the double blocks first) as
+// fields of b, a *doubleBlock or *singleBlock.
+func (m *Model) blockParams(i int, b any) []param {
+	var list []param
+	p := newParams(&list)
+	switch b := b.(type) {
+	case *doubleBlock:
+		b.params(p.sub(fmt.Sprintf("transformer_blocks.%d", i)), m.cfg)
+	case *singleBlock:
+		b.params(p.sub(fmt.Sprintf("single_transformer_blocks.%d", i-len(m.blocks))), m.cfg)
+	}
+	return list
+}
+
+// block is block i of the model (the double blocks first).
+func (m *Model) block(i int) any {
+	if i < len(m.blocks) {
+		return &m.blocks[i]
+	}
+	return &m.singleBlocks[i-len(m.blocks)]
+}
+
+func (m *Model) numBlocks() int { return len(m.blocks) + len(m.singleBlocks) }
+
+// makeBlocks lays out every block's weights and fills them with fill
+// (which writes weight j of block i, given as a param, into its bytes).
+// Blocks are resident on the backend, or, under Options.HostBlocks, kept
+// in host memory except a prefix of at most Options.KeepBlockBytes.
+func (m *Model) makeBlocks(fill func(i int, p param, dst []byte) error) error {
+	keep := m.opts.KeepBlockBytes
+	if keep == AutoKeep {
+		keep = m.autoKeep()
+	}
+	pin, pinned := find[pinnedUploader](m.be)
+	var scratch []byte // host bytes of a resident block on a device
+	var kept int64
+	m.arenas = make([]*arena, m.numBlocks())
+	for i := range m.arenas {
+		a := newArena(m.blockParams(i, m.block(i)), m.dt)
+		m.arenas[i] = a
+		fillAll := func(data []byte) error {
+			for j, p := range a.ps {
+				if err := fill(i, p, a.slice(data, j, m.dt)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		resident := !m.opts.HostBlocks || kept+a.size <= keep
+		if !resident {
+			if pinned {
+				hb, err := pin.AllocPinned(a.size)
+				if err != nil {
+					return err
+				}
+				a.host, a.pinIt = hb, pin
+			} else {
+				a.host = tensor.NewHostBuffer(a.size)
+			}
+			if err := fillAll(a.host.Data()); err != nil {
+				return err
+			}
+			if err := a.bind(a.ps, nil, a.host, m.dt); err != nil {
+				return err
+			}
+			continue
+		}
+		kept += a.size
+		dev, err := tensor.Alloc(m.be, tensor.U8, int(a.size))
+		if err != nil {
+			return fmt.Errorf("hunyuan: block %d weights (%d MiB): %w", i, a.size>>20, err)
+		}
+		a.dev = dev
+		if hb, ok := dev.Buffer().(*tensor.HostBuffer); ok && hostBacked(m.be) {
+			if err := fillAll(hb.Data()); err != nil {
+				return err
+			}
+		} else {
+			if int64(len(scratch)) < a.size {
+				scratch = make([]byte, a.size)
+			}
+			if err := fillAll(scratch[:a.size]); err != nil {
+				return err
+			}
+			if err := m.be.Upload(dev.Buffer(), 0, scratch[:a.size]); err != nil {
+				return fmt.Errorf("hunyuan: uploading block %d: %w", i, err)
+			}
+		}
+		if err := a.bind(a.ps, m.be, dev.Buffer(), m.dt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// autoKeep is the room the backend's budget leaves for resident block
+// weights beside its preserved amount, 0 without a budget.
+func (m *Model) autoKeep() int64 {
+	if mb, ok := find[*memory.Backend](m.be); ok {
+		return max(0, mb.Available()-mb.Budget().Preserve)
+	}
+	return 0
+}
+
+// use is one block's weights made usable for one call.
+type use struct {
+	m    *Model
+	i    int
+	dev  *tensor.Tensor // the streamed copy; nil when resident
+	wait func() error
+}
+
+// acquire makes block i's weights usable on the backend: resident weights
+// as they are, streamed ones uploaded (asynchronously when the backend can;
+// wait before use). prefetch: give up, returning nil, when the budget has
+// no room now.
+func (m *Model) acquire(i int, prefetch bool) *use {
+	a := m.arenas[i]
+	u := &use{m: m, i: i}
+	if a.dev != nil || a.host == nil || hostBacked(m.be) {
+		return u
+	}
+	dev, err := tensor.Alloc(m.be, tensor.U8, int(a.size))
+	if err != nil {
+		if prefetch {
+			return nil
+		}
+		must("stream weights", fmt.Errorf("block %d (%d MiB): %w", i, a.size>>20, err))
+	}
+	u.dev = dev
+	if a.pinIt != nil {
+		u.wait, err = a.pinIt.UploadAsync(dev.Buffer(), 0, a.host.Data())
+	} else {
+		err = m.be.Upload(dev.Buffer(), 0, a.host.Data())
+	}
+	if err != nil {
+		tensor.Release(dev)
+		must("stream weights", fmt.Errorf("block %d: %w", i, err))
+	}
+	return u
+}
+
+// block returns a copy of the block with its weights usable on the
+// backend, after the upload (if any) is done.
+func (u *use) block() any {
+	if u.wait != nil {
+		must("stream weights", u.wait())
+		u.wait = nil
+	}
+	m := u.m
+	var b any
+	if u.i < len(m.blocks) {
+		c := m.blocks[u.i]
+		b = &c
+	} else {
+		c := m.singleBlocks[u.i-len(m.blocks)]
+		b = &c
+	}
+	if u.dev != nil {
+		must("stream weights", m.arenas[u.i].bind(m.blockParams(u.i, b), m.be, u.dev.Buffer(), m.dt))
+	}
+	return b
+}
+
+// release ends the use: a streamed copy is freed (after the work queued
+// on it, the backend's frees being stream-ordered).
+func (u *use) release() {
+	if u == nil {
+		return
+	}
+	if u.wait != nil {
+		u.wait() // never free memory a copy may still write
+		u.wait = nil
+	}
+	tensor.Release(u.dev)
+	u.dev = nil
+}
