@@ -5,9 +5,14 @@ package tokenizer
 
 import "strings"
 
-// bpe merges the symbols of one pre-token by rank, lowest first, as GPT-2
-// style BPE does; ranks maps "left right" to its merge priority.
-func bpe(symbols []string, ranks map[string]int) []string {
+// bpe merges the symbols of one pre-token by rank, lowest first; ranks maps
+// "left right" to its merge priority. Two references differ in how they
+// apply a merge when its pair occurs more than once: Python's GPT-2/CLIP
+// code merges every occurrence, left to right, in one step (everyOccurrence);
+// Hugging Face's tokenizers merges only the leftmost one and then looks for
+// the lowest-ranked pair again, which matters when a merge made from the new
+// symbol ranks below the pair just merged.
+func bpe(symbols []string, ranks map[string]int, everyOccurrence bool) []string {
 	for len(symbols) > 1 {
 		best, at := -1, -1
 		for i := 0; i+1 < len(symbols); i++ {
@@ -18,11 +23,10 @@ func bpe(symbols []string, ranks map[string]int) []string {
 		if at < 0 {
 			break
 		}
-		// Merge every occurrence of the best pair, left to right.
 		left, right := symbols[at], symbols[at+1]
-		out := symbols[:0:0]
-		for i := 0; i < len(symbols); {
-			if i+1 < len(symbols) && symbols[i] == left && symbols[i+1] == right {
+		out := append(symbols[:at:at], left+right)
+		for i := at + 2; i < len(symbols); {
+			if everyOccurrence && i+1 < len(symbols) && symbols[i] == left && symbols[i+1] == right {
 				out = append(out, left+right)
 				i += 2
 			} else {

@@ -47,7 +47,8 @@ type hfTokenizer struct {
 	} `json:"model"`
 }
 
-// LoadLlama reads dir/tokenizer.json.
+// LoadLlama reads dir/tokenizer.json, and dir/tokenizer_config.json and
+// dir/special_tokens_map.json where present (see specialsFromConfig).
 func LoadLlama(dir string) (*Llama, error) {
 	path := filepath.Join(dir, "tokenizer.json")
 	raw, err := os.ReadFile(path)
@@ -90,7 +91,91 @@ func LoadLlama(dir string) (*Llama, error) {
 			break
 		}
 	}
+	if err := t.specialsFromConfig(dir); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// llamaConfig is what LlamaTokenizerFast takes from tokenizer_config.json
+// (special_tokens_map.json may name the tokens too, and wins).
+type llamaConfig struct {
+	AddBOS *bool     `json:"add_bos_token"`
+	AddEOS *bool     `json:"add_eos_token"`
+	BOS    tokenName `json:"bos_token"`
+	EOS    tokenName `json:"eos_token"`
+	Pad    tokenName `json:"pad_token"`
+}
+
+// tokenName is a special token as the config files write it: a string or
+// an object with "content".
+type tokenName string
+
+func (n *tokenName) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*n = tokenName(s)
+		return nil
+	}
+	var o struct{ Content string }
+	if err := json.Unmarshal(b, &o); err != nil {
+		return err
+	}
+	*n = tokenName(o.Content)
+	return nil
+}
+
+// specialsFromConfig applies tokenizer_config.json as FramePack's
+// LlamaTokenizerFast does: it replaces the post-processor of tokenizer.json
+// with BOS (add_bos_token, default true) + text + EOS (add_eos_token,
+// default false). Without the file, or without a BOS name, the template of
+// tokenizer.json stands.
+func (t *Llama) specialsFromConfig(dir string) error {
+	var cfg llamaConfig
+	found := false
+	for _, name := range []string{"tokenizer_config.json", "special_tokens_map.json"} {
+		path := filepath.Join(dir, name)
+		raw, err := os.ReadFile(path)
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err == nil {
+			err = json.Unmarshal(raw, &cfg)
+		}
+		if err != nil {
+			return fmt.Errorf("tokenizer: %s: %w", path, err)
+		}
+		found = true
+	}
+	if !found || cfg.BOS == "" {
+		return nil
+	}
+	id := func(name tokenName) (int64, error) {
+		v, ok := t.vocab[string(name)]
+		if !ok {
+			return 0, fmt.Errorf("tokenizer: %s: special token %q of tokenizer_config.json or special_tokens_map.json is not in the vocabulary", dir, name)
+		}
+		return v, nil
+	}
+	t.prefix, t.suffix = nil, nil
+	if cfg.AddBOS == nil || *cfg.AddBOS {
+		bos, err := id(cfg.BOS)
+		if err != nil {
+			return err
+		}
+		t.prefix = []int64{bos}
+	}
+	if cfg.AddEOS != nil && *cfg.AddEOS {
+		eos, err := id(cfg.EOS)
+		if err != nil {
+			return err
+		}
+		t.suffix = []int64{eos}
+	}
+	if pad, ok := t.vocab[string(cfg.Pad)]; ok { // the pipeline never pads, so an unknown one is no error
+		t.PadID = pad
+	}
+	return nil
 }
 
 // parseMerges accepts both encodings of merges: "a b" strings and [a, b] pairs.
@@ -238,7 +323,7 @@ func (t *Llama) word(w string) ([]int64, error) {
 		}
 	}
 	var ids []int64
-	for _, s := range bpe(sym, t.ranks) {
+	for _, s := range bpe(sym, t.ranks, false) {
 		id, ok := t.vocab[s]
 		if !ok {
 			return nil, fmt.Errorf("tokenizer: symbol %q is not in the vocabulary", s)

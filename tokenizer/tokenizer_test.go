@@ -15,11 +15,15 @@ const llamaPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N
 // writeLlama writes a small tokenizer.json: every byte symbol, a few merges,
 // two added tokens and a BOS template.
 func writeLlama(t *testing.T, ignoreMerges bool) string {
+	return writeLlamaMerges(t, ignoreMerges, []string{"h e", "l l", "he ll", "hell o", "Ġ w", "Ġw o", "Ġwo r", "Ġwor l", "Ġworl d", "1 2"})
+}
+
+// writeLlamaMerges is writeLlama with other merges; merge i makes id 256+i.
+func writeLlamaMerges(t *testing.T, ignoreMerges bool, merges []string) string {
 	vocab := map[string]int64{}
 	for b := 0; b < 256; b++ {
 		vocab[string(byteToRune[b])] = int64(b)
 	}
-	merges := []string{"h e", "l l", "he ll", "hell o", "Ġ w", "Ġw o", "Ġwo r", "Ġwor l", "Ġworl d", "1 2"}
 	for i, m := range merges {
 		vocab[strings.ReplaceAll(m, " ", "")] = int64(256 + i)
 	}
@@ -144,5 +148,135 @@ func TestCLIPEncode(t *testing.T) {
 	long, _ := tok.Encode(strings.Repeat("dog ", 100))
 	if len(long) != 77 || long[76] != tok.EOS || long[75] != v("dog</w>") {
 		t.Errorf("truncation keeps BOS … EOS in 77 tokens: %v", long[70:])
+	}
+}
+
+// Hugging Face merges the leftmost lowest-ranked pair one at a time: in
+// "abab" with merges [ab+a, a+b] the first a+b makes "ab", whose merge with
+// the next "a" ranks lower than the second a+b. Python's CLIP merges every
+// occurrence of a pair at once.
+func TestBPEMergeOrder(t *testing.T) {
+	ranks := map[string]int{"ab a": 0, "a b": 1}
+	sym := func() []string { return []string{"a", "b", "a", "b"} }
+	if got := bpe(sym(), ranks, false); !reflect.DeepEqual(got, []string{"aba", "b"}) {
+		t.Errorf("leftmost: %q, want [aba b]", got)
+	}
+	if got := bpe(sym(), ranks, true); !reflect.DeepEqual(got, []string{"ab", "ab"}) {
+		t.Errorf("every occurrence: %q, want [ab ab]", got)
+	}
+	tok, err := LoadLlama(writeLlamaMerges(t, false, []string{"ab a", "a b"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := tok.Encode("abab")
+	if want := []int64{400, 256, 'b'}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Llama \"abab\": %v, want %v", got, want)
+	}
+}
+
+// tokenizer_config.json decides the special tokens, as LlamaTokenizerFast
+// rebuilds the post-processor from it.
+func TestLlamaConfigSpecials(t *testing.T) {
+	dir := writeLlama(t, false)
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	encode := func() ([]int64, error) {
+		tok, err := LoadLlama(dir)
+		if err != nil {
+			return nil, err
+		}
+		return tok.Encode("12")
+	}
+	if got, _ := encode(); !reflect.DeepEqual(got, []int64{400, 265}) {
+		t.Errorf("template of tokenizer.json: %v", got)
+	}
+	write("tokenizer_config.json", `{"bos_token": {"content": "<|begin_of_text|>"}, "eos_token": "<|eot_id|>", "add_eos_token": true}`)
+	if got, _ := encode(); !reflect.DeepEqual(got, []int64{400, 265, 401}) {
+		t.Errorf("add_eos_token: %v, want BOS 12 EOS", got)
+	}
+	write("tokenizer_config.json", `{"bos_token": "<|begin_of_text|>", "add_bos_token": false}`)
+	if got, _ := encode(); !reflect.DeepEqual(got, []int64{265}) {
+		t.Errorf("add_bos_token false: %v", got)
+	}
+	write("tokenizer_config.json", `{"bos_token": "<s>"}`)
+	if _, err := encode(); err == nil || !strings.Contains(err.Error(), "<s>") {
+		t.Errorf("unknown BOS: %v", err)
+	}
+	write("special_tokens_map.json", `{"bos_token": "<|eot_id|>"}`)
+	if got, _ := encode(); !reflect.DeepEqual(got, []int64{401, 265}) {
+		t.Errorf("special_tokens_map.json names the BOS: %v", got)
+	}
+	write("tokenizer_config.json", `{`)
+	if _, err := encode(); err == nil || !strings.Contains(err.Error(), "tokenizer_config.json") {
+		t.Errorf("broken config: %v", err)
+	}
+}
+
+// The slow CLIPTokenizer's cleaning: BERT's control characters (all of
+// category C) dropped before NFC, Python's lower-casing, the special tokens'
+// text, and U+0345, which its regex matches with no class.
+func TestCLIPCleaning(t *testing.T) {
+	tok, err := LoadCLIP(writeCLIP(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	word := func(s string) []int64 {
+		var ids []int64
+		sym := byteLevel(s)
+		sym[len(sym)-1] += "</w>"
+		for _, x := range sym {
+			ids = append(ids, tok.vocab[x])
+		}
+		return ids
+	}
+	cat := func(parts ...[]int64) []int64 {
+		out := []int64{tok.BOS}
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return append(out, tok.EOS)
+	}
+	for _, c := range []struct {
+		in   string
+		want []int64
+	}{
+		{"ΣΑΣ", cat(word("σας"))},
+		{"İ", cat(word("i"), word("\u0307"))},
+		{"x\vy\fz\u0085w\u00adv\u200bu\ufefft\ue000s", cat(word("xyzwvuts"))},
+		{"e\u200b\u0301", cat(word("é"))},
+		{"ε\u0345", cat(word("ε"))},
+		{"x<|startoftext|>y", cat(word("x"), []int64{tok.BOS}, word("y"))},
+		{"'<|endoftext|>", cat(word("'"), []int64{tok.EOS})},
+		{"<|EndOfText|>", cat([]int64{tok.EOS})},
+		{"猫狗", cat(word("猫"), word("狗"))},
+	} {
+		got, err := tok.Encode(c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got[:len(c.want)], c.want) || got[len(c.want)] != tok.PadID {
+			t.Errorf("%q: got %v, want %v", c.in, got[:len(c.want)+1], c.want)
+		}
+	}
+}
+
+// pyLower against Python's str.lower.
+func TestPyLower(t *testing.T) {
+	for in, want := range map[string]string{
+		"ΣΑΣ":       "σας",
+		"ΟΔΥΣΣΕΥΣ.": "οδυσσευς.",
+		"Σ":         "σ",
+		"AΣB":       "aσb",
+		"ΑΣ\u0301":  "ας\u0301",
+		"İstanbul":  "i\u0307stanbul",
+		"ǅemal":     "ǆemal",
+		"STRASSE":   "strasse",
+	} {
+		if got := pyLower(in); got != want {
+			t.Errorf("pyLower(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
