@@ -169,7 +169,7 @@ func (b *ProfiledBackend) Linear(dst, x, w, bias *tensor.Tensor) error {
 	return b.p.time("linear", b.Backend, f, func() error { return b.Backend.Linear(dst, x, w, bias) })
 }
 func (b *ProfiledBackend) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
-	class := fmt.Sprintf("conv3d %d->%d k%d", w.Dim(1), w.Dim(0), w.Dim(2))
+	class := fmt.Sprintf("conv3d %d→%d k%d", w.Dim(1), w.Dim(0), w.Dim(2))
 	if p.Stride != [3]int{1, 1, 1} && p.Stride != [3]int{} {
 		class += fmt.Sprintf(" s%v", p.Stride)
 	}

@@ -50,5 +50,6 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newDoctor())
 	root.AddCommand(newBench())
 	root.AddCommand(newGenerate())
+	root.AddCommand(newVAE())
 	return root
 }

@@ -1,0 +1,380 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/backend/gpu"
+	"github.com/framepack-go/framepack/gpuconv"
+	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/vae"
+	"github.com/framepack-go/framepack/weights"
+)
+
+func init() { benchCommands = append(benchCommands, newBenchVAE) }
+
+type benchVAEFlags struct {
+	vaeDir, latent, dtype, tiling string
+	vramLimit, reference, device  string
+	layout                        string
+	iters                         int
+	seed                          uint64
+	profile                       bool
+}
+
+func newBenchVAE() *cobra.Command {
+	f := &benchVAEFlags{}
+	cmd := &cobra.Command{
+		Use:   "vae",
+		Short: "Time the VAE decode at the released configuration (random weights unless --vae)",
+		Long: `Decode one latent with HunyuanVideo's VAE and print one JSON line per measurement:
+seconds (median of --iters after a warm-up decode), peak device memory (the budget's
+accounting, weights included, and the GPU pool's), the planned activation peak
+(vae.DecodePeak) against the measured one, the tiles, and the conv3d chain's work per tier.
+
+--tiling framewise is diffusers' default decode (frame-wise temporal tiles, no spatial
+tiles), spatial:TILE:STRIDE adds enable_tiling's spatial tiles (spatial:256:192 is its
+default), none decodes in one piece, and auto lets the planner choose from the budget
+(--vram-limit, weights and conv scratch taken off first).
+
+--reference FILE.safetensors (tensors z and sample, as bench/reference/bench_ref.py --save
+writes them) decodes that z instead of a random one and reports the relative L2 error
+against sample; use it with --vae pointing at the same weights.`,
+		Example: `  framepack bench vae --dtype f16 --tiling framewise
+  framepack bench vae --tiling auto --vram-limit 4.2G
+  framepack bench vae --vae /tmp/ref/vae --reference /tmp/ref/decode_framewise.safetensors`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return runBenchVAE(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.vaeDir, "vae", "", "VAE folder (config.json + diffusion_pytorch_model.safetensors); default: random weights at the released config")
+	fl.StringVar(&f.latent, "latent", "1x16x18x68x88", "latent shape BxCxTxHxW (one FramePack section at 544x704)")
+	fl.StringVar(&f.dtype, "dtype", "f16", "compute dtype: f16, bf16 or f32")
+	fl.StringVar(&f.tiling, "tiling", "framewise", "framewise, spatial:TILE:STRIDE, none or auto")
+	fl.StringVar(&f.vramLimit, "vram-limit", "", `device memory budget ("4.2G", "50%"); default: the device's`)
+	fl.StringVar(&f.reference, "reference", "", "safetensors file with z and sample to decode and compare against")
+	fl.StringVar(&f.device, "device", "auto", "auto, gpu or cpu")
+	fl.StringVar(&f.layout, "conv-layout", "auto", "conv3d layout of the vendor library: auto, ndhwc or ncdhw")
+	fl.IntVar(&f.iters, "iters", 3, "timed decodes (after one warm-up)")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random weights and latent")
+	fl.BoolVar(&f.profile, "profile", false, "also time every kernel class (waits for the device after each; slower) and print one line per class")
+	return cmd
+}
+
+func parseShape(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, "x") {
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("shape %q: want positive sizes like 1x16x18x68x88", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseDType(s string) (tensor.DType, error) {
+	switch s {
+	case "f16", "fp16", "float16":
+		return tensor.F16, nil
+	case "bf16", "bfloat16":
+		return tensor.BF16, nil
+	case "f32", "fp32", "float32":
+		return tensor.F32, nil
+	}
+	return 0, fmt.Errorf("--dtype %q: want f16, bf16 or f32", s)
+}
+
+// parseTiling reads framewise, none, spatial:TILE:STRIDE; auto is
+// planned later.
+func parseTiling(s string) (vae.Tiling, bool, error) {
+	switch {
+	case s == "framewise":
+		return vae.DefaultTiling(), false, nil
+	case s == "none":
+		return vae.Tiling{}, false, nil
+	case s == "auto":
+		return vae.Tiling{}, true, nil
+	case strings.HasPrefix(s, "spatial"):
+		tile, stride := 256, 192
+		if parts := strings.Split(s, ":"); len(parts) == 3 {
+			a, err1 := strconv.Atoi(parts[1])
+			b, err2 := strconv.Atoi(parts[2])
+			if err1 != nil || err2 != nil {
+				return vae.Tiling{}, false, fmt.Errorf("--tiling %q: want spatial:TILE:STRIDE in pixels", s)
+			}
+			tile, stride = a, b
+		} else if s != "spatial" {
+			return vae.Tiling{}, false, fmt.Errorf("--tiling %q: want spatial:TILE:STRIDE in pixels", s)
+		}
+		return vae.SpatialTiling(tile, stride), false, nil
+	}
+	return vae.Tiling{}, false, fmt.Errorf("--tiling %q: want framewise, spatial:TILE:STRIDE, none or auto", s)
+}
+
+// benchDevice is the bench's compute backend: budget(profiler(chain(gpu)))
+// or budget(cpu).
+type benchDevice struct {
+	be      *memory.Backend
+	gpu     *gpu.Backend
+	name    string
+	prof    *gpuconv.Profile
+	scratch int64 // conv scratch the planner leaves out of the budget
+	close   func()
+}
+
+func openBenchDevice(f *benchVAEFlags, log *slog.Logger) (*benchDevice, error) {
+	layout, err := gpuconv.ParseLayout(f.layout)
+	if err != nil {
+		return nil, err
+	}
+	var prof *gpuconv.Profile
+	if f.profile {
+		prof = gpuconv.NewProfile()
+	}
+	if f.device != "cpu" {
+		g, err := gpu.New(gpu.Options{Log: log})
+		if err == nil {
+			free, total, _ := g.Device().MemGetInfo()
+			b, err := memory.NewBudget(g.Device().Name, int64(total), int64(free)).WithFlags(f.vramLimit, "")
+			if err != nil {
+				g.Close()
+				return nil, err
+			}
+			chain, err := gpuconv.New(g, cpu.New(), gpuconv.Options{Layout: layout, Profile: prof, Log: log})
+			if err != nil {
+				g.Close()
+				return nil, err
+			}
+			var inner tensor.Backend = chain
+			if prof != nil {
+				inner = gpuconv.Profiled(chain, prof)
+			}
+			return &benchDevice{be: memory.Budgeted(inner, b), gpu: g, prof: prof,
+				name:    fmt.Sprintf("%s (%s), %s", g.Device().Name, g.Device().Arch, g.BLAS()),
+				scratch: gpuconv.DefaultChunkBytes + 64<<20, close: func() { g.Close() }}, nil
+		}
+		if f.device == "gpu" || !errors.Is(err, hip.ErrNoGPU) {
+			return nil, fmt.Errorf("--device %s: %w", f.device, err)
+		}
+		log.Info("bench: no GPU, timing the CPU", "why", err)
+	}
+	c := cpu.New()
+	b, err := memory.NewBudget("cpu", 1<<40, 0).WithFlags(f.vramLimit, "")
+	if err != nil {
+		return nil, err
+	}
+	var inner tensor.Backend = c
+	if prof != nil {
+		inner = gpuconv.Profiled(c, prof)
+	}
+	return &benchDevice{be: memory.Budgeted(inner, b), prof: prof, name: "CPU", close: func() {}}, nil
+}
+
+func runBenchVAE(cmd *cobra.Command, f *benchVAEFlags) error {
+	log := slog.Default()
+	shape, err := parseShape(f.latent)
+	if err != nil {
+		return err
+	}
+	if len(shape) != 5 {
+		return fmt.Errorf("--latent %q: want 5 sizes BxCxTxHxW", f.latent)
+	}
+	dt, err := parseDType(f.dtype)
+	if err != nil {
+		return err
+	}
+	til, auto, err := parseTiling(f.tiling)
+	if err != nil {
+		return err
+	}
+	if f.iters <= 0 {
+		return fmt.Errorf("--iters %d: want at least 1", f.iters)
+	}
+	var ref, z *tensor.Tensor
+	if f.reference != "" {
+		ck, err := weights.OpenFile(f.reference)
+		if err != nil {
+			return err
+		}
+		z, err = ck.Host("z")
+		if err == nil {
+			ref, err = ck.Host("sample")
+		}
+		ck.Close()
+		if err != nil {
+			return fmt.Errorf("--reference %s: %w", f.reference, err)
+		}
+		shape = z.Shape()
+		if z.DType() != tensor.F32 {
+			zf := tensor.New(tensor.F32, shape...)
+			if err := cpu.New().Cast(zf, z); err != nil {
+				return err
+			}
+			z = zf
+		}
+	}
+
+	d, err := openBenchDevice(f, log)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	start := time.Now()
+	var v *vae.VAE
+	if f.vaeDir != "" {
+		v, err = vae.Load(f.vaeDir, d.be, vae.Options{DType: dt, NoEncoder: true})
+	} else {
+		v, err = vae.RandomWeightsWith(vae.DefaultConfig(), d.be, vae.Options{DType: dt, NoEncoder: true}, f.seed)
+	}
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	cfg := v.Config()
+	if shape[1] != cfg.LatentChannels {
+		return fmt.Errorf("latent %v: the VAE has %d latent channels", shape, cfg.LatentChannels)
+	}
+	log.Info(fmt.Sprintf("bench vae: %s weights on %s in %.1f s", memory.FormatBytes(v.WeightBytes()), d.name, time.Since(start).Seconds()))
+	if z == nil {
+		rng := rand.New(rand.NewPCG(f.seed, 2))
+		vals := make([]float32, tensor.Numel(shape))
+		for i := range vals {
+			vals[i] = float32(rng.NormFloat64())
+		}
+		z = tensor.FromFloat32(vals, shape...)
+	}
+
+	budget := d.be.Budget().Cap
+	opts := vae.DecodeOptions{Tiling: til}
+	mode := f.tiling
+	if auto {
+		avail := budget - v.WeightBytes() - d.scratch
+		var planned int64
+		opts, planned = v.Plan(shape, avail)
+		log.Info(fmt.Sprintf("bench vae: planner: %s for %s of activations (planned peak %s)", opts.Tiling,
+			memory.FormatBytes(avail), memory.FormatBytes(planned)))
+	}
+	planned := vae.DecodePeak(cfg, shape, opts.Tiling, dt)
+
+	var times []float64
+	var st vae.DecodeStats
+	var out *tensor.Tensor
+	var peak, gpuPeak int64
+	for i := 0; i <= f.iters; i++ {
+		if err := cmd.Context().Err(); err != nil {
+			return err
+		}
+		d.be.ResetPeak()
+		if d.gpu != nil {
+			d.gpu.ResetPeak()
+		}
+		o := opts
+		o.Stats = &st
+		o.Log = func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
+		s := tensor.NewScope(d.be)
+		t0 := time.Now()
+		err := tensor.Catch(func() { out = v.Decode(s, z, o) })
+		if err == nil {
+			err = d.be.Sync()
+		}
+		el := time.Since(t0).Seconds()
+		s.Close()
+		if err != nil {
+			return fmt.Errorf("decode: %w", err)
+		}
+		if i == 0 {
+			log.Info(fmt.Sprintf("bench vae: warm-up decode %.2f s (%s, %d tiles)", el, st.Tiling, st.Tiles))
+			d.prof.Reset() // the profile covers the timed decodes only
+			continue
+		}
+		times = append(times, el)
+		peak = max(peak, d.be.Stats().Peak)
+		if d.gpu != nil {
+			gpuPeak = max(gpuPeak, d.gpu.Stats().Peak)
+		}
+	}
+	sorted := slices.Clone(times)
+	slices.Sort(sorted)
+	res := benchResult{
+		"bench": "vae_decode", "impl": "framepack", "mode": mode, "tiling": st.Tiling.String(),
+		"latent": shape, "dtype": dt.String(), "seconds": sorted[len(sorted)/2], "all": times,
+		"peak_bytes": peak, "weights_bytes": v.WeightBytes(),
+		"activation_peak_bytes": peak - v.WeightBytes(), "planned_activation_peak_bytes": planned,
+		"budget_bytes": budget, "tiles": st.Tiles, "retries": st.Retries, "device": d.name,
+	}
+	if d.gpu != nil {
+		res["gpu_pool_peak_bytes"] = gpuPeak
+	}
+	if c := gpuconv.ChainOf(d.be); c != nil {
+		var lines []string
+		for _, s := range c.Summary() {
+			lines = append(lines, s.String())
+		}
+		res["conv3d"] = lines
+	}
+	if err := printResult(cmd.OutOrStdout(), res); err != nil {
+		return err
+	}
+	if ref != nil {
+		e, maxAbs, err := compareSample(out, ref)
+		if err != nil {
+			return err
+		}
+		if err := printResult(cmd.OutOrStdout(), benchResult{"bench": "vae_reference", "reference": f.reference,
+			"tiling": st.Tiling.String(), "dtype": dt.String(), "rel_l2": e, "max_abs": maxAbs}); err != nil {
+			return err
+		}
+	}
+	if d.prof != nil {
+		var total float64
+		for _, l := range d.prof.Lines() {
+			if !strings.Contains(l.Class, ".") {
+				total += l.Seconds
+			}
+		}
+		for _, l := range d.prof.Lines() {
+			r := benchResult{"bench": "vae_profile", "class": l.Class, "calls": l.Calls,
+				"seconds": l.Seconds / float64(f.iters), "share": l.Seconds / total}
+			if l.TFLOPS > 0 {
+				r["tflops"] = l.TFLOPS
+			}
+			if err := printResult(cmd.OutOrStdout(), r); err != nil {
+				return err
+			}
+		}
+	}
+	if c := gpuconv.ChainOf(d.be); c != nil {
+		c.LogSummary()
+	}
+	return nil
+}
+
+// compareSample is the relative L2 error and largest absolute difference
+// of got against want (same shape).
+func compareSample(got, want *tensor.Tensor) (float64, float64, error) {
+	if !slices.Equal(got.Shape(), want.Shape()) {
+		return 0, 0, fmt.Errorf("decoded %v, the reference sample is %v", got.Shape(), want.Shape())
+	}
+	g, w := got.ToFloat32(), tensor.Float32s(want)
+	var num, den, mx float64
+	for i := range w {
+		dv := float64(g[i]) - float64(w[i])
+		num += dv * dv
+		den += float64(w[i]) * float64(w[i])
+		mx = max(mx, math.Abs(dv))
+	}
+	return math.Sqrt(num / max(den, 1e-30)), mx, nil
+}

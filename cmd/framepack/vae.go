@@ -1,0 +1,344 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/framepack-go/framepack/gpuconv"
+	"github.com/framepack-go/framepack/internal/device"
+	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/sampler"
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/vae"
+	"github.com/framepack-go/framepack/video"
+	"github.com/framepack-go/framepack/weights"
+)
+
+// vaeFlags are the options `framepack vae decode` and `vae encode` share.
+type vaeFlags struct {
+	vaeDir, out         string
+	device, dtype       string
+	vramLimit, preserve string
+}
+
+func (f *vaeFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.vaeDir, "vae", "", "VAE folder: config.json + diffusion_pytorch_model.safetensors (HunyuanVideo's vae/)")
+	fl.StringVarP(&f.out, "output", "o", "", "output file")
+	fl.StringVar(&f.device, "device", "auto", "auto, gpu or cpu")
+	fl.StringVar(&f.dtype, "dtype", "auto", "compute dtype: auto (f16 on a GPU, f32 on the CPU), f16, bf16 or f32")
+	fl.StringVar(&f.vramLimit, "vram-limit", "", `hard cap on device memory ("20G", "90%"; default: the device's safe default)`)
+	fl.StringVar(&f.preserve, "preserve", "", "memory kept free beside weights (default: FramePack's 6G, at most half the cap)")
+}
+
+// check validates the flags before anything loads.
+func (f *vaeFlags) check() error {
+	if f.vaeDir == "" {
+		return errors.New("--vae is required: the folder with config.json and diffusion_pytorch_model.safetensors")
+	}
+	if st, err := os.Stat(f.vaeDir); err != nil || !st.IsDir() {
+		return fmt.Errorf("--vae %s: not a folder", f.vaeDir)
+	}
+	if f.out == "" {
+		return errors.New("-o is required")
+	}
+	if _, err := device.ParseChoice(f.device); err != nil {
+		return err
+	}
+	if f.dtype != "auto" {
+		if _, err := parseDType(f.dtype); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// open opens the device and loads the half of the VAE that is needed.
+func (f *vaeFlags) open(log *slog.Logger, opts vae.Options) (*device.Device, *vae.VAE, error) {
+	d, err := device.Open(device.Options{Choice: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, Log: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.DType = tensor.F32
+	if d.IsGPU() {
+		opts.DType = tensor.F16
+	}
+	if f.dtype != "auto" {
+		opts.DType, _ = parseDType(f.dtype)
+	}
+	start := time.Now()
+	v, err := vae.Load(f.vaeDir, d.Backend, opts)
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	log.Info(fmt.Sprintf("vae: %s weights in %s on %s in %.1f s", memory.FormatBytes(v.WeightBytes()), opts.DType,
+		d.Name, time.Since(start).Seconds()))
+	return d, v, nil
+}
+
+func newVAE() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "vae",
+		Short: "Decode latents to video, or encode an image to latents, with HunyuanVideo's VAE",
+	}
+	cmd.AddCommand(newVAEDecode(), newVAEEncode())
+	return cmd
+}
+
+func newVAEDecode() *cobra.Command {
+	f := &vaeFlags{}
+	var latents, tiling string
+	var unscaled bool
+	var crf, fps int
+	cmd := &cobra.Command{
+		Use:   "decode --vae DIR --latents in.safetensors -o out.mp4",
+		Short: "Decode latents (as FramePack keeps them: × scaling factor) into an MP4",
+		Long: `Decode latents (B=1, 16, T, h, w) into 4T−3 frames of 8h×8w pixels and write them as an
+H.264 MP4 through ffmpeg (libx264, yuv420p), or as PNG frames in a folder when ffmpeg is
+missing. The latents are divided by the VAE's scaling factor first, as FramePack keeps them
+multiplied (--unscaled: they are not). The tensor is "latents", or the file's only tensor.
+
+The tiles are chosen from the memory budget (--tiling auto) so the decode fits before it
+starts; framewise is diffusers' default, spatial:TILE:STRIDE adds spatial tiles (pixels),
+none decodes in one piece.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			if latents == "" {
+				return errors.New("--latents is required: a safetensors file with the latents")
+			}
+			til, auto, err := parseTiling(tiling)
+			if err != nil {
+				return err
+			}
+			z, err := readLatents(latents)
+			if err != nil {
+				return err
+			}
+			if z.Rank() != 5 || z.Dim(0) != 1 {
+				return fmt.Errorf("%s: latents are %v, want (1, channels, frames, height, width)", latents, z.Shape())
+			}
+			if err := checkOutputDir(f.out); err != nil {
+				return err
+			}
+			return runVAEDecode(cmd, f, z, til, auto, unscaled, video.Options{CRF: crf, FPS: fps})
+		},
+	}
+	f.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&latents, "latents", "", "safetensors file with the latents")
+	fl.BoolVar(&unscaled, "unscaled", false, "the latents are not multiplied by the scaling factor")
+	fl.StringVar(&tiling, "tiling", "auto", "auto, framewise, spatial:TILE:STRIDE or none")
+	fl.IntVar(&crf, "crf", 0, "x264 CRF (default FramePack's 16)")
+	fl.IntVar(&fps, "fps", 0, "frames per second (default 30)")
+	return cmd
+}
+
+// readLatents reads the tensor "latents", or the only tensor, as f32.
+func readLatents(path string) (*tensor.Tensor, error) {
+	ck, err := weights.OpenFile(path)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	name := "latents"
+	if !ck.Has(name) {
+		names := ck.Names()
+		if len(names) != 1 {
+			return nil, fmt.Errorf("%s: no tensor \"latents\" and %d tensors to choose from", path, len(names))
+		}
+		name = names[0]
+	}
+	t, err := ck.Host(name)
+	if err != nil {
+		return nil, err
+	}
+	if t.DType() == tensor.F32 {
+		return t, nil
+	}
+	switch t.DType() {
+	case tensor.F16, tensor.BF16, tensor.F64:
+	default:
+		return nil, fmt.Errorf("%s: %s is %s, want a float tensor", path, name, t.DType())
+	}
+	out := tensor.New(tensor.F32, t.Shape()...)
+	copy(out.Float32s(), t.ToFloat32())
+	return out, nil
+}
+
+func checkOutputDir(path string) error {
+	dir := filepath.Dir(path)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("-o %s: folder %s does not exist", path, dir)
+	}
+	return nil
+}
+
+func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Tiling, auto, unscaled bool, vo video.Options) error {
+	log := slog.Default()
+	d, v, err := f.open(log, vae.Options{NoEncoder: true})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	defer v.Close()
+	defer gpuconv.LogSummary(d.Backend)
+	cfg := v.Config()
+	if z.Dim(1) != cfg.LatentChannels {
+		return fmt.Errorf("latents %v: the VAE takes %d channels", z.Shape(), cfg.LatentChannels)
+	}
+	if !unscaled {
+		zs := tensor.New(tensor.F32, z.Shape()...)
+		src, dst := z.Float32s(), zs.Float32s()
+		for i, x := range src {
+			dst[i] = x / cfg.ScalingFactor
+		}
+		z = zs
+	}
+	opts := vae.DecodeOptions{Tiling: til}
+	var planned int64
+	st := d.Backend.Stats()
+	avail := st.Cap - st.InUse - gpuconv.DefaultChunkBytes - 64<<20 // the conv chain's scratch
+	if auto {
+		opts, planned = v.Plan(z.Shape(), avail)
+	} else {
+		planned = vae.DecodePeak(cfg, z.Shape(), opts.Tiling, v.DType())
+	}
+	T, h, w := z.Dim(2), z.Dim(3), z.Dim(4)
+	ss := cfg.SpatialCompressionRatio
+	log.Info(fmt.Sprintf("vae decode: latents %v → %d frames of %dx%d; %s; cap %s, %s free for activations, planned peak %s",
+		z.Shape(), cfg.SampleFrames(T), h*ss, w*ss, opts.Tiling, memory.FormatBytes(st.Cap), memory.FormatBytes(avail),
+		memory.FormatBytes(planned)))
+	var ds vae.DecodeStats
+	opts.Stats = &ds
+	opts.Log = func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
+	d.Backend.ResetPeak()
+	s := tensor.NewScope(d.Backend)
+	var px *tensor.Tensor
+	err = tensor.Catch(func() { px = v.Decode(s, z, opts) })
+	s.Close()
+	if err != nil {
+		return fmt.Errorf("vae decode: %w", err)
+	}
+	peak := d.Backend.Stats().Peak - v.WeightBytes()
+	log.Info(fmt.Sprintf("vae decode: %d tiles at %s (%d retries) in %.2f s; activations peak %s (planned %s); %s",
+		ds.Tiles, ds.Tiling, ds.Retries, ds.Elapsed.Seconds(), memory.FormatBytes(peak), memory.FormatBytes(planned), d.Backend))
+	frames, err := video.FromPixels(px)
+	if err != nil {
+		return err
+	}
+	vo.Log = log
+	wrote, err := video.Write(cmd.Context(), f.out, frames, vo)
+	if err != nil {
+		return err
+	}
+	log.Info(fmt.Sprintf("vae decode: wrote %s (%d frames)", wrote, px.Dim(2)))
+	return nil
+}
+
+func newVAEEncode() *cobra.Command {
+	f := &vaeFlags{}
+	var image string
+	var resolution int
+	var sample bool
+	var seed uint64
+	cmd := &cobra.Command{
+		Use:   "encode --vae DIR --image in.png -o latents.safetensors",
+		Short: "Encode an image into latents as FramePack does (× scaling factor)",
+		Long: `Encode one image into the latents FramePack starts from: optionally resized and
+center-cropped to the nearest bucket of --resolution, mapped to x/127.5 − 1, encoded, the
+posterior's mode taken (--sample draws from it with --seed, as torch.randn does), and
+multiplied by the scaling factor. Written as the tensor "latents" (1, 16, 1, H/8, W/8).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			if image == "" {
+				return errors.New("--image is required")
+			}
+			if resolution < 0 {
+				return fmt.Errorf("--resolution %d: want a positive size (or 0 to keep the image's)", resolution)
+			}
+			im, err := pipeline.LoadImage(image)
+			if err != nil {
+				return err
+			}
+			if resolution > 0 {
+				bh, bw, err := pipeline.NearestBucket(im.H, im.W, resolution)
+				if err != nil {
+					return err
+				}
+				if im, err = pipeline.ResizeAndCenterCrop(im, bw, bh); err != nil {
+					return err
+				}
+			}
+			if im.W%8 != 0 || im.H%8 != 0 {
+				return fmt.Errorf("%s: %dx%d pixels; the VAE needs multiples of 8 (use --resolution)", image, im.W, im.H)
+			}
+			if err := checkOutputDir(f.out); err != nil {
+				return err
+			}
+			return runVAEEncode(f, im, sample, seed)
+		},
+	}
+	f.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&image, "image", "", "image file (PNG, JPEG)")
+	fl.IntVar(&resolution, "resolution", 0, "resize and crop to the nearest bucket of this resolution (FramePack: 640); 0 keeps the size")
+	fl.BoolVar(&sample, "sample", false, "sample the posterior instead of taking its mode")
+	fl.Uint64Var(&seed, "seed", 0, "seed of --sample's noise")
+	return cmd
+}
+
+func runVAEEncode(f *vaeFlags, im *pipeline.RGB, sample bool, seed uint64) error {
+	log := slog.Default()
+	d, v, err := f.open(log, vae.Options{NoDecoder: true})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	defer v.Close()
+	defer gpuconv.LogSummary(d.Backend)
+	x := pipeline.VAEPixels(im)
+	log.Info(fmt.Sprintf("vae encode: %dx%d image → latents (1, %d, 1, %d, %d)", im.W, im.H, v.Config().LatentChannels,
+		im.H/v.Config().SpatialCompressionRatio, im.W/v.Config().SpatialCompressionRatio))
+	start := time.Now()
+	d.Backend.ResetPeak()
+	s := tensor.NewScope(d.Backend)
+	defer s.Close()
+	var lat *tensor.Tensor
+	err = tensor.Catch(func() {
+		mean, logvar := v.Encode(s, x)
+		if sample {
+			lat = vae.Sample(mean, logvar, sampler.NewTorchGenerator(seed))
+		} else {
+			lat = tensor.ToHost(vae.Mode(mean, logvar))
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("vae encode: %w", err)
+	}
+	out := tensor.New(tensor.F32, lat.Shape()...)
+	src, dst := lat.ToFloat32(), out.Float32s()
+	for i, x := range src {
+		dst[i] = x * v.ScalingFactor()
+	}
+	log.Info(fmt.Sprintf("vae encode: %.2f s, activations peak %s; %s", time.Since(start).Seconds(),
+		memory.FormatBytes(d.Backend.Stats().Peak-v.WeightBytes()), d.Backend))
+	if err := weights.Save(f.out, map[string]*tensor.Tensor{"latents": out}, nil); err != nil {
+		return err
+	}
+	log.Info(fmt.Sprintf("vae encode: wrote %s (latents %v)", f.out, out.Shape()))
+	return nil
+}
