@@ -28,6 +28,9 @@ func openOrSkip(t *testing.T) *Device {
 // (Debian's libamdhip64-5 on CI): every required symbol resolves, and on a
 // machine without an AMD GPU Open reports "no device" instead of crashing.
 func TestAMDTable(t *testing.T) {
+	if the == nil {
+		t.Skip("built without cgo: no driver table (TestNoCgo covers this build)")
+	}
 	rep, err := Load(AMD)
 	if err != nil {
 		if strings.Contains(err.Error(), "cannot open") {
@@ -51,6 +54,17 @@ func TestAMDTable(t *testing.T) {
 		t.Fatalf("want a no-device error, have %v", err)
 	}
 	t.Logf("as expected without an AMD GPU: %v", err)
+}
+
+// TestNoCgo: a binary built without cgo reports why it has no GPU.
+func TestNoCgo(t *testing.T) {
+	if the != nil {
+		t.Skip("built with cgo")
+	}
+	_, err := Open(0)
+	if !errors.Is(err, ErrNoGPU) || !strings.Contains(err.Error(), "needs cgo") {
+		t.Fatalf("want a needs-cgo error, have %v", err)
+	}
 }
 
 func TestNoGPUForced(t *testing.T) {

@@ -106,7 +106,7 @@ func (b *Backend) codeObject(name string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpu: %w", err)
 	}
-	b.log.Debug("gpu: compiled kernels", "module", name, "arch", b.dev.Arch, "seconds", time.Since(start).Seconds())
+	b.log.Info("gpu: compiled kernels (cached for next time)", "module", name, "arch", b.dev.Arch, "seconds", time.Since(start).Round(time.Millisecond).Seconds())
 	if path != "" {
 		sum := sha256.Sum256(code)
 		if err := writeAtomic(path, append(sum[:], code...)); err != nil {

@@ -547,6 +547,10 @@ func (b *Backend) ptrs(ts ...*tensor.Tensor) ([]uintptr, error) {
 
 // ---- attention and RoPE ----
 
+// genericQT is the generic attention kernel's queries per thread
+// (AT_QT in kernels/attention.hip).
+const genericQT = 2
+
 func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) error {
 	dt := dst.DType()
 	s := fsfx(dt)
@@ -607,11 +611,11 @@ func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) er
 		grid := hip.Dim3{uint32((Lq + bq - 1) / bq), uint32(Hq), uint32(B)}
 		return b.launch("attention", name, grid, hip.Dim3{uint32(32 * attnWarps)}, 4*64*(D+8)*2, a)
 	}
-	tpq := 1
+	tpq := 2
 	for tpq*32 < D {
 		tpq *= 2
 	}
-	qpb := 128 / tpq
+	qpb := 128 / tpq * genericQT
 	grid := hip.Dim3{uint32((Lq + qpb - 1) / qpb), uint32(Hq), uint32(B)}
 	return b.launch("attention", fmt.Sprintf("attn_%s_%d", s, tpq), grid, hip.Dim3{128}, 0, a)
 }
