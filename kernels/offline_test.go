@@ -22,6 +22,12 @@ func TestOfflineAMD(t *testing.T) {
 	if err != nil {
 		t.Skip("clang++-19 not installed (apt-get install clang-19 lld-19): the offline AMD compile check needs it")
 	}
+	// AMD device code is linked by lld, a separate package.
+	if _, err := os.Stat("/usr/lib/llvm-19/bin/lld"); err != nil {
+		if _, err := exec.LookPath("ld.lld-19"); err != nil {
+			t.Skip("lld-19 not installed (apt-get install lld-19): clang-19 links AMD code objects with it")
+		}
+	}
 	dir := t.TempDir()
 	var wg sync.WaitGroup
 	for _, m := range Modules() {
