@@ -20,7 +20,6 @@ import (
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae"
-	"github.com/framepack-go/framepack/weights"
 )
 
 func init() { benchCommands = append(benchCommands, newBenchVAE) }
@@ -205,26 +204,13 @@ func runBenchVAE(cmd *cobra.Command, f *benchVAEFlags) error {
 	}
 	var ref, z *tensor.Tensor
 	if f.reference != "" {
-		ck, err := weights.OpenFile(f.reference)
-		if err != nil {
-			return err
+		if z, err = readLatents(f.reference, "z"); err == nil {
+			ref, err = readLatents(f.reference, "sample")
 		}
-		z, err = ck.Host("z")
-		if err == nil {
-			ref, err = ck.Host("sample")
-		}
-		ck.Close()
 		if err != nil {
-			return fmt.Errorf("--reference %s: %w", f.reference, err)
+			return fmt.Errorf("--reference: %w", err)
 		}
 		shape = z.Shape()
-		if z.DType() != tensor.F32 {
-			zf := tensor.New(tensor.F32, shape...)
-			if err := cpu.New().Cast(zf, z); err != nil {
-				return err
-			}
-			z = zf
-		}
 	}
 
 	d, err := openBenchDevice(f, log)

@@ -121,7 +121,7 @@ none decodes in one piece.`,
 			if err != nil {
 				return err
 			}
-			z, err := readLatents(latents)
+			z, err := readLatents(latents, "")
 			if err != nil {
 				return err
 			}
@@ -144,14 +144,20 @@ none decodes in one piece.`,
 	return cmd
 }
 
-// readLatents reads the tensor "latents", or the only tensor, as f32.
-func readLatents(path string) (*tensor.Tensor, error) {
+// readLatents reads the tensor name ("latents" when empty: then the only
+// tensor also does) as an f32 host tensor.
+func readLatents(path, name string) (*tensor.Tensor, error) {
 	ck, err := weights.OpenFile(path)
 	if err != nil {
 		return nil, err
 	}
 	defer ck.Close()
-	name := "latents"
+	if name != "" && !ck.Has(name) {
+		return nil, fmt.Errorf("%s: no tensor %q", path, name)
+	}
+	if name == "" {
+		name = "latents"
+	}
 	if !ck.Has(name) {
 		names := ck.Names()
 		if len(names) != 1 {
@@ -163,11 +169,9 @@ func readLatents(path string) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t.DType() == tensor.F32 {
-		return t, nil
-	}
+	// A copy: the file's memory goes with ck.
 	switch t.DType() {
-	case tensor.F16, tensor.BF16, tensor.F64:
+	case tensor.F32, tensor.F16, tensor.BF16, tensor.F64:
 	default:
 		return nil, fmt.Errorf("%s: %s is %s, want a float tensor", path, name, t.DType())
 	}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/video"
+	"github.com/framepack-go/framepack/weights"
+)
+
+const goldenVAE = "../../testdata/golden/models/vae"
+
+// wroteFrames counts the frames of what video.Write made at path: the
+// MP4's frames through ffprobe when ffmpeg was there, else the PNGs.
+func wroteFrames(t *testing.T, path string) int {
+	t.Helper()
+	if _, err := os.Stat(path); err == nil {
+		probe, err := exec.LookPath("ffprobe")
+		if err != nil {
+			t.Skipf("%s written, but no ffprobe to count its frames", path)
+		}
+		out, err := exec.Command(probe, "-v", "error", "-count_frames", "-select_streams", "v:0",
+			"-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", path).Output()
+		if err != nil {
+			t.Fatalf("ffprobe %s: %v", path, err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+		if err != nil {
+			t.Fatalf("ffprobe %s: %q", path, out)
+		}
+		return n
+	}
+	ents, err := os.ReadDir(video.PNGDir(path))
+	if err != nil {
+		t.Fatalf("neither %s nor its PNG folder: %v", path, err)
+	}
+	return len(ents)
+}
+
+// TestVAERoundTrip encodes an image, decodes its latents and, to check
+// the frame count of a longer decode, a three-frame latent built from it.
+func TestVAERoundTrip(t *testing.T) {
+	tinyEnv(t)
+	dir := t.TempDir()
+	lat := filepath.Join(dir, "lat.safetensors")
+	if _, err := runCLI(t, context.Background(), "vae", "encode", "--vae", goldenVAE, "--image", sceneImage,
+		"--resolution", "64", "-o", lat); err != nil {
+		t.Fatal(err)
+	}
+	z, err := readLatents(lat, "latents")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh := z.Shape(); len(sh) != 5 || sh[0] != 1 || sh[1] != 16 || sh[2] != 1 {
+		t.Fatalf("latents %v, want (1, 16, 1, h, w)", sh)
+	}
+	out := filepath.Join(dir, "one.mp4")
+	if _, err := runCLI(t, context.Background(), "vae", "decode", "--vae", goldenVAE, "--latents", lat, "-o", out); err != nil {
+		t.Fatal(err)
+	}
+	if n := wroteFrames(t, out); n != 1 {
+		t.Errorf("one latent frame decoded to %d frames", n)
+	}
+
+	// Three latent frames (the same one repeated) → 4·3−3 = 9 frames.
+	sh := z.Shape()
+	z3 := tensor.New(tensor.F32, 1, 16, 3, sh[3], sh[4])
+	src, dst := z.Float32s(), z3.Float32s()
+	plane := sh[3] * sh[4]
+	for c := 0; c < 16; c++ {
+		for f := 0; f < 3; f++ {
+			copy(dst[(c*3+f)*plane:(c*3+f+1)*plane], src[c*plane:(c+1)*plane])
+		}
+	}
+	lat3 := filepath.Join(dir, "lat3.safetensors")
+	if err := weights.Save(lat3, map[string]*tensor.Tensor{"z": z3}, nil); err != nil {
+		t.Fatal(err)
+	}
+	out3 := filepath.Join(dir, "three.mp4")
+	if _, err := runCLI(t, context.Background(), "vae", "decode", "--vae", goldenVAE, "--latents", lat3, "--tiling", "framewise", "-o", out3); err != nil {
+		t.Fatal(err)
+	}
+	if n := wroteFrames(t, out3); n != 9 {
+		t.Errorf("three latent frames decoded to %d frames, want 9", n)
+	}
+}
+
+func TestVAEBadInput(t *testing.T) {
+	tinyEnv(t)
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.safetensors")
+	if err := weights.Save(bad, map[string]*tensor.Tensor{"latents": tensor.New(tensor.F32, 1, 8, 1, 2, 2)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	two := filepath.Join(dir, "two.safetensors")
+	if err := weights.Save(two, map[string]*tensor.Tensor{"a": tensor.New(tensor.F32, 1), "b": tensor.New(tensor.F32, 1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	flat := filepath.Join(dir, "flat.safetensors")
+	if err := weights.Save(flat, map[string]*tensor.Tensor{"latents": tensor.New(tensor.F32, 16, 2, 2)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	garbage := filepath.Join(dir, "garbage.png")
+	os.WriteFile(garbage, []byte("not an image"), 0o644)
+	out := filepath.Join(dir, "out.mp4")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"vae", "decode", "--latents", bad, "-o", out}, "--vae is required"},
+		{[]string{"vae", "decode", "--vae", dir + "/none", "--latents", bad, "-o", out}, "not a folder"},
+		{[]string{"vae", "decode", "--vae", goldenVAE, "-o", out}, "--latents is required"},
+		{[]string{"vae", "decode", "--vae", goldenVAE, "--latents", bad}, "-o is required"},
+		{[]string{"vae", "decode", "--vae", goldenVAE, "--latents", dir + "/missing.safetensors", "-o", out}, "missing.safetensors"},
+		{[]string{"vae", "decode", "--vae", goldenVAE, "--latents", bad, "-o", out}, "takes 16 channels"},
+		{[]string{"vae", "decode", "--vae", goldenVAE, "--latents", two, "-o", out}, "2 tensors to choose from"},
+		{[]string{"vae", "decode", "--vae", goldenVAE, "--latents", flat, "-o", out}, "want (1, channels, frames, height, width)"},
+		{[]string{"vae", "decode", "--vae", goldenVAE, "--latents", bad, "--tiling", "spatial:9", "-o", out}, "spatial:TILE:STRIDE"},
+		{[]string{"vae", "decode", "--vae", goldenVAE, "--latents", bad, "--dtype", "f8", "-o", out}, "--dtype"},
+		{[]string{"vae", "decode", "--vae", goldenVAE, "--latents", bad, "-o", dir + "/no/such/out.mp4"}, "does not exist"},
+		{[]string{"vae", "encode", "--vae", goldenVAE, "-o", out}, "--image is required"},
+		{[]string{"vae", "encode", "--vae", goldenVAE, "--image", garbage, "-o", out}, "garbage.png"},
+		{[]string{"vae", "encode", "--vae", goldenVAE, "--image", sceneImage, "--resolution", "-5", "-o", out}, "--resolution"},
+	} {
+		_, err := runCLI(t, context.Background(), tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one saying %q", tc.args, err, tc.want)
+		}
+		if _, serr := os.Stat(out); serr == nil {
+			t.Fatalf("%v wrote %s", tc.args, out)
+		}
+		if _, serr := os.Stat(video.PNGDir(out)); serr == nil {
+			t.Fatalf("%v wrote %s", tc.args, video.PNGDir(out))
+		}
+	}
+}
