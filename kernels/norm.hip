@@ -15,15 +15,38 @@ template <typename T> DI void gn_stats_impl(const T *R x, float *R part, long lo
 	long long g = BIDY, c = BIDX;
 	long long lo = c * chunk, hi = lo + chunk < gsize ? lo + chunk : gsize;
 	const T *xg = x + g * gsize;
+	const int E = 16 / sizeof(T);
+	// 16-byte loads when the chunk bounds and the group start are aligned.
+	bool vec = gsize % E == 0 && chunk % E == 0 && aligned16(x);
 	float s = 0.0f;
-	for (long long i = lo + TID; i < hi; i += NR_BS)
-		s += ld(xg + i);
+	if (vec) {
+		for (long long i = lo + TID * E; i < hi; i += NR_BS * E) {
+			V16<T> v = *(const V16<T> *)(xg + i);
+#pragma unroll
+			for (int e = 0; e < E; e++)
+				s += ld(&v.v[e]);
+		}
+	} else {
+		for (long long i = lo + TID; i < hi; i += NR_BS)
+			s += ld(xg + i);
+	}
 	float cnt = (float)(hi - lo);
 	float mean = block_sum<NR_BS>(s, sh) / cnt;
 	float q = 0.0f;
-	for (long long i = lo + TID; i < hi; i += NR_BS) {
-		float d = ld(xg + i) - mean;
-		q += d * d;
+	if (vec) {
+		for (long long i = lo + TID * E; i < hi; i += NR_BS * E) {
+			V16<T> v = *(const V16<T> *)(xg + i);
+#pragma unroll
+			for (int e = 0; e < E; e++) {
+				float d = ld(&v.v[e]) - mean;
+				q += d * d;
+			}
+		}
+	} else {
+		for (long long i = lo + TID; i < hi; i += NR_BS) {
+			float d = ld(xg + i) - mean;
+			q += d * d;
+		}
 	}
 	q = block_sum<NR_BS>(q, sh);
 	if (TID == 0) {

@@ -117,7 +117,8 @@ func (a *allocator) driverFree(p uintptr) {
 }
 
 func (a *allocator) free(b *Buffer) {
-	if b == nil || b.freed || b.ptr == 0 {
+	if b == nil || b.freed || b.ptr == 0 || b.size == 0 {
+		// Nothing the allocator handed out: empty buffers and views.
 		if b != nil {
 			b.freed = true
 		}
