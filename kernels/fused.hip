@@ -163,6 +163,7 @@ QKV(bf16, b16)
 // ---- y[r, yoff + c] = f(x[r, xoff + c]) for c < cols ----
 // Row strides ys and xs in elements; op 0: GELU (tanh approximation), 1:
 // SiLU. vec: cols, strides, offsets and pointers allow 16-byte vectors.
+// y may be x (in place): each element is read and written by one thread.
 
 DI float fz_act(int op, float v) {
 	if (op == 0) {
@@ -173,7 +174,7 @@ DI float fz_act(int op, float v) {
 }
 
 template <typename T>
-DI void act_rows_impl(T *R y, const T *R x, long long rows, long long cols, long long ys, long long xs, int op,
+DI void act_rows_impl(T *y, const T *x, long long rows, long long cols, long long ys, long long xs, int op,
                       int vec) {
 	if (vec) {
 		const int E = 16 / sizeof(T);

@@ -50,7 +50,6 @@ func (b *Backend) rowLaunchIn(mod, name string, nrows int, a *hip.Args) error {
 
 // GatedAdd computes dst = x + y·gate for x, y, dst (B, L, D) and gate
 // holding B·D values; the product is rounded to the dtype before the sum.
-// dst may be x.
 func (b *Backend) GatedAdd(dst, x, y, gate *tensor.Tensor) error {
 	dt := dst.DType()
 	s := fsfx(dt)

@@ -1,0 +1,522 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/framepack-go/framepack/backend/gpu"
+	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/device"
+	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/model/hunyuan"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+func init() { benchCommands = append(benchCommands, newBenchTransformer) }
+
+type benchTransformerFlags struct {
+	modes, dtype, device   string
+	vramLimit, preserve    string
+	iters, warmup          int
+	layers, singleLayers   int
+	latentH, latentW       int
+	seed                   uint64
+	profile, check, opByOp bool
+}
+
+func newBenchTransformer() *cobra.Command {
+	f := &benchTransformerFlags{}
+	cmd := &cobra.Command{
+		Use:   "transformer",
+		Short: "Time one forward of FramePack's transformer at the real config (random weights made in process)",
+		Long: `Run FramePack's packed HunyuanVideo transformer at the released config with random
+weights on one section at 544x704 (noisy latents 9x68x88, clean 2 + 2 + 16 frames, 729 SigLIP
+tokens, 100 valid text tokens) and print one JSON line per measurement: seconds per forward
+(median of --iters after --warmup), peak device memory (the budget's accounting and the GPU
+pool's), the FLOPs of the blocks' GEMMs and attention and the overall rate.
+
+--mode resident keeps every weight on the device; streamed keeps the blocks in pinned host
+memory under the --vram-limit budget (default 6G) and copies each block ahead of its use,
+keeping resident what the budget allows beside --preserve.
+
+--profile times every kernel class with device events in one more forward per mode and
+prints one line per class (calls, seconds, share of the forward, TFLOP/s where it counts
+FLOPs); "idle" is the forward's time not covered by a kernel (launch gaps, waits for
+streamed weights). --check compares the streamed output with the resident one.`,
+		Example: `  framepack bench transformer
+  framepack bench transformer --mode streamed --vram-limit 6G --profile
+  framepack bench transformer --mode resident,streamed --check`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return runBenchTransformer(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.modes, "mode", "resident,streamed", "resident, streamed, or both comma-separated")
+	fl.StringVar(&f.dtype, "dtype", "bf16", "compute dtype: bf16, f16 or f32")
+	fl.StringVar(&f.device, "device", "auto", "auto, gpu or cpu")
+	fl.StringVar(&f.vramLimit, "vram-limit", "6G", "the streamed mode's device memory budget")
+	fl.StringVar(&f.preserve, "preserve", "3.5G", "the streamed mode's memory kept free for activations and streamed blocks")
+	fl.IntVar(&f.iters, "iters", 5, "timed forwards per mode")
+	fl.IntVar(&f.warmup, "warmup", 1, "untimed forwards first")
+	fl.IntVar(&f.layers, "layers", -1, "double blocks (default: the config's 20)")
+	fl.IntVar(&f.singleLayers, "single-layers", -1, "single blocks (default: the config's 40)")
+	fl.IntVar(&f.latentH, "latent-height", 68, "latent height (pixels / 8)")
+	fl.IntVar(&f.latentW, "latent-width", 88, "latent width (pixels / 8)")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the weights and inputs")
+	fl.BoolVar(&f.profile, "profile", false, "time every kernel class with device events (one more forward per mode)")
+	fl.BoolVar(&f.check, "check", false, "compare the streamed output with the resident one")
+	fl.BoolVar(&f.opByOp, "op-by-op", false, "run the elementwise work op by op (no fused kernels), for comparison")
+	return cmd
+}
+
+func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
+	out := cmd.OutOrStdout()
+	log := slog.Default()
+	dt, err := parseTrDType(f.dtype)
+	if err != nil {
+		return err
+	}
+	modes := strings.Split(f.modes, ",")
+	for _, m := range modes {
+		if m != "resident" && m != "streamed" {
+			return fmt.Errorf("--mode %q: want resident, streamed or both", f.modes)
+		}
+	}
+	if f.iters < 1 || f.warmup < 0 {
+		return fmt.Errorf("--iters must be at least 1 and --warmup at least 0")
+	}
+	if f.opByOp {
+		if err := os.Setenv(hunyuan.EnvOpByOp, "1"); err != nil {
+			return err
+		}
+	}
+	cfg := hunyuan.FramePackI2V()
+	if f.layers >= 0 {
+		cfg.NumLayers = f.layers
+	}
+	if f.singleLayers >= 0 {
+		cfg.NumSingleLayers = f.singleLayers
+	}
+	sec := hunyuan.BenchSection()
+	sec.LatentH, sec.LatentW = f.latentH, f.latentW
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+
+	d, err := device.Open(device.Options{Choice: f.device, Log: log})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	var prof *eventProfile
+	inner := tensor.Backend(d.CPU)
+	if d.GPU != nil {
+		prof = &eventProfile{g: d.GPU}
+		inner = &profiledBackend{Backend: d.GPU, p: prof}
+	}
+
+	img, txt := cfg.Tokens(sec)
+	gemmF, attnF := cfg.BlockFLOPs(img, txt)
+	base := benchResult{
+		"bench": "transformer_forward", "impl": "framepack", "dtype": dt.String(), "device": d.Name,
+		"latent":     []int{sec.Batch, cfg.InChannels, sec.WindowSize, sec.LatentH, sec.LatentW},
+		"valid_text": sec.ValidText,
+		"tokens":     img + txt,
+		"layers":     []int{cfg.NumLayers, cfg.NumSingleLayers},
+		"gemm_tflop": gemmF / 1e12,
+		"attn_tflop": attnF / 1e12,
+		"fused":      !f.opByOp,
+	}
+	in := hunyuan.SectionInputs(cfg, sec, f.seed)
+
+	var residentOut []float32
+	for _, mode := range modes {
+		budget := d.Budget
+		opts := hunyuan.Options{DType: dt}
+		if mode == "streamed" {
+			budget, err = d.Budget.WithFlags(f.vramLimit, f.preserve)
+			if err != nil {
+				return err
+			}
+			opts.HostBlocks, opts.KeepBlockBytes = true, hunyuan.AutoKeep
+		}
+		mb := memory.Budgeted(inner, budget)
+		r, got, err := benchTransformerMode(mb, d.GPU, prof, cfg, sec, in, opts, f, log)
+		if err != nil {
+			if err := printResult(out, merge(base, benchResult{"mode": mode, "error": err.Error()})); err != nil {
+				return err
+			}
+			continue
+		}
+		r["mode"] = mode
+		r["budget_cap_bytes"] = budget.Cap
+		if mode == "streamed" {
+			r["budget_preserve_bytes"] = budget.Preserve
+		}
+		r["tflops"] = (gemmF + attnF) / r["seconds"].(float64) / 1e12
+		if f.check {
+			if mode == "resident" {
+				residentOut = got
+			} else if residentOut != nil {
+				r["rel_l2_vs_resident"] = trRelL2(got, residentOut)
+			}
+		}
+		lines := r["profile"]
+		delete(r, "profile")
+		if err := printResult(out, merge(base, r)); err != nil {
+			return err
+		}
+		if pl, ok := lines.([]benchResult); ok {
+			for _, l := range pl {
+				l["bench"], l["mode"] = "transformer_profile", mode
+				if err := printResult(out, l); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// benchTransformerMode makes the random model on mb, times its forwards
+// and returns the measurements and the last output (host f32).
+func benchTransformerMode(mb *memory.Backend, g *gpu.Backend, prof *eventProfile, cfg hunyuan.Config, sec hunyuan.Section,
+	in *hunyuan.Inputs, opts hunyuan.Options, f *benchTransformerFlags, log *slog.Logger) (benchResult, []float32, error) {
+	t0 := time.Now()
+	m, err := hunyuan.RandomModel(cfg, mb, opts, f.seed)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		m.Close()
+		mb.Trim()
+	}()
+	build := time.Since(t0).Seconds()
+	dev, host := m.WeightBytes()
+	log.Info("bench transformer: model ready", "seconds", build, "device_weights", memory.FormatBytes(dev),
+		"host_weights", memory.FormatBytes(host), "streamed_blocks", m.StreamedBlocks())
+
+	// The inputs live on the device, as the pipeline keeps them (the mask
+	// stays on the host: the model reads it there).
+	ins := tensor.NewScope(mb)
+	defer ins.Close()
+	var din hunyuan.Inputs
+	err = tensor.Catch(func() {
+		din = *in
+		for _, p := range []**tensor.Tensor{&din.HiddenStates, &din.EncoderHiddenStates, &din.PooledProjections,
+			&din.ImageEmbeddings, &din.CleanLatents, &din.CleanLatents2x, &din.CleanLatents4x} {
+			if *p != nil {
+				*p = ins.To(*p)
+			}
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+
+	var out []float32
+	forward := func(keep bool) (float64, error) {
+		s := tensor.NewScope(mb)
+		defer s.Close()
+		start := time.Now()
+		err := tensor.Catch(func() {
+			o := m.Forward(s, &din)
+			if err := mb.Sync(); err != nil {
+				panic(&tensor.OpError{Op: "sync", Err: err})
+			}
+			if keep {
+				out = tensor.Float32s(o)
+			}
+		})
+		return time.Since(start).Seconds(), err
+	}
+	for i := 0; i < f.warmup; i++ {
+		if _, err := forward(false); err != nil {
+			return nil, nil, err
+		}
+	}
+	mb.ResetPeak()
+	if g != nil {
+		g.ResetPeak()
+	}
+	var times []float64
+	for i := 0; i < f.iters; i++ {
+		sec, err := forward(i == f.iters-1 && f.check)
+		if err != nil {
+			return nil, nil, err
+		}
+		times = append(times, sec)
+	}
+	st := mb.Stats()
+	sorted := slices.Clone(times)
+	slices.Sort(sorted)
+	r := benchResult{
+		"seconds":             sorted[len(sorted)/2],
+		"all":                 times,
+		"peak_bytes":          st.Peak,
+		"device_weight_bytes": dev,
+		"host_weight_bytes":   host,
+		"streamed_blocks":     m.StreamedBlocks(),
+		"build_seconds":       build,
+	}
+	if g != nil {
+		gs := g.Stats()
+		r["gpu_peak_bytes"], r["gpu_pool_bytes"] = gs.Peak, gs.Reserved
+	}
+	if f.profile && prof != nil {
+		prof.start()
+		wall, err := forward(false)
+		lines, perr := prof.stop(wall)
+		if err != nil {
+			return nil, nil, err
+		}
+		if perr != nil {
+			return nil, nil, perr
+		}
+		r["profile"] = lines
+		r["profile_seconds"] = wall
+	}
+	return r, out, nil
+}
+
+func parseTrDType(s string) (tensor.DType, error) {
+	switch s {
+	case "bf16", "bfloat16":
+		return tensor.BF16, nil
+	case "f16", "fp16", "float16":
+		return tensor.F16, nil
+	case "f32", "fp32", "float32":
+		return tensor.F32, nil
+	}
+	return 0, fmt.Errorf("--dtype %q: want bf16, f16 or f32", s)
+}
+
+func merge(a, b benchResult) benchResult {
+	out := benchResult{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+func trRelL2(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return math.NaN()
+	}
+	var num, den float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		num += d * d
+		den += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(num / den)
+}
+
+// ---- kernel-class timing with device events ----
+
+// eventProfile times kernel classes by recording a pair of events on the
+// GPU's stream around each kernel while on; the times are read after the
+// forward, so the kernels run as they do unprofiled.
+type eventProfile struct {
+	g    *gpu.Backend
+	mu   sync.Mutex
+	on   bool
+	recs []eventRec
+	pool []hip.Event
+	err  error
+}
+
+type eventRec struct {
+	class      string
+	flops      float64
+	start, end hip.Event
+}
+
+func (p *eventProfile) event() (hip.Event, error) {
+	if n := len(p.pool); n > 0 {
+		e := p.pool[n-1]
+		p.pool = p.pool[:n-1]
+		return e, nil
+	}
+	return p.g.Device().NewEvent(true)
+}
+
+func (p *eventProfile) time(class string, flops float64, fn func() error) error {
+	p.mu.Lock()
+	if !p.on {
+		p.mu.Unlock()
+		return fn()
+	}
+	d, st := p.g.Device(), p.g.Stream()
+	a, err1 := p.event()
+	b, err2 := p.event()
+	if err1 != nil || err2 != nil {
+		p.err = fmt.Errorf("profile: events: %v %v", err1, err2)
+		p.on = false
+		p.mu.Unlock()
+		return fn()
+	}
+	d.Record(a, st)
+	p.mu.Unlock()
+	err := fn()
+	p.mu.Lock()
+	d.Record(b, st)
+	p.recs = append(p.recs, eventRec{class, flops, a, b})
+	p.mu.Unlock()
+	return err
+}
+
+func (p *eventProfile) start() {
+	p.mu.Lock()
+	p.on, p.recs, p.err = true, nil, nil
+	p.mu.Unlock()
+}
+
+// stop ends timing and returns one line per class, largest first, and the
+// idle time of a forward of wall seconds.
+func (p *eventProfile) stop(wall float64) ([]benchResult, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.on = false
+	if err := p.g.Sync(); err != nil {
+		return nil, err
+	}
+	type acc struct {
+		calls     int
+		ms, flops float64
+	}
+	by := map[string]*acc{}
+	var total float64
+	for _, r := range p.recs {
+		ms, err := p.g.Device().Elapsed(r.start, r.end)
+		if err != nil {
+			return nil, err
+		}
+		a := by[r.class]
+		if a == nil {
+			a = &acc{}
+			by[r.class] = a
+		}
+		a.calls++
+		a.ms += float64(ms)
+		a.flops += r.flops
+		total += float64(ms)
+		p.pool = append(p.pool, r.start, r.end)
+	}
+	p.recs = nil
+	var lines []benchResult
+	for c, a := range by {
+		l := benchResult{"class": c, "calls": a.calls, "seconds": a.ms / 1e3, "share": a.ms / 1e3 / wall}
+		if a.flops > 0 && a.ms > 0 {
+			l["tflop"] = a.flops / 1e12
+			l["tflops"] = a.flops / (a.ms / 1e3) / 1e12
+		}
+		lines = append(lines, l)
+	}
+	slices.SortFunc(lines, func(a, b benchResult) int {
+		x, y := a["seconds"].(float64), b["seconds"].(float64)
+		switch {
+		case x > y:
+			return -1
+		case x < y:
+			return 1
+		}
+		return 0
+	})
+	idle := wall - total/1e3
+	lines = append(lines, benchResult{"class": "idle", "seconds": idle, "share": idle / wall})
+	return lines, p.err
+}
+
+// profiledBackend times the GPU backend's kernels, fused ones included, by
+// class; buffer views and weight streaming pass through (Unwrap).
+type profiledBackend struct {
+	tensor.Backend
+	p *eventProfile
+}
+
+func (b *profiledBackend) Unwrap() tensor.Backend { return b.Backend }
+func (b *profiledBackend) HostBacked() bool       { return false }
+func (b *profiledBackend) Trim() error {
+	if t, ok := b.Backend.(interface{ Trim() error }); ok {
+		return t.Trim()
+	}
+	return nil
+}
+
+func (b *profiledBackend) t(class string, fn func() error) error { return b.p.time(class, 0, fn) }
+
+func (b *profiledBackend) Fill(dst *tensor.Tensor, v float64) error {
+	return b.t("fill", func() error { return b.Backend.Fill(dst, v) })
+}
+func (b *profiledBackend) Cast(dst, src *tensor.Tensor) error {
+	return b.t("cast", func() error { return b.Backend.Cast(dst, src) })
+}
+func (b *profiledBackend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Tensor, sOff int, sSt []int, shape []int) error {
+	return b.t("copy", func() error { return b.Backend.Copy(dst, dOff, dSt, src, sOff, sSt, shape) })
+}
+func (b *profiledBackend) Unary(op tensor.UnaryOp, dst, src *tensor.Tensor, x, y float32) error {
+	return b.t("unary "+op.String(), func() error { return b.Backend.Unary(op, dst, src, x, y) })
+}
+func (b *profiledBackend) Binary(op tensor.BinaryOp, dst, x *tensor.Tensor, xSt []int, y *tensor.Tensor, ySt []int) error {
+	return b.t("binary "+op.String(), func() error { return b.Backend.Binary(op, dst, x, xSt, y, ySt) })
+}
+func (b *profiledBackend) MatMul(dst, x, y *tensor.Tensor, p tensor.MatMulParams) error {
+	f := 2 * float64(max(p.Batch, 1)) * float64(p.M) * float64(p.N) * float64(p.K)
+	return b.p.time("matmul", f, func() error { return b.Backend.MatMul(dst, x, y, p) })
+}
+
+// Linear is classed by size: the blocks' GEMMs at thousands of rows, the
+// embedders' and modulations' small ones.
+func (b *profiledBackend) Linear(dst, x, w, bias *tensor.Tensor) error {
+	f := 2 * float64(dst.Numel()) * float64(w.Dim(1))
+	class := "linear"
+	if x.Dim(0) < 1024 {
+		class = "linear (small M)"
+	}
+	return b.p.time(class, f, func() error { return b.Backend.Linear(dst, x, w, bias) })
+}
+func (b *profiledBackend) LayerNorm(dst, x, w, bias *tensor.Tensor, eps float32) error {
+	return b.t("layer_norm", func() error { return b.Backend.LayerNorm(dst, x, w, bias, eps) })
+}
+func (b *profiledBackend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
+	return b.t("rms_norm", func() error { return b.Backend.RMSNorm(dst, x, w, eps) })
+}
+func (b *profiledBackend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) error {
+	f := 4 * float64(q.Dim(0)) * float64(q.Dim(1)) * float64(k.Dim(1)) * float64(q.Dim(2)) * float64(q.Dim(3))
+	return b.p.time("attention", f, func() error { return b.Backend.Attention(dst, q, k, v, p) })
+}
+func (b *profiledBackend) RoPE(dst, x, cos, sin *tensor.Tensor) error {
+	return b.t("rope", func() error { return b.Backend.RoPE(dst, x, cos, sin) })
+}
+func (b *profiledBackend) Reduce(op tensor.ReduceOp, dst, src *tensor.Tensor) error {
+	return b.t("reduce", func() error { return b.Backend.Reduce(op, dst, src) })
+}
+func (b *profiledBackend) Pad(dst, src *tensor.Tensor, before []int, mode tensor.PadMode) error {
+	return b.t("pad", func() error { return b.Backend.Pad(dst, src, before, mode) })
+}
+
+// The fused kernels of backend/gpu.
+
+func (b *profiledBackend) LayerNormModulate(dst, x, shift, scale *tensor.Tensor, eps float32) error {
+	return b.t("fused layer_norm_modulate", func() error { return b.p.g.LayerNormModulate(dst, x, shift, scale, eps) })
+}
+func (b *profiledBackend) GatedAdd(dst, x, y, gate *tensor.Tensor) error {
+	return b.t("fused gated_add", func() error { return b.p.g.GatedAdd(dst, x, y, gate) })
+}
+func (b *profiledBackend) QKNormRoPE(q, k, v, src *tensor.Tensor, rowOff int, cols [3]int, wq, wk, cos, sin *tensor.Tensor, eps float32) error {
+	return b.t("fused qk_norm_rope", func() error { return b.p.g.QKNormRoPE(q, k, v, src, rowOff, cols, wq, wk, cos, sin, eps) })
+}
+func (b *profiledBackend) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, src *tensor.Tensor, srcCol, cols int) error {
+	return b.t("fused "+op.String(), func() error { return b.p.g.ActivateColumns(op, dst, dstCol, src, srcCol, cols) })
+}
