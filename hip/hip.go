@@ -15,6 +15,12 @@
 // Every call makes its device current on the calling OS thread first, so the
 // API may be used from any goroutine. Code that calls vendor libraries
 // directly (rocBLAS, MIOpen) with the device's stream uses Bind.
+//
+// Environment: FRAMEPACK_GPU=hip|cuda|none picks or disables the platform;
+// ROCM_PATH and CUDA_PATH add library directories to the loader's search
+// (/opt/rocm/lib and /usr/local/cuda/lib64 are tried too), and
+// FRAMEPACK_NVRTC_DIR names the directory of libnvrtc.so.{13,12}. libcuda
+// is only ever loaded by its soname.
 package hip
 
 import (

@@ -4,6 +4,12 @@
 // kernels (package kernels, compiled at run time and cached on disk) for
 // everything else. Device memory comes from a stream-ordered pool under a
 // hard cap; all work is queued on one stream.
+//
+// Attention is one fused kernel that never holds an Lq×Lk matrix: on
+// NVIDIA sm_80+ with bf16/f16 and head dim 64 or 128 a tensor-core kernel
+// (mma.sync), elsewhere a portable one for any head dim up to 512 and
+// every dtype (FRAMEPACK_ATTN=generic forces it). Kernels compile on first
+// use of their module and are cached under os.UserCacheDir()/framepack/kernels.
 package gpu
 
 import (
