@@ -15,6 +15,7 @@ import (
 	"unicode"
 
 	"github.com/framepack-go/framepack"
+	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/internal/tinymodel"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/pipeline"
@@ -108,10 +109,8 @@ func (f *generateFlags) check() (*pipeline.RGB, error) {
 	if err := req.Validate(); err != nil {
 		return nil, errors.New(flagNames.Replace(strings.TrimPrefix(err.Error(), "request: ")))
 	}
-	switch f.device {
-	case framepack.DeviceAuto, framepack.DeviceCPU, framepack.DeviceGPU:
-	default:
-		return nil, fmt.Errorf("--device %q: want auto, cpu or gpu", f.device)
+	if _, err := device.ParseChoice(f.device); err != nil {
+		return nil, err
 	}
 	if f.dtype != "" {
 		if _, err := tensor.ParseDType(f.dtype); err != nil {
