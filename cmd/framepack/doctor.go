@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/framepack-go/framepack/memory"
 )
 
 func newDoctor() *cobra.Command {
@@ -46,13 +48,17 @@ func doctor(w io.Writer) error {
 func doctorSystem(w io.Writer) error {
 	fmt.Fprintf(w, "  go:      %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(w, "  cpu:     %s, %d logical cores\n", cpuModel(), runtime.NumCPU())
-	if total, avail, ok := memInfo(); ok {
-		fmt.Fprintf(w, "  memory:  %.1f GiB total, %.1f GiB available\n", gib(total), gib(avail))
+	m, err := memory.ReadSysMem("/", "", 0)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "  memory:  %s total, %s available\n", memory.FormatBytes(m.MemTotal), memory.FormatBytes(m.MemAvailable))
+	if m.Card != "" {
+		fmt.Fprintf(w, "  amdgpu:  %s: VRAM %s, GTT %s\n", m.Card, memory.FormatBytes(m.VRAMTotal), memory.FormatBytes(m.GTTTotal))
 	}
 	return nil
 }
 
-func gib(b int64) float64 { return float64(b) / (1 << 30) }
 
 func cpuModel() string {
 	f, err := os.Open("/proc/cpuinfo")
@@ -69,22 +75,3 @@ func cpuModel() string {
 	return "unknown"
 }
 
-func memInfo() (total, avail int64, ok bool) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, 0, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var kb int64
-		line := sc.Text()
-		if n, _ := fmt.Sscanf(line, "MemTotal: %d kB", &kb); n == 1 {
-			total = kb << 10
-		}
-		if n, _ := fmt.Sscanf(line, "MemAvailable: %d kB", &kb); n == 1 {
-			avail = kb << 10
-		}
-	}
-	return total, avail, total > 0
-}
