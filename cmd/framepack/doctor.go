@@ -59,7 +59,6 @@ func doctorSystem(w io.Writer) error {
 	return nil
 }
 
-
 func cpuModel() string {
 	f, err := os.Open("/proc/cpuinfo")
 	if err != nil {
@@ -74,4 +73,3 @@ func cpuModel() string {
 	}
 	return "unknown"
 }
-
