@@ -17,6 +17,12 @@ func (b *Backend) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) er
 	return b.chain.Conv3d(dst, x, w, bias, p)
 }
 
+// Conv3dPadded runs Conv3d on x padded by pad, through the chain (see
+// Chain.Conv3dPadded).
+func (b *Backend) Conv3dPadded(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad Padding) error {
+	return b.chain.conv3dPadded(b.Backend, dst, x, w, bias, p, pad)
+}
+
 // Chain is the chain convolutions go through.
 func (b *Backend) Chain() *Chain { return b.chain }
 

@@ -183,7 +183,102 @@ func (e *Error) Unwrap() []error { return e.errs }
 
 // Conv3d computes dst as tensor.Backend.Conv3d does, through the chain.
 func (c *Chain) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	return c.conv3d(KeyOf(c.opt.Device, x, w, bias, p), &call{dst: dst, x: x, w: w, bias: bias, p: p})
+}
+
+// Padding is a padding of a convolution's input on its last three axes
+// (T, H, W), as tensor.Backend.Pad makes it.
+type Padding struct {
+	Before, After [3]int
+	Mode          tensor.PadMode
+}
+
+// PaddingTier is a tier that can read its input through a padding itself,
+// without a padded copy (packing it into another layout, say).
+type PaddingTier interface {
+	// RunPadded is Run on x padded by pad.
+	RunPadded(plan *Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad Padding) error
+}
+
+// Conv3dPadded computes Conv3d(dst, pad(x), w, bias, p): a tier that is a
+// PaddingTier reads x through the padding, the others get a padded copy,
+// made once on dst's backend when first needed and freed before it
+// returns. The key is the padded convolution's, so choices are shared with
+// Conv3d on a padded input.
+func (c *Chain) Conv3dPadded(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad Padding) error {
+	return c.conv3dPadded(nil, dst, x, w, bias, p, pad)
+}
+
+// conv3dPadded is Conv3dPadded with be the backend of a padded copy when
+// neither dst nor x names one (host tensors).
+func (c *Chain) conv3dPadded(be tensor.Backend, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad Padding) error {
+	if x.Rank() != 5 {
+		return fmt.Errorf("conv3d: input %v is not (B, C, T, H, W)", x.Shape())
+	}
+	shape := x.Shape()
+	for i := 0; i < 3; i++ {
+		if pad.Before[i] < 0 || pad.After[i] < 0 {
+			return fmt.Errorf("conv3d: negative padding %v/%v", pad.Before, pad.After)
+		}
+		shape[2+i] += pad.Before[i] + pad.After[i]
+	}
 	k := KeyOf(c.opt.Device, x, w, bias, p)
+	copy(k.X[:], shape)
+	cl := &call{dst: dst, x: x, w: w, bias: bias, p: p, pad: &pad, shape: shape, be: be}
+	defer cl.release()
+	return c.conv3d(k, cl)
+}
+
+// call is one convolution: its operands and, for Conv3dPadded, the padding
+// its input still needs.
+type call struct {
+	dst, x, w, bias *tensor.Tensor
+	p               tensor.ConvParams
+	pad             *Padding
+	shape           []int          // the padded input's shape
+	be              tensor.Backend // for the padded copy when the tensors name none
+	padded          *tensor.Tensor // the padded copy, once a tier needed it
+}
+
+func (cl *call) runOn(t Tier, plan *Plan) error {
+	if cl.pad == nil {
+		return t.Run(plan, cl.dst, cl.x, cl.w, cl.bias, cl.p)
+	}
+	if pt, ok := t.(PaddingTier); ok {
+		return pt.RunPadded(plan, cl.dst, cl.x, cl.w, cl.bias, cl.p, *cl.pad)
+	}
+	if cl.padded == nil {
+		be := cl.dst.Backend()
+		if be == nil {
+			be = cl.x.Backend()
+		}
+		if be == nil {
+			be = cl.be
+		}
+		if be == nil {
+			return errors.New("conv3d: no backend to pad the input on")
+		}
+		pd, err := tensor.Alloc(be, cl.x.DType(), cl.shape...)
+		if err != nil {
+			return fmt.Errorf("the padded input: %w", err)
+		}
+		if err := be.Pad(pd, cl.x, cl.pad.Before[:], cl.pad.Mode); err != nil {
+			tensor.Release(pd)
+			return fmt.Errorf("padding the input: %w", err)
+		}
+		cl.padded = pd
+	}
+	return t.Run(plan, cl.dst, cl.padded, cl.w, cl.bias, cl.p)
+}
+
+func (cl *call) release() {
+	if cl.padded != nil {
+		tensor.Release(cl.padded)
+		cl.padded = nil
+	}
+}
+
+func (c *Chain) conv3d(k Key, cl *call) error {
 	ks := k.String()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -192,7 +287,7 @@ func (c *Chain) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) erro
 	var skips []Skip
 	var errs []error
 	if l, ok := c.live[ks]; ok {
-		err := c.run(l.tier, l.plan, false, dst, x, w, bias, p)
+		err := c.run(l.tier, l.plan, false, cl)
 		if err == nil {
 			return nil
 		}
@@ -210,7 +305,7 @@ func (c *Chain) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) erro
 				plan = &Plan{}
 			}
 			if err == nil {
-				err = c.run(i, plan, true, dst, x, w, bias, p)
+				err = c.run(i, plan, true, cl)
 			}
 			if err == nil {
 				c.live[ks] = live{i, plan}
@@ -224,7 +319,7 @@ func (c *Chain) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) erro
 	for i := start; i < len(c.tiers); i++ {
 		plan, err := c.plan(i, k)
 		if err == nil {
-			err = c.run(i, plan, true, dst, x, w, bias, p)
+			err = c.run(i, plan, true, cl)
 		}
 		if err != nil {
 			skips, errs = c.skip(i, k, err, skips, errs)
@@ -307,7 +402,7 @@ func (c *Chain) plan(i int, k Key) (*Plan, error) {
 
 // run runs tier i; a trial (the first run of a plan) waits for the device
 // so that a failure shows here and not in a later op.
-func (c *Chain) run(i int, plan *Plan, trial bool, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+func (c *Chain) run(i int, plan *Plan, trial bool, cl *call) error {
 	t := c.tiers[i]
 	switch c.faults.Conv3d[t.Name()] {
 	case FaultError:
@@ -317,11 +412,11 @@ func (c *Chain) run(i int, plan *Plan, trial bool, dst, x, w, bias *tensor.Tenso
 	}
 	start := time.Now()
 	var err error
-	if cerr := tensor.Catch(func() { err = t.Run(plan, dst, x, w, bias, p) }); cerr != nil {
+	if cerr := tensor.Catch(func() { err = cl.runOn(t, plan) }); cerr != nil {
 		err = cerr
 	}
-	if err == nil && trial && dst.Backend() != nil {
-		err = dst.Backend().Sync()
+	if err == nil && trial && cl.dst.Backend() != nil {
+		err = cl.dst.Backend().Sync()
 	}
 	if err != nil {
 		return err
