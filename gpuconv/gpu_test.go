@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -353,6 +354,158 @@ func TestGoldenDecodeGPU(t *testing.T) {
 						if ts.Convs > 0 {
 							t.Log(ts.String())
 						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestConvSpeed times the released VAE decoder's convolutions (one
+// frame-wise tile: 5 latent frames, 544×704 pixels) in f16 on each path:
+// the chain's vendor tier channels-last and NCDHW, the GPU backend's own
+// Conv3d, and the GEMM tier. FRAMEPACK_CONV_SPEED=1 runs it.
+func TestConvSpeed(t *testing.T) {
+	if os.Getenv("FRAMEPACK_CONV_SPEED") == "" {
+		t.Skip("FRAMEPACK_CONV_SPEED=1 times the VAE's convolutions")
+	}
+	g := newGPU(t)
+	shapes := []struct {
+		name string
+		x, w []int
+		gemm bool
+	}{
+		{"mid 512->512", []int{1, 512, 7, 70, 90}, []int{512, 512, 3, 3, 3}, true},
+		{"up1 512->512", []int{1, 512, 11, 138, 178}, []int{512, 512, 3, 3, 3}, false},
+		{"up2 512->256", []int{1, 512, 19, 274, 354}, []int{256, 512, 3, 3, 3}, false},
+		{"up2 256->256", []int{1, 256, 19, 274, 354}, []int{256, 256, 3, 3, 3}, true},
+		{"up3 256->128", []int{1, 256, 19, 546, 706}, []int{128, 256, 3, 3, 3}, false},
+		{"up3 128->128", []int{1, 128, 19, 546, 706}, []int{128, 128, 3, 3, 3}, true},
+		{"out 128->3", []int{1, 128, 19, 546, 706}, []int{3, 128, 3, 3, 3}, false},
+		{"shortcut 512->256 k1", []int{1, 512, 17, 272, 352}, []int{256, 512, 1, 1, 1}, false},
+	}
+	for _, sh := range shapes {
+		rng := rand.New(rand.NewPCG(1, 2))
+		hx := randHost(rng, tensor.F16, 1, sh.x...)
+		hw := randHost(rng, tensor.F16, 0.02, sh.w...)
+		hb := randHost(rng, tensor.F16, 0.1, sh.w[0])
+		out := []int{1, sh.w[0], sh.x[2] - sh.w[2] + 1, sh.x[3] - sh.w[3] + 1, sh.x[4] - sh.w[4] + 1}
+		flops := 2 * float64(tensor.Numel(out)) * float64(tensor.Numel(sh.w[1:]))
+		paths := []struct {
+			name string
+			be   tensor.Backend
+		}{
+			{"ndhwc", wrapped(t, g, Options{Layout: LayoutNDHWC})},
+			{"ncdhw", wrapped(t, g, Options{Layout: LayoutNCDHW})},
+			{"gpu.Conv3d", g},
+		}
+		if sh.gemm {
+			paths = append(paths, struct {
+				name string
+				be   tensor.Backend
+			}{"gemm", wrapped(t, g, Options{Faults: only("gemm")})})
+		}
+		x, w, b := upload(t, g, hx), upload(t, g, hw), upload(t, g, hb)
+		dst, err := tensor.Alloc(g, tensor.F16, out...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ref []float32
+		line := fmt.Sprintf("%-22s %6.2f TFLOP", sh.name, flops/1e12)
+		for _, p := range paths {
+			run := func() error { return p.be.Conv3d(dst, x, w, b, tensor.ConvParams{}) }
+			if err := run(); err != nil {
+				line += fmt.Sprintf(" | %s: %v", p.name, err)
+				continue
+			}
+			g.ResetPeak()
+			var ts []float64
+			for i := 0; i < 3; i++ {
+				g.Sync()
+				t0 := time.Now()
+				if err := run(); err != nil {
+					t.Fatal(err)
+				}
+				if err := g.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				ts = append(ts, time.Since(t0).Seconds())
+			}
+			slices.Sort(ts)
+			got := tensor.Float32s(dst)
+			e := 0.0
+			if ref == nil {
+				ref = got
+			} else {
+				e = relL2(got, ref)
+			}
+			extra := g.Stats().Peak - (x.Bytes() + w.Bytes() + b.Bytes() + dst.Bytes())
+			line += fmt.Sprintf(" | %s %.1f ms %.0f TFLOP/s (+%.0f MiB, err %.0e)", p.name, ts[1]*1e3, flops/ts[1]/1e12, float64(extra)/(1<<20), e)
+		}
+		tensor.Release(dst)
+		t.Log(line)
+	}
+}
+
+// TestPaddedConv runs Conv3dPadded (the VAE's causal convolutions) on the
+// optimized tier, which packs through the padding, and on the GEMM tier,
+// which gets a padded copy, against the CPU's Pad then Conv3d.
+func TestPaddedConv(t *testing.T) {
+	g := newGPU(t)
+	for _, tc := range []struct {
+		name   string
+		x, w   []int
+		pad    convchain.Padding
+		stride [3]int
+		zero   [3]int // the convolution's own zero padding
+		chunk  int64
+	}{
+		{"causal_k3", []int{1, 16, 5, 9, 11}, []int{32, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 0},
+		{"causal_k3_chunked", []int{1, 16, 7, 10, 6}, []int{16, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 30 << 10},
+		{"causal_stride2", []int{1, 16, 5, 12, 12}, []int{16, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{2, 2, 2}, [3]int{}, 0},
+		{"zeros_and_own_pad", []int{2, 8, 4, 7, 9}, []int{8, 8, 3, 3, 3}, convchain.Padding{Before: [3]int{1, 2, 0}, After: [3]int{2, 0, 1}, Mode: tensor.PadZeros}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0},
+		{"rgb_out", []int{1, 24, 3, 8, 8}, []int{3, 24, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 0},
+	} {
+		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+			for _, tier := range []string{"optimized", "gemm"} {
+				t.Run(fmt.Sprintf("%s/%s/%s", tc.name, dt, tier), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(5, 6))
+					hx := randHost(rng, dt, 1, tc.x...)
+					hw := randHost(rng, dt, 0.1, tc.w...)
+					hb := randHost(rng, dt, 0.5, tc.w[0])
+					c := cpu.New()
+					ps := tc.x[:2:2]
+					for i := 0; i < 3; i++ {
+						ps = append(ps, tc.x[2+i]+tc.pad.Before[i]+tc.pad.After[i])
+					}
+					px := tensor.New(dt, ps...)
+					if err := c.Pad(px, hx, tc.pad.Before[:], tc.pad.Mode); err != nil {
+						t.Fatal(err)
+					}
+					p := tensor.ConvParams{Stride: tc.stride, Padding: tc.zero}
+					out := []int{tc.x[0], tc.w[0]}
+					for i := 0; i < 3; i++ {
+						out = append(out, (ps[2+i]+2*tc.zero[i]-tc.w[2+i])/tc.stride[i]+1)
+					}
+					want := tensor.New(dt, out...)
+					if err := c.Conv3d(want, px, hw, hb, p); err != nil {
+						t.Fatal(err)
+					}
+					be := wrapped(t, g, Options{Faults: only(tier), ChunkBytes: tc.chunk})
+					x, w, b := upload(t, be, hx), upload(t, be, hw), upload(t, be, hb)
+					dst, err := tensor.Alloc(be, dt, out...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer tensor.Release(dst)
+					be.Fill(dst, math.NaN())
+					if err := be.Conv3dPadded(dst, x, w, b, p, tc.pad); err != nil {
+						t.Fatal(err)
+					}
+					e := relL2(tensor.Float32s(dst), want.ToFloat32())
+					t.Logf("rel_l2 %.2e", e)
+					if !(e <= limit(dt)) {
+						t.Errorf("rel_l2 %.3e > %.1e", e, limit(dt))
 					}
 				})
 			}

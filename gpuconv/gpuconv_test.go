@@ -78,13 +78,15 @@ func TestOptions(t *testing.T) {
 	if o.chunkBytes() != DefaultChunkBytes {
 		t.Error("default chunk")
 	}
-	order := (&optimized{o: &Options{}}).layouts(geom{Cin: 3, Cout: 128})
-	if order[0] != miopen.NCDHW {
-		t.Errorf("an RGB input goes channels-last first: %v", order)
+	order := (&optimized{o: &Options{}}).layouts(geom{Cin: 128, Cout: 3})
+	if len(order) != 2 || order[0] != miopen.NDHWC {
+		t.Errorf("auto tries %v, want channels-last then NCDHW", order)
 	}
-	order = (&optimized{o: &Options{}}).layouts(geom{Cin: 128, Cout: 256})
-	if order[0] != miopen.NDHWC || len(order) != 2 {
-		t.Errorf("128→256 tries %v", order)
+	if order := (&optimized{o: &Options{Layout: LayoutNCDHW}}).layouts(geom{}); len(order) != 1 || order[0] != miopen.NCDHW {
+		t.Errorf("ncdhw tries %v", order)
+	}
+	if !(geom{kT: 1, kH: 1, kW: 1, st: [3]int{1, 1, 1}}).pointwise() || (geom{kT: 1, kH: 1, kW: 1, st: [3]int{1, 2, 2}}).pointwise() {
+		t.Error("pointwise")
 	}
 }
 

@@ -2,6 +2,7 @@ package gpuconv
 
 import (
 	"bytes"
+	"encoding/binary"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -40,7 +41,7 @@ func (l *layoutKernels) load() error {
 		}
 		l.fns = map[string]*hip.Function{}
 		for _, dt := range []string{"f32", "f16", "bf16"} {
-			for _, k := range []string{"pack_", "unpack_"} {
+			for _, k := range []string{"pack_", "unpack_", "packpad_"} {
 				for _, v := range []string{"", "_v"} {
 					name := k + dt + v
 					f, err := m.Function(name)
@@ -157,4 +158,43 @@ func (l *layoutKernels) unpack(dt tensor.DType, dst, src, bias uintptr, N, K, To
 	}
 	a := (&hip.Args{}).Ptr(dst).Ptr(src).Ptr(bias).I64(int64(K)).I64(int64(To)).I64(int64(S)).I64(int64(t0)).I64(int64(tc))
 	return l.fns[name].Launch(hip.Dim3{tiles(int64(S)), tiles(int64(K)), uint32(N * tc)}, hip.Dim3{256}, 0, l.stream, a)
+}
+
+// padGeom is packpad's view of a padded input: x (N, C, T, H, W) padded by
+// before (replicate or zeros) to Tp×Hp×Wp, then zt zero frames each side.
+type padGeom struct {
+	N, C, T, H, W int
+	Tp, Hp, Wp    int
+	before        [3]int
+	zt            int
+	replicate     bool
+}
+
+// packpad queues dst (N, tc, Hp, Wp, C) = frames tf0 … tf0+tc−1 of the
+// padded input.
+func (l *layoutKernels) packpad(dt tensor.DType, dst, src uintptr, g padGeom, tf0, tc int) error {
+	if err := l.load(); err != nil {
+		return err
+	}
+	name := "packpad_" + dtSuffix(dt)
+	if g.C%2 == 0 {
+		name += "_v"
+	}
+	if int64(g.N)*int64(tc) > 65535 {
+		return fmt.Errorf("gpuconv: pack of %d×%d frames exceeds one launch", g.N, tc)
+	}
+	mode := int32(0)
+	if g.replicate {
+		mode = 1
+	}
+	var b []byte
+	for _, v := range []int64{int64(g.C), int64(g.T), int64(g.H), int64(g.W), int64(tc), int64(tf0)} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	for _, v := range []int32{int32(g.Tp), int32(g.Hp), int32(g.Wp), int32(g.before[0]), int32(g.before[1]), int32(g.before[2]), int32(g.zt), mode} {
+		b = binary.LittleEndian.AppendUint32(b, uint32(v))
+	}
+	S := int64(g.Hp) * int64(g.Wp)
+	a := (&hip.Args{}).Ptr(dst).Ptr(src).Struct(b, 8)
+	return l.fns[name].Launch(hip.Dim3{tiles(S), tiles(int64(g.C)), uint32(g.N * tc)}, hip.Dim3{256}, 0, l.stream, a)
 }

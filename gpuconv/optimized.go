@@ -60,9 +60,10 @@ type planData struct {
 // live is the in-process form of a plan.
 type live struct {
 	layout miopen.Layout
+	gemm   bool // a 1×1×1 convolution as one GEMM, no library
 	id     uint64
 	given  bool
-	frames int // output frames per chunk (NDHWC)
+	frames int // output frames per chunk (NDHWC) at the default bound
 }
 
 func newOptimized(be *gpu.Backend, o *Options) (*optimized, error) {
@@ -196,12 +197,20 @@ func (t *optimized) layouts(g geom) []miopen.Layout {
 	case LayoutNDHWC:
 		return []miopen.Layout{miopen.NDHWC}
 	}
-	// Tensor cores want channel counts in multiples of 8 in channels-last;
-	// thin convolutions (RGB in or out) run as they are.
-	if g.Cin%8 == 0 && g.Cout%8 == 0 {
-		return []miopen.Layout{miopen.NDHWC, miopen.NCDHW}
-	}
-	return []miopen.Layout{miopen.NCDHW, miopen.NDHWC}
+	// Channels-last is the libraries' fast path (NCDHW's fast algorithms
+	// want workspaces of several GiB at the VAE's sizes); NCDHW stays as
+	// the fallback.
+	return []miopen.Layout{miopen.NDHWC, miopen.NCDHW}
+}
+
+// pointwise is a 1×1×1 convolution with stride 1 and no padding: a GEMM.
+func (g geom) pointwise() bool {
+	return g.kT == 1 && g.kH == 1 && g.kW == 1 && g.st == [3]int{1, 1, 1} && g.pad == [3]int{}
+}
+
+func isGEMM(data json.RawMessage) bool {
+	var pd planData
+	return json.Unmarshal(data, &pd) == nil && pd.Layout == "gemm"
 }
 
 func layoutName(l miopen.Layout) string {
@@ -243,6 +252,10 @@ func (t *optimized) Plan(k convchain.Key, searched *convchain.Plan) (*convchain.
 	dt, err := libDType(k.DType)
 	if err != nil {
 		return nil, err
+	}
+	if g.pointwise() && t.o.Layout == LayoutAuto && (searched == nil || len(searched.Data) == 0 || isGEMM(searched.Data)) {
+		data, _ := json.Marshal(planData{Layout: "gemm"})
+		return &convchain.Plan{Algorithm: "1×1×1 as one GEMM per batch on " + t.be.BLAS(), Data: data, Live: &live{gemm: true}}, nil
 	}
 	order := t.layouts(g)
 	var pd planData
@@ -301,7 +314,22 @@ func (t *optimized) Plan(k convchain.Key, searched *convchain.Plan) (*convchain.
 }
 
 func (t *optimized) Run(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	return t.run(plan, dst, x, nil, w, bias, p)
+}
+
+// RunPadded is Run on x padded by pad: the channels-last path packs x
+// through the padding, the others pad a copy first.
+func (t *optimized) RunPadded(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad convchain.Padding) error {
+	return t.run(plan, dst, x, &pad, w, bias, p)
+}
+
+func (t *optimized) run(plan *convchain.Plan, dst, x *tensor.Tensor, pad *convchain.Padding, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	k := convchain.KeyOf("", x, w, bias, p)
+	if pad != nil {
+		for i := 0; i < 3; i++ {
+			k.X[2+i] += pad.Before[i] + pad.After[i]
+		}
+	}
 	g, err := geomOf(k)
 	if err != nil {
 		return err
@@ -321,12 +349,29 @@ func (t *optimized) Run(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p 
 	if alloc == nil {
 		alloc = t.be
 	}
-	if lv.layout == miopen.NCDHW {
+	if pad != nil && (lv.gemm || lv.layout == miopen.NCDHW) {
+		// Only the packing reads through a padding: pad a copy.
+		px, err := tensor.Alloc(alloc, x.DType(), k.X[:]...)
+		if err != nil {
+			return err
+		}
+		defer tensor.Release(px)
+		if err := t.o.Profile.time("conv3d.pad", t.be, 0, func() error {
+			return t.be.Pad(px, x, pad.Before[:], pad.Mode)
+		}); err != nil {
+			return err
+		}
+		x, pad = px, nil
+	}
+	switch {
+	case lv.gemm:
+		return t.runGEMM(g, dst, x, w, bias)
+	case lv.layout == miopen.NCDHW:
 		return t.runNCDHW(alloc, g, dt, lv, dst, x, w, bias)
 	}
 	// A chunk that does not fit shrinks, down to one frame.
-	for tc := lv.frames; ; tc = (tc + 1) / 2 {
-		err := t.runNDHWC(alloc, g, dt, lv, tc, dst, x, w, bias)
+	for tc := g.chunkFrames(t.chunkLimit(alloc)); ; tc = (tc + 1) / 2 {
+		err := t.runNDHWC(alloc, g, dt, lv, tc, dst, x, pad, w, bias)
 		if err == nil || !errors.Is(err, tensor.ErrOutOfMemory) || tc == 1 {
 			return err
 		}
@@ -334,6 +379,41 @@ func (t *optimized) Run(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p 
 			t.o.Log.Info(fmt.Sprintf("conv3d: %s: %d-frame chunks do not fit (%v); trying %d", k, tc, err, (tc+1)/2))
 		}
 	}
+}
+
+// maxChunkBytes bounds the scratch of a chunk when the budget has room.
+const maxChunkBytes = 4 << 30
+
+// chunkLimit is the scratch bound of a run: Options.ChunkBytes when set,
+// else DefaultChunkBytes, raised to a quarter of what the budget still has
+// free (at most maxChunkBytes): fewer, larger chunks re-pack fewer halo
+// frames and keep the library busier.
+func (t *optimized) chunkLimit(alloc tensor.Backend) int64 {
+	if t.o.ChunkBytes > 0 {
+		return t.o.ChunkBytes
+	}
+	lim := int64(DefaultChunkBytes)
+	if av, ok := alloc.(interface{ Available() int64 }); ok {
+		lim = max(lim, min(av.Available()/4, maxChunkBytes))
+	}
+	return lim
+}
+
+// runGEMM is a pointwise convolution: dst[b] (Cout, S) = w (Cout, Cin) ·
+// x[b] (Cin, S), then the bias.
+func (t *optimized) runGEMM(g geom, dst, x, w, bias *tensor.Tensor) error {
+	S := g.T * g.H * g.W
+	y := dst.Reshape(g.B, g.Cout, S)
+	err := t.o.Profile.time("conv3d.gemm", t.be, g.flops(g.To), func() error {
+		return t.be.MatMul(y, w.Reshape(1, g.Cout, g.Cin), x.Reshape(g.B, g.Cin, S),
+			tensor.MatMulParams{Batch: g.B, M: g.Cout, N: S, K: g.Cin, Alpha: 1})
+	})
+	if err != nil || bias == nil {
+		return err
+	}
+	return t.o.Profile.time("conv3d.bias", t.be, 0, func() error {
+		return t.be.Binary(tensor.OpAdd, y, y, []int{g.Cout * S, S, 1}, bias, []int{0, 1, 0})
+	})
 }
 
 // scratch allocates n elements of dt on be.
@@ -391,7 +471,7 @@ func (t *optimized) runNCDHW(alloc tensor.Backend, g geom, dt miopen.DType, lv *
 	})
 }
 
-func (t *optimized) runNDHWC(alloc tensor.Backend, g geom, dt miopen.DType, lv *live, tc int, dst, x, w, bias *tensor.Tensor) error {
+func (t *optimized) runNDHWC(alloc tensor.Backend, g geom, dt miopen.DType, lv *live, tc int, dst, x *tensor.Tensor, pad *convchain.Padding, w, bias *tensor.Tensor) error {
 	tdt := dst.DType()
 	kvol := g.kT * g.kH * g.kW
 	wl, err := scratch(alloc, tdt, int64(g.Cout)*int64(g.Cin)*int64(kvol))
@@ -426,6 +506,11 @@ func (t *optimized) runNDHWC(alloc tensor.Backend, g geom, dt miopen.DType, lv *
 		ti0 := to0*g.st[0] - g.pad[0]
 		in := g.inFrames(n)
 		if err := pr.time("conv3d.pack", t.be, 0, func() error {
+			if pad != nil {
+				pg := padGeom{N: g.B, C: g.Cin, T: x.Dim(2), H: x.Dim(3), W: x.Dim(4), Tp: g.T, Hp: g.H, Wp: g.W,
+					before: pad.Before, zt: g.pad[0], replicate: pad.Mode == tensor.PadReplicate}
+				return t.lk.packpad(tdt, gpu.Ptr(xc), gpu.Ptr(x), pg, ti0+g.pad[0], in)
+			}
 			return t.lk.pack(tdt, gpu.Ptr(xc), gpu.Ptr(x), g.B, g.Cin, g.T, S, ti0, in)
 		}); err != nil {
 			return err

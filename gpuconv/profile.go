@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -213,4 +214,48 @@ func (b *ProfiledBackend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) erro
 }
 func (b *ProfiledBackend) Embedding(dst, table, ids *tensor.Tensor) error {
 	return b.t("embedding", func() error { return b.Backend.Embedding(dst, table, ids) })
+}
+
+type paddedConv interface {
+	Conv3dPadded(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad convchain.Padding) error
+}
+
+// Conv3dPadded times the inner backend's Conv3dPadded (a padded copy and
+// Conv3d when it has none).
+func (b *ProfiledBackend) Conv3dPadded(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad convchain.Padding) error {
+	class := fmt.Sprintf("conv3d %d→%d k%d", w.Dim(1), w.Dim(0), w.Dim(2))
+	if p.Stride != [3]int{1, 1, 1} && p.Stride != [3]int{} {
+		class += fmt.Sprintf(" s%v", p.Stride)
+	}
+	f := 2 * float64(dst.Numel()) * float64(w.Numel()/max(w.Dim(0), 1))
+	var pc paddedConv
+	for be := b.Backend; be != nil && pc == nil; {
+		if c, ok := be.(paddedConv); ok {
+			pc = c
+			break
+		}
+		u, ok := be.(interface{ Unwrap() tensor.Backend })
+		if !ok {
+			break
+		}
+		be = u.Unwrap()
+	}
+	return b.p.time(class, b.Backend, f, func() error {
+		if pc != nil {
+			return pc.Conv3dPadded(dst, x, w, bias, p, pad)
+		}
+		shape := x.Shape()
+		for i := 0; i < 3; i++ {
+			shape[2+i] += pad.Before[i] + pad.After[i]
+		}
+		px, err := tensor.Alloc(b.Backend, x.DType(), shape...)
+		if err != nil {
+			return err
+		}
+		defer tensor.Release(px)
+		if err := b.Backend.Pad(px, x, pad.Before[:], pad.Mode); err != nil {
+			return err
+		}
+		return b.Backend.Conv3d(dst, px, w, bias, p)
+	})
 }

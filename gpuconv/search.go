@@ -34,6 +34,10 @@ func searchOptimized(ctx context.Context, req convchain.SearchRequest) (*convcha
 	if err != nil {
 		return nil, err
 	}
+	if g.pointwise() { // a GEMM: nothing to search
+		data, _ := json.Marshal(planData{Layout: "gemm"})
+		return &convchain.Plan{Algorithm: "1×1×1 as one GEMM per batch", Data: data}, nil
+	}
 	be, err := gpu.New(gpu.Options{NoBLAS: true, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return nil, err

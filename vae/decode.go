@@ -68,7 +68,7 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 		if !errors.Is(err, tensor.ErrOutOfMemory) || opts.NoRetry {
 			panic(err)
 		}
-		next, ok := shrinkTiling(&v.cfg, z.Shape(), til, v.dt)
+		next, ok := shrinkTiling(&v.cfg, z.Shape(), til, v.dt, paddedConvOf(v.be) != nil)
 		if !ok {
 			panic(&tensor.OpError{Op: "vae.decode", Err: fmt.Errorf("out of memory at the smallest tiling (%s): %w", til, err)})
 		}

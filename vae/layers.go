@@ -1,6 +1,9 @@
 package vae
 
 import (
+	"math"
+
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -42,8 +45,15 @@ func (c *causalConv) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 	return c.run(s, x, true)
 }
 
-// run is forward; consume says whether x is freed.
+// run is forward; consume says whether x is freed. A backend that can
+// convolve through the causal padding (the GPU's conv3d chain) gets x
+// itself; otherwise the padded copy is made here.
 func (c *causalConv) run(s *tensor.Scope, x *tensor.Tensor, consume bool) *tensor.Tensor {
+	if c.causal && c.k > 1 {
+		if pc := paddedConvOf(s.Backend()); pc != nil {
+			return c.runPadded(s, pc, x, consume)
+		}
+	}
 	in := x
 	if c.causal && c.k > 1 {
 		h := c.k / 2
@@ -55,6 +65,48 @@ func (c *causalConv) run(s *tensor.Scope, x *tensor.Tensor, consume bool) *tenso
 	y := s.Conv3d(in, c.w, c.b, c.stride, [3]int{})
 	if in != x || consume {
 		s.Free(in)
+	}
+	return y
+}
+
+// paddedConv convolves a padded input without a padded copy
+// (convchain.Backend.Conv3dPadded).
+type paddedConv interface {
+	Conv3dPadded(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad convchain.Padding) error
+}
+
+// paddedConvOf finds a paddedConv in be or under it (through Unwrap layers:
+// a memory budget, a profiler); nil when there is none.
+func paddedConvOf(be tensor.Backend) paddedConv {
+	for be != nil {
+		if pc, ok := be.(paddedConv); ok {
+			return pc
+		}
+		u, ok := be.(interface{ Unwrap() tensor.Backend })
+		if !ok {
+			return nil
+		}
+		be = u.Unwrap()
+	}
+	return nil
+}
+
+func (c *causalConv) runPadded(s *tensor.Scope, pc paddedConv, x *tensor.Tensor, consume bool) *tensor.Tensor {
+	h := c.k / 2
+	pad := convchain.Padding{Before: [3]int{c.k - 1, h, h}, After: [3]int{0, h, h}, Mode: tensor.PadReplicate}
+	if x.Rank() != 5 || x.DType() != c.w.DType() || x.Dim(1) != c.w.Dim(1) {
+		tensor.Fail("conv3d", "input %v %s for weight %v %s", x.Shape(), x.DType(), c.w.Shape(), c.w.DType())
+	}
+	shape := []int{x.Dim(0), c.w.Dim(0), 0, 0, 0}
+	for i := 0; i < 3; i++ {
+		shape[2+i] = (x.Dim(2+i)+pad.Before[i]+pad.After[i]-c.k)/c.stride[i] + 1
+	}
+	y := s.Empty(x.DType(), shape...)
+	if err := pc.Conv3dPadded(y, x, c.w, c.b, tensor.ConvParams{Stride: c.stride}, pad); err != nil {
+		panic(&tensor.OpError{Op: "conv3d", Err: err})
+	}
+	if consume {
+		s.Free(x)
 	}
 	return y
 }
@@ -140,8 +192,7 @@ func (a *attention) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 	k := s.Linear(tok, a.k, a.kb)
 	v := s.Linear(tok, a.v, a.vb)
 	s.Free(tok)
-	o := s.Attention(q.Reshape(b, l, 1, c), k.Reshape(b, l, 1, c), v.Reshape(b, l, 1, c),
-		tensor.AttnParams{FrameLen: h * w})
+	o := frameCausalAttention(s, q, k, v, t, h*w)
 	s.Free(q, k, v)
 	p := s.Linear(o.Reshape(b, l, c), a.out, a.outb)
 	s.Free(o)
@@ -150,6 +201,54 @@ func (a *attention) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 	out := s.Add(y.Reshape(b, c, t, h, w), x)
 	s.Free(y, x)
 	return out
+}
+
+// frameCausalAttention is single-head attention softmax(q·kᵀ/√C)·v on q,
+// k, v (B, T·HW, C) in which a token sees every token of its own and the
+// earlier frames. It runs one query frame at a time: the keys of frames
+// 0…f are all visible to frame f, so each frame is two plain matrix
+// products (the vendor BLAS) and a softmax, whatever C is — the VAE's
+// C = 512 is beyond attention kernels' head sizes. The scores of one frame,
+// HW × (f+1)·HW, are the largest temporary.
+func frameCausalAttention(s *tensor.Scope, q, k, v *tensor.Tensor, t, hw int) *tensor.Tensor {
+	b, l, c := q.Dim(0), q.Dim(1), q.Dim(2)
+	scale := float32(1 / math.Sqrt(float64(c)))
+	outs := make([]*tensor.Tensor, t)
+	for f := 0; f < t; f++ {
+		n := (f + 1) * hw
+		qf := q
+		if t > 1 {
+			qf = s.Slice(q, 1, f*hw, (f+1)*hw)
+		}
+		kf, vf := k, v
+		if n < l {
+			kf, vf = s.Slice(k, 1, 0, n), s.Slice(v, 1, 0, n)
+		}
+		sc := s.Empty(q.DType(), b, hw, n)
+		err := s.Backend().MatMul(sc, qf, kf, tensor.MatMulParams{Batch: b, M: hw, N: n, K: c, TransB: true, Alpha: scale})
+		if err != nil {
+			panic(&tensor.OpError{Op: "matmul", Err: err})
+		}
+		if qf != q {
+			s.Free(qf)
+		}
+		if kf != k {
+			s.Free(kf)
+		}
+		p := s.Softmax(sc)
+		s.Free(sc)
+		outs[f] = s.MatMul(p, vf, false, false)
+		s.Free(p)
+		if vf != v {
+			s.Free(vf)
+		}
+	}
+	if t == 1 {
+		return outs[0]
+	}
+	o := s.Concat(1, outs...)
+	s.Free(outs...)
+	return o
 }
 
 // midBlock is resnets.0 → attentions.0 → resnets.1.

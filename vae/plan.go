@@ -26,6 +26,9 @@ func (s shape5) n() int64 { return int64(s.b) * int64(s.c) * int64(s.t) * int64(
 type memSim struct {
 	e          int64 // bytes per element
 	live, peak int64
+	// fusedPad: the backend convolves through the causal padding (no
+	// padded copy; see causalConv.run).
+	fusedPad bool
 }
 
 func (m *memSim) alloc(s shape5) {
@@ -38,15 +41,19 @@ func (m *memSim) free(s shape5) { m.live -= s.n() * m.e }
 // conv mirrors causalConv.forward; owned says whether x is freed.
 func (m *memSim) conv(x shape5, cout, k int, stride [3]int, causal, owned bool) shape5 {
 	in, inOwned := x, owned
+	padded := x
 	if causal && k > 1 {
-		in = shape5{x.b, x.c, x.t + k - 1, x.h + 2*(k/2), x.w + 2*(k/2)}
-		m.alloc(in)
-		if owned {
-			m.free(x)
+		padded = shape5{x.b, x.c, x.t + k - 1, x.h + 2*(k/2), x.w + 2*(k/2)}
+		if !m.fusedPad { // the padded copy
+			in = padded
+			m.alloc(in)
+			if owned {
+				m.free(x)
+			}
+			inOwned = true
 		}
-		inOwned = true
 	}
-	out := shape5{x.b, cout, (in.t-k)/stride[0] + 1, (in.h-k)/stride[1] + 1, (in.w-k)/stride[2] + 1}
+	out := shape5{x.b, cout, (padded.t-k)/stride[0] + 1, (padded.h-k)/stride[1] + 1, (padded.w-k)/stride[2] + 1}
 	m.alloc(out)
 	if inOwned {
 		m.free(in)
@@ -82,9 +89,40 @@ func (m *memSim) attention(x shape5) shape5 {
 	m.alloc(x) // q, k, v
 	m.alloc(x)
 	m.alloc(x)
-	m.free(x)
-	m.alloc(x) // attention output
-	m.free(x)
+	m.free(x) // tokens
+	// frameCausalAttention, one query frame at a time.
+	frames := func(n int) shape5 { return shape5{x.b, x.c, n, x.h, x.w} }
+	hw := x.h * x.w
+	for f := 0; f < x.t; f++ {
+		n := f + 1
+		if x.t > 1 {
+			m.alloc(frames(1)) // the frame's queries
+		}
+		if n < x.t {
+			m.alloc(frames(n)) // keys and values of frames 0…f
+			m.alloc(frames(n))
+		}
+		sc := shape5{x.b, 1, 1, hw, n * hw}
+		m.alloc(sc) // scores
+		if x.t > 1 {
+			m.free(frames(1))
+		}
+		if n < x.t {
+			m.free(frames(n))
+		}
+		m.alloc(sc) // softmax
+		m.free(sc)
+		m.alloc(frames(1)) // the frame's output
+		m.free(sc)
+		if n < x.t {
+			m.free(frames(n))
+		}
+	}
+	if x.t > 1 {
+		m.alloc(x) // the frames concatenated
+		m.free(x)
+	}
+	m.free(x) // q, k, v
 	m.free(x)
 	m.free(x)
 	m.alloc(x) // to_out
@@ -194,6 +232,16 @@ func decodeBoxes(c *Config, nT, h, w int, til Tiling) []box {
 // of latentShape (B, C, T, h, w) at tiling til in compute dtype dt,
 // including the latents' own copy in dt and an f32 upload of them.
 func DecodePeak(cfg Config, latentShape []int, til Tiling, dt tensor.DType) int64 {
+	return decodePeak(cfg, latentShape, til, dt, false)
+}
+
+// DecodePeak is the package's DecodePeak for this model on its backend: a
+// backend that convolves through the causal padding needs no padded copies.
+func (v *VAE) DecodePeak(latentShape []int, til Tiling) int64 {
+	return decodePeak(v.cfg, latentShape, til, v.dt, paddedConvOf(v.be) != nil)
+}
+
+func decodePeak(cfg Config, latentShape []int, til Tiling, dt tensor.DType, fusedPad bool) int64 {
 	til = til.normalized()
 	b, nT, h, w := latentShape[0], latentShape[2], latentShape[3], latentShape[4]
 	e := int64(dt.Size())
@@ -207,7 +255,7 @@ func DecodePeak(cfg Config, latentShape []int, til Tiling, dt tensor.DType) int6
 			continue
 		}
 		seen[key] = true
-		m := &memSim{e: e}
+		m := &memSim{e: e, fusedPad: fusedPad}
 		x := z
 		owned := false
 		for i, n := range [3]int{key.t1, key.h1, key.w1} {
@@ -262,10 +310,14 @@ func tilingLadder() []Tiling {
 // identical to diffusers' decode at the same tile sizes. When nothing fits it
 // returns the smallest tiling, with a planned peak above the budget.
 func PlanDecode(cfg Config, latentShape []int, budget int64, dt tensor.DType) (DecodeOptions, int64) {
+	return planDecode(cfg, latentShape, budget, dt, false)
+}
+
+func planDecode(cfg Config, latentShape []int, budget int64, dt tensor.DType, fusedPad bool) (DecodeOptions, int64) {
 	var last Tiling
 	var lastPeak int64 = -1
 	for _, t := range tilingLadder() {
-		p := DecodePeak(cfg, latentShape, t, dt)
+		p := decodePeak(cfg, latentShape, t, dt, fusedPad)
 		if p <= budget {
 			return DecodeOptions{Tiling: t}, p
 		}
@@ -280,15 +332,15 @@ func PlanDecode(cfg Config, latentShape []int, budget int64, dt tensor.DType) (D
 // is for the decode's activations: the weights (WeightBytes) are already
 // held.
 func (v *VAE) Plan(latentShape []int, budget int64) (DecodeOptions, int64) {
-	return PlanDecode(v.cfg, latentShape, budget, v.dt)
+	return planDecode(v.cfg, latentShape, budget, v.dt, paddedConvOf(v.be) != nil)
 }
 
 // shrinkTiling is the largest tiling of the ladder predicted to need less
 // memory than cur, for a retry after an out-of-memory failure.
-func shrinkTiling(c *Config, latentShape []int, cur Tiling, dt tensor.DType) (Tiling, bool) {
-	now := DecodePeak(*c, latentShape, cur, dt)
+func shrinkTiling(c *Config, latentShape []int, cur Tiling, dt tensor.DType, fusedPad bool) (Tiling, bool) {
+	now := decodePeak(*c, latentShape, cur, dt, fusedPad)
 	for _, t := range tilingLadder() {
-		if DecodePeak(*c, latentShape, t, dt) < now {
+		if decodePeak(*c, latentShape, t, dt, fusedPad) < now {
 			return t, true
 		}
 	}

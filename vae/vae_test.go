@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -208,5 +210,39 @@ func TestDecodeBadInput(t *testing.T) {
 	err = tensor.Catch(func() { v.Encode(s, randLatents(1, 1, 4, 1, 8, 8)) })
 	if err == nil || !strings.Contains(err.Error(), "want (B, 3, T, H, W)") {
 		t.Errorf("encode of 4 channels: %v", err)
+	}
+}
+
+// TestGoldenDecodeThroughChain decodes the golden cases on a CPU backend
+// behind the conv3d chain and a memory budget: the causal convolutions then
+// go through Conv3dPadded (a padded copy made by the chain for the CPU tier),
+// with the same result, and the peak model without padded copies still
+// bounds the measured peak of the activations.
+func TestGoldenDecodeThroughChain(t *testing.T) {
+	for _, c := range golden.Cases(t, "vae.decode") {
+		t.Run(c.Name, func(t *testing.T) {
+			host := cpu.New()
+			ch, err := convchain.New([]convchain.Tier{convchain.CPUTier(host)}, convchain.Options{CachePath: "off", Faults: &convchain.Faults{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			be := memory.Budgeted(convchain.Wrap(host, ch), memory.Budget{Device: "test", Cap: 1 << 40})
+			v := loadCase(t, c, be, tensor.F32)
+			if paddedConvOf(be) == nil {
+				t.Fatal("no Conv3dPadded under the budget")
+			}
+			z := c.Tensor("z")
+			be.ResetPeak()
+			c.Compare(t, "sample", decode(t, v, z, DefaultDecode()))
+			if n := ch.Summary()[0].Convs; n == 0 {
+				t.Error("no convolution went through the chain")
+			}
+			measured := be.Stats().Peak - v.WeightBytes()
+			planned := v.DecodePeak(z.Shape(), DefaultTiling())
+			t.Logf("planned %d B, measured %d B (a padded copy per convolution beyond the model)", planned, measured)
+			if padded := DecodePeak(v.Config(), z.Shape(), DefaultTiling(), tensor.F32); planned >= padded {
+				t.Errorf("the fused model (%d B) is not below the padded one (%d B)", planned, padded)
+			}
+		})
 	}
 }

@@ -253,7 +253,7 @@ func runBenchVAE(cmd *cobra.Command, f *benchVAEFlags) error {
 		log.Info(fmt.Sprintf("bench vae: planner: %s for %s of activations (planned peak %s)", opts.Tiling,
 			memory.FormatBytes(avail), memory.FormatBytes(planned)))
 	}
-	planned := vae.DecodePeak(cfg, shape, opts.Tiling, dt)
+	planned := v.DecodePeak(shape, opts.Tiling)
 
 	var times []float64
 	var st vae.DecodeStats

@@ -216,7 +216,7 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	if auto {
 		opts, planned = v.Plan(z.Shape(), avail)
 	} else {
-		planned = vae.DecodePeak(cfg, z.Shape(), opts.Tiling, v.DType())
+		planned = v.DecodePeak(z.Shape(), opts.Tiling)
 	}
 	T, h, w := z.Dim(2), z.Dim(3), z.Dim(4)
 	ss := cfg.SpatialCompressionRatio
