@@ -1,7 +1,8 @@
 // Package testdevice picks the backend that tests run on, so that one test
 // binary checks the CPU, the GPU or a simulated device: the CPU by default;
 // the GPU when FRAMEPACK_TEST_DEVICE=gpu (a test skips, saying why, when
-// none opens); "fake": the CPU's kernels behind a backend that is not host
+// none opens), "gpu-noblas" for the GPU with framepack's own GEMM kernel
+// instead of the vendor BLAS; "fake": the CPU's kernels behind a backend that is not host
 // backed, so tests exercise the uploads, downloads, buffer views and
 // streamed weights that a device needs.
 package testdevice
@@ -18,7 +19,7 @@ import (
 )
 
 // Env names the environment variable that chooses the device: "" or
-// "cpu", "gpu", "fake".
+// "cpu", "gpu", "gpu-noblas", "fake".
 const Env = "FRAMEPACK_TEST_DEVICE"
 
 // Name is the chosen device.
@@ -37,11 +38,11 @@ var gpuOnce struct {
 	err error
 }
 
-// GPU is the process's GPU backend (opened once, never closed), or why
-// none opened.
+// GPU is the process's GPU backend (opened once, never closed, without
+// the vendor BLAS for "gpu-noblas"), or why none opened.
 func GPU() (*gpu.Backend, error) {
 	gpuOnce.Do(func() {
-		gpuOnce.be, gpuOnce.err = gpu.New(gpu.Options{})
+		gpuOnce.be, gpuOnce.err = gpu.New(gpu.Options{NoBLAS: Name() == "gpu-noblas"})
 	})
 	return gpuOnce.be, gpuOnce.err
 }
@@ -55,14 +56,14 @@ func Backend(t testing.TB) tensor.Backend {
 		return cpu.New()
 	case "fake":
 		return NewFake()
-	case "gpu":
+	case "gpu", "gpu-noblas":
 		be, err := GPU()
 		if err != nil {
 			t.Skipf("%s=gpu: no GPU: %v", Env, err)
 		}
 		return be
 	default:
-		t.Fatalf("%s=%q: want cpu, gpu or fake", Env, n)
+		t.Fatalf("%s=%q: want cpu, gpu, gpu-noblas or fake", Env, n)
 		return nil
 	}
 }

@@ -131,12 +131,16 @@ func (m *Model) makeBlocks(fill func(i int, p param, dst []byte) error) error {
 		resident := !m.opts.HostBlocks || kept+a.size <= keep
 		if !resident {
 			if pinned {
-				hb, err := pin.AllocPinned(a.size)
-				if err != nil {
-					return err
+				// Page-locked memory may run out before system memory does:
+				// the rest then streams from ordinary memory (copies that do
+				// not overlap compute).
+				if hb, err := pin.AllocPinned(a.size); err == nil {
+					a.host, a.pinIt = hb, pin
+				} else {
+					pinned = false
 				}
-				a.host, a.pinIt = hb, pin
-			} else {
+			}
+			if a.host == nil {
 				a.host = tensor.NewHostBuffer(a.size)
 			}
 			if err := fillAll(a.host.Data()); err != nil {
