@@ -27,14 +27,11 @@ func (t *padTier) RunPadded(_ *Plan, dst, x, w, bias *tensor.Tensor, p tensor.Co
 	if t.fail {
 		return errors.New("padTier fails")
 	}
-	shape := x.Shape()
-	for i := 0; i < 3; i++ {
-		shape[2+i] += pad.Before[i] + pad.After[i]
-	}
-	px := tensor.New(x.DType(), shape...)
-	if err := t.cpu.Pad(px, x, pad.Before[:], pad.Mode); err != nil {
+	px, err := pad.Materialize(t.cpu, x)
+	if err != nil {
 		return err
 	}
+	defer tensor.Release(px)
 	return t.cpu.Conv3d(dst, px, w, bias, p)
 }
 
@@ -93,6 +90,83 @@ func TestConv3dPadded(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("fail=%v: no choice under the padded shape: %v", fail, ch.remembered)
+		}
+	}
+}
+
+// upsampleRef is the causal nearest upsample by loops: frame 0 once, every
+// later frame ft times (or every frame ft times without the causal rule).
+func upsampleRef(x *tensor.Tensor, f [3]int, causal bool) *tensor.Tensor {
+	b, c, t, h, w := x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3), x.Dim(4)
+	tu := t * f[0]
+	if causal {
+		tu = 1 + (t-1)*f[0]
+	}
+	out := tensor.New(tensor.F32, b, c, tu, h*f[1], w*f[2])
+	src, dst := x.Float32s(), out.Float32s()
+	i := 0
+	for bc := 0; bc < b*c; bc++ {
+		for j := 0; j < tu; j++ {
+			st := j / f[0]
+			if causal {
+				st = 0
+				if j > 0 {
+					st = 1 + (j-1)/f[0]
+				}
+			}
+			for y := 0; y < h*f[1]; y++ {
+				for z := 0; z < w*f[2]; z++ {
+					dst[i] = src[((bc*t+st)*h+y/f[1])*w+z/f[2]]
+					i++
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestConv3dPaddedUpsample checks the causal upsample of Padding, made by
+// the chain for a plain tier, against loops.
+func TestConv3dPaddedUpsample(t *testing.T) {
+	c := cpu.New()
+	rng := rand.New(rand.NewPCG(5, 6))
+	v := make([]float32, 2*3*3*4*5)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	x := tensor.FromFloat32(v, 2, 3, 3, 4, 5)
+	wv := make([]float32, 4*3*27)
+	for i := range wv {
+		wv[i] = float32(rng.NormFloat64())
+	}
+	w := tensor.FromFloat32(wv, 4, 3, 3, 3, 3)
+	for _, tc := range []struct {
+		f      [3]int
+		causal bool
+	}{{[3]int{2, 2, 2}, true}, {[3]int{1, 2, 2}, false}, {[3]int{2, 1, 3}, false}} {
+		pad := Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: tc.f, CausalFirst: tc.causal}
+		up := upsampleRef(x, tc.f, tc.causal)
+		px := tensor.New(tensor.F32, pad.Shape(x.Shape())...)
+		if err := c.Pad(px, up, pad.Before[:], pad.Mode); err != nil {
+			t.Fatal(err)
+		}
+		out := []int{2, 4, px.Dim(2) - 2, px.Dim(3) - 2, px.Dim(4) - 2}
+		want := tensor.New(tensor.F32, out...)
+		if err := c.Conv3d(want, px, w, nil, tensor.ConvParams{}); err != nil {
+			t.Fatal(err)
+		}
+		ch, err := New([]Tier{CPUTier(c)}, Options{CachePath: "off", Faults: &Faults{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := tensor.New(tensor.F32, out...)
+		if err := Wrap(c, ch).Conv3dPadded(got, x, w, nil, tensor.ConvParams{}, pad); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range want.Float32s() {
+			if d := got.Float32s()[i] - v; d > 1e-4 || d < -1e-4 {
+				t.Fatalf("%v causal %v: element %d is %v, want %v", tc.f, tc.causal, i, got.Float32s()[i], v)
+			}
 		}
 	}
 }

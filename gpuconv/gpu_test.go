@@ -465,6 +465,8 @@ func TestPaddedConv(t *testing.T) {
 		{"causal_stride2", []int{1, 16, 5, 12, 12}, []int{16, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{2, 2, 2}, [3]int{}, 0},
 		{"zeros_and_own_pad", []int{2, 8, 4, 7, 9}, []int{8, 8, 3, 3, 3}, convchain.Padding{Before: [3]int{1, 2, 0}, After: [3]int{2, 0, 1}, Mode: tensor.PadZeros}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0},
 		{"rgb_out", []int{1, 24, 3, 8, 8}, []int{3, 24, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 0},
+		{"causal_upsample", []int{1, 16, 4, 5, 7}, []int{16, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: [3]int{2, 2, 2}, CausalFirst: true}, [3]int{1, 1, 1}, [3]int{}, 0},
+		{"spatial_upsample_chunked", []int{1, 16, 5, 6, 5}, []int{16, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: [3]int{1, 2, 2}, CausalFirst: true}, [3]int{1, 1, 1}, [3]int{}, 40 << 10},
 	} {
 		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 			for _, tier := range []string{"optimized", "gemm"} {
@@ -474,14 +476,11 @@ func TestPaddedConv(t *testing.T) {
 					hw := randHost(rng, dt, 0.1, tc.w...)
 					hb := randHost(rng, dt, 0.5, tc.w[0])
 					c := cpu.New()
-					ps := tc.x[:2:2]
-					for i := 0; i < 3; i++ {
-						ps = append(ps, tc.x[2+i]+tc.pad.Before[i]+tc.pad.After[i])
-					}
-					px := tensor.New(dt, ps...)
-					if err := c.Pad(px, hx, tc.pad.Before[:], tc.pad.Mode); err != nil {
+					px, err := tc.pad.Materialize(c, hx)
+					if err != nil {
 						t.Fatal(err)
 					}
+					ps := px.Shape()
 					p := tensor.ConvParams{Stride: tc.stride, Padding: tc.zero}
 					out := []int{tc.x[0], tc.w[0]}
 					for i := 0; i < 3; i++ {

@@ -160,10 +160,14 @@ func (l *layoutKernels) unpack(dt tensor.DType, dst, src, bias uintptr, N, K, To
 	return l.fns[name].Launch(hip.Dim3{tiles(int64(S)), tiles(int64(K)), uint32(N * tc)}, hip.Dim3{256}, 0, l.stream, a)
 }
 
-// padGeom is packpad's view of a padded input: x (N, C, T, H, W) padded by
-// before (replicate or zeros) to Tp×Hp×Wp, then zt zero frames each side.
+// padGeom is packpad's view of a padded input: x (N, C, T, H, W) repeated
+// by up (causal: frame 0 once) to Tu×Hu×Wu, padded by before (replicate
+// or zeros) to Tp×Hp×Wp, then zt zero frames each side.
 type padGeom struct {
 	N, C, T, H, W int
+	Tu, Hu, Wu    int
+	up            [3]int
+	causal        bool
 	Tp, Hp, Wp    int
 	before        [3]int
 	zt            int
@@ -191,8 +195,16 @@ func (l *layoutKernels) packpad(dt tensor.DType, dst, src uintptr, g padGeom, tf
 	for _, v := range []int64{int64(g.C), int64(g.T), int64(g.H), int64(g.W), int64(tc), int64(tf0)} {
 		b = binary.LittleEndian.AppendUint64(b, uint64(v))
 	}
-	for _, v := range []int32{int32(g.Tp), int32(g.Hp), int32(g.Wp), int32(g.before[0]), int32(g.before[1]), int32(g.before[2]), int32(g.zt), mode} {
+	causal := int32(0)
+	if g.causal {
+		causal = 1
+	}
+	for _, v := range []int32{int32(g.Tp), int32(g.Hp), int32(g.Wp), int32(g.before[0]), int32(g.before[1]), int32(g.before[2]), int32(g.zt), mode,
+		int32(g.Tu), int32(g.Hu), int32(g.Wu), int32(max(g.up[0], 1)), int32(max(g.up[1], 1)), int32(max(g.up[2], 1)), causal} {
 		b = binary.LittleEndian.AppendUint32(b, uint32(v))
+	}
+	for len(b)%8 != 0 { // the struct's size, a multiple of its alignment
+		b = append(b, 0)
 	}
 	S := int64(g.Hp) * int64(g.Wp)
 	a := (&hip.Args{}).Ptr(dst).Ptr(src).Struct(b, 8)

@@ -326,9 +326,7 @@ func (t *optimized) RunPadded(plan *convchain.Plan, dst, x, w, bias *tensor.Tens
 func (t *optimized) run(plan *convchain.Plan, dst, x *tensor.Tensor, pad *convchain.Padding, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	k := convchain.KeyOf("", x, w, bias, p)
 	if pad != nil {
-		for i := 0; i < 3; i++ {
-			k.X[2+i] += pad.Before[i] + pad.After[i]
-		}
+		copy(k.X[:], pad.Shape(x.Shape()))
 	}
 	g, err := geomOf(k)
 	if err != nil {
@@ -351,16 +349,14 @@ func (t *optimized) run(plan *convchain.Plan, dst, x *tensor.Tensor, pad *convch
 	}
 	if pad != nil && (lv.gemm || lv.layout == miopen.NCDHW) {
 		// Only the packing reads through a padding: pad a copy.
-		px, err := tensor.Alloc(alloc, x.DType(), k.X[:]...)
-		if err != nil {
+		var px *tensor.Tensor
+		if err := t.o.Profile.time("conv3d.pad", t.be, 0, func() (err error) {
+			px, err = pad.Materialize(alloc, x)
 			return err
-		}
-		defer tensor.Release(px)
-		if err := t.o.Profile.time("conv3d.pad", t.be, 0, func() error {
-			return t.be.Pad(px, x, pad.Before[:], pad.Mode)
 		}); err != nil {
 			return err
 		}
+		defer tensor.Release(px)
 		x, pad = px, nil
 	}
 	switch {
@@ -507,7 +503,10 @@ func (t *optimized) runNDHWC(alloc tensor.Backend, g geom, dt miopen.DType, lv *
 		in := g.inFrames(n)
 		if err := pr.time("conv3d.pack", t.be, 0, func() error {
 			if pad != nil {
-				pg := padGeom{N: g.B, C: g.Cin, T: x.Dim(2), H: x.Dim(3), W: x.Dim(4), Tp: g.T, Hp: g.H, Wp: g.W,
+				us := pad.Shape(x.Shape())
+				pg := padGeom{N: g.B, C: g.Cin, T: x.Dim(2), H: x.Dim(3), W: x.Dim(4),
+					Tu: us[2] - pad.Before[0] - pad.After[0], Hu: us[3] - pad.Before[1] - pad.After[1], Wu: us[4] - pad.Before[2] - pad.After[2],
+					up: pad.Upsample, causal: pad.CausalFirst, Tp: g.T, Hp: g.H, Wp: g.W,
 					before: pad.Before, zt: g.pad[0], replicate: pad.Mode == tensor.PadReplicate}
 				return t.lk.packpad(tdt, gpu.Ptr(xc), gpu.Ptr(x), pg, ti0+g.pad[0], in)
 			}

@@ -8,10 +8,12 @@
 //         bias (K) when given (one rounding after the add).
 //
 // packpad: pack of a padded input without the padded copy: y (N, Tc, Hp,
-//         Wp, C) = frames tf0 … tf0+Tc−1 of x (N, C, T, H, W) padded by
-//         (bt, bh, bw) in front (replicated or zeros, mode 1 or 0; the sizes
-//         behind follow from Tp = T+bt+at, Hp, Wp), and that by zt zero frames
-//         on both sides (a convolution's own temporal zero padding).
+//         Wp, C) = frames tf0 … tf0+Tc−1 of x (N, C, T, H, W) repeated
+//         (nearest) by (ft, fh, fw) to Tu×Hu×Wu — with causal set, frame 0
+//         once and every later frame ft times — then padded by (bt, bh, bw)
+//         in front (replicated or zeros, mode 1 or 0; the sizes behind follow
+//         from Tp, Hp, Wp), and that by zt zero frames on both sides (a
+//         convolution's own temporal zero padding).
 //
 // All move a 64×64 tile of (channel, position) through shared memory, two
 // neighbouring elements per thread and access; the _v variants use one
@@ -141,6 +143,8 @@ struct PackPad {
 	long long Tc, tf0;    // frames of the padded input packed
 	int Tp, Hp, Wp;       // padded sizes (before the zero frames)
 	int bt, bh, bw, zt, mode;
+	int Tu, Hu, Wu; // upsampled sizes
+	int ft, fh, fw, causal;
 };
 
 template <typename T, bool VEC>
@@ -152,7 +156,9 @@ DI void packpad_impl(T *R dst, const T *R src, const PackPad &a) {
 	int lx = TID % 32, ly = TID / 32;
 	int t = -1, ts = (int)(a.tf0 + tt) - a.zt;
 	if (ts >= 0 && ts < a.Tp)
-		t = padIndex(ts, a.bt, (int)a.T, a.mode);
+		t = padIndex(ts, a.bt, a.Tu, a.mode);
+	if (t > 0)
+		t = a.causal ? 1 + (t - 1) / a.ft : t / a.ft;
 	// The two positions this thread loads, as source offsets (−1: zero).
 	long long off[2];
 	for (int u = 0; u < 2; u++) {
@@ -160,9 +166,12 @@ DI void packpad_impl(T *R dst, const T *R src, const PackPad &a) {
 		off[u] = -1;
 		if (t >= 0 && s < S) {
 			int hp = (int)(s / a.Wp), wp = (int)(s - (long long)hp * a.Wp);
-			int h = padIndex(hp, a.bh, (int)a.H, a.mode), w = padIndex(wp, a.bw, (int)a.W, a.mode);
-			if (h >= 0 && w >= 0)
+			int h = padIndex(hp, a.bh, a.Hu, a.mode), w = padIndex(wp, a.bw, a.Wu, a.mode);
+			if (h >= 0 && w >= 0) {
+				h /= a.fh;
+				w /= a.fw;
 				off[u] = ((long long)t * a.H + h) * a.W + w;
+			}
 		}
 	}
 	for (int r = ly; r < LT; r += 8) { // rows of the tile: channels

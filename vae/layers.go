@@ -51,7 +51,7 @@ func (c *causalConv) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 func (c *causalConv) run(s *tensor.Scope, x *tensor.Tensor, consume bool) *tensor.Tensor {
 	if c.causal && c.k > 1 {
 		if pc := paddedConvOf(s.Backend()); pc != nil {
-			return c.runPadded(s, pc, x, consume)
+			return c.runPadded(s, pc, x, consume, c.padding())
 		}
 	}
 	in := x
@@ -91,15 +91,22 @@ func paddedConvOf(be tensor.Backend) paddedConv {
 	return nil
 }
 
-func (c *causalConv) runPadded(s *tensor.Scope, pc paddedConv, x *tensor.Tensor, consume bool) *tensor.Tensor {
+// padding is the causal padding: kT−1 frames in front, k/2 pixels each
+// side, replicated.
+func (c *causalConv) padding() convchain.Padding {
 	h := c.k / 2
-	pad := convchain.Padding{Before: [3]int{c.k - 1, h, h}, After: [3]int{0, h, h}, Mode: tensor.PadReplicate}
+	return convchain.Padding{Before: [3]int{c.k - 1, h, h}, After: [3]int{0, h, h}, Mode: tensor.PadReplicate}
+}
+
+// runPadded convolves the input pad makes from x through pc.
+func (c *causalConv) runPadded(s *tensor.Scope, pc paddedConv, x *tensor.Tensor, consume bool, pad convchain.Padding) *tensor.Tensor {
 	if x.Rank() != 5 || x.DType() != c.w.DType() || x.Dim(1) != c.w.Dim(1) {
 		tensor.Fail("conv3d", "input %v %s for weight %v %s", x.Shape(), x.DType(), c.w.Shape(), c.w.DType())
 	}
+	in := pad.Shape(x.Shape())
 	shape := []int{x.Dim(0), c.w.Dim(0), 0, 0, 0}
 	for i := 0; i < 3; i++ {
-		shape[2+i] = (x.Dim(2+i)+pad.Before[i]+pad.After[i]-c.k)/c.stride[i] + 1
+		shape[2+i] = (in[2+i]-c.k)/c.stride[i] + 1
 	}
 	y := s.Empty(x.DType(), shape...)
 	if err := pc.Conv3dPadded(y, x, c.w, c.b, tensor.ConvParams{Stride: c.stride}, pad); err != nil {
@@ -291,6 +298,13 @@ func (u *upsample) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 	tm := 1
 	if u.temporal {
 		tm = 2
+	}
+	if pc := paddedConvOf(s.Backend()); pc != nil && u.conv.causal && u.conv.k > 1 {
+		// The convolution reads x through the upsample and the padding:
+		// neither the upsampled frames nor their padded copy are made.
+		pad := u.conv.padding()
+		pad.Upsample, pad.CausalFirst = [3]int{tm, sp, sp}, true
+		return u.conv.runPadded(s, pc, x, true, pad)
 	}
 	var up *tensor.Tensor
 	if t == 1 || tm == 1 {
