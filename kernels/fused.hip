@@ -55,6 +55,67 @@ LN_MOD(f32, float)
 LN_MOD(f16, h16)
 LN_MOD(bf16, b16)
 
+// The same with the row in registers: 128 threads per row, each holding NV
+// 16-byte vectors (D = 128·NV·16/sizeof(T)); one read of x.
+template <typename T, int NV>
+DI void ln_mod_vec_impl(T *R y, const T *R x, const T *R shift, const T *R scale, long long L, long long D,
+                        float eps) {
+	const int E = 16 / sizeof(T);
+	__shared__ float sh[128];
+	long long row = BIDX;
+	const T *xr = x + row * D;
+	T *yr = y + row * D;
+	long long b = row / L;
+	const T *sc = scale + b * D, *sf = shift + b * D;
+	V16<T> vx[NV];
+	float s = 0.0f;
+#pragma unroll
+	for (int i = 0; i < NV; i++) {
+		vx[i] = *(const V16<T> *)(xr + (i * 128 + TID) * E);
+#pragma unroll
+		for (int e = 0; e < E; e++)
+			s += ld(&vx[i].v[e]);
+	}
+	float mean = block_sum<128>(s, sh) / (float)D;
+	float q = 0.0f;
+#pragma unroll
+	for (int i = 0; i < NV; i++)
+#pragma unroll
+		for (int e = 0; e < E; e++) {
+			float d = ld(&vx[i].v[e]) - mean;
+			q += d * d;
+		}
+	float rstd = 1.0f / FP_SQRT(block_sum<128>(q, sh) / (float)D + eps);
+#pragma unroll
+	for (int i = 0; i < NV; i++) {
+		long long j = (i * 128 + TID) * E;
+		V16<T> vs = *(const V16<T> *)(sc + j), vf = *(const V16<T> *)(sf + j), vy;
+#pragma unroll
+		for (int e = 0; e < E; e++) {
+			float n = rnd((ld(&vx[i].v[e]) - mean) * rstd, y);
+			float p = rnd(n * rnd(1.0f + ld(&vs.v[e]), y), y);
+			st(&vy.v[e], p + ld(&vf.v[e]));
+		}
+		*(V16<T> *)(yr + j) = vy;
+	}
+}
+
+#define LN_MOD_VEC(sfx, T, NV)                                                                                 \
+	KERNEL void ln_mod_vec##NV##_##sfx(T *R y, const T *R x, const T *R shift, const T *R scale, long long L, \
+	                                   long long D, float eps) {                                              \
+		ln_mod_vec_impl<T, NV>(y, x, shift, scale, L, D, eps);                                                \
+	}
+#define LN_MOD_VECS(sfx, T) \
+	LN_MOD_VEC(sfx, T, 1)   \
+	LN_MOD_VEC(sfx, T, 2)   \
+	LN_MOD_VEC(sfx, T, 3)   \
+	LN_MOD_VEC(sfx, T, 4)   \
+	LN_MOD_VEC(sfx, T, 6)   \
+	LN_MOD_VEC(sfx, T, 8)
+LN_MOD_VECS(f32, float)
+LN_MOD_VECS(f16, h16)
+LN_MOD_VECS(bf16, b16)
+
 // ---- y = x + g·gate[b] ----
 // x, g, y (B, L, D) contiguous, gate (B, D); n = B·L·D, LD = L·D. The
 // product is rounded before the sum, as op by op. vec: D, the pointers and
@@ -151,10 +212,71 @@ DI void qkv_impl(T *R qd, T *R kd, T *R vd, const T *R src, const T *R wq, const
 		vd[o + e] = sr[a.voff + e];
 }
 
+// Head dim 128: each lane holds 4 consecutive channels (two RoPE pairs),
+// loaded and stored as one vector.
+template <typename T> struct alignas(4 * sizeof(T)) V4 {
+	T v[4];
+};
+
+template <typename T>
+DI void norm_rope_head128(T *R dst, const T *R src, const T *R w, const float *R c, const float *R s, int lane,
+                          float eps) {
+	V4<T> xv = *(const V4<T> *)(src + 4 * lane), wv = *(const V4<T> *)(w + 4 * lane), ov;
+	float a[4];
+	float q = 0.0f;
+#pragma unroll
+	for (int e = 0; e < 4; e++) {
+		a[e] = ld(&xv.v[e]);
+		q += a[e] * a[e];
+	}
+	float rs = 1.0f / FP_SQRT(fz_group_sum(q) / 128.0f + eps);
+#pragma unroll
+	for (int e = 0; e < 4; e++)
+		a[e] = rnd(rnd(a[e] * rs, dst) * ld(&wv.v[e]), dst);
+	if (c) {
+		F4 cv = *(const F4 *)(c + 4 * lane), sv = *(const F4 *)(s + 4 * lane);
+		float r0 = a[0] * cv.x - a[1] * sv.x, r1 = a[1] * cv.y + a[0] * sv.y;
+		float r2 = a[2] * cv.z - a[3] * sv.z, r3 = a[3] * cv.w + a[2] * sv.w;
+		a[0] = r0;
+		a[1] = r1;
+		a[2] = r2;
+		a[3] = r3;
+	}
+#pragma unroll
+	for (int e = 0; e < 4; e++)
+		st(&ov.v[e], a[e]);
+	*(V4<T> *)(dst + 4 * lane) = ov;
+}
+
+template <typename T>
+DI void qkv128_impl(T *R qd, T *R kd, T *R vd, const T *R src, const T *R wq, const T *R wk, const float *R cs,
+                    const float *R sn, const QKVArgs &a) {
+	long long g = BIDX * 8 + TID / 32;
+	int lane = TID % 32;
+	if (g >= a.B * a.Ls * a.H)
+		return;
+	long long h = g % a.H, r = (g / a.H) % a.Ls, b = g / (a.H * a.Ls);
+	const T *sr = src + (b * a.Ls + r) * a.S + h * 128;
+	long long jr = a.rowoff + r;
+	long long o = ((b * a.Lj + jr) * a.H + h) * 128;
+	const float *c = 0, *s = 0;
+	if (cs) {
+		c = cs + b * a.cstride + jr * 128;
+		s = sn + b * a.cstride + jr * 128;
+	}
+	norm_rope_head128<T>(qd + o, sr + a.qoff, wq, c, s, lane, a.eps);
+	norm_rope_head128<T>(kd + o, sr + a.koff, wk, c, s, lane, a.eps);
+	*(V4<T> *)(vd + o + 4 * lane) = *(const V4<T> *)(sr + a.voff + 4 * lane);
+}
+
 #define QKV(sfx, T)                                                                                                  \
 	KERNEL void qkv_norm_rope_##sfx(T *R qd, T *R kd, T *R vd, const T *R src, const T *R wq, const T *R wk,        \
 	                                const float *R cs, const float *R sn, QKVArgs a) {                              \
 		qkv_impl<T>(qd, kd, vd, src, wq, wk, cs, sn, a);                                                             \
+	}                                                                                                                \
+	KERNEL void qkv_norm_rope128_##sfx(T *R qd, T *R kd, T *R vd, const T *R src, const T *R wq, const T *R wk,     \
+	                                   const float *R cs, const float *R sn, QKVArgs a) {                           \
+		qkv128_impl<T>(qd, kd, vd, src, wq, wk, cs, sn, a);                                                          \
 	}
 QKV(f32, float)
 QKV(f16, h16)

@@ -37,6 +37,16 @@ func (b *Backend) LayerNormModulate(dst, x, shift, scale *tensor.Tensor, eps flo
 		return err
 	}
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).I64(int64(L)).I64(int64(D)).F32(eps)
+	// Rows of 128·NV vectors stay in registers (one read of x).
+	if per := 128 * 16 / dt.Size(); D%per == 0 && aligned(16, ps...) {
+		switch nv := D / per; nv {
+		case 1, 2, 3, 4, 6, 8:
+			if B*L > 1<<31-1 {
+				break
+			}
+			return b.launch("fused", fmt.Sprintf("ln_mod_vec%d_%s", nv, s), hip.Dim3{uint32(B * L)}, hip.Dim3{128}, 0, a)
+		}
+	}
 	return b.rowLaunchIn("fused", "ln_mod_"+s, B*L, a)
 }
 
@@ -140,7 +150,13 @@ func (b *Backend) QKNormRoPE(q, k, v, src *tensor.Tensor, rowOff int, cols [3]in
 	st = binary.LittleEndian.AppendUint32(st, math.Float32bits(eps))
 	st = binary.LittleEndian.AppendUint32(st, 0)
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Ptr(ps[4]).Ptr(ps[5]).Ptr(ps[6]).Ptr(ps[7]).Struct(st, 8)
-	return b.launch1("fused", "qkv_norm_rope_"+s, groups*32, 256, 1, a)
+	name := "qkv_norm_rope_" + s
+	es := uintptr(dt.Size())
+	if Dh == 128 && S%4 == 0 && cols[0]%4 == 0 && cols[1]%4 == 0 && cols[2]%4 == 0 && aligned(4*es, ps[:6]...) &&
+		aligned(16, ps[6:]...) {
+		name = "qkv_norm_rope128_" + s // 4 channels a lane, vector loads
+	}
+	return b.launch1("fused", name, groups*32, 256, 1, a)
 }
 
 // ActivateColumns applies op (tensor.OpGELUTanh or tensor.OpSiLU) to
