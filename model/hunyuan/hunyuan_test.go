@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-		"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
