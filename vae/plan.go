@@ -12,12 +12,16 @@ import (
 // caller's tensors: the budget given to PlanDecode is what is left for the
 // decode's activations after those.
 //
-// The largest term, for the released model, is the last up block's first
-// resnet at full resolution: its shortcut output (128 channels), the
-// GroupNorm output and its padded copy (256 channels each, the copy two
-// frames and a pixel border larger) are alive together while the padding is
-// made — about 640 channels' worth of full-resolution frames of a tile.
-// (Running the shortcut first lets the 256-channel input die at the norm.)
+// Two variants: on a plain backend every causal convolution makes a padded
+// copy of its input (and the upsamplers their upsampled frames); on one
+// that convolves through the padding (the GPU's conv3d chain,
+// Conv3dPadded) neither exists, and VAE.DecodePeak and VAE.Plan use that
+// model. With copies, the largest term for the released model is the last
+// up block's first resnet at full resolution: its shortcut output (128
+// channels), the GroupNorm output and its padded copy (256 channels each)
+// are alive together — about 640 channels' worth of full-resolution frames
+// of a tile. (Running the shortcut first lets the 256-channel input die at
+// the norm.)
 
 type shape5 struct{ b, c, t, h, w int }
 
