@@ -116,44 +116,56 @@ LN_MOD_VECS(f32, float)
 LN_MOD_VECS(f16, h16)
 LN_MOD_VECS(bf16, b16)
 
-// ---- y = x + g·gate[b] ----
-// x, g, y (B, L, D) contiguous, gate (B, D); n = B·L·D, LD = L·D. The
-// product is rounded before the sum, as op by op. vec: D, the pointers and
+// ---- y = x + (g + bias)·gate[b] ----
+// x, g, y (B, L, D) contiguous, gate (B, D), bias (D) or null; n = B·L·D,
+// LD = L·D. g + bias and the product are rounded before the sum, as op by
+// op (g being a GEMM's output without its bias). vec: D, the pointers and
 // n allow 16-byte vectors.
 
 template <typename T>
-DI void gated_add_impl(T *R y, const T *R x, const T *R g, const T *R gate, long long n, long long LD, long long D,
-                       int vec) {
+DI void gated_add_impl(T *R y, const T *R x, const T *R g, const T *R bias, const T *R gate, long long n, long long LD,
+                       long long D, int vec) {
 	if (vec) {
 		const int E = 16 / sizeof(T);
 		long long i0 = (BIDX * FZ_BS + TID) * (long long)E;
 		if (i0 >= n)
 			return;
 		const T *gr = gate + (i0 / LD) * D + i0 % D;
-		V16<T> vx = *(const V16<T> *)(x + i0), vg = *(const V16<T> *)(g + i0), vy;
+		V16<T> vx = *(const V16<T> *)(x + i0), vg = *(const V16<T> *)(g + i0), vb, vy;
+		if (bias)
+			vb = *(const V16<T> *)(bias + i0 % D);
 #pragma unroll
-		for (int e = 0; e < E; e++)
-			st(&vy.v[e], ld(&vx.v[e]) + rnd(ld(&vg.v[e]) * ld(gr + e), y));
+		for (int e = 0; e < E; e++) {
+			float gv = ld(&vg.v[e]);
+			if (bias)
+				gv = rnd(gv + ld(&vb.v[e]), y);
+			st(&vy.v[e], ld(&vx.v[e]) + rnd(gv * ld(gr + e), y));
+		}
 		*(V16<T> *)(y + i0) = vy;
 		return;
 	}
 	long long i = BIDX * FZ_BS + TID;
 	if (i >= n)
 		return;
-	st(y + i, ld(x + i) + rnd(ld(g + i) * ld(gate + (i / LD) * D + i % D), y));
+	float gv = ld(g + i);
+	if (bias)
+		gv = rnd(gv + ld(bias + i % D), y);
+	st(y + i, ld(x + i) + rnd(gv * ld(gate + (i / LD) * D + i % D), y));
 }
 
-#define GATED_ADD(sfx, T)                                                                                     \
-	KERNEL void gated_add_##sfx(T *R y, const T *R x, const T *R g, const T *R gate, long long n, long long LD, \
-	                            long long D, int vec) {                                                       \
-		gated_add_impl<T>(y, x, g, gate, n, LD, D, vec);                                                      \
+#define GATED_ADD(sfx, T)                                                                                       \
+	KERNEL void gated_add_##sfx(T *R y, const T *R x, const T *R g, const T *R bias, const T *R gate, long long n, \
+	                            long long LD, long long D, int vec) {                                           \
+		gated_add_impl<T>(y, x, g, bias, gate, n, LD, D, vec);                                                  \
 	}
 GATED_ADD(f32, float)
 GATED_ADD(f16, h16)
 GATED_ADD(bf16, b16)
 
 // ---- q, k, v from a projection's rows into the joint attention layout ----
-// src (B, Ls, S): columns [qoff, qoff+H·Dh) are q, likewise k and v. Row r
+// src (B, Ls, S): columns [qoff, qoff+H·Dh) are q, likewise k and v, each
+// plus bias (S) when set (src being a GEMM's output without its bias; the
+// sum rounded). Row r
 // of batch b goes to row rowoff + r of q, k, v (B, Lj, H, Dh). q and k get
 // RMSNorm over each head (x·rsqrt(mean x² + eps), rounded, times the
 // weight, rounded) and, when cos is set, RoPE on interleaved pairs with the
@@ -166,19 +178,25 @@ struct QKVArgs {
 	int pad;
 };
 
+// in is src[e] (+ bias[e], rounded like dst).
+template <typename T> DI float in_val(const T *R src, const T *R bias, long long e, const T *dst) {
+	float v = ld(src + e);
+	return bias ? rnd(v + ld(bias + e), dst) : v;
+}
+
 template <typename T>
-DI void norm_rope_head(T *R dst, const T *R src, const T *R w, const float *R c, const float *R s, long long Dh,
-                       int lane, float eps) {
+DI void norm_rope_head(T *R dst, const T *R src, const T *R bias, const T *R w, const float *R c, const float *R s,
+                       long long Dh, int lane, float eps) {
 	long long np = Dh / 2;
 	float q = 0.0f;
 	for (long long p = lane; p < np; p += 32) {
-		float a = ld(src + 2 * p), b = ld(src + 2 * p + 1);
+		float a = in_val(src, bias, 2 * p, dst), b = in_val(src, bias, 2 * p + 1, dst);
 		q += a * a + b * b;
 	}
 	float rs = 1.0f / FP_SQRT(fz_group_sum(q) / (float)Dh + eps);
 	for (long long p = lane; p < np; p += 32) {
-		float a = rnd(rnd(ld(src + 2 * p) * rs, dst) * ld(w + 2 * p), dst);
-		float b = rnd(rnd(ld(src + 2 * p + 1) * rs, dst) * ld(w + 2 * p + 1), dst);
+		float a = rnd(rnd(in_val(src, bias, 2 * p, dst) * rs, dst) * ld(w + 2 * p), dst);
+		float b = rnd(rnd(in_val(src, bias, 2 * p + 1, dst) * rs, dst) * ld(w + 2 * p + 1), dst);
 		if (c) {
 			float ra = a * c[2 * p] - b * s[2 * p];
 			float rb = b * c[2 * p + 1] + a * s[2 * p + 1];
@@ -191,8 +209,8 @@ DI void norm_rope_head(T *R dst, const T *R src, const T *R w, const float *R c,
 }
 
 template <typename T>
-DI void qkv_impl(T *R qd, T *R kd, T *R vd, const T *R src, const T *R wq, const T *R wk, const float *R cs,
-                 const float *R sn, const QKVArgs &a) {
+DI void qkv_impl(T *R qd, T *R kd, T *R vd, const T *R src, const T *R bias, const T *R wq, const T *R wk,
+                 const float *R cs, const float *R sn, const QKVArgs &a) {
 	long long g = BIDX * 8 + TID / 32;
 	int lane = TID % 32;
 	if (g >= a.B * a.Ls * a.H)
@@ -206,10 +224,16 @@ DI void qkv_impl(T *R qd, T *R kd, T *R vd, const T *R src, const T *R wq, const
 		c = cs + b * a.cstride + jr * a.Dh;
 		s = sn + b * a.cstride + jr * a.Dh;
 	}
-	norm_rope_head<T>(qd + o, sr + a.qoff, wq, c, s, a.Dh, lane, a.eps);
-	norm_rope_head<T>(kd + o, sr + a.koff, wk, c, s, a.Dh, lane, a.eps);
+	const T *bq = 0, *bk = 0, *bv = 0;
+	if (bias) {
+		bq = bias + a.qoff + h * a.Dh;
+		bk = bias + a.koff + h * a.Dh;
+		bv = bias + a.voff + h * a.Dh;
+	}
+	norm_rope_head<T>(qd + o, sr + a.qoff, bq, wq, c, s, a.Dh, lane, a.eps);
+	norm_rope_head<T>(kd + o, sr + a.koff, bk, wk, c, s, a.Dh, lane, a.eps);
 	for (long long e = lane; e < a.Dh; e += 32)
-		vd[o + e] = sr[a.voff + e];
+		st(vd + o + e, in_val(sr + a.voff, bv, e, vd));
 }
 
 // Head dim 128: each lane holds 4 consecutive channels (two RoPE pairs),
@@ -218,17 +242,30 @@ template <typename T> struct alignas(4 * sizeof(T)) V4 {
 	T v[4];
 };
 
+// in4 is src[4·lane + e] (+ bias, rounded like dst) for e < 4.
+template <typename T> DI void in4(float *a, const T *R src, const T *R bias, int lane, const T *dst) {
+	V4<T> xv = *(const V4<T> *)(src + 4 * lane);
+#pragma unroll
+	for (int e = 0; e < 4; e++)
+		a[e] = ld(&xv.v[e]);
+	if (bias) {
+		V4<T> bv = *(const V4<T> *)(bias + 4 * lane);
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			a[e] = rnd(a[e] + ld(&bv.v[e]), dst);
+	}
+}
+
 template <typename T>
-DI void norm_rope_head128(T *R dst, const T *R src, const T *R w, const float *R c, const float *R s, int lane,
-                          float eps) {
-	V4<T> xv = *(const V4<T> *)(src + 4 * lane), wv = *(const V4<T> *)(w + 4 * lane), ov;
+DI void norm_rope_head128(T *R dst, const T *R src, const T *R bias, const T *R w, const float *R c, const float *R s,
+                          int lane, float eps) {
+	V4<T> wv = *(const V4<T> *)(w + 4 * lane), ov;
 	float a[4];
+	in4(a, src, bias, lane, dst);
 	float q = 0.0f;
 #pragma unroll
-	for (int e = 0; e < 4; e++) {
-		a[e] = ld(&xv.v[e]);
+	for (int e = 0; e < 4; e++)
 		q += a[e] * a[e];
-	}
 	float rs = 1.0f / FP_SQRT(fz_group_sum(q) / 128.0f + eps);
 #pragma unroll
 	for (int e = 0; e < 4; e++)
@@ -249,8 +286,8 @@ DI void norm_rope_head128(T *R dst, const T *R src, const T *R w, const float *R
 }
 
 template <typename T>
-DI void qkv128_impl(T *R qd, T *R kd, T *R vd, const T *R src, const T *R wq, const T *R wk, const float *R cs,
-                    const float *R sn, const QKVArgs &a) {
+DI void qkv128_impl(T *R qd, T *R kd, T *R vd, const T *R src, const T *R bias, const T *R wq, const T *R wk,
+                    const float *R cs, const float *R sn, const QKVArgs &a) {
 	long long g = BIDX * 8 + TID / 32;
 	int lane = TID % 32;
 	if (g >= a.B * a.Ls * a.H)
@@ -264,28 +301,42 @@ DI void qkv128_impl(T *R qd, T *R kd, T *R vd, const T *R src, const T *R wq, co
 		c = cs + b * a.cstride + jr * 128;
 		s = sn + b * a.cstride + jr * 128;
 	}
-	norm_rope_head128<T>(qd + o, sr + a.qoff, wq, c, s, lane, a.eps);
-	norm_rope_head128<T>(kd + o, sr + a.koff, wk, c, s, lane, a.eps);
-	*(V4<T> *)(vd + o + 4 * lane) = *(const V4<T> *)(sr + a.voff + 4 * lane);
+	const T *bq = 0, *bk = 0, *bv = 0;
+	if (bias) {
+		bq = bias + a.qoff + h * 128;
+		bk = bias + a.koff + h * 128;
+		bv = bias + a.voff + h * 128;
+	}
+	norm_rope_head128<T>(qd + o, sr + a.qoff, bq, wq, c, s, lane, a.eps);
+	norm_rope_head128<T>(kd + o, sr + a.koff, bk, wk, c, s, lane, a.eps);
+	float v[4];
+	in4(v, sr + a.voff, bv, lane, vd);
+	V4<T> ov;
+#pragma unroll
+	for (int e = 0; e < 4; e++)
+		st(&ov.v[e], v[e]);
+	*(V4<T> *)(vd + o + 4 * lane) = ov;
 }
 
 #define QKV(sfx, T)                                                                                                  \
-	KERNEL void qkv_norm_rope_##sfx(T *R qd, T *R kd, T *R vd, const T *R src, const T *R wq, const T *R wk,        \
-	                                const float *R cs, const float *R sn, QKVArgs a) {                              \
-		qkv_impl<T>(qd, kd, vd, src, wq, wk, cs, sn, a);                                                             \
+	KERNEL void qkv_norm_rope_##sfx(T *R qd, T *R kd, T *R vd, const T *R src, const T *R bias, const T *R wq,      \
+	                                const T *R wk, const float *R cs, const float *R sn, QKVArgs a) {               \
+		qkv_impl<T>(qd, kd, vd, src, bias, wq, wk, cs, sn, a);                                                       \
 	}                                                                                                                \
-	KERNEL void qkv_norm_rope128_##sfx(T *R qd, T *R kd, T *R vd, const T *R src, const T *R wq, const T *R wk,     \
-	                                   const float *R cs, const float *R sn, QKVArgs a) {                           \
-		qkv128_impl<T>(qd, kd, vd, src, wq, wk, cs, sn, a);                                                          \
+	KERNEL void qkv_norm_rope128_##sfx(T *R qd, T *R kd, T *R vd, const T *R src, const T *R bias, const T *R wq,   \
+	                                   const T *R wk, const float *R cs, const float *R sn, QKVArgs a) {            \
+		qkv128_impl<T>(qd, kd, vd, src, bias, wq, wk, cs, sn, a);                                                    \
 	}
 QKV(f32, float)
 QKV(f16, h16)
 QKV(bf16, b16)
 
-// ---- y[r, yoff + c] = f(x[r, xoff + c]) for c < cols ----
+// ---- y[r, yoff + c] = f(x[r, xoff + c] + bias[xoff + c]) for c < cols ----
 // Row strides ys and xs in elements; op 0: GELU (tanh approximation), 1:
-// SiLU. vec: cols, strides, offsets and pointers allow 16-byte vectors.
-// y may be x (in place): each element is read and written by one thread.
+// SiLU. x and bias come offset by xoff; bias may be null (x being a GEMM's
+// output without its bias; the sum rounded). vec: cols, strides, offsets
+// and pointers allow 16-byte vectors. y may be x (in place): each element
+// is read and written by one thread.
 
 DI float fz_act(int op, float v) {
 	if (op == 0) {
@@ -296,8 +347,8 @@ DI float fz_act(int op, float v) {
 }
 
 template <typename T>
-DI void act_rows_impl(T *y, const T *x, long long rows, long long cols, long long ys, long long xs, int op,
-                      int vec) {
+DI void act_rows_impl(T *y, const T *x, const T *R bias, long long rows, long long cols, long long ys, long long xs,
+                      int op, int vec) {
 	if (vec) {
 		const int E = 16 / sizeof(T);
 		long long cv = cols / E;
@@ -305,10 +356,16 @@ DI void act_rows_impl(T *y, const T *x, long long rows, long long cols, long lon
 		if (i >= rows * cv)
 			return;
 		long long r = i / cv, c = (i % cv) * E;
-		V16<T> vx = *(const V16<T> *)(x + r * xs + c), vy;
+		V16<T> vx = *(const V16<T> *)(x + r * xs + c), vb, vy;
+		if (bias)
+			vb = *(const V16<T> *)(bias + c);
 #pragma unroll
-		for (int e = 0; e < E; e++)
-			st(&vy.v[e], fz_act(op, ld(&vx.v[e])));
+		for (int e = 0; e < E; e++) {
+			float v = ld(&vx.v[e]);
+			if (bias)
+				v = rnd(v + ld(&vb.v[e]), y);
+			st(&vy.v[e], fz_act(op, v));
+		}
 		*(V16<T> *)(y + r * ys + c) = vy;
 		return;
 	}
@@ -316,13 +373,16 @@ DI void act_rows_impl(T *y, const T *x, long long rows, long long cols, long lon
 	if (i >= rows * cols)
 		return;
 	long long r = i / cols, c = i % cols;
-	st(y + r * ys + c, fz_act(op, ld(x + r * xs + c)));
+	float v = ld(x + r * xs + c);
+	if (bias)
+		v = rnd(v + ld(bias + c), y);
+	st(y + r * ys + c, fz_act(op, v));
 }
 
-#define ACT_ROWS(sfx, T)                                                                                        \
-	KERNEL void act_rows_##sfx(T *y, const T *x, long long rows, long long cols, long long ys, long long xs,     \
-	                           int op, int vec) {                                                               \
-		act_rows_impl<T>(y, x, rows, cols, ys, xs, op, vec);                                                    \
+#define ACT_ROWS(sfx, T)                                                                                          \
+	KERNEL void act_rows_##sfx(T *y, const T *x, const T *R bias, long long rows, long long cols, long long ys,     \
+	                           long long xs, int op, int vec) {                                                   \
+		act_rows_impl<T>(y, x, bias, rows, cols, ys, xs, op, vec);                                                \
 	}
 ACT_ROWS(f32, float)
 ACT_ROWS(f16, h16)

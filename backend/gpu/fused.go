@@ -58,26 +58,28 @@ func (b *Backend) rowLaunchIn(mod, name string, nrows int, a *hip.Args) error {
 	return b.launch(mod, name, hip.Dim3{uint32(nrows)}, hip.Dim3{256}, 0, a)
 }
 
-// GatedAdd computes dst = x + y·gate for x, y, dst (B, L, D) and gate
-// holding B·D values; the product is rounded to the dtype before the sum.
-func (b *Backend) GatedAdd(dst, x, y, gate *tensor.Tensor) error {
+// GatedAdd computes dst = x + (y + bias)·gate for x, y, dst (B, L, D),
+// bias (D) or nil and gate holding B·D values; y + bias and the product
+// are rounded to the dtype before the sum (y being a GEMM's output whose
+// bias is added here).
+func (b *Backend) GatedAdd(dst, x, y, bias, gate *tensor.Tensor) error {
 	dt := dst.DType()
 	s := fsfx(dt)
-	if s == "" || x.DType() != dt || y.DType() != dt || gate.DType() != dt {
+	if s == "" || x.DType() != dt || y.DType() != dt || gate.DType() != dt || (bias != nil && bias.DType() != dt) {
 		return unsupported("gated_add", dt)
 	}
 	if x.Rank() != 3 || dst.Numel() != x.Numel() || y.Numel() != x.Numel() {
 		return fmt.Errorf("gpu: gated_add of %v and %v into %v", x, y, dst)
 	}
 	B, L, D := x.Dim(0), x.Dim(1), x.Dim(2)
-	if gate.Numel() != B*D {
-		return fmt.Errorf("gpu: gated_add of %v with gate %v", x, gate)
+	if gate.Numel() != B*D || (bias != nil && bias.Numel() != D) {
+		return fmt.Errorf("gpu: gated_add of %v with gate %v, bias %v", x, gate, bias)
 	}
 	n := int64(x.Numel())
 	if n == 0 {
 		return nil
 	}
-	ps, err := b.ptrs(dst, x, y, gate)
+	ps, err := b.ptrs(dst, x, y, bias, gate)
 	if err != nil {
 		return err
 	}
@@ -86,7 +88,7 @@ func (b *Backend) GatedAdd(dst, x, y, gate *tensor.Tensor) error {
 	if D%e == 0 && aligned(16, ps...) {
 		vec, per = 1, e
 	}
-	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).I64(n).I64(int64(L) * int64(D)).I64(int64(D)).I32(vec)
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Ptr(ps[4]).I64(n).I64(int64(L) * int64(D)).I64(int64(D)).I32(vec)
 	return b.launch1("fused", "gated_add_"+s, n, 256, per, a)
 }
 
@@ -100,15 +102,17 @@ func aligned(n uintptr, ps ...uintptr) bool {
 }
 
 // QKNormRoPE takes the q, k and v columns of src (B, Ls, S), starting at
-// the column offsets cols, and writes them to rows [rowOff, rowOff+Ls) of
+// the column offsets cols, plus bias (S) when not nil (src being a GEMM's
+// output whose bias is added here, the sum rounded), and writes them to rows [rowOff, rowOff+Ls) of
 // q, k and v (B, Lj, H, Dh): q and k through RMSNorm over each head with
 // the weights wq and wk (Dh; the normalised value rounded before the
 // weight multiply) and then, when cos is not nil, RoPE on interleaved
 // pairs with cos and sin (R, Lj, Dh) f32, R 1 (shared) or B.
-func (b *Backend) QKNormRoPE(q, k, v, src *tensor.Tensor, rowOff int, cols [3]int, wq, wk, cos, sin *tensor.Tensor, eps float32) error {
+func (b *Backend) QKNormRoPE(q, k, v, src, bias *tensor.Tensor, rowOff int, cols [3]int, wq, wk, cos, sin *tensor.Tensor, eps float32) error {
 	dt := q.DType()
 	s := fsfx(dt)
-	if s == "" || k.DType() != dt || v.DType() != dt || src.DType() != dt || wq.DType() != dt || wk.DType() != dt {
+	if s == "" || k.DType() != dt || v.DType() != dt || src.DType() != dt || wq.DType() != dt || wk.DType() != dt ||
+		(bias != nil && bias.DType() != dt) {
 		return unsupported("qk_norm_rope", dt)
 	}
 	if q.Rank() != 4 || k.Numel() != q.Numel() || v.Numel() != q.Numel() || src.Rank() != 3 {
@@ -116,6 +120,9 @@ func (b *Backend) QKNormRoPE(q, k, v, src *tensor.Tensor, rowOff int, cols [3]in
 	}
 	B, Lj, H, Dh := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
 	Ls, S := src.Dim(1), src.Dim(2)
+	if bias != nil && bias.Numel() != S {
+		return fmt.Errorf("gpu: qk_norm_rope: bias %v for %d columns", bias, S)
+	}
 	if src.Dim(0) != B || rowOff < 0 || rowOff+Ls > Lj || Dh%2 != 0 || wq.Numel() != Dh || wk.Numel() != Dh {
 		return fmt.Errorf("gpu: qk_norm_rope of %v at row %d into %v (weights %v, %v)", src, rowOff, q, wq, wk)
 	}
@@ -141,7 +148,7 @@ func (b *Backend) QKNormRoPE(q, k, v, src *tensor.Tensor, rowOff int, cols [3]in
 	if groups == 0 {
 		return nil
 	}
-	ps, err := b.ptrs(q, k, v, src, wq, wk, cos, sin)
+	ps, err := b.ptrs(q, k, v, src, bias, wq, wk, cos, sin)
 	if err != nil {
 		return err
 	}
@@ -149,24 +156,26 @@ func (b *Backend) QKNormRoPE(q, k, v, src *tensor.Tensor, rowOff int, cols [3]in
 		int64(Lj), int64(rowOff), int64(cstride))
 	st = binary.LittleEndian.AppendUint32(st, math.Float32bits(eps))
 	st = binary.LittleEndian.AppendUint32(st, 0)
-	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Ptr(ps[4]).Ptr(ps[5]).Ptr(ps[6]).Ptr(ps[7]).Struct(st, 8)
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Ptr(ps[4]).Ptr(ps[5]).Ptr(ps[6]).Ptr(ps[7]).Ptr(ps[8]).
+		Struct(st, 8)
 	name := "qkv_norm_rope_" + s
 	es := uintptr(dt.Size())
-	if Dh == 128 && S%4 == 0 && cols[0]%4 == 0 && cols[1]%4 == 0 && cols[2]%4 == 0 && aligned(4*es, ps[:6]...) &&
-		aligned(16, ps[6:]...) {
+	if Dh == 128 && S%4 == 0 && cols[0]%4 == 0 && cols[1]%4 == 0 && cols[2]%4 == 0 && aligned(4*es, ps[:7]...) &&
+		aligned(16, ps[7:]...) {
 		name = "qkv_norm_rope128_" + s // 4 channels a lane, vector loads
 	}
 	return b.launch1("fused", name, groups*32, 256, 1, a)
 }
 
 // ActivateColumns applies op (tensor.OpGELUTanh or tensor.OpSiLU) to
-// columns [srcCol, srcCol+cols) of src and writes them to columns
-// [dstCol, dstCol+cols) of dst; both are matrices of the same number of
-// rows (all axes but the last). dst may be src.
-func (b *Backend) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, src *tensor.Tensor, srcCol, cols int) error {
+// columns [srcCol, srcCol+cols) of src, plus bias (one value per column of
+// src, the sum rounded) when not nil, and writes them to columns [dstCol,
+// dstCol+cols) of dst; both are matrices of the same number of rows (all
+// axes but the last). dst may be src.
+func (b *Backend) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, src, bias *tensor.Tensor, srcCol, cols int) error {
 	dt := dst.DType()
 	s := fsfx(dt)
-	if s == "" || src.DType() != dt {
+	if s == "" || src.DType() != dt || (bias != nil && bias.DType() != dt) {
 		return unsupported("activate_columns", dt)
 	}
 	var code int32
@@ -186,6 +195,9 @@ func (b *Backend) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol 
 		return nil
 	}
 	rows := dst.Numel() / ws
+	if bias != nil && bias.Numel() != xs {
+		return fmt.Errorf("gpu: activate_columns: bias %v for %v", bias, src)
+	}
 	if src.Numel()/xs != rows || dstCol < 0 || srcCol < 0 || cols < 0 || dstCol+cols > ws || srcCol+cols > xs {
 		return fmt.Errorf("gpu: activate_columns [%d, +%d) of %v into [%d, …) of %v", srcCol, cols, src, dstCol, dst)
 	}
@@ -193,18 +205,21 @@ func (b *Backend) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol 
 	if n == 0 {
 		return nil
 	}
-	ps, err := b.ptrs(dst, src)
+	ps, err := b.ptrs(dst, src, bias)
 	if err != nil {
 		return err
 	}
 	es := uintptr(dt.Size())
-	py, px := ps[0]+uintptr(dstCol)*es, ps[1]+uintptr(srcCol)*es
+	py, px, pb := ps[0]+uintptr(dstCol)*es, ps[1]+uintptr(srcCol)*es, uintptr(0)
+	if bias != nil {
+		pb = ps[2] + uintptr(srcCol)*es
+	}
 	e := 16 / dt.Size()
 	vec, per := int32(0), 1
-	if cols%e == 0 && ws%e == 0 && xs%e == 0 && aligned(16, py, px) {
+	if cols%e == 0 && ws%e == 0 && xs%e == 0 && aligned(16, py, px, pb) {
 		vec, per = 1, e
 	}
-	a := (&hip.Args{}).Ptr(py).Ptr(px).I64(int64(rows)).I64(int64(cols)).I64(int64(ws)).I64(int64(xs)).I32(code).I32(vec)
+	a := (&hip.Args{}).Ptr(py).Ptr(px).Ptr(pb).I64(int64(rows)).I64(int64(cols)).I64(int64(ws)).I64(int64(xs)).I32(code).I32(vec)
 	return b.launch1("fused", "act_rows_"+s, n, 256, per, a)
 }
 

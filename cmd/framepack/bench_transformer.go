@@ -511,12 +511,14 @@ func (b *profiledBackend) Pad(dst, src *tensor.Tensor, before []int, mode tensor
 func (b *profiledBackend) LayerNormModulate(dst, x, shift, scale *tensor.Tensor, eps float32) error {
 	return b.t("fused layer_norm_modulate", func() error { return b.p.g.LayerNormModulate(dst, x, shift, scale, eps) })
 }
-func (b *profiledBackend) GatedAdd(dst, x, y, gate *tensor.Tensor) error {
-	return b.t("fused gated_add", func() error { return b.p.g.GatedAdd(dst, x, y, gate) })
+func (b *profiledBackend) GatedAdd(dst, x, y, bias, gate *tensor.Tensor) error {
+	return b.t("fused gated_add", func() error { return b.p.g.GatedAdd(dst, x, y, bias, gate) })
 }
-func (b *profiledBackend) QKNormRoPE(q, k, v, src *tensor.Tensor, rowOff int, cols [3]int, wq, wk, cos, sin *tensor.Tensor, eps float32) error {
-	return b.t("fused qk_norm_rope", func() error { return b.p.g.QKNormRoPE(q, k, v, src, rowOff, cols, wq, wk, cos, sin, eps) })
+func (b *profiledBackend) QKNormRoPE(q, k, v, src, bias *tensor.Tensor, rowOff int, cols [3]int, wq, wk, cos, sin *tensor.Tensor, eps float32) error {
+	return b.t("fused qk_norm_rope", func() error {
+		return b.p.g.QKNormRoPE(q, k, v, src, bias, rowOff, cols, wq, wk, cos, sin, eps)
+	})
 }
-func (b *profiledBackend) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, src *tensor.Tensor, srcCol, cols int) error {
-	return b.t("fused "+op.String(), func() error { return b.p.g.ActivateColumns(op, dst, dstCol, src, srcCol, cols) })
+func (b *profiledBackend) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, src, bias *tensor.Tensor, srcCol, cols int) error {
+	return b.t("fused "+op.String(), func() error { return b.p.g.ActivateColumns(op, dst, dstCol, src, bias, srcCol, cols) })
 }

@@ -52,12 +52,14 @@ func (f *feedForward) params(p params, dim, hidden int) {
 	f.Out.params(p, "net.2", dim, hidden)
 }
 
-// gelu is FeedForward(activation_fn="gelu-approximate").
-func (f *feedForward) gelu(s *tensor.Scope, k kernels, x *tensor.Tensor) *tensor.Tensor {
-	h := k.geluInPlace(s, f.Proj.forward(s, x))
-	out := f.Out.forward(s, h)
-	s.Free(h)
-	return out
+// gelu is FeedForward(activation_fn="gelu-approximate") without net.2's
+// bias, which it returns (see kernels.project).
+func (f *feedForward) gelu(s *tensor.Scope, k kernels, x *tensor.Tensor) (y, bias *tensor.Tensor) {
+	up, b := k.project(s, &f.Proj, x)
+	h := k.geluInPlace(s, up, b)
+	y, bias = k.project(s, &f.Out, h)
+	s.Free(h, up)
+	return y, bias
 }
 
 // silu is FeedForward(activation_fn="linear-silu").
@@ -109,19 +111,19 @@ func (b *doubleBlock) forward(s *tensor.Scope, k kernels, x, c, temb *tensor.Ten
 	s.Free(normX, normC)
 
 	// 3. Modulation and residual connection
-	x = k.gatedAdd(s, x, attnX, mx[2])
-	c = k.gatedAdd(s, c, attnC, mc[2])
-	s.Free(attnX, attnC)
+	x = k.gatedAdd(s, x, attnX[0], attnX[1], mx[2])
+	c = k.gatedAdd(s, c, attnC[0], attnC[1], mc[2])
+	s.Free(attnX[0], attnC[0])
 	normX = k.lnModulate(s, x, mx[3], mx[4])
 	normC = k.lnModulate(s, c, mc[3], mc[4])
 
 	// 4. Feed-forward
-	ffX := b.FF.gelu(s, k, normX)
+	ffX, ffXBias := b.FF.gelu(s, k, normX)
 	s.Free(normX)
-	nx := k.gatedAdd(s, x, ffX, mx[5])
+	nx := k.gatedAdd(s, x, ffX, ffXBias, mx[5])
 	s.Free(ffX, x)
-	ffC := b.FFContext.gelu(s, k, normC)
-	nc := k.gatedAdd(s, c, ffC, mc[5])
+	ffC, ffCBias := b.FFContext.gelu(s, k, normC)
+	nc := k.gatedAdd(s, c, ffC, ffCBias, mc[5])
 	s.Free(normC, ffC, c)
 	return nx, nc
 }
@@ -129,22 +131,24 @@ func (b *doubleBlock) forward(s *tensor.Scope, k kernels, x, c, temb *tensor.Ten
 // attention is HunyuanAttnProcessorFlashAttnDouble: image q/k/v with q/k
 // RMSNorm and RoPE, text q/k/v through the added projections with their own
 // norms and no RoPE, one attention over [image | text], split back and
-// projected out.
-func (b *doubleBlock) attention(s *tensor.Scope, k kernels, x, c *tensor.Tensor, j *joint) (*tensor.Tensor, *tensor.Tensor) {
+// projected out. Each output comes with the bias it still lacks (see
+// kernels.project).
+func (b *doubleBlock) attention(s *tensor.Scope, k kernels, x, c *tensor.Tensor, j *joint) (outX, outC [2]*tensor.Tensor) {
 	bs, lx, lc, d := x.Dim(0), x.Dim(1), c.Dim(1), x.Dim(2)
 	l := lx + lc
 	q, kk, v := j.empty(s, x.DType(), bs, l, d), j.empty(s, x.DType(), bs, l, d), j.empty(s, x.DType(), bs, l, d)
-	y := b.QKV.forward(s, x)
-	k.qkvInto(s, q, kk, v, y, 0, &b.NormQ, &b.NormK, j.cos, j.sin)
+	y, bias := k.project(s, &b.QKV, x)
+	k.qkvInto(s, q, kk, v, y, bias, 0, &b.NormQ, &b.NormK, j.cos, j.sin)
 	s.Free(y)
-	y = b.AddQKV.forward(s, c)
-	k.qkvInto(s, q, kk, v, y, lx, &b.NormAddedQ, &b.NormAddedK, nil, nil)
+	y, bias = k.project(s, &b.AddQKV, c)
+	k.qkvInto(s, q, kk, v, y, bias, lx, &b.NormAddedQ, &b.NormAddedK, nil, nil)
 	s.Free(y)
 
 	o := j.attend(s, q, kk, v)
 	s.Free(q, kk, v)
 	ox, oc := rowRange(s, o, 0, lx), rowRange(s, o, lx, l)
-	outX, outC := b.ToOut0.forward(s, ox), b.ToAddOut.forward(s, oc)
+	outX[0], outX[1] = k.project(s, &b.ToOut0, ox)
+	outC[0], outC[1] = k.project(s, &b.ToAddOut, oc)
 	s.Free(o, ox, oc)
 	return outX, outC
 }
@@ -179,16 +183,16 @@ func (b *singleBlock) forward(s *tensor.Scope, k kernels, h, temb *tensor.Tensor
 	// 1. Input normalization (AdaLayerNormZeroSingle): shift, scale, gate.
 	m := adaChunks(s, &b.Norm, temb, 3)
 	norm := k.lnModulate(s, h, m[0], m[1])
-	y := b.QKVMLP.forward(s, norm) // [q | k | v | mlp]
+	y, bias := k.project(s, &b.QKVMLP, norm) // [q | k | v | mlp]
 	s.Free(norm)
 
 	// 2. Attention (pre_only: no output projection); RoPE on the image
 	// tokens only, through the identity rows of the text. The MLP's GELU
 	// goes straight into the output projection's input [attn | mlp].
 	q, kk, v := j.empty(s, h.DType(), bs, l, d), j.empty(s, h.DType(), bs, l, d), j.empty(s, h.DType(), bs, l, d)
-	k.qkvInto(s, q, kk, v, y, 0, &b.NormQ, &b.NormK, j.cos, j.sin)
+	k.qkvInto(s, q, kk, v, y, bias, 0, &b.NormQ, &b.NormK, j.cos, j.sin)
 	cat := s.Empty(h.DType(), bs, l, d+mlp)
-	k.geluInto(s, cat, d, y, 3*d, mlp)
+	k.geluInto(s, cat, d, y, bias, 3*d, mlp)
 	s.Free(y)
 	o := j.attend(s, q, kk, v)
 	s.Free(q, kk, v)
@@ -196,9 +200,9 @@ func (b *singleBlock) forward(s *tensor.Scope, k kernels, h, temb *tensor.Tensor
 	s.Free(o)
 
 	// 3. Modulation and residual connection
-	p := b.ProjOut.forward(s, cat)
+	p, pBias := k.project(s, &b.ProjOut, cat)
 	s.Free(cat)
-	out := k.gatedAdd(s, h, p, m[2])
+	out := k.gatedAdd(s, h, p, pBias, m[2])
 	s.Free(p)
 	return out
 }

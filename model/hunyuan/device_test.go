@@ -55,12 +55,19 @@ func TestFusedKernels(t *testing.T) {
 			x, y := rnd(-2, 2, b, l, d), rnd(-1, 1, b, l, d)
 			shift, scale := rnd(-1, 1, b, 1, d), rnd(-1, 1, b, 1, d)
 			cmp("layer_norm_modulate", fused.lnModulate(s, x, shift, scale), ref.lnModulate(s, x, shift, scale))
-			cmp("gated_add", fused.gatedAdd(s, x, y, scale), ref.gatedAdd(s, x, y, scale))
+			bias := rnd(-0.5, 0.5, d)
+			cmp("gated_add", fused.gatedAdd(s, x, y, nil, scale), ref.gatedAdd(s, x, y, nil, scale))
+			cmp("gated_add+bias", fused.gatedAdd(s, x, y, bias, scale), ref.gatedAdd(s, x, y, bias, scale))
 
 			const ls, off = 31, 6
 			src := rnd(-3, 3, b, ls, 3*d+64)
+			srcBias := rnd(-0.5, 0.5, 3*d+64)
 			nq, nk := rmsNorm{rnd(0.5, 1.5, dh)}, rmsNorm{rnd(0.5, 1.5, dh)}
 			for _, rows := range []int{0, 1, b} {
+				bias := srcBias
+				if rows == 1 {
+					bias = nil
+				}
 				var cos, sin *tensor.Tensor
 				if rows > 0 {
 					cos, sin = s.To(host(-1, 1, rows, ls+off, dh)), s.To(host(-1, 1, rows, ls+off, dh))
@@ -70,21 +77,23 @@ func TestFusedKernels(t *testing.T) {
 					for j := range outs[i] {
 						outs[i][j] = s.Zeros(dt, b, ls+off, h, dh)
 					}
-					k.qkvInto(s, outs[i][0], outs[i][1], outs[i][2], src, off, &nq, &nk, cos, sin)
+					k.qkvInto(s, outs[i][0], outs[i][1], outs[i][2], src, bias, off, &nq, &nk, cos, sin)
 				}
 				for j, name := range []string{"q", "k", "v"} {
 					cmp("qk_norm_rope "+name, outs[0][j], outs[1][j])
 				}
 			}
 
-			g := rnd(-4, 4, b, l, 7*64)
-			var cats [2]*tensor.Tensor
-			for i, k := range []kernels{fused, ref} {
-				cats[i] = s.Zeros(dt, b, l, 5*64)
-				k.geluInto(s, cats[i], 64, g, 3*64, 4*64)
+			g, gb := rnd(-4, 4, b, l, 7*64), rnd(-0.5, 0.5, 7*64)
+			for _, bias := range []*tensor.Tensor{nil, gb} {
+				var cats [2]*tensor.Tensor
+				for i, k := range []kernels{fused, ref} {
+					cats[i] = s.Zeros(dt, b, l, 5*64)
+					k.geluInto(s, cats[i], 64, g, bias, 3*64, 4*64)
+				}
+				cmp("gelu columns", cats[0], cats[1])
+				cmp("gelu in place", fused.geluInPlace(s, s.Clone(g), bias), ref.geluInPlace(s, g, bias))
 			}
-			cmp("gelu columns", cats[0], cats[1])
-			cmp("gelu in place", fused.geluInPlace(s, s.Clone(g)), ref.geluInPlace(s, g))
 		})
 	}
 }

@@ -13,14 +13,16 @@ type fusedKernels interface {
 	// LayerNormModulate: dst = LayerNorm(x)·(1 + scale) + shift, x (B, L, D),
 	// shift and scale B·D values.
 	LayerNormModulate(dst, x, shift, scale *tensor.Tensor, eps float32) error
-	// GatedAdd: dst = x + y·gate, x and y (B, L, D), gate B·D values.
-	GatedAdd(dst, x, y, gate *tensor.Tensor) error
-	// QKNormRoPE writes the q, k, v columns of src (B, Ls, S) at cols to
-	// rows [rowOff, rowOff+Ls) of q, k, v (B, Lj, H, Dh), q and k through
-	// the per-head RMSNorms and, when cos is set, RoPE.
-	QKNormRoPE(q, k, v, src *tensor.Tensor, rowOff int, cols [3]int, wq, wk, cos, sin *tensor.Tensor, eps float32) error
-	// ActivateColumns applies op to columns of src into columns of dst.
-	ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, src *tensor.Tensor, srcCol, cols int) error
+	// GatedAdd: dst = x + (y + bias)·gate, x and y (B, L, D), bias (D) or
+	// nil, gate B·D values.
+	GatedAdd(dst, x, y, bias, gate *tensor.Tensor) error
+	// QKNormRoPE writes the q, k, v columns of src (B, Ls, S) at cols, plus
+	// bias (S) or nil, to rows [rowOff, rowOff+Ls) of q, k, v (B, Lj, H,
+	// Dh), q and k through the per-head RMSNorms and, when cos is set, RoPE.
+	QKNormRoPE(q, k, v, src, bias *tensor.Tensor, rowOff int, cols [3]int, wq, wk, cos, sin *tensor.Tensor, eps float32) error
+	// ActivateColumns applies op to columns of src (plus bias, one value a
+	// column of src, or nil) into columns of dst.
+	ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, src, bias *tensor.Tensor, srcCol, cols int) error
 }
 
 // viewer makes a buffer of part of another without a copy (backend/gpu).
@@ -86,47 +88,73 @@ func (k kernels) lnModulate(s *tensor.Scope, x, shift, scale *tensor.Tensor) *te
 	return out
 }
 
-// gatedAdd is x + y·gate with gate (B, 1, D) broadcast over the rows.
-func (k kernels) gatedAdd(s *tensor.Scope, x, y, gate *tensor.Tensor) *tensor.Tensor {
+// project is l applied to x. With fused kernels the bias is left out of
+// the GEMM and returned, for the kernel that reads the result to add (the
+// GEMM then neither writes the bias first nor reads it back); op by op the
+// result has it and the returned bias is nil.
+func (k kernels) project(s *tensor.Scope, l *linear, x *tensor.Tensor) (y, bias *tensor.Tensor) {
+	if k.f == nil {
+		return l.forward(s, x), nil
+	}
+	return s.Linear(x, l.Weight, nil), l.Bias
+}
+
+// gatedAdd is x + (y + bias)·gate with gate (B, 1, D) broadcast over the
+// rows; bias (from project) may be nil.
+func (k kernels) gatedAdd(s *tensor.Scope, x, y, bias, gate *tensor.Tensor) *tensor.Tensor {
 	if k.f == nil || x.Rank() != 3 {
+		if bias != nil {
+			y = s.Add(y, bias)
+		}
 		return s.Add(x, s.Mul(y, gate))
 	}
 	out := s.Empty(x.DType(), x.Shape()...)
-	must("gated_add", k.f.GatedAdd(out, x, y, gate))
+	must("gated_add", k.f.GatedAdd(out, x, y, bias, gate))
 	return out
 }
 
-// geluInPlace is GELU (tanh approximation) of x, into x when fused.
-func (k kernels) geluInPlace(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+// geluInPlace is GELU (tanh approximation) of x + bias, into x when fused.
+func (k kernels) geluInPlace(s *tensor.Scope, x, bias *tensor.Tensor) *tensor.Tensor {
 	if k.f == nil {
+		if bias != nil {
+			x = s.Add(x, bias)
+		}
 		return s.GELUTanh(x)
 	}
 	n := x.Dim(-1)
-	must("gelu", k.f.ActivateColumns(tensor.OpGELUTanh, x, 0, x, 0, n))
+	must("gelu", k.f.ActivateColumns(tensor.OpGELUTanh, x, 0, x, bias, 0, n))
 	return x
 }
 
-// geluInto writes GELU(src[..., srcCol:srcCol+n]) to dst[..., dstCol:].
-func (k kernels) geluInto(s *tensor.Scope, dst *tensor.Tensor, dstCol int, src *tensor.Tensor, srcCol, n int) {
+// geluInto writes GELU(src[..., srcCol:srcCol+n] + bias[srcCol:srcCol+n])
+// to dst[..., dstCol:]; bias (one value a column of src) may be nil.
+func (k kernels) geluInto(s *tensor.Scope, dst *tensor.Tensor, dstCol int, src, bias *tensor.Tensor, srcCol, n int) {
 	if k.f != nil {
-		must("gelu", k.f.ActivateColumns(tensor.OpGELUTanh, dst, dstCol, src, srcCol, n))
+		must("gelu", k.f.ActivateColumns(tensor.OpGELUTanh, dst, dstCol, src, bias, srcCol, n))
 		return
 	}
-	g := s.GELUTanh(s.Slice(src, -1, srcCol, srcCol+n))
+	x := s.Slice(src, -1, srcCol, srcCol+n)
+	if bias != nil {
+		x = s.Add(x, s.Slice(bias, 0, srcCol, srcCol+n))
+	}
+	g := s.GELUTanh(x)
 	placeColumns(s, dst, dstCol, g)
 	s.Free(g)
 }
 
-// qkvInto projects nothing: it takes the q, k, v columns ([0, d), [d, 2d),
-// [2d, 3d)) of the projection y (B, Ls, ≥3d), normalises q and k per head,
-// rotates them with the rows [off, off+Ls) of the joint RoPE tables cos,
-// sin (R, L, Dh) when cos is not nil, and writes all three to rows [off,
-// off+Ls) of the joint q, k, v (B, L, H, Dh).
-func (k kernels) qkvInto(s *tensor.Scope, q, kk, v, y *tensor.Tensor, off int, nq, nk *rmsNorm, cos, sin *tensor.Tensor) {
+// qkvInto takes the q, k, v columns ([0, d), [d, 2d), [2d, 3d)) of the
+// projection y (B, Ls, ≥3d) plus bias (one value a column of y, or nil),
+// normalises q and k per head, rotates them with the rows [off, off+Ls) of
+// the joint RoPE tables cos, sin (R, L, Dh) when cos is not nil, and writes
+// all three to rows [off, off+Ls) of the joint q, k, v (B, L, H, Dh).
+func (k kernels) qkvInto(s *tensor.Scope, q, kk, v, y, bias *tensor.Tensor, off int, nq, nk *rmsNorm, cos, sin *tensor.Tensor) {
 	d := q.Dim(2) * q.Dim(3)
 	if k.f != nil {
-		must("qk_norm_rope", k.f.QKNormRoPE(q, kk, v, y, off, [3]int{0, d, 2 * d}, nq.Weight, nk.Weight, cos, sin, normEps))
+		must("qk_norm_rope", k.f.QKNormRoPE(q, kk, v, y, bias, off, [3]int{0, d, 2 * d}, nq.Weight, nk.Weight, cos, sin, normEps))
 		return
+	}
+	if bias != nil {
+		y = s.Add(y, bias)
 	}
 	b, ls, h := y.Dim(0), y.Dim(1), q.Dim(2)
 	part := func(i int) *tensor.Tensor { return s.Slice(y, 2, i*d, (i+1)*d).Reshape(b, ls, h, -1) }
