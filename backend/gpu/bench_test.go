@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"math"
 	"math/rand"
 	"testing"
 	"time"
@@ -166,18 +167,19 @@ func BenchmarkGroupNormSiLU(b *testing.B) {
 
 // BenchmarkAttention: the transformer's self-attention at L ≈ 18k (a
 // 480×832 section), 24 heads × 128, bf16: 4·L²·D·H FLOPs. "fast" is the
-// default choice (tensor cores where the device has them), "generic" the
-// portable kernel.
+// default choice (the flash kernel on NVIDIA, checked against attn_mma by
+// relative L2), "mma" the masked tensor-core kernel, "generic" the portable
+// kernel.
 func BenchmarkAttention(b *testing.B) {
 	for _, c := range []struct {
 		name    string
 		generic int
-		warps   int
-	}{{"fast", 0, 4}, {"fast-w8", 0, 8}, {"generic", 1, 4}} {
+		noFlash bool
+	}{{"fast", 0, false}, {"mma", 0, true}, {"generic", 1, false}} {
 		b.Run(c.name, func(b *testing.B) {
 			g := benchOf(b, c.generic)
-			defer func(w int) { attnWarps = w }(attnWarps)
-			attnWarps = c.warps
+			defer func(f bool) { attnNoFlash = f }(attnNoFlash)
+			attnNoFlash = c.noFlash
 			L, H, D := 18000, 24, 128
 			q := randDevice(b, g, tensor.BF16, 1, L, H, D)
 			k := randDevice(b, g, tensor.BF16, 1, L, H, D)
@@ -186,6 +188,25 @@ func BenchmarkAttention(b *testing.B) {
 			s := timeIt(b, g, func() error { return g.Attention(o, q, k, v, tensor.AttnParams{}) })
 			b.ReportMetric(4*float64(L)*float64(L)*float64(D)*float64(H)/s/1e12, "TFLOP/s")
 			b.ReportMetric(s*1e3, "ms")
+			if c.name == "fast" && g.tensorCoreAttention(tensor.BF16, D) {
+				attnNoFlash = true
+				ref := randDevice(b, g, tensor.BF16, 1, L, H, D)
+				if err := g.Attention(ref, q, k, v, tensor.AttnParams{}); err != nil {
+					b.Fatal(err)
+				}
+				x, y := tensor.ToHost(o).ToFloat32(), tensor.ToHost(ref).ToFloat32()
+				var num, den float64
+				for i := range x {
+					d := float64(x[i]) - float64(y[i])
+					num += d * d
+					den += float64(y[i]) * float64(y[i])
+				}
+				r := math.Sqrt(num / den)
+				b.Logf("flash vs attn_mma at L=%d: rel_l2 %.2e", L, r)
+				if !(r < 1e-2) {
+					b.Errorf("flash kernel differs from attn_mma: rel_l2 %v", r)
+				}
+			}
 		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
 
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/hip"
@@ -231,21 +230,4 @@ func (b *Backend) conv3dNaive(dst, x, w, bias *tensor.Tensor, p tensor.ConvParam
 	}
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Struct(args, 8)
 	return b.launch1("conv", "conv3d_"+fsfx(dst.DType()), int64(dst.Numel()), 256, 1, a)
-}
-
-// attnWarps is the warps per block of the tensor-core attention kernel
-// (4 or 8: 64 or 128 queries per block).
-var attnWarps = 4
-
-// attentionMMA names the tensor-core attention kernel that fits, or "" for
-// the generic one: NVIDIA sm_80+, bf16/f16, head dim 64 or 128.
-// FRAMEPACK_ATTN=generic forces the generic kernel.
-func (b *Backend) attentionMMA(dt tensor.DType, D int) string {
-	if b.dev.Vendor != hip.NVIDIA || b.dev.ComputeMajor < 8 || b.opts.GenericAttention || os.Getenv("FRAMEPACK_ATTN") == "generic" {
-		return ""
-	}
-	if (dt != tensor.BF16 && dt != tensor.F16) || (D != 64 && D != 128) {
-		return ""
-	}
-	return fmt.Sprintf("attn_mma_%s_%d_w%d", dt, D, attnWarps)
 }

@@ -282,9 +282,10 @@ var opCases = []struct {
 	{"softmax", testSoftmax},
 	{"reduce", testReduce},
 	{"attention", testAttention},
-	{"attention_other_warps", func(e *env) {
-		defer func(w int) { attnWarps = w }(attnWarps)
-		attnWarps = 12 - attnWarps // the tensor-core kernel's other block size (4 ↔ 8)
+	{"attention_mma", func(e *env) {
+		// The masked tensor-core kernel on the unmasked cases too.
+		defer func(f bool) { attnNoFlash = f }(attnNoFlash)
+		attnNoFlash = true
 		testAttention(e)
 	}},
 	{"rope", testRoPE},
@@ -568,6 +569,10 @@ func testAttention(e *env) {
 		{B: 1, Lq: 19, Lk: 21, Hq: 2, Hkv: 2, D: 3},
 		{B: 3, Lq: 1, Lk: 77, Hq: 4, Hkv: 4, D: 256},
 		{B: 1, Lq: 130, Lk: 257, Hq: 2, Hkv: 2, D: 128, causal: true},
+		// Unmasked, several key tiles and query blocks with tails, GQA: the
+		// flash kernel on NVIDIA.
+		{B: 2, Lq: 200, Lk: 300, Hq: 4, Hkv: 2, D: 128},
+		{B: 1, Lq: 129, Lk: 128, Hq: 2, Hkv: 2, D: 64},
 	}
 	for _, c := range cases {
 		for _, dt := range floats {

@@ -1,0 +1,129 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+
+	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// Attention kernels (kernels/attention*.hip):
+//   - attn_flash_*: NVIDIA sm_80+, bf16/f16, head dim 64 or 128, no mask, a
+//     positive scale: the transformer's case. 128 queries per block.
+//   - attn_mma_*: the same devices and dtypes with any mask: 64 queries per
+//     block.
+//   - attn_*_TPQ: the generic kernel, everything else (any dtype, head dim
+//     up to 512), also forced by Options.GenericAttention or
+//     FRAMEPACK_ATTN=generic.
+// The tensor-core kernels are their own module, so a device that uses them
+// compiles no generic kernel until a call needs one.
+
+const (
+	// genericQT is the generic kernel's queries per thread (AT_QT).
+	genericQT = 2
+	// flashBQ, flashBK: queries per block and keys per tile of attn_flash
+	// (FA_BQ, MMA_BK); its 128 threads hold Q and two K/V stages in shared
+	// memory, rows padded by 8 halves.
+	flashBQ, flashBK = 128, 64
+	// mmaWarps: warps of attn_mma, 16 queries each.
+	mmaWarps = 4
+)
+
+// attnNoFlash sends unmasked calls to attn_mma too (tests, benchmarks).
+var attnNoFlash = false
+
+func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) error {
+	dt := dst.DType()
+	s := fsfx(dt)
+	if s == "" || q.DType() != dt || k.DType() != dt || v.DType() != dt {
+		return unsupported("attention", dt)
+	}
+	if q.Rank() != 4 || k.Rank() != 4 || v.Rank() != 4 || dst.Numel() != q.Numel() {
+		return fmt.Errorf("gpu: attention of q %v, k %v, v %v into %v", q, k, v, dst)
+	}
+	B, Lq, Hq, D := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
+	Lk, Hkv := k.Dim(1), k.Dim(2)
+	if k.Dim(0) != B || k.Dim(3) != D || v.Dim(0) != B || v.Dim(1) != Lk || v.Dim(2) != Hkv || v.Dim(3) != D || Hkv == 0 || Hq%Hkv != 0 {
+		return fmt.Errorf("gpu: attention of q %v with k %v, v %v", q, k, v)
+	}
+	if D > 512 {
+		return fmt.Errorf("gpu: attention with head dim %d > 512: %w", D, tensor.ErrUnsupported)
+	}
+	maskStride := 0
+	if p.KeyMask != nil && (p.KeyMask.DType() != tensor.F32 || p.KeyMask.Numel() != B*Lk) {
+		return fmt.Errorf("gpu: attention key mask %v, want f32 (%d, %d)", p.KeyMask, B, Lk)
+	}
+	if p.Mask != nil {
+		n := p.Mask.Numel()
+		if p.Mask.DType() != tensor.F32 || (n != Lq*Lk && n != B*Lq*Lk) {
+			return fmt.Errorf("gpu: attention mask %v, want f32 (B|1, %d, %d)", p.Mask, Lq, Lk)
+		}
+		if n == B*Lq*Lk && B > 1 {
+			maskStride = Lq * Lk
+		}
+	}
+	if dst.Numel() == 0 {
+		return nil
+	}
+	if Lk == 0 {
+		return b.Fill(dst, 0)
+	}
+	if Hq > 65535 || B > 65535 {
+		return fmt.Errorf("gpu: attention with %d heads × batch %d: %w", Hq, B, tensor.ErrUnsupported)
+	}
+	ps, err := b.ptrs(dst, q, k, v, p.KeyMask, p.Mask)
+	if err != nil {
+		return err
+	}
+	scale := p.Scale
+	if scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(D)))
+	}
+	causal := int32(0)
+	if p.Causal {
+		causal = 1
+	}
+	st := i64s(int64(B), int64(Lq), int64(Lk), int64(Hq), int64(Hkv), int64(D), int64(max(p.FrameLen, 0)), int64(maskStride))
+	st = binary.LittleEndian.AppendUint32(st, math.Float32bits(scale*math.Log2E))
+	st = binary.LittleEndian.AppendUint32(st, uint32(causal))
+	masked := p.Causal || p.FrameLen > 0 || p.KeyMask != nil || p.Mask != nil
+	// The tensor-core kernels move q, k, v, out in 16-byte pieces.
+	aligned := (ps[0]|ps[1]|ps[2]|ps[3])%16 == 0
+	if aligned && b.tensorCoreAttention(dt, D) {
+		if !masked && scale > 0 && !attnNoFlash {
+			// The flash kernel's row offsets are 32-bit: Hq·D and
+			// 128·Hq·D elements.
+			if int64(flashBQ)*int64(Hq)*int64(D) < 1<<31 {
+				a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Struct(st, 8)
+				grid := hip.Dim3{uint32((Lq + flashBQ - 1) / flashBQ), uint32(Hq), uint32(B)}
+				shm := (flashBQ + 4*flashBK) * (D + 8) * 2
+				return b.launch("attention_mma", fmt.Sprintf("attn_flash_%s_%d", s, D), grid, hip.Dim3{128}, shm, a)
+			}
+		}
+		a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Ptr(ps[4]).Ptr(ps[5]).Struct(st, 8)
+		bq := 16 * mmaWarps
+		grid := hip.Dim3{uint32((Lq + bq - 1) / bq), uint32(Hq), uint32(B)}
+		name := fmt.Sprintf("attn_mma_%s_%d_w%d", s, D, mmaWarps)
+		return b.launch("attention_mma", name, grid, hip.Dim3{uint32(32 * mmaWarps)}, 4*64*(D+8)*2, a)
+	}
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Ptr(ps[4]).Ptr(ps[5]).Struct(st, 8)
+	tpq := 2
+	for tpq*32 < D {
+		tpq *= 2
+	}
+	qpb := 128 / tpq * genericQT
+	grid := hip.Dim3{uint32((Lq + qpb - 1) / qpb), uint32(Hq), uint32(B)}
+	return b.launch("attention", fmt.Sprintf("attn_%s_%d", s, tpq), grid, hip.Dim3{128}, 0, a)
+}
+
+// tensorCoreAttention: NVIDIA sm_80+, bf16/f16, head dim 64 or 128, and no
+// request for the generic kernel.
+func (b *Backend) tensorCoreAttention(dt tensor.DType, D int) bool {
+	if b.dev.Vendor != hip.NVIDIA || b.dev.ComputeMajor < 8 || b.opts.GenericAttention || os.Getenv("FRAMEPACK_ATTN") == "generic" {
+		return false
+	}
+	return (dt == tensor.BF16 || dt == tensor.F16) && (D == 64 || D == 128)
+}
