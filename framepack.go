@@ -180,12 +180,16 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 	return p, nil
 }
 
-// Close releases the device. The Pipeline holds no weights between
-// Generate calls.
+// Close releases the device, logging first the conv3d chain's one line per
+// tier (how many convolutions each tier ran, and how long). The Pipeline
+// holds no weights between Generate calls.
 func (p *Pipeline) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dev != nil {
+		if p.dev.Conv != nil {
+			p.dev.Conv.Chain().LogSummary()
+		}
 		p.dev.Close()
 		p.dev = nil
 	}
