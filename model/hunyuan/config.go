@@ -10,6 +10,16 @@
 // precision patches: LayerNorm in the compute dtype, RMSNorm statistics in
 // f32, RoPE tables and timestep sinusoids in f32, and the final projection in
 // f32 (high_quality_fp32_output_for_inference).
+//
+// Each block's q, k, v projections (and, in the single blocks, the MLP
+// input) run as one GEMM. When the backend has fused kernels (backend/gpu)
+// the elementwise work around the GEMMs runs fused: LayerNorm with the
+// modulation, the gated residual add (with the preceding GEMM's bias),
+// q/k RMSNorm + RoPE written straight into the joint attention layout, and
+// the GELU; otherwise op by op, which is also their reference. Under
+// Options.HostBlocks every block's weights live in one host allocation
+// (page-locked where the backend offers it) and are copied to the device
+// one block ahead, overlapping compute.
 package hunyuan
 
 import (
