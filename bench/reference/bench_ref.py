@@ -1,0 +1,103 @@
+"""The PyTorch reference timings framepack's benchmarks compare against.
+
+Runs diffusers' AutoencoderKLHunyuanVideo decode and the FramePack transformer
+(HunyuanVideoFramepackTransformer3DModel) at the real configurations with
+random weights on one CUDA GPU, and prints one JSON line per measurement.
+With --save DIR it also writes the random VAE (save_pretrained), the latent and
+the decoded sample, so framepack can decode the same latent with the same
+weights and compare outputs.
+
+Needs torch and diffusers' source on PYTHONPATH:
+    PYTHONPATH=/path/to/diffusers/src python3 bench_ref.py vae --save /tmp/ref
+"""
+import argparse
+import json
+import time
+
+import torch
+
+
+def timed(fn, iters):
+    torch.cuda.synchronize()
+    fn()  # warm-up (and cuDNN/cuBLAS heuristics)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        out = fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return out, times, torch.cuda.max_memory_allocated()
+
+
+def bench_vae(args):
+    from diffusers import AutoencoderKLHunyuanVideo
+
+    torch.manual_seed(0)
+    vae = AutoencoderKLHunyuanVideo().to("cuda", torch.float16).eval()
+    shape = [int(x) for x in args.latent.split("x")]
+    z = torch.randn(shape, generator=torch.Generator("cpu").manual_seed(1)).to("cuda", torch.float16)
+    if args.save:
+        import os
+        from safetensors.torch import save_file
+        os.makedirs(args.save, exist_ok=True)
+        vae.save_pretrained(os.path.join(args.save, "vae"))
+    for mode in args.modes.split(","):
+        vae.disable_tiling()
+        if mode == "tiled":
+            vae.enable_tiling()
+        with torch.no_grad():
+            out, times, peak = timed(lambda: vae.decode(z).sample, args.iters)
+        print(json.dumps({"bench": "vae_decode", "impl": "pytorch", "mode": mode, "latent": shape,
+                          "dtype": "f16", "seconds": sorted(times)[len(times) // 2], "all": times,
+                          "peak_bytes": peak, "device": torch.cuda.get_device_name()}), flush=True)
+        if args.save:
+            save_file({"z": z.float().cpu().contiguous(), "sample": out.float().cpu().contiguous()},
+                      f"{args.save}/decode_{mode}.safetensors")
+
+
+def bench_transformer(args):
+    from diffusers import HunyuanVideoFramepackTransformer3DModel
+
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = HunyuanVideoFramepackTransformer3DModel(has_image_proj=True, has_clean_x_embedder=True)
+    model = model.to(torch.bfloat16).eval()
+    t, h, w = 9, 68, 88
+    g = torch.Generator("cpu").manual_seed(1)
+    r = lambda *s: torch.randn(*s, generator=g).to("cuda", torch.bfloat16)
+    text_len, valid = 512, 100
+    mask = torch.zeros(1, text_len, dtype=torch.bool, device="cuda")
+    mask[:, :valid] = True
+    lws, pad = 9, 0
+    idx = torch.arange(0, 1 + pad + lws + 1 + 2 + 16, device="cuda").unsqueeze(0)
+    # diffusers takes one row of frame indices for the batch.
+    pre, _, lat, post, x2, x4 = idx.split([1, pad, lws, 1, 2, 16], dim=1)
+    kwargs = dict(
+        hidden_states=r(1, 16, t, h, w), timestep=torch.tensor([1000.0], device="cuda", dtype=torch.bfloat16),
+        encoder_hidden_states=r(1, text_len, 4096), encoder_attention_mask=mask,
+        pooled_projections=r(1, 768), image_embeds=r(1, 729, 1152), indices_latents=lat[0],
+        guidance=torch.tensor([10000.0], device="cuda", dtype=torch.bfloat16),
+        latents_clean=r(1, 16, 2, h, w), indices_latents_clean=torch.cat([pre, post], dim=1)[0],
+        latents_history_2x=r(1, 16, 2, h, w), indices_latents_history_2x=x2[0],
+        latents_history_4x=r(1, 16, 16, h, w), indices_latents_history_4x=x4[0],
+        return_dict=False)
+    with torch.no_grad():
+        _, times, peak = timed(lambda: model(**kwargs)[0], args.iters)
+    print(json.dumps({"bench": "transformer_forward", "impl": "pytorch", "dtype": "bf16",
+                      "latent": [1, 16, t, h, w], "valid_text": valid, "seconds": sorted(times)[len(times) // 2],
+                      "all": times, "peak_bytes": peak, "device": torch.cuda.get_device_name()}), flush=True)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("what", choices=["vae", "transformer"])
+    p.add_argument("--latent", default="1x16x18x68x88")
+    p.add_argument("--modes", default="framewise,tiled")
+    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--save", default="")
+    a = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    {"vae": bench_vae, "transformer": bench_transformer}[a.what](a)
