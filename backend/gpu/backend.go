@@ -67,10 +67,6 @@ type Backend struct {
 	blasErr error
 	blasMu  sync.Mutex
 
-	convOnce sync.Once
-	conv     *optimizedTier
-	convErr  error
-
 	errFlag uintptr // 4 bytes of device memory for kernels that report bad input
 }
 
@@ -167,9 +163,6 @@ func (b *Backend) Close() error {
 	err := b.Sync()
 	if b.blas != nil {
 		b.blas.Close()
-	}
-	if b.conv != nil {
-		b.conv.h.Close()
 	}
 	b.stage.close()
 	b.alloc.trim()

@@ -1,11 +1,8 @@
 package gpu
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/hip"
@@ -14,27 +11,17 @@ import (
 	"github.com/framepack-go/framepack/tensor"
 )
 
-// The GPU tiers of the conv3d chain (package convchain), fastest first:
+// The backend's tiers of the conv3d chain (package convchain):
 //
-//   - "optimized": MIOpen on AMD, cuDNN on NVIDIA (package miopen), planned
-//     by the library's heuristics, or by a search the chain runs in a child
-//     process; MIOpen's naive solver is reported so the chain skips it;
 //   - "gemm": im2col chunks bounded in memory, each one GEMM on
 //     rocBLAS/cuBLAS;
 //   - "naive": framepack's direct kernel, correct for every shape.
 
-func init() {
-	convchain.RegisterSearch("optimized", searchOptimized)
-}
-
-// ConvTiers returns the GPU tiers this device supports, fastest first.
+// ConvTiers returns the backend's own tiers of the conv3d chain, fastest
+// first. The vendor library tier (MIOpen / cuDNN) is package gpuconv's,
+// which reads its input channels-last and through the causal padding.
 func (b *Backend) ConvTiers() []convchain.Tier {
 	var ts []convchain.Tier
-	if t, err := b.optimized(); err == nil {
-		ts = append(ts, t)
-	} else {
-		b.log.Info("gpu: no vendor convolution library for the conv3d chain", "why", err)
-	}
 	if b.blas != nil {
 		ts = append(ts, gemmTier{b})
 	}
@@ -58,185 +45,6 @@ func convDesc(k convchain.Key) (miopen.ConvDesc, error) {
 	}
 	return miopen.ConvDesc{N: k.X[0], C: k.X[1], D: k.X[2], H: k.X[3], W: k.X[4], K: k.W[0], KD: k.W[2], KH: k.W[3],
 		KW: k.W[4], Stride: k.Stride, Pad: k.Padding, DType: dt, Layout: miopen.NCDHW}, nil
-}
-
-// ---- optimized: MIOpen / cuDNN ----
-
-type optimizedTier struct {
-	b  *Backend
-	h  *miopen.Handle
-	mu *sync.Mutex // the handle is not safe for concurrent use
-}
-
-// optimized opens the vendor convolution library once.
-func (b *Backend) optimized() (*optimizedTier, error) {
-	b.convOnce.Do(func() {
-		v := miopen.AMD
-		if b.dev.Vendor == hip.NVIDIA {
-			v = miopen.NVIDIA
-		}
-		lib, err := miopen.OpenVendor(v)
-		if err != nil {
-			b.convErr = err
-			return
-		}
-		unbind, err := b.dev.Bind()
-		if err != nil {
-			b.convErr = err
-			return
-		}
-		defer unbind()
-		h, err := lib.NewHandle(uintptr(b.stream))
-		if err != nil {
-			b.convErr = err
-			return
-		}
-		b.conv = &optimizedTier{b: b, h: h, mu: &sync.Mutex{}}
-	})
-	return b.conv, b.convErr
-}
-
-func (t *optimizedTier) Name() string { return "optimized" }
-
-type planData struct {
-	ID uint64 `json:"id"` // MIOpen solution id, or cuDNN algorithm
-}
-
-func (t *optimizedTier) Plan(k convchain.Key, searched *convchain.Plan) (*convchain.Plan, error) {
-	d, err := convDesc(k)
-	if err != nil {
-		return nil, err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	unbind, err := t.b.dev.Bind()
-	if err != nil {
-		return nil, err
-	}
-	defer unbind()
-	var p miopen.Plan
-	if searched != nil && len(searched.Data) > 0 {
-		var pd planData
-		if err := json.Unmarshal(searched.Data, &pd); err != nil {
-			return nil, fmt.Errorf("gpu: remembered conv3d plan: %w", err)
-		}
-		p, err = t.h.PlanWith(d, pd.ID)
-	} else {
-		p, err = t.h.Plan(d)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return chainPlan(p), nil
-}
-
-func chainPlan(p miopen.Plan) *convchain.Plan {
-	id := p.SolutionID
-	if id == 0 {
-		id = uint64(p.Algo)
-	}
-	data, _ := json.Marshal(planData{ID: id})
-	return &convchain.Plan{Algorithm: p.String(), Naive: p.IsNaive, Workspace: p.WorkspaceBytes, Data: data}
-}
-
-func (t *optimizedTier) Run(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
-	b := t.b
-	d, err := convDesc(convchain.KeyOf("", x, w, bias, p))
-	if err != nil {
-		return err
-	}
-	ps, err := b.ptrs(dst, x, w, bias)
-	if err != nil {
-		return err
-	}
-	var ws *Buffer
-	if plan != nil && plan.Workspace > 0 {
-		if ws, err = b.alloc.alloc(plan.Workspace); err != nil {
-			return err
-		}
-		defer b.alloc.free(ws)
-	}
-	var wsp uintptr
-	if ws != nil {
-		wsp = ws.ptr
-	}
-	if err := t.forward(d, ps[1], ps[2], ps[0], wsp); err != nil {
-		return err
-	}
-	if bias == nil {
-		return nil
-	}
-	return b.addChannelBias(dst, bias)
-}
-
-func (t *optimizedTier) forward(d miopen.ConvDesc, x, w, y, ws uintptr) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	unbind, err := t.b.dev.Bind()
-	if err != nil {
-		return err
-	}
-	defer unbind()
-	return t.h.Conv3dForward(d, x, w, y, ws)
-}
-
-// addChannelBias adds bias (C) to y (B, C, …) in place.
-func (b *Backend) addChannelBias(y, bias *tensor.Tensor) error {
-	B, C := y.Dim(0), y.Dim(1)
-	S := y.Numel() / max(B*C, 1)
-	y3 := y.Reshape(B, C, S)
-	return b.Binary(tensor.OpAdd, y3, y3, []int{C * S, S, 1}, bias, []int{0, 1, 0})
-}
-
-// searchOptimized runs the library's benchmarking search for one key in a
-// child process (the chain kills it at its deadline): a fresh backend,
-// buffers of the convolution's size, and the fastest usable plan.
-func searchOptimized(ctx context.Context, req convchain.SearchRequest) (*convchain.Plan, error) {
-	d, err := convDesc(req.Key)
-	if err != nil {
-		return nil, err
-	}
-	b, err := New(Options{NoBLAS: true})
-	if err != nil {
-		return nil, err
-	}
-	defer b.Close()
-	t, err := b.optimized()
-	if err != nil {
-		return nil, err
-	}
-	es := int64(d.DType.Size())
-	var bufs [4]*Buffer
-	const wsBytes = 1 << 30
-	for i, n := range []int64{d.XElems() * es, d.WElems() * es, d.YElems() * es, wsBytes} {
-		if bufs[i], err = b.alloc.alloc(n); err != nil {
-			return nil, err
-		}
-		defer b.alloc.free(bufs[i])
-		if err := b.dev.MemsetAsync(bufs[i].ptr, 0x3c, n, b.stream); err != nil { // small non-zero values
-			return nil, err
-		}
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	unbind, err := b.dev.Bind()
-	if err != nil {
-		return nil, err
-	}
-	defer unbind()
-	plans, err := t.h.Search(d, bufs[0].ptr, bufs[1].ptr, bufs[2].ptr, bufs[3].ptr, wsBytes)
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range plans {
-		if !p.IsNaive {
-			return chainPlan(p), nil
-		}
-	}
-	if len(plans) > 0 {
-		return chainPlan(plans[0]), nil
-	}
-	return nil, errors.New("gpu: the search found no usable algorithm")
 }
 
 // ---- gemm: im2col chunks on the vendor BLAS ----

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/rocblas"
 	"github.com/framepack-go/framepack/tensor"
@@ -170,24 +169,15 @@ func (b *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 	return b.gemm(dt, ps[0], ps[1], ps[2], ps[3], 1, M, N, K, false, true, false, false, 1)
 }
 
-// Conv3d runs the vendor library (MIOpen / cuDNN) when it loads and its
-// heuristic does not pick MIOpen's naive solver, else framepack's direct
-// kernel. The engine wraps the backend in the conv3d chain (ConvTiers),
-// which adds the GEMM tier, searches under a deadline and remembers.
+// Conv3d runs framepack's direct kernel: correct for every shape, slow. The
+// engine wraps the backend in the conv3d chain (package gpuconv), whose
+// vendor library and GEMM tiers run first.
 func (b *Backend) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	if _, err := convArgs(dst, x, w, bias, p); err != nil {
 		return err
 	}
 	if dst.Numel() == 0 {
 		return nil
-	}
-	if t, err := b.optimized(); err == nil {
-		k := convchain.KeyOf("", x, w, bias, p)
-		if plan, err := t.Plan(k, nil); err == nil && !plan.Naive {
-			if err := t.Run(plan, dst, x, w, bias, p); err == nil {
-				return nil
-			}
-		}
 	}
 	return b.conv3dNaive(dst, x, w, bias, p)
 }
