@@ -188,7 +188,7 @@ func BenchmarkAttention(b *testing.B) {
 			s := timeIt(b, g, func() error { return g.Attention(o, q, k, v, tensor.AttnParams{}) })
 			b.ReportMetric(4*float64(L)*float64(L)*float64(D)*float64(H)/s/1e12, "TFLOP/s")
 			b.ReportMetric(s*1e3, "ms")
-			if c.name == "fast" && g.tensorCoreAttention(tensor.BF16, D) {
+			if !c.noFlash && c.generic == 0 && g.tensorCoreAttention(tensor.BF16, D) {
 				attnNoFlash = true
 				ref := randDevice(b, g, tensor.BF16, 1, L, H, D)
 				if err := g.Attention(ref, q, k, v, tensor.AttnParams{}); err != nil {
