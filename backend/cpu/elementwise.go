@@ -192,68 +192,6 @@ func writeF64(b []byte, dt tensor.DType, off int, src []float64) {
 
 // ---- Copy ----
 
-// collapse drops unit axes and merges adjacent axes that are contiguous in
-// every stride set, so loops run over as few and as long rows as possible.
-func collapse(shape []int, strides ...[]int) ([]int, [][]int) {
-	var sh []int
-	st := make([][]int, len(strides))
-	for ax, n := range shape {
-		if n == 1 {
-			continue
-		}
-		if len(sh) > 0 {
-			last := len(sh) - 1
-			merge := true
-			for k := range strides {
-				if st[k][last] != strides[k][ax]*n {
-					merge = false
-					break
-				}
-			}
-			if merge {
-				sh[last] *= n
-				for k := range strides {
-					st[k][last] = strides[k][ax]
-				}
-				continue
-			}
-		}
-		sh = append(sh, n)
-		for k := range strides {
-			st[k] = append(st[k], strides[k][ax])
-		}
-	}
-	if len(sh) == 0 { // a single element
-		sh = []int{1}
-		for k := range strides {
-			st[k] = []int{1}
-		}
-	}
-	return sh, st
-}
-
-// span checks that a strided view lies inside n elements.
-func span(off int, strides, shape []int, n int) error {
-	if len(strides) != len(shape) {
-		return fmt.Errorf("cpu: %d strides for shape %v", len(strides), shape)
-	}
-	lo, hi := off, off
-	for i, d := range shape {
-		if d == 0 {
-			return nil
-		}
-		if s := strides[i] * (d - 1); s > 0 {
-			hi += s
-		} else {
-			lo += s
-		}
-	}
-	if lo < 0 || hi >= n {
-		return fmt.Errorf("cpu: view at %d with strides %v over %v leaves the %d elements of its tensor", off, strides, shape, n)
-	}
-	return nil
-}
-
 // rowCursor walks the outer axes (all but the last) of a collapsed shape,
 // tracking one offset per stride set.
 type rowCursor struct {
@@ -299,11 +237,11 @@ func (be *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Ten
 	if tensor.Numel(shape) == 0 {
 		return nil
 	}
-	if err := span(dOff, dSt, shape, dst.Numel()); err != nil {
-		return err
+	if err := tensor.CheckView(dOff, dSt, shape, dst.Numel()); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
-	if err := span(sOff, sSt, shape, src.Numel()); err != nil {
-		return err
+	if err := tensor.CheckView(sOff, sSt, shape, src.Numel()); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	db, err := raw(dst)
 	if err != nil {
@@ -313,7 +251,7 @@ func (be *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Ten
 	if err != nil {
 		return err
 	}
-	sh, st := collapse(shape, dSt, sSt)
+	sh, st := tensor.CollapseAxes(shape, dSt, sSt)
 	switch dst.DType().Size() {
 	case 1:
 		copyStrided(be, view[uint8](db), view[uint8](sb), dOff, sOff, sh, st)
@@ -541,11 +479,11 @@ func (be *Backend) Binary(op tensor.BinaryOp, dst, a *tensor.Tensor, aSt []int, 
 	if len(shape) == 0 {
 		shape, aSt, bSt = []int{1}, []int{0}, []int{0}
 	}
-	if err := span(0, aSt, shape, a.Numel()); err != nil {
-		return err
+	if err := tensor.CheckView(0, aSt, shape, a.Numel()); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
-	if err := span(0, bSt, shape, b.Numel()); err != nil {
-		return err
+	if err := tensor.CheckView(0, bSt, shape, b.Numel()); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	db, err := raw(dst)
 	if err != nil {
@@ -559,7 +497,7 @@ func (be *Backend) Binary(op tensor.BinaryOp, dst, a *tensor.Tensor, aSt []int, 
 	if err != nil {
 		return err
 	}
-	sh, st := collapse(shape, tensor.ContiguousStrides(shape), aSt, bSt)
+	sh, st := tensor.CollapseAxes(shape, tensor.ContiguousStrides(shape), aSt, bSt)
 	switch dt {
 	case tensor.F32, tensor.F16, tensor.BF16:
 		be.binaryFloat(op, dt, db, ab, bb, sh, st)

@@ -55,68 +55,6 @@ func fixed(v []int) []int64 {
 	return out
 }
 
-// collapse drops unit axes and merges adjacent axes contiguous in every
-// stride set.
-func collapse(shape []int, strides ...[]int) ([]int, [][]int) {
-	var sh []int
-	st := make([][]int, len(strides))
-	for ax, n := range shape {
-		if n == 1 {
-			continue
-		}
-		if len(sh) > 0 {
-			last := len(sh) - 1
-			merge := true
-			for k := range strides {
-				if st[k][last] != strides[k][ax]*n {
-					merge = false
-					break
-				}
-			}
-			if merge {
-				sh[last] *= n
-				for k := range strides {
-					st[k][last] = strides[k][ax]
-				}
-				continue
-			}
-		}
-		sh = append(sh, n)
-		for k := range strides {
-			st[k] = append(st[k], strides[k][ax])
-		}
-	}
-	if len(sh) == 0 {
-		sh = []int{1}
-		for k := range strides {
-			st[k] = []int{1}
-		}
-	}
-	return sh, st
-}
-
-// span checks that a strided view lies inside n elements.
-func span(off int, strides, shape []int, n int) error {
-	if len(strides) != len(shape) {
-		return fmt.Errorf("gpu: %d strides for shape %v", len(strides), shape)
-	}
-	lo, hi := off, off
-	for i, d := range shape {
-		if d == 0 {
-			return nil
-		}
-		if s := strides[i] * (d - 1); s > 0 {
-			hi += s
-		} else {
-			lo += s
-		}
-	}
-	if lo < 0 || hi >= n {
-		return fmt.Errorf("gpu: view at %d with strides %v over %v leaves the %d elements of its tensor", off, strides, shape, n)
-	}
-	return nil
-}
-
 // forLeading calls fn once per index of the leading axes beyond maxRank,
 // with the element offsets of that slice in each stride set.
 func forLeading(sh []int, st [][]int, fn func(offs []int, sh []int, st [][]int) error) error {
@@ -205,11 +143,11 @@ func (b *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Tens
 	if tensor.Numel(shape) == 0 {
 		return nil
 	}
-	if err := span(dOff, dSt, shape, dst.Numel()); err != nil {
-		return err
+	if err := tensor.CheckView(dOff, dSt, shape, dst.Numel()); err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
-	if err := span(sOff, sSt, shape, src.Numel()); err != nil {
-		return err
+	if err := tensor.CheckView(sOff, sSt, shape, src.Numel()); err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
 	ws := wsfx(dst.DType())
 	if ws == "" {
@@ -224,7 +162,7 @@ func (b *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Tens
 		return err
 	}
 	es := int64(dst.DType().Size())
-	sh, st := collapse(shape, dSt, sSt)
+	sh, st := tensor.CollapseAxes(shape, dSt, sSt)
 	if len(sh) == 1 && st[0][0] == 1 && st[1][0] == 1 {
 		return b.d2d(pd+uintptr(int64(dOff)*es), ps+uintptr(int64(sOff)*es), int64(sh[0])*es)
 	}
@@ -290,11 +228,11 @@ func (b *Backend) Binary(op tensor.BinaryOp, dst, x *tensor.Tensor, xSt []int, y
 	if len(shape) == 0 {
 		shape, xSt, ySt = []int{1}, []int{0}, []int{0}
 	}
-	if err := span(0, xSt, shape, x.Numel()); err != nil {
-		return err
+	if err := tensor.CheckView(0, xSt, shape, x.Numel()); err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
-	if err := span(0, ySt, shape, y.Numel()); err != nil {
-		return err
+	if err := tensor.CheckView(0, ySt, shape, y.Numel()); err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
 	pd, err := b.ptr(dst)
 	if err != nil {
@@ -309,7 +247,7 @@ func (b *Backend) Binary(op tensor.BinaryOp, dst, x *tensor.Tensor, xSt []int, y
 		return err
 	}
 	es := uintptr(dt.Size())
-	sh, st := collapse(shape, tensor.ContiguousStrides(shape), xSt, ySt)
+	sh, st := tensor.CollapseAxes(shape, tensor.ContiguousStrides(shape), xSt, ySt)
 	return forLeading(sh, st, func(offs []int, sh []int, st [][]int) error {
 		n := int64(tensor.Numel(sh))
 		args := []int64{n, int64(len(sh)), int64(op)}
