@@ -33,4 +33,6 @@ if [ "$have_go" = 0 ]; then
 	$sudo chmod -R u+w,a+rX /usr/local/go
 	$sudo chmod a+x /usr/local/go/bin/* /usr/local/go/pkg/tool/*/*
 	rm -rf "$tmp"
+	# On PATH for the command that follows this script on the same line.
+	$sudo ln -sf /usr/local/go/bin/go /usr/local/go/bin/gofmt /usr/local/bin/
 fi
