@@ -150,21 +150,20 @@ func TestConv3dAgainstFloat64(t *testing.T) {
 			for _, l := range []Layout{NCDHW, NDHWC} {
 				d := base
 				d.DType, d.Layout = dt, l
-				gdt := gputest.DType(dt)
 				xs := [5]int{d.N, d.C, d.D, d.H, d.W}
 				ws := [5]int{d.K, d.C, d.KD, d.KH, d.KW}
 				do, ho, wo := d.OutDims()
 				ys := [5]int{d.N, d.K, do, ho, wo}
-				x, _ := gputest.Random(rng, gdt, int(d.XElems()))
-				w, _ := gputest.Random(rng, gdt, int(d.WElems()))
+				x, _ := gputest.Random(rng, dt, int(d.XElems()))
+				w, _ := gputest.Random(rng, dt, int(d.WElems()))
 				want := conv3dRef(d, x, w)
 				p, err := h.Plan(d)
 				if err != nil {
 					t.Errorf("%v: plan: %v", d, err)
 					continue
 				}
-				xp := dev.Upload(t, gputest.Encode(gdt, toLayout(x, xs, l)))
-				wp := dev.Upload(t, gputest.Encode(gdt, toLayout(w, ws, l)))
+				xp := dev.Upload(t, gputest.Encode(dt, toLayout(x, xs, l)))
+				wp := dev.Upload(t, gputest.Encode(dt, toLayout(w, ws, l)))
 				yBytes := int(d.YElems()) * dt.Size()
 				yp := dev.Alloc(t, int64(yBytes))
 				dev.Poison(t, yp, int64(yBytes))
@@ -176,7 +175,7 @@ func TestConv3dAgainstFloat64(t *testing.T) {
 					t.Errorf("%v: %v", d, err)
 					continue
 				}
-				got := fromLayout(gputest.Decode(gdt, dev.Download(t, yp, yBytes)), ys, l)
+				got := fromLayout(gputest.Decode(dt, dev.Download(t, yp, yBytes)), ys, l)
 				e := gputest.RelL2(got, want)
 				key := fmt.Sprintf("%v %v", dt, l)
 				worst[key] = max(worst[key], e)
@@ -285,8 +284,8 @@ func BenchmarkConv3dVAE(b *testing.B) {
 					Pad: [3]int{0, 1, 1}, DType: dt, Layout: l}
 				b.Run(fmt.Sprintf("%dx%d-%v-%v", hw, hw, dt, l), func(b *testing.B) {
 					dev.Bind(b)
-					dev.Write(b, x, gputest.Tiled(gputest.DType(dt), int(d.XElems())))
-					dev.Write(b, w, gputest.Tiled(gputest.DType(dt), int(d.WElems())))
+					dev.Write(b, x, gputest.Tiled(dt, int(d.XElems())))
+					dev.Write(b, w, gputest.Tiled(dt, int(d.WElems())))
 					p, err := h.Plan(d)
 					if err != nil {
 						b.Fatal(err)

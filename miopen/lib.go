@@ -3,10 +3,8 @@ package miopen
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync"
+
+	"github.com/framepack-go/framepack/internal/dynlib"
 )
 
 // Lib is a loaded convolution library. It stays loaded for the life of the
@@ -67,74 +65,40 @@ func (h *Handle) SetWorkspaceLimit(n int64) {
 	}
 }
 
-var sonames = map[Vendor][]string{
-	AMD:    {"libMIOpen.so.1"},
-	NVIDIA: {"libcudnn.so.9"},
+// libs loads each vendor's library, found as Libraries says.
+var libs = &dynlib.Loader[Vendor, *Lib]{
+	Prefix: "miopen",
+	Libraries: map[Vendor]dynlib.Library{
+		AMD: {
+			Name:    "MIOpen",
+			Env:     "FRAMEPACK_MIOPEN",
+			Sonames: []string{"libMIOpen.so.1"},
+			Dirs:    []string{"$ROCM_PATH/lib", "$HIP_PATH/lib", "/opt/rocm/lib"},
+		},
+		NVIDIA: {
+			Name:    "cuDNN 9",
+			Env:     "FRAMEPACK_CUDNN",
+			Sonames: []string{"libcudnn.so.9"},
+			Dirs: []string{"$CUDNN_PATH/lib", "$CUDA_PATH/lib64", "$CUDA_HOME/lib64",
+				"/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"},
+		},
+	},
+	Symbols: symbols,
+	Init:    initLib,
 }
 
 // EnvPath names the environment variable that points a vendor's loader at
 // one library file, bypassing the search.
 func EnvPath(v Vendor) string {
 	if v == AMD {
-		return "FRAMEPACK_MIOPEN"
+		return libs.Libraries[AMD].Env
 	}
-	return "FRAMEPACK_CUDNN"
+	return libs.Libraries[NVIDIA].Env
 }
-
-func searchDirs(v Vendor) []string {
-	var dirs []string
-	add := func(env, sub string) {
-		if p := os.Getenv(env); p != "" {
-			dirs = append(dirs, filepath.Join(p, sub))
-		}
-	}
-	if v == AMD {
-		add("ROCM_PATH", "lib")
-		add("HIP_PATH", "lib")
-		dirs = append(dirs, "/opt/rocm/lib")
-	} else {
-		add("CUDNN_PATH", "lib")
-		add("CUDA_PATH", "lib64")
-		add("CUDA_HOME", "lib64")
-		dirs = append(dirs, "/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu")
-	}
-	return dirs
-}
-
-func candidates(v Vendor) []string {
-	if p := os.Getenv(EnvPath(v)); p != "" {
-		return []string{p}
-	}
-	c := append([]string(nil), sonames[v]...)
-	for _, d := range searchDirs(v) {
-		for _, s := range sonames[v] {
-			p := filepath.Join(d, s)
-			if _, err := os.Stat(p); err == nil {
-				c = append(c, p)
-			}
-		}
-	}
-	return c
-}
-
-var (
-	openMu sync.Mutex
-	opened = map[Vendor]*Lib{}
-)
 
 // Open loads MIOpen, or cuDNN when MIOpen is absent. A caller that knows its
 // platform should use OpenVendor.
-func Open() (*Lib, error) {
-	var msgs []string
-	for _, v := range []Vendor{AMD, NVIDIA} {
-		l, err := OpenVendor(v)
-		if err == nil {
-			return l, nil
-		}
-		msgs = append(msgs, err.Error())
-	}
-	return nil, errors.New(strings.Join(msgs, "; "))
-}
+func Open() (*Lib, error) { return dynlib.First([]Vendor{AMD, NVIDIA}, OpenVendor) }
 
 // OpenVendor loads the given vendor's library. The error names every file
 // tried and why each failed.
@@ -142,30 +106,7 @@ func OpenVendor(v Vendor) (*Lib, error) {
 	if v != AMD && v != NVIDIA {
 		return nil, fmt.Errorf("miopen: unknown vendor %d", int(v))
 	}
-	openMu.Lock()
-	defer openMu.Unlock()
-	if l := opened[v]; l != nil {
-		return l, nil
-	}
-	var tried []string
-	for _, c := range candidates(v) {
-		l, err := load(v, c)
-		if err == nil {
-			opened[v] = l
-			return l, nil
-		}
-		tried = append(tried, fmt.Sprintf("%s (%v)", c, err))
-	}
-	name := "MIOpen"
-	if v == NVIDIA {
-		name = "cuDNN 9"
-	}
-	return nil, fmt.Errorf("miopen: %s library not found: tried %s", name, strings.Join(tried, ", "))
+	return libs.Open(v)
 }
-
-// symbolError is a library that loaded but lacks a function we call.
-type symbolError struct{ msg string }
-
-func (e *symbolError) Error() string { return e.msg }
 
 var errClosed = errors.New("miopen: handle is closed")

@@ -3,18 +3,11 @@
 package miopen
 
 /*
-#cgo LDFLAGS: -ldl
-#define _GNU_SOURCE
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stddef.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-// Symbol tables, one per vendor (index 0 AMD, 1 NVIDIA). The names are the
-// single source of truth: the loader resolves them and the tests check them
-// against the libraries' export tables.
+// Function tables, one per vendor (index 0 AMD, 1 NVIDIA), indexed by the
+// enums below; the Go side names each entry (symbolTables) and fills them.
 enum { MI_CREATE, MI_DESTROY, MI_SET_STREAM, MI_VERSION, MI_ERR,
        MI_CREATE_T, MI_SET_T, MI_DESTROY_T, MI_CREATE_C, MI_INIT_C, MI_DESTROY_C,
        MI_OUTDIM, MI_SOL_COUNT, MI_SOL, MI_SOL_WS, MI_COMPILE, MI_IMMEDIATE,
@@ -24,86 +17,10 @@ enum { CD_CREATE, CD_DESTROY, CD_SET_STREAM, CD_VERSION, CD_ERR,
        CD_CREATE_C, CD_SET_C, CD_SET_MATH, CD_DESTROY_C, CD_OUTDIM,
        CD_GET_ALGO, CD_WS, CD_FWD, CD_FIND, CD_N };
 #define FP_MAX 24
+_Static_assert(MI_N <= FP_MAX && CD_N <= FP_MAX, "FP_MAX too small");
 
-typedef struct { const char* name; int optional; } fp_sym;
-
-static const fp_sym fp_syms[2][FP_MAX] = {
-	{
-		[MI_CREATE]     = {"miopenCreateWithStream", 0},
-		[MI_DESTROY]    = {"miopenDestroy", 0},
-		[MI_SET_STREAM] = {"miopenSetStream", 0},
-		[MI_VERSION]    = {"miopenGetVersion", 0},
-		[MI_ERR]        = {"miopenGetErrorString", 0},
-		[MI_CREATE_T]   = {"miopenCreateTensorDescriptor", 0},
-		[MI_SET_T]      = {"miopenSetTensorDescriptor", 0},
-		[MI_DESTROY_T]  = {"miopenDestroyTensorDescriptor", 0},
-		[MI_CREATE_C]   = {"miopenCreateConvolutionDescriptor", 0},
-		[MI_INIT_C]     = {"miopenInitConvolutionNdDescriptor", 0},
-		[MI_DESTROY_C]  = {"miopenDestroyConvolutionDescriptor", 0},
-		[MI_OUTDIM]     = {"miopenGetConvolutionNdForwardOutputDim", 0},
-		[MI_SOL_COUNT]  = {"miopenConvolutionForwardGetSolutionCount", 0},
-		[MI_SOL]        = {"miopenConvolutionForwardGetSolution", 0},
-		[MI_SOL_WS]     = {"miopenConvolutionForwardGetSolutionWorkspaceSize", 0},
-		[MI_COMPILE]    = {"miopenConvolutionForwardCompileSolution", 0},
-		[MI_IMMEDIATE]  = {"miopenConvolutionForwardImmediate", 0},
-		[MI_WS]         = {"miopenConvolutionForwardGetWorkSpaceSize", 0},
-		[MI_FIND]       = {"miopenFindConvolutionForwardAlgorithm", 0},
-		// Exported since ROCm 4.1 but declared only in miopen_internal.h.
-		[MI_FIND_MODE]  = {"miopenSetConvolutionFindMode", 1},
-	},
-	{
-		[CD_CREATE]     = {"cudnnCreate", 0},
-		[CD_DESTROY]    = {"cudnnDestroy", 0},
-		[CD_SET_STREAM] = {"cudnnSetStream", 0},
-		[CD_VERSION]    = {"cudnnGetVersion", 0},
-		[CD_ERR]        = {"cudnnGetErrorString", 0},
-		[CD_CREATE_T]   = {"cudnnCreateTensorDescriptor", 0},
-		[CD_SET_T]      = {"cudnnSetTensorNdDescriptor", 0},
-		[CD_DESTROY_T]  = {"cudnnDestroyTensorDescriptor", 0},
-		[CD_CREATE_F]   = {"cudnnCreateFilterDescriptor", 0},
-		[CD_SET_F]      = {"cudnnSetFilterNdDescriptor", 0},
-		[CD_DESTROY_F]  = {"cudnnDestroyFilterDescriptor", 0},
-		[CD_CREATE_C]   = {"cudnnCreateConvolutionDescriptor", 0},
-		[CD_SET_C]      = {"cudnnSetConvolutionNdDescriptor", 0},
-		[CD_SET_MATH]   = {"cudnnSetConvolutionMathType", 0},
-		[CD_DESTROY_C]  = {"cudnnDestroyConvolutionDescriptor", 0},
-		[CD_OUTDIM]     = {"cudnnGetConvolutionNdForwardOutputDim", 0},
-		[CD_GET_ALGO]   = {"cudnnGetConvolutionForwardAlgorithm_v7", 0},
-		[CD_WS]         = {"cudnnGetConvolutionForwardWorkspaceSize", 0},
-		[CD_FWD]        = {"cudnnConvolutionForward", 0},
-		[CD_FIND]       = {"cudnnFindConvolutionForwardAlgorithmEx", 0},
-	},
-};
-static const int fp_count[2] = { MI_N, CD_N };
 static void* fp[2][FP_MAX];
-
-static const char* fp_name(int v, int i) { return fp_syms[v][i].name; }
-static int fp_optional(int v, int i) { return fp_syms[v][i].optional; }
-static int fp_n(int v) { return fp_count[v]; }
-
-static int fp_open(int v, const char* path, char* err, size_t errlen, char* real, size_t reallen) {
-	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		const char* e = dlerror();
-		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
-		return -1;
-	}
-	void* tmp[FP_MAX] = {0};
-	for (int i = 0; i < fp_count[v]; i++) {
-		tmp[i] = dlsym(h, fp_syms[v][i].name);
-		if (!tmp[i] && !fp_syms[v][i].optional) {
-			snprintf(err, errlen, "missing symbol %s", fp_syms[v][i].name);
-			dlclose(h);
-			return -2;
-		}
-	}
-	memcpy(fp[v], tmp, sizeof tmp);
-	Dl_info info;
-	real[0] = 0;
-	if (dladdr(tmp[0], &info) && info.dli_fname)
-		snprintf(real, reallen, "%s", info.dli_fname);
-	return 0;
-}
+static void fp_set(int v, int i, uintptr_t p) { fp[v][i] = (void*)p; }
 
 #define MI(i, T) ((T)fp[0][i])
 #define CD(i, T) ((T)fp[1][i])
@@ -241,33 +158,71 @@ import (
 	"slices"
 	"strings"
 	"unsafe"
+
+	"github.com/framepack-go/framepack/internal/dynlib"
 )
 
-// symbols lists the functions resolved for v and whether each is optional.
-func symbols(v Vendor) (names []string, optional []bool) {
-	vi := C.int(v - 1)
-	for i := 0; i < int(C.fp_n(vi)); i++ {
-		names = append(names, C.GoString(C.fp_name(vi, C.int(i))))
-		optional = append(optional, C.fp_optional(vi, C.int(i)) != 0)
-	}
-	return names, optional
+// symbolTables names the functions of each vendor's table, by the C
+// enums: the single source of truth, which the loader resolves and the
+// tests check against the libraries' export tables.
+var symbolTables = [2][]dynlib.Symbol{
+	(&[C.MI_N]dynlib.Symbol{
+		C.MI_CREATE:     {Name: "miopenCreateWithStream"},
+		C.MI_DESTROY:    {Name: "miopenDestroy"},
+		C.MI_SET_STREAM: {Name: "miopenSetStream"},
+		C.MI_VERSION:    {Name: "miopenGetVersion"},
+		C.MI_ERR:        {Name: "miopenGetErrorString"},
+		C.MI_CREATE_T:   {Name: "miopenCreateTensorDescriptor"},
+		C.MI_SET_T:      {Name: "miopenSetTensorDescriptor"},
+		C.MI_DESTROY_T:  {Name: "miopenDestroyTensorDescriptor"},
+		C.MI_CREATE_C:   {Name: "miopenCreateConvolutionDescriptor"},
+		C.MI_INIT_C:     {Name: "miopenInitConvolutionNdDescriptor"},
+		C.MI_DESTROY_C:  {Name: "miopenDestroyConvolutionDescriptor"},
+		C.MI_OUTDIM:     {Name: "miopenGetConvolutionNdForwardOutputDim"},
+		C.MI_SOL_COUNT:  {Name: "miopenConvolutionForwardGetSolutionCount"},
+		C.MI_SOL:        {Name: "miopenConvolutionForwardGetSolution"},
+		C.MI_SOL_WS:     {Name: "miopenConvolutionForwardGetSolutionWorkspaceSize"},
+		C.MI_COMPILE:    {Name: "miopenConvolutionForwardCompileSolution"},
+		C.MI_IMMEDIATE:  {Name: "miopenConvolutionForwardImmediate"},
+		C.MI_WS:         {Name: "miopenConvolutionForwardGetWorkSpaceSize"},
+		C.MI_FIND:       {Name: "miopenFindConvolutionForwardAlgorithm"},
+		// Exported since ROCm 4.1 but declared only in miopen_internal.h.
+		C.MI_FIND_MODE: {Name: "miopenSetConvolutionFindMode", Optional: true},
+	})[:],
+	(&[C.CD_N]dynlib.Symbol{
+		C.CD_CREATE:     {Name: "cudnnCreate"},
+		C.CD_DESTROY:    {Name: "cudnnDestroy"},
+		C.CD_SET_STREAM: {Name: "cudnnSetStream"},
+		C.CD_VERSION:    {Name: "cudnnGetVersion"},
+		C.CD_ERR:        {Name: "cudnnGetErrorString"},
+		C.CD_CREATE_T:   {Name: "cudnnCreateTensorDescriptor"},
+		C.CD_SET_T:      {Name: "cudnnSetTensorNdDescriptor"},
+		C.CD_DESTROY_T:  {Name: "cudnnDestroyTensorDescriptor"},
+		C.CD_CREATE_F:   {Name: "cudnnCreateFilterDescriptor"},
+		C.CD_SET_F:      {Name: "cudnnSetFilterNdDescriptor"},
+		C.CD_DESTROY_F:  {Name: "cudnnDestroyFilterDescriptor"},
+		C.CD_CREATE_C:   {Name: "cudnnCreateConvolutionDescriptor"},
+		C.CD_SET_C:      {Name: "cudnnSetConvolutionNdDescriptor"},
+		C.CD_SET_MATH:   {Name: "cudnnSetConvolutionMathType"},
+		C.CD_DESTROY_C:  {Name: "cudnnDestroyConvolutionDescriptor"},
+		C.CD_OUTDIM:     {Name: "cudnnGetConvolutionNdForwardOutputDim"},
+		C.CD_GET_ALGO:   {Name: "cudnnGetConvolutionForwardAlgorithm_v7"},
+		C.CD_WS:         {Name: "cudnnGetConvolutionForwardWorkspaceSize"},
+		C.CD_FWD:        {Name: "cudnnConvolutionForward"},
+		C.CD_FIND:       {Name: "cudnnFindConvolutionForwardAlgorithmEx"},
+	})[:],
 }
 
-func load(v Vendor, path string) (*Lib, error) {
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
-	var errBuf, realBuf [1024]C.char
-	switch C.fp_open(C.int(v-1), cpath, &errBuf[0], C.size_t(len(errBuf)), &realBuf[0], C.size_t(len(realBuf))) {
-	case 0:
-	case -2:
-		return nil, &symbolError{C.GoString(&errBuf[0])}
-	default:
-		return nil, fmt.Errorf("%s", C.GoString(&errBuf[0]))
+// symbols is v's function table.
+func symbols(v Vendor) []dynlib.Symbol { return symbolTables[v-1] }
+
+// initLib hands a loaded library's addresses to the C shim and reads its
+// version.
+func initLib(v Vendor, t *dynlib.Table) (*Lib, error) {
+	for i, p := range t.Addrs {
+		C.fp_set(C.int(v-1), C.int(i), C.uintptr_t(p))
 	}
-	l := &Lib{vendor: v, path: C.GoString(&realBuf[0])}
-	if l.path == "" {
-		l.path = path
-	}
+	l := &Lib{vendor: v, path: t.Path}
 	if v == AMD {
 		var a, b, c C.size_t
 		if C.mi_version(&a, &b, &c) == 0 {
@@ -310,7 +265,7 @@ const (
 	cdAlgoCount                                 = 8
 )
 
-func (d DType) vendorType(v Vendor) C.int {
+func vendorType(d DType, v Vendor) C.int {
 	switch {
 	case v == AMD && d == F16:
 		return miHalf
@@ -412,7 +367,7 @@ func cints3(v [3]int) [3]C.int { return [3]C.int{C.int(v[0]), C.int(v[1]), C.int
 func (h *Handle) describe(d ConvDesc) (*entry, error) {
 	l := h.lib
 	v := l.vendor
-	dt := d.DType.vendorType(v)
+	dt := vendorType(d.DType, v)
 	do, ho, wo := d.OutDims()
 	xDims, xStr := dims5(d.N, d.C, d.D, d.H, d.W, d.Layout)
 	wDims, wStr := dims5(d.K, d.C, d.KD, d.KH, d.KW, d.Layout)

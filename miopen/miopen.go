@@ -29,6 +29,8 @@ package miopen
 import (
 	"fmt"
 	"math"
+
+	"github.com/framepack-go/framepack/internal/dynlib"
 )
 
 // Vendor names the library family behind a Lib.
@@ -51,36 +53,13 @@ func (v Vendor) String() string {
 
 // DType is the element type of input, weight and output; accumulation is
 // f32 for all three.
-type DType int
+type DType = dynlib.DType
 
 const (
-	F32 DType = iota + 1
-	F16
-	BF16
+	F32  = dynlib.F32
+	F16  = dynlib.F16
+	BF16 = dynlib.BF16
 )
-
-func (d DType) String() string {
-	switch d {
-	case F32:
-		return "f32"
-	case F16:
-		return "f16"
-	case BF16:
-		return "bf16"
-	}
-	return fmt.Sprintf("dtype(%d)", int(d))
-}
-
-// Size is the element size in bytes.
-func (d DType) Size() int {
-	switch d {
-	case F32:
-		return 4
-	case F16, BF16:
-		return 2
-	}
-	return 0
-}
 
 // Layout is the memory order of input, weight and output together.
 type Layout int

@@ -30,8 +30,6 @@ func openGPU(t testing.TB) (*gputest.Device, *Handle) {
 	return dev, h
 }
 
-func gtype(d DType) gputest.DType { return gputest.DType(d) }
-
 // tolerance on the relative L2 error against float64 math on the same
 // (rounded) inputs: f32 accumulation alone for f32 outputs, plus the
 // output's rounding for f16 and bf16.
@@ -58,9 +56,9 @@ func TestGemmAgainstFloat64(t *testing.T) {
 			m.In, m.Out = c.in, c.out
 			name := fmt.Sprintf("%v→%v %dx%dx%d tA=%v tB=%v batch=%d", c.in, c.out, m.M, m.N, m.K, m.TransA, m.TransB, m.Batch)
 			na, nb, nc := sizes(m)
-			a, ab := gputest.Random(rng, gtype(c.in), na)
-			b, bb := gputest.Random(rng, gtype(c.in), nb)
-			cv, cb := gputest.Random(rng, gtype(c.out), nc)
+			a, ab := gputest.Random(rng, c.in, na)
+			b, bb := gputest.Random(rng, c.in, nb)
+			cv, cb := gputest.Random(rng, c.out, nc)
 			want := rowMajorRef(m, a, b, cv)
 			m.A, m.B = dev.Upload(t, ab), dev.Upload(t, bb)
 			m.C = dev.Upload(t, cb)
@@ -71,7 +69,7 @@ func TestGemmAgainstFloat64(t *testing.T) {
 				t.Errorf("%s: %v", name, err)
 				continue
 			}
-			got := gputest.Decode(gtype(c.out), dev.Download(t, m.C, len(cb)))
+			got := gputest.Decode(c.out, dev.Download(t, m.C, len(cb)))
 			if m.LDC != 0 { // padding between rows is not part of the result
 				got, want = rowsOnly(got, m), rowsOnly(want, m)
 			}
@@ -143,8 +141,8 @@ func BenchmarkGemm8192(b *testing.B) {
 			dev.Bind(b)
 			m := MatMul{M: n, N: n, K: n, TransB: true, Alpha: 1, In: cs.in, Out: cs.out, A: a, B: bm, C: c}
 			if cs.in != F32 { // bf16/f16 operands: the f32 buffers' bytes, rewritten once
-				dev.Write(b, a, gputest.Tiled(gtype(cs.in), n*n))
-				dev.Write(b, bm, gputest.Tiled(gtype(cs.in), n*n))
+				dev.Write(b, a, gputest.Tiled(cs.in, n*n))
+				dev.Write(b, bm, gputest.Tiled(cs.in, n*n))
 			}
 			h.SetFastF32(cs.fast)
 			defer h.SetFastF32(false)

@@ -3,80 +3,20 @@
 package rocblas
 
 /*
-#cgo LDFLAGS: -ldl
-#define _GNU_SOURCE
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stddef.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-// Symbol tables, one per vendor (index 0 AMD, 1 NVIDIA). The names are the
-// single source of truth: the loader resolves them and the tests check them
-// against the libraries' export tables.
+// Function tables, one per vendor (index 0 AMD, 1 NVIDIA), indexed by the
+// enums below; the Go side names each entry (symbolTables) and fills them.
 enum { RB_CREATE, RB_DESTROY, RB_SET_STREAM, RB_GEMM, RB_STATUS_STRING,
        RB_VERSION_SIZE, RB_VERSION, RB_N };
 enum { CB_CREATE, CB_DESTROY, CB_SET_STREAM, CB_SET_MATH, CB_GEMM,
        CB_GET_PROPERTY, CB_STATUS_STRING, CB_STATUS_NAME, CB_N };
 #define FP_MAX 8
-
-typedef struct { const char* name; int optional; } fp_sym;
-
-static const fp_sym fp_syms[2][FP_MAX] = {
-	{
-		[RB_CREATE]        = {"rocblas_create_handle", 0},
-		[RB_DESTROY]       = {"rocblas_destroy_handle", 0},
-		[RB_SET_STREAM]    = {"rocblas_set_stream", 0},
-		[RB_GEMM]          = {"rocblas_gemm_strided_batched_ex", 0},
-		[RB_STATUS_STRING] = {"rocblas_status_to_string", 0},
-		[RB_VERSION_SIZE]  = {"rocblas_get_version_string_size", 1},
-		[RB_VERSION]       = {"rocblas_get_version_string", 1},
-	},
-	{
-		[CB_CREATE]        = {"cublasCreate_v2", 0},
-		[CB_DESTROY]       = {"cublasDestroy_v2", 0},
-		[CB_SET_STREAM]    = {"cublasSetStream_v2", 0},
-		[CB_SET_MATH]      = {"cublasSetMathMode", 0},
-		[CB_GEMM]          = {"cublasGemmStridedBatchedEx", 0},
-		[CB_GET_PROPERTY]  = {"cublasGetProperty", 1},
-		[CB_STATUS_STRING] = {"cublasGetStatusString", 1},
-		[CB_STATUS_NAME]   = {"cublasGetStatusName", 1},
-	},
-};
-static const int fp_count[2] = { RB_N, CB_N };
+_Static_assert(RB_N <= FP_MAX && CB_N <= FP_MAX, "FP_MAX too small");
 
 static void* fp[2][FP_MAX];
-
-static const char* fp_name(int v, int i) { return fp_syms[v][i].name; }
-static int fp_optional(int v, int i) { return fp_syms[v][i].optional; }
-static int fp_n(int v) { return fp_count[v]; }
-
-// fp_open loads path and resolves vendor v's table. On failure it writes the
-// reason to err and leaves the table untouched.
-static int fp_open(int v, const char* path, char* err, size_t errlen, char* real, size_t reallen) {
-	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		const char* e = dlerror();
-		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
-		return -1;
-	}
-	void* tmp[FP_MAX] = {0};
-	for (int i = 0; i < fp_count[v]; i++) {
-		tmp[i] = dlsym(h, fp_syms[v][i].name);
-		if (!tmp[i] && !fp_syms[v][i].optional) {
-			snprintf(err, errlen, "missing symbol %s", fp_syms[v][i].name);
-			dlclose(h);
-			return -2;
-		}
-	}
-	memcpy(fp[v], tmp, sizeof tmp);
-	Dl_info info;
-	real[0] = 0;
-	if (dladdr(tmp[0], &info) && info.dli_fname)
-		snprintf(real, reallen, "%s", info.dli_fname);
-	return 0;
-}
+static void fp_set(int v, int i, uintptr_t p) { fp[v][i] = (void*)p; }
 
 // rocBLAS. Enums are int-sized; rocblas_int is int32, rocblas_stride int64.
 typedef int (*rb_create_t)(void**);
@@ -171,34 +111,45 @@ import "C"
 
 import (
 	"fmt"
-	"unsafe"
+
+	"github.com/framepack-go/framepack/internal/dynlib"
 )
 
-// symbols lists the functions resolved for v and whether each is optional.
-func symbols(v Vendor) (names []string, optional []bool) {
-	vi := C.int(v - 1)
-	for i := 0; i < int(C.fp_n(vi)); i++ {
-		names = append(names, C.GoString(C.fp_name(vi, C.int(i))))
-		optional = append(optional, C.fp_optional(vi, C.int(i)) != 0)
-	}
-	return names, optional
+// symbolTables names the functions of each vendor's table, by the C
+// enums: the single source of truth, which the loader resolves and the
+// tests check against the libraries' export tables.
+var symbolTables = [2][]dynlib.Symbol{
+	(&[C.RB_N]dynlib.Symbol{
+		C.RB_CREATE:        {Name: "rocblas_create_handle"},
+		C.RB_DESTROY:       {Name: "rocblas_destroy_handle"},
+		C.RB_SET_STREAM:    {Name: "rocblas_set_stream"},
+		C.RB_GEMM:          {Name: "rocblas_gemm_strided_batched_ex"},
+		C.RB_STATUS_STRING: {Name: "rocblas_status_to_string"},
+		C.RB_VERSION_SIZE:  {Name: "rocblas_get_version_string_size", Optional: true},
+		C.RB_VERSION:       {Name: "rocblas_get_version_string", Optional: true},
+	})[:],
+	(&[C.CB_N]dynlib.Symbol{
+		C.CB_CREATE:        {Name: "cublasCreate_v2"},
+		C.CB_DESTROY:       {Name: "cublasDestroy_v2"},
+		C.CB_SET_STREAM:    {Name: "cublasSetStream_v2"},
+		C.CB_SET_MATH:      {Name: "cublasSetMathMode"},
+		C.CB_GEMM:          {Name: "cublasGemmStridedBatchedEx"},
+		C.CB_GET_PROPERTY:  {Name: "cublasGetProperty", Optional: true},
+		C.CB_STATUS_STRING: {Name: "cublasGetStatusString", Optional: true},
+		C.CB_STATUS_NAME:   {Name: "cublasGetStatusName", Optional: true},
+	})[:],
 }
 
-func load(v Vendor, path string) (*Lib, error) {
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
-	var errBuf, realBuf [1024]C.char
-	switch C.fp_open(C.int(v-1), cpath, &errBuf[0], C.size_t(len(errBuf)), &realBuf[0], C.size_t(len(realBuf))) {
-	case 0:
-	case -2:
-		return nil, &symbolError{C.GoString(&errBuf[0])}
-	default:
-		return nil, fmt.Errorf("%s", C.GoString(&errBuf[0]))
+// symbols is v's function table.
+func symbols(v Vendor) []dynlib.Symbol { return symbolTables[v-1] }
+
+// initLib hands a loaded library's addresses to the C shim and reads its
+// version.
+func initLib(v Vendor, t *dynlib.Table) (*Lib, error) {
+	for i, p := range t.Addrs {
+		C.fp_set(C.int(v-1), C.int(i), C.uintptr_t(p))
 	}
-	l := &Lib{vendor: v, path: C.GoString(&realBuf[0])}
-	if l.path == "" {
-		l.path = path
-	}
+	l := &Lib{vendor: v, path: t.Path}
 	var buf [256]C.char
 	switch v {
 	case AMD:
@@ -302,7 +253,7 @@ const (
 	cbCompute32FFastTF32       = 77
 )
 
-func (d DType) vendorType(v Vendor) C.int {
+func vendorType(d DType, v Vendor) C.int {
 	if v == AMD {
 		switch d {
 		case F16:
@@ -349,7 +300,7 @@ func (h *Handle) GemmStridedBatched(g Gemm) error {
 		return nil
 	}
 	v := h.lib.vendor
-	at, ct := g.In.vendorType(v), g.Out.vendorType(v)
+	at, ct := vendorType(g.In, v), vendorType(g.Out, v)
 	hh, ta, tb := C.uintptr_t(h.h), op(v, g.TransA), op(v, g.TransB)
 	m, n, k, batch := C.int(g.M), C.int(g.N), C.int(g.K), C.int(g.Batch)
 	a, lda, sa := C.uintptr_t(g.A), C.int(g.LDA), C.int64_t(g.StrideA)

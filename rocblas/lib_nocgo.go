@@ -2,13 +2,13 @@
 
 package rocblas
 
-import "errors"
+import "github.com/framepack-go/framepack/internal/dynlib"
 
-var errNoCgo = errors.New("built without cgo: GPU libraries cannot be loaded")
+var errNoCgo = dynlib.ErrNoCgo
 
-func symbols(Vendor) ([]string, []bool) { return nil, nil }
+func symbols(Vendor) []dynlib.Symbol { return nil }
 
-func load(Vendor, string) (*Lib, error) { return nil, errNoCgo }
+func initLib(Vendor, *dynlib.Table) (*Lib, error) { return nil, errNoCgo }
 
 // NewHandle fails: this build cannot load GPU libraries.
 func (l *Lib) NewHandle(uintptr) (*Handle, error) { return nil, errNoCgo }

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/framepack-go/framepack/internal/dynlib"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -154,24 +155,14 @@ func open() (*Device, error) {
 // Host-side data for tests: random values already rounded to the dtype, as
 // bytes to upload and as float64 for the reference.
 
-// DType mirrors the element types of the packages under test.
-type DType int
+// DType is the element type of the packages under test.
+type DType = dynlib.DType
 
 const (
-	F32 DType = iota + 1
-	F16
-	BF16
+	F32  = dynlib.F32
+	F16  = dynlib.F16
+	BF16 = dynlib.BF16
 )
-
-func (d DType) String() string { return [...]string{"?", "f32", "f16", "bf16"}[d] }
-
-// Size is the element size in bytes.
-func (d DType) Size() int {
-	if d == F32 {
-		return 4
-	}
-	return 2
-}
 
 // Random returns n values uniform in [-1, 1) rounded to dt, and their bytes.
 func Random(rng *rand.Rand, dt DType, n int) ([]float64, []byte) {
