@@ -5,7 +5,7 @@ package hip
 /*
 #cgo LDFLAGS: -ldl
 #include <stdlib.h>
-#include "shim.h"
+#include "framepack_hip_shim.h"
 */
 import "C"
 

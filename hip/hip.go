@@ -342,7 +342,7 @@ func initName(v Vendor) string {
 	return "cuInit"
 }
 
-// attribute indices of the C shim (shim.h).
+// attribute indices of the C shim (framepack_hip_shim.h).
 const (
 	attrMPCount = iota
 	attrIntegrated
