@@ -1,7 +1,8 @@
 // See framepack_hip_shim.h (named uniquely: cgo compiles the preamble from
 // the temp directory, where a stray shim.h would be found first). Function
-// pointer types are written with plain C types: every vendor handle (stream, event, module, function, pool, context) is a
-// pointer, device pointers are 64-bit integers.
+// pointer types are written with plain C types: every vendor handle
+// (stream, event, module, function, pool, context) is a pointer, device
+// pointers are 64-bit integers.
 #define _GNU_SOURCE
 #include "framepack_hip_shim.h"
 
