@@ -30,6 +30,7 @@ type Backend struct {
 type allocation struct {
 	bytes int64
 	owner string
+	seq   int64 // its place in the allocation sequence (Mark)
 }
 
 // Budgeted wraps be so that its live allocations never exceed b.Cap.
@@ -80,8 +81,8 @@ func (m *Backend) Alloc(n int64) (tensor.Buffer, error) {
 		m.inUse -= n
 		return nil, err
 	}
-	m.live[buf] = &allocation{bytes: n}
 	m.allocs++
+	m.live[buf] = &allocation{bytes: n, seq: m.allocs}
 	m.peak = max(m.peak, m.inUse)
 	return buf, nil
 }
@@ -123,7 +124,30 @@ func (m *Backend) Charge(owner string, ts ...*tensor.Tensor) {
 	}
 }
 
-// AddOwner makes owner appear in Stats (with 0 B until something is
+// Mark is the current point in the allocation sequence, for ChargeSince.
+func (m *Backend) Mark() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.allocs
+}
+
+// ChargeSince charges to owner every live allocation made after mark that
+// is charged to nobody: the weights of a model built between Mark and
+// ChargeSince by code that does not expose its tensors, when nothing else
+// allocated meanwhile.
+func (m *Backend) ChargeSince(owner string, mark int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.addOwner(owner)
+	for _, a := range m.live {
+		if a.seq > mark && a.owner == "" {
+			a.owner = owner
+			m.owners[owner] += a.bytes
+		}
+	}
+}
+
+// AddOwner makes owner appear in Stats appear in Stats (with 0 B until something is
 // charged to it).
 func (m *Backend) AddOwner(owner string) {
 	m.mu.Lock()

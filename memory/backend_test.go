@@ -91,6 +91,32 @@ func TestOwnersAndString(t *testing.T) {
 	}
 }
 
+// ChargeSince charges what was allocated after the mark and charged to
+// nobody, leaving earlier and already charged storage alone.
+func TestChargeSince(t *testing.T) {
+	mb := Budgeted(memtest.NewDevice("sim", GiB), testBudget(GiB))
+	before, _ := tensor.Alloc(mb, tensor.F32, 256)
+	mark := mb.Mark()
+	w1, _ := tensor.Alloc(mb, tensor.F32, 1024)
+	w2, _ := tensor.Alloc(mb, tensor.F16, 1024)
+	other, _ := tensor.Alloc(mb, tensor.F32, 64)
+	mb.Charge("vae", other)
+	mb.ChargeSince("text_encoder", mark)
+	if got := mb.Held("text_encoder"); got != w1.Bytes()+w2.Bytes() {
+		t.Fatalf("text_encoder holds %d bytes, want %d", got, w1.Bytes()+w2.Bytes())
+	}
+	if mb.Held("vae") != other.Bytes() {
+		t.Fatal("ChargeSince took storage already charged to another owner")
+	}
+	tensor.Release(w1)
+	tensor.Release(w2)
+	if mb.Held("text_encoder") != 0 {
+		t.Fatalf("after release: %v", mb)
+	}
+	tensor.Release(before)
+	tensor.Release(other)
+}
+
 // A budgeted CPU backend runs ops through a Scope like the CPU backend.
 func TestBudgetedCPUScope(t *testing.T) {
 	mb := Budgeted(cpu.New(), Budget{Device: "cpu", Cap: 1 * MiB, Preserve: 0})
