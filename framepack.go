@@ -14,7 +14,10 @@
 // encoders after encoding, the VAE encoder and SigLIP after the start
 // image), keeping the transformer and the VAE decoder across sections when
 // the memory budget holds both, and otherwise freeing the transformer
-// before each decode as FramePack's low-VRAM mode does.
+// before each decode as FramePack's low-VRAM mode does. Models move through
+// a memory.Manager: each one's device bytes are charged to its part name,
+// and freeing one is checked to leave 0 bytes charged to it, then trims the
+// device's pools.
 package framepack
 
 import (

@@ -24,7 +24,14 @@ import (
 // history latents and decoded, its pixels soft-appended before the video
 // so far. Cancelling ctx stops before the next sampler step or stage and
 // returns an error wrapping ctx.Err(); nothing is kept loaded.
-func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
+//
+// Every model goes on and off the device through a memory.Manager: its
+// device bytes are charged to its part name (text_encoder, text_encoder_2,
+// image_encoder, vae, transformer; the memory log lines show each one's
+// holding), and taking it off is a complete unload — its owner checked to
+// hold 0 bytes, an error otherwise — followed by a trim of the device's
+// pools.
+func (p *Pipeline) Generate(ctx context.Context, req Request) (res *Result, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dev == nil {
@@ -34,8 +41,12 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &job{p: p, req: req, ctx: ctx, res: &Result{FPS: FPS}}
-	defer j.unloadAll()
+	j := p.newJob(ctx, req)
+	defer func() {
+		if uerr := j.unloadAll(); uerr != nil && err == nil {
+			res, err = nil, uerr
+		}
+	}()
 	t0 := time.Now()
 	p.be.ResetPeak()
 	if err := j.run(img); err != nil {
@@ -53,8 +64,14 @@ type job struct {
 	ctx context.Context
 	res *Result
 
-	tr  *hunyuan.Model // loaded transformer, while sections need it
-	dec *vae.VAE       // loaded VAE decoder
+	mm    *memory.Manager  // places the models on p.be
+	parts map[string]*part // the models, by part name
+}
+
+func (p *Pipeline) newJob(ctx context.Context, req Request) *job {
+	j := &job{p: p, req: req, ctx: ctx, res: &Result{FPS: FPS}}
+	j.newManager()
+	return j
 }
 
 func (j *job) progress(pr Progress) {
@@ -147,7 +164,9 @@ func (j *job) encodeText() (pos, neg textCond, err error) {
 	realCFG := req.CFG != 1
 
 	be := j.placeFor(PartTextEncoder)
-	lm, err := llama.Load(p.paths[PartTextEncoder], be, p.dt.text)
+	lm, err := load(j, PartTextEncoder, be, func(be tensor.Backend, _ bool) (*llama.Model, error) {
+		return llama.Load(p.paths[PartTextEncoder], be, p.dt.text)
+	})
 	if err != nil {
 		return pos, neg, fmt.Errorf("framepack: loading the text encoder: %w", err)
 	}
@@ -158,13 +177,17 @@ func (j *job) encodeText() (pos, neg textCond, err error) {
 		neg, err = p.encodeLlama(lm, s, req.NegativePrompt)
 	}
 	s.Close()
-	lm.Close()
+	if uerr := j.unload(PartTextEncoder); err == nil {
+		err = uerr
+	}
 	if err != nil {
 		return pos, neg, fmt.Errorf("framepack: %w", err)
 	}
 
 	be = j.placeFor(PartTextEncoder2)
-	cm, err := clip.Load(p.paths[PartTextEncoder2], be, p.dt.text)
+	cm, err := load(j, PartTextEncoder2, be, func(be tensor.Backend, _ bool) (*clip.Model, error) {
+		return clip.Load(p.paths[PartTextEncoder2], be, p.dt.text)
+	})
 	if err != nil {
 		return pos, neg, fmt.Errorf("framepack: loading text_encoder_2: %w", err)
 	}
@@ -175,7 +198,9 @@ func (j *job) encodeText() (pos, neg textCond, err error) {
 		err = p.encodeCLIP(cm, s, req.NegativePrompt, &neg)
 	}
 	s.Close()
-	cm.Close()
+	if uerr := j.unload(PartTextEncoder2); err == nil {
+		err = uerr
+	}
 	if err != nil {
 		return pos, neg, fmt.Errorf("framepack: %w", err)
 	}
@@ -192,11 +217,12 @@ func (j *job) encodeText() (pos, neg textCond, err error) {
 func (j *job) encodeImage(crop *pipeline.RGB) (*tensor.Tensor, error) {
 	p := j.p
 	be := j.placeFor(PartVAE)
-	v, err := vae.Load(p.paths[PartVAE], be, vae.Options{DType: p.dt.vae, NoDecoder: true})
+	v, err := load(j, PartVAE, be, func(be tensor.Backend, _ bool) (*vae.VAE, error) {
+		return vae.Load(p.paths[PartVAE], be, vae.Options{DType: p.dt.vae, NoDecoder: true})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("framepack: loading the VAE encoder: %w", err)
 	}
-	defer v.Close()
 	j.memory("vae encoder loaded (" + memory.FormatBytes(v.WeightBytes()) + ")")
 	s := tensor.NewScope(be)
 	defer s.Close()
@@ -219,10 +245,14 @@ func (j *job) encodeImage(crop *pipeline.RGB) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("framepack: VAE encode: %w", err)
 	}
 	start := hostCopy(z)
+	sf := v.ScalingFactor()
+	s.Close()
+	if err := j.unload(PartVAE); err != nil {
+		return nil, err
+	}
 	// vae_encode returns the sample times the scaling factor in the VAE's
 	// dtype: round both steps there.
 	round := roundTo(p.dt.vae)
-	sf := v.ScalingFactor()
 	data := start.Float32s()
 	for i, x := range data {
 		data[i] = round(round(x) * sf)
@@ -235,11 +265,12 @@ func (j *job) encodeImage(crop *pipeline.RGB) (*tensor.Tensor, error) {
 func (j *job) encodeSigLIP(crop *pipeline.RGB) (*tensor.Tensor, error) {
 	p := j.p
 	be := j.placeFor(PartImageEncoder)
-	m, err := siglip.Load(p.paths[PartImageEncoder], be, p.dt.image)
+	m, err := load(j, PartImageEncoder, be, func(be tensor.Backend, _ bool) (*siglip.Model, error) {
+		return siglip.Load(p.paths[PartImageEncoder], be, p.dt.image)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("framepack: loading the image encoder: %w", err)
 	}
-	defer m.Close()
 	j.memory("image encoder loaded (" + memory.FormatBytes(m.Bytes()) + ")")
 	px, err := pipeline.SigLIPPixels(crop, m.ImageSize)
 	if err != nil {
@@ -251,7 +282,8 @@ func (j *job) encodeSigLIP(crop *pipeline.RGB) (*tensor.Tensor, error) {
 	if err := tensor.Catch(func() { out = hostCopy(m.Forward(s, px)) }); err != nil {
 		return nil, fmt.Errorf("framepack: image encoder: %w", err)
 	}
-	return out, nil
+	s.Close()
+	return out, j.unload(PartImageEncoder)
 }
 
 // hostCopy is t as a host f32 tensor that owns its memory (so it outlives
@@ -275,80 +307,67 @@ func roundTo(dt tensor.DType) func(float32) float32 {
 	return func(x float32) float32 { return x }
 }
 
-// streamBlocks is whether the transformer's blocks stay in host memory,
-// streamed to the device block by block (FramePack's DynamicSwap): on a
-// GPU, when the whole model does not fit the cap beside the preserved
-// amount.
-func (j *job) streamBlocks() bool {
-	p := j.p
-	b := p.be.Budget()
-	return p.gpu && p.bytes[PartTransformer]+b.Preserve > b.Cap
-}
-
 // keepLoaded is whether the transformer (as loaded) and the VAE decoder
 // stay on the device across sections with the preserved amount still free
-// (FramePack's high-VRAM mode). Otherwise the transformer is freed before
-// each decode and loaded again for the next section.
-func (j *job) keepLoaded() bool {
+// (FramePack's high-VRAM mode, where every model stays on the GPU).
+// Otherwise the transformer is unloaded before each decode and loaded
+// again for the next section (its low-VRAM mode, unload_complete_models
+// before vae_decode), so that nothing of it stays beside the decode.
+func (j *job) keepLoaded(tr *hunyuan.Model) bool {
 	p := j.p
-	dev, _ := j.tr.WeightBytes()
+	dev, _ := tr.WeightBytes()
 	return dev+p.bytes[PartVAE]+p.be.Budget().Preserve <= p.be.Budget().Cap
 }
 
-func (j *job) loadTransformer(hostBlocks bool) error {
-	if j.tr != nil {
-		return nil
+// loadTransformer loads the transformer unless it is loaded. On a GPU the
+// Manager places it as FramePack does: resident when it fits with the
+// preserved amount free, else with its blocks in host memory, streamed to
+// the device block by block (DynamicSwap). On the CPU, host memory is the
+// device and streaming saves nothing: it is loaded whole.
+func (j *job) loadTransformer() (*hunyuan.Model, error) {
+	if m := loaded[*hunyuan.Model](j, PartTransformer); m != nil {
+		return m, nil
 	}
 	p := j.p
 	t := time.Now()
-	m, err := hunyuan.Load(p.paths[PartTransformer], p.be, hunyuan.Options{DType: p.dt.transformer, HostBlocks: hostBlocks})
-	if err != nil {
-		return fmt.Errorf("framepack: loading the transformer: %w", err)
+	pt := j.parts[PartTransformer]
+	pt.be = p.be
+	pt.build = func(be tensor.Backend, streamed bool) (closer, error) {
+		return hunyuan.Load(p.paths[PartTransformer], be, hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed})
 	}
-	j.tr = m
+	var err error
+	if p.gpu {
+		err = j.mm.LoadPreserving(PartTransformer)
+	} else {
+		err = j.mm.Load(PartTransformer)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("framepack: loading the transformer: %w", err)
+	}
+	m := loaded[*hunyuan.Model](j, PartTransformer)
 	dev, host := m.WeightBytes()
 	how := "resident"
-	if hostBlocks {
+	if j.mm.State(PartTransformer) == memory.Streamed {
 		how = "blocks streamed from host memory"
 	}
 	j.memory(fmt.Sprintf("transformer loaded in %s (%s on the device, %s on the host; %s)",
 		time.Since(t).Round(time.Millisecond), memory.FormatBytes(dev), memory.FormatBytes(host), how))
-	return nil
+	return m, nil
 }
 
-func (j *job) unloadTransformer() {
-	if j.tr != nil {
-		j.tr.Close()
-		j.tr = nil
-		j.memory("transformer unloaded")
-	}
-}
-
-func (j *job) loadDecoder() error {
-	if j.dec != nil {
-		return nil
-	}
+func (j *job) loadDecoder() (*vae.VAE, error) {
 	p := j.p
-	v, err := vae.Load(p.paths[PartVAE], p.be, vae.Options{DType: p.dt.vae, NoEncoder: true})
+	fresh := loaded[*vae.VAE](j, PartVAE) == nil
+	v, err := load(j, PartVAE, p.be, func(be tensor.Backend, _ bool) (*vae.VAE, error) {
+		return vae.Load(p.paths[PartVAE], be, vae.Options{DType: p.dt.vae, NoEncoder: true})
+	})
 	if err != nil {
-		return fmt.Errorf("framepack: loading the VAE decoder: %w", err)
+		return nil, fmt.Errorf("framepack: loading the VAE decoder: %w", err)
 	}
-	j.dec = v
-	j.memory("vae decoder loaded (" + memory.FormatBytes(v.WeightBytes()) + ")")
-	return nil
-}
-
-func (j *job) unloadDecoder() {
-	if j.dec != nil {
-		j.dec.Close()
-		j.dec = nil
-		j.memory("vae decoder unloaded")
+	if fresh {
+		j.memory("vae decoder loaded (" + memory.FormatBytes(v.WeightBytes()) + ")")
 	}
-}
-
-func (j *job) unloadAll() {
-	j.unloadTransformer()
-	j.unloadDecoder()
+	return v, nil
 }
 
 // sections is FramePack's section loop (demo_gradio.py worker()).
@@ -381,7 +400,6 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 		TeaCache:       req.TeaCache,
 		TeaCacheThresh: p.opts.TeaCacheThreshold,
 	}
-	hostBlocks := j.streamBlocks()
 	keep := true
 
 	rnd := sampler.NewTorchGenerator(req.Seed)
@@ -406,15 +424,16 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 		in.LatentIndices, in.CleanLatentIndices = sec.LatentIndices, sec.CleanIndices
 		in.CleanLatent2xIndices, in.CleanLatent4xIndices = sec.Clean2xIndices, sec.Clean4xIndices
 
-		if err := j.loadTransformer(hostBlocks); err != nil {
+		model, err := j.loadTransformer()
+		if err != nil {
 			return err
 		}
 		if i == 0 {
-			if keep = j.keepLoaded(); !keep {
+			if keep = j.keepLoaded(model); !keep {
 				p.log.Info("memory: the transformer and the VAE decoder do not both fit the budget; each is loaded for its stage only")
 			}
 		}
-		tr.Model = j.tr
+		tr.Model = model
 		shape := []int{1, 16, lws, h, w}
 		noise := tensor.FromFloat32(rnd.Randn(shape...), shape...)
 
@@ -425,19 +444,19 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 				Frames: frames, Denoised: s.Denoised})
 			return nil
 		}
-		ss := tensor.NewScope(p.be)
+		// Out of memory while sampling: the Manager evicts every other
+		// model, trims the pools and samples the section again
+		// (SampleSection starts afresh, TeaCache included).
 		var gen *tensor.Tensor
-		var serr error
-		err = tensor.Catch(func() {
-			var out *tensor.Tensor
-			if out, serr = pipeline.SampleSection(j.ctx, ss, tr, ss.To(noise), opts, cb); serr == nil {
+		err = j.mm.Run(memory.Attempt{Op: fmt.Sprintf("sampling section %d", section), Keep: []string{PartTransformer}, Run: func() error {
+			ss := tensor.NewScope(p.be)
+			defer ss.Close()
+			out, err := pipeline.SampleSection(j.ctx, ss, tr, ss.To(noise), opts, cb)
+			if err == nil {
 				gen = hostCopy(out)
 			}
-		})
-		ss.Close()
-		if err == nil {
-			err = serr
-		}
+			return err
+		}})
 		if err == nil {
 			before := history.Generated
 			err = history.Add(gen, start, sec.Last)
@@ -448,11 +467,13 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 		}
 		st.Sample = time.Since(t)
 		if req.TeaCache {
-			st.TeaCacheComputed, st.TeaCacheSkipped = j.tr.TeaCacheStats()
+			st.TeaCacheComputed, st.TeaCacheSkipped = model.TeaCacheStats()
 		}
 
 		if !keep {
-			j.unloadTransformer()
+			if err := j.unload(PartTransformer); err != nil {
+				return err
+			}
 		}
 		if err := j.ctx.Err(); err != nil {
 			return fmt.Errorf("framepack: cancelled before decoding section %d: %w", section, err)
@@ -465,7 +486,9 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 			return fmt.Errorf("framepack: section %d of %d: %w", section, n, err)
 		}
 		if !keep {
-			j.unloadDecoder()
+			if err := j.unload(PartVAE); err != nil {
+				return err
+			}
 		}
 		st.Decode = time.Since(t)
 		st.Frames = pixels.Dim(2)
@@ -494,37 +517,40 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 // the VAE's dtype, on the host.
 func (j *job) decode(hs *tensor.Scope, z, prev *tensor.Tensor, overlap int) (*tensor.Tensor, string, error) {
 	p := j.p
-	if err := j.loadDecoder(); err != nil {
+	dec, err := j.loadDecoder()
+	if err != nil {
 		return nil, "", err
 	}
 	// vae_decode: latents / scaling factor (f32), then the VAE's dtype.
 	// (z is the history's copy.)
-	sf := j.dec.ScalingFactor()
+	sf := dec.ScalingFactor()
 	zs := z.Float32s()
 	for i := range zs {
 		zs[i] /= sf
 	}
-	shape := z.Shape()
-	var opts vae.DecodeOptions
-	if p.opts.VAETiling != nil {
-		opts.Tiling = *p.opts.VAETiling
-	} else {
-		var peak int64
-		opts, peak = vae.PlanDecode(p.vaeCfg, shape, p.be.Available(), p.dt.vae)
-		if peak > p.be.Available() {
-			p.log.Warn(fmt.Sprintf("memory: the smallest decode tiling needs %s, more than the %s free; trying it anyway",
-				memory.FormatBytes(peak), memory.FormatBytes(p.be.Available())))
-		}
-	}
-	var stats vae.DecodeStats
-	opts.Stats = &stats
-	opts.Log = func(format string, args ...any) { p.log.Warn(fmt.Sprintf(format, args...)) }
-
-	ds := tensor.NewScope(p.be)
-	defer ds.Close()
+	// Out of memory even at the smallest tiling: the Manager evicts every
+	// other model (the transformer, kept in high-VRAM mode), trims the
+	// pools and decodes again, planning the tiling afresh.
 	var out *tensor.Tensor
-	err := tensor.Catch(func() {
-		cur := j.dec.Decode(ds, z, opts) // f32, host, owned by no scope
+	var stats vae.DecodeStats
+	err = j.mm.Run(memory.Attempt{Op: "VAE decode", Keep: []string{PartVAE}, Run: func() error {
+		var opts vae.DecodeOptions
+		if p.opts.VAETiling != nil {
+			opts.Tiling = *p.opts.VAETiling
+		} else {
+			var peak int64
+			opts, peak = vae.PlanDecode(p.vaeCfg, z.Shape(), p.be.Available(), p.dt.vae)
+			if peak > p.be.Available() {
+				p.log.Warn(fmt.Sprintf("memory: the smallest decode tiling needs %s, more than the %s free; trying it anyway",
+					memory.FormatBytes(peak), memory.FormatBytes(p.be.Available())))
+			}
+		}
+		opts.Stats = &stats
+		opts.Log = func(format string, args ...any) { p.log.Warn(fmt.Sprintf(format, args...)) }
+
+		ds := tensor.NewScope(p.be)
+		defer ds.Close()
+		cur := dec.Decode(ds, z, opts) // f32, host, owned by no scope
 		cs := hs.Child()
 		defer cs.Close()
 		cur = cs.Cast(cs.To(cur), p.dt.vae)
@@ -534,7 +560,8 @@ func (j *job) decode(hs *tensor.Scope, z, prev *tensor.Tensor, overlap int) (*te
 			out = pipeline.SoftAppend(cs, cur, prev, overlap)
 		}
 		cs.Keep(out)
-	})
+		return nil
+	}})
 	if err != nil {
 		return nil, "", fmt.Errorf("VAE decode: %w", err)
 	}

@@ -230,9 +230,12 @@ func checkEnds(t *testing.T, p *Pipeline, req Request, res *Result) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := &job{p: p, req: req, ctx: context.Background()}
+	j := p.newJob(context.Background(), req)
 	start, err := j.encodeImage(crop)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.unloadAll(); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(start.Float32s(), pipeline.Frames(all, 0, 1).Float32s()) {
