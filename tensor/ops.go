@@ -303,7 +303,6 @@ func (s *Scope) MatMul(a, b *Tensor, transA, transB bool) *Tensor {
 	if out.Numel() > 0 {
 		s.run("matmul", s.be.MatMul(out, a, b, MatMulParams{Batch: batchA, M: m, N: n, K: k, TransA: transA, TransB: transB, Alpha: 1}))
 	}
-	_ = batchB
 	return out
 }
 
