@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin
 DEVICE  := .device
-GPU_PKGS := ./hip ./rocblas ./miopen ./backend/gpu ./vae ./model/hunyuan ./sampler
+GPU_PKGS := ./hip ./rocblas ./miopen ./backend/gpu ./gpuconv ./internal/device ./vae ./model/hunyuan ./pipeline ./sampler
 
 .PHONY: all build test test-short vet fuzz bench device-tests clean
 
@@ -27,13 +27,17 @@ bench:
 	$(GO) test ./backend/cpu -run '^$$' -bench . -benchtime 2x
 
 # Test binaries and the CLI for a machine with a GPU and no Go toolchain:
-# copy $(DEVICE)/ there and run e.g. ./$(DEVICE)/backend_gpu.test -test.v
+# copy the checkout with $(DEVICE)/ there and run each binary from its
+# package's folder (the golden cases are found from there), e.g.
+#   cd backend/gpu && ../../$(DEVICE)/backend_gpu.test -test.v
+#   cd model/hunyuan && FRAMEPACK_TEST_DEVICE=gpu ../../$(DEVICE)/model_hunyuan.test -test.run Golden
 device-tests: build
 	mkdir -p $(DEVICE)
 	cp $(BIN)/framepack $(DEVICE)/framepack
 	for p in $(GPU_PKGS); do \
-		if [ -d $$p ]; then $(GO) test -c -o $(DEVICE)/$$(echo $${p#./} | tr / _).test $$p || exit 1; fi; \
+		$(GO) test -c -ldflags="-s -w" -o $(DEVICE)/$$(echo $${p#./} | tr / _).test $$p || exit 1; \
 	done
+	$(GO) test -c -ldflags="-s -w" -o $(DEVICE)/framepack_root.test .
 
 clean:
 	rm -rf $(BIN) $(DEVICE)
