@@ -60,18 +60,11 @@ func (be *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) e
 	}
 	tm := be.temps()
 	defer tm.release()
-	qf, err := tm.widen(q)
+	fs, err := tm.widenAll(q, k, v)
 	if err != nil {
 		return err
 	}
-	kf, err := tm.widen(k)
-	if err != nil {
-		return err
-	}
-	vf, err := tm.widen(v)
-	if err != nil {
-		return err
-	}
+	qf, kf, vf := fs[0], fs[1], fs[2]
 	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
@@ -192,18 +185,11 @@ func (be *Backend) RoPE(dst, x, cos, sin *tensor.Tensor) error {
 	}
 	tm := be.temps()
 	defer tm.release()
-	xf, err := tm.widen(x)
+	fs, err := tm.widenAll(x, cos, sin)
 	if err != nil {
 		return err
 	}
-	cf, err := tm.widen(cos)
-	if err != nil {
-		return err
-	}
-	sf, err := tm.widen(sin)
-	if err != nil {
-		return err
-	}
+	xf, cf, sf := fs[0], fs[1], fs[2]
 	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err

@@ -235,6 +235,19 @@ func (tm *temps) widen(t *tensor.Tensor) ([]float32, error) {
 	return nil, unsupported("read", t.DType())
 }
 
+// widenAll widens each tensor in turn (see widen).
+func (tm *temps) widenAll(ts ...*tensor.Tensor) ([][]float32, error) {
+	out := make([][]float32, len(ts))
+	for i, t := range ts {
+		f, err := tm.widen(t)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = f
+	}
+	return out, nil
+}
+
 func (be *Backend) widenInto(dst []float32, src []uint16, dt tensor.DType) {
 	be.parallel(len(dst), 1<<14, func(lo, hi int) {
 		if dt == tensor.F16 {

@@ -38,14 +38,11 @@ func (be *Backend) MatMul(dst, a, b *tensor.Tensor, p tensor.MatMulParams) error
 	}
 	tm := be.temps()
 	defer tm.release()
-	af, err := tm.widen(a)
+	fs, err := tm.widenAll(a, b)
 	if err != nil {
 		return err
 	}
-	bf, err := tm.widen(b)
-	if err != nil {
-		return err
-	}
+	af, bf := fs[0], fs[1]
 	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
@@ -84,14 +81,11 @@ func (be *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 	}
 	tm := be.temps()
 	defer tm.release()
-	xf, err := tm.widen(x)
+	fs, err := tm.widenAll(x, bias)
 	if err != nil {
 		return err
 	}
-	bf, err := tm.widen(bias)
-	if err != nil {
-		return err
-	}
+	xf, bf := fs[0], fs[1]
 	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
@@ -165,18 +159,11 @@ func (be *Backend) conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, b
 	g.cin = Cin
 	tm := be.temps()
 	defer tm.release()
-	xf, err := tm.widen(x)
+	fs, err := tm.widenAll(x, w, bias)
 	if err != nil {
 		return err
 	}
-	wf, err := tm.widen(w)
-	if err != nil {
-		return err
-	}
-	bf, err := tm.widen(bias)
-	if err != nil {
-		return err
-	}
+	xf, wf, bf := fs[0], fs[1], fs[2]
 	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err

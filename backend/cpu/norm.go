@@ -58,18 +58,11 @@ func (be *Backend) GroupNorm(dst, x, w, b *tensor.Tensor, groups int, eps float3
 	}
 	tm := be.temps()
 	defer tm.release()
-	xf, err := tm.widen(x)
+	fs, err := tm.widenAll(x, w, b)
 	if err != nil {
 		return err
 	}
-	wf, err := tm.widen(w)
-	if err != nil {
-		return err
-	}
-	bf, err := tm.widen(b)
-	if err != nil {
-		return err
-	}
+	xf, wf, bf := fs[0], fs[1], fs[2]
 	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
@@ -138,18 +131,11 @@ func (be *Backend) LayerNorm(dst, x, w, b *tensor.Tensor, eps float32) error {
 	}
 	tm := be.temps()
 	defer tm.release()
-	xf, err := tm.widen(x)
+	fs, err := tm.widenAll(x, w, b)
 	if err != nil {
 		return err
 	}
-	wf, err := tm.widen(w)
-	if err != nil {
-		return err
-	}
-	bf, err := tm.widen(b)
-	if err != nil {
-		return err
-	}
+	xf, wf, bf := fs[0], fs[1], fs[2]
 	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
@@ -190,14 +176,11 @@ func (be *Backend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
 	}
 	tm := be.temps()
 	defer tm.release()
-	xf, err := tm.widen(x)
+	fs, err := tm.widenAll(x, w)
 	if err != nil {
 		return err
 	}
-	wf, err := tm.widen(w)
-	if err != nil {
-		return err
-	}
+	xf, wf := fs[0], fs[1]
 	out, commit, err := tm.output(dst)
 	if err != nil {
 		return err
