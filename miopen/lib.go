@@ -10,9 +10,11 @@ import (
 // Lib is a loaded convolution library. It stays loaded for the life of the
 // process.
 type Lib struct {
-	vendor  Vendor
-	path    string
-	version string
+	vendor       Vendor
+	path         string
+	version      string
+	cudnnVersion int  // cudnnGetVersion(), e.g. 91400; 0 on AMD
+	graph        bool // cuDNN's graph API resolved (fused attention)
 }
 
 // Vendor is the library family: AMD (MIOpen) or NVIDIA (cuDNN).
@@ -34,6 +36,7 @@ type Handle struct {
 	fast    bool
 	wsLimit int64
 	plans   map[ConvDesc]*entry
+	attn    map[AttnDesc]*attnPlan
 	closed  bool
 }
 

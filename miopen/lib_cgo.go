@@ -15,8 +15,9 @@ enum { MI_CREATE, MI_DESTROY, MI_SET_STREAM, MI_VERSION, MI_ERR,
 enum { CD_CREATE, CD_DESTROY, CD_SET_STREAM, CD_VERSION, CD_ERR,
        CD_CREATE_T, CD_SET_T, CD_DESTROY_T, CD_CREATE_F, CD_SET_F, CD_DESTROY_F,
        CD_CREATE_C, CD_SET_C, CD_SET_MATH, CD_DESTROY_C, CD_OUTDIM,
-       CD_GET_ALGO, CD_WS, CD_FWD, CD_FIND, CD_N };
-#define FP_MAX 24
+       CD_GET_ALGO, CD_WS, CD_FWD, CD_FIND,
+       CD_BE_CREATE, CD_BE_DESTROY, CD_BE_SET, CD_BE_GET, CD_BE_FINALIZE, CD_BE_EXECUTE, CD_LAST_ERR, CD_N };
+#define FP_MAX 32
 _Static_assert(MI_N <= FP_MAX && CD_N <= FP_MAX, "FP_MAX too small");
 
 static void* fp[2][FP_MAX];
@@ -210,6 +211,14 @@ var symbolTables = [2][]dynlib.Symbol{
 		C.CD_WS:         {Name: "cudnnGetConvolutionForwardWorkspaceSize"},
 		C.CD_FWD:        {Name: "cudnnConvolutionForward"},
 		C.CD_FIND:       {Name: "cudnnFindConvolutionForwardAlgorithmEx"},
+		// The graph (backend) API, for fused attention (attention_cgo.go).
+		C.CD_BE_CREATE:   {Name: "cudnnBackendCreateDescriptor", Optional: true},
+		C.CD_BE_DESTROY:  {Name: "cudnnBackendDestroyDescriptor", Optional: true},
+		C.CD_BE_SET:      {Name: "cudnnBackendSetAttribute", Optional: true},
+		C.CD_BE_GET:      {Name: "cudnnBackendGetAttribute", Optional: true},
+		C.CD_BE_FINALIZE: {Name: "cudnnBackendFinalize", Optional: true},
+		C.CD_BE_EXECUTE:  {Name: "cudnnBackendExecute", Optional: true},
+		C.CD_LAST_ERR:    {Name: "cudnnGetLastErrorString", Optional: true},
 	})[:],
 }
 
@@ -234,6 +243,10 @@ func initLib(v Vendor, t *dynlib.Table) (*Lib, error) {
 			return nil, fmt.Errorf("cuDNN version %d is older than 9", ver)
 		}
 		l.version = fmt.Sprintf("cuDNN %d.%d.%d", ver/10000, ver/100%100, ver%100)
+		l.cudnnVersion = ver
+		a := t.Addrs
+		l.graph = initGraph(a[C.CD_BE_CREATE], a[C.CD_BE_DESTROY], a[C.CD_BE_SET], a[C.CD_BE_GET],
+			a[C.CD_BE_FINALIZE], a[C.CD_BE_EXECUTE], a[C.CD_LAST_ERR])
 	}
 	if l.version == "" {
 		l.version = "(version unknown)"
@@ -320,6 +333,7 @@ func (h *Handle) Close() error {
 		return nil
 	}
 	h.forget()
+	h.forgetAttention()
 	h.closed = true
 	if h.lib.vendor == AMD {
 		return h.lib.check("miopenDestroy", C.mi_destroy(C.uintptr_t(h.h)))

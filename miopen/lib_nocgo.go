@@ -34,3 +34,14 @@ func (h *Handle) Conv3dForward(ConvDesc, uintptr, uintptr, uintptr, uintptr) err
 func (h *Handle) Search(ConvDesc, uintptr, uintptr, uintptr, uintptr, int64) ([]Plan, error) {
 	return nil, errNoCgo
 }
+
+// PlanAttention fails: this build cannot load GPU libraries.
+func (h *Handle) PlanAttention(AttnDesc) (AttnPlan, error) { return AttnPlan{}, errNoCgo }
+
+// Attention fails: this build cannot load GPU libraries.
+func (h *Handle) Attention(AttnDesc, uintptr, uintptr, uintptr, uintptr, float32, uintptr) error {
+	return errNoCgo
+}
+
+// HasFusedAttention is false in this build.
+func (l *Lib) HasFusedAttention() bool { return false }

@@ -2,14 +2,22 @@ package gpu
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/miopen"
 	"github.com/framepack-go/framepack/tensor"
 )
 
+// Attention, in order of preference:
+//   - cuDNN's fused attention (graph API, cuDNN ≥ 9.13) on NVIDIA for the
+//     unmasked bf16/f16 case with a head dim that is a multiple of 8 up to
+//     256; FRAMEPACK_ATTN=kernel or Options.NoFusedAttention skip it. A
+//     shape cuDNN refuses falls back to the kernels below.
+//
 // Attention kernels (kernels/attention*.hip):
 //   - attn_flash_*: NVIDIA sm_80+, bf16/f16, head dim 64 or 128, no mask, a
 //     positive scale: the transformer's case. 128 queries per block.
@@ -32,8 +40,9 @@ const (
 	mmaWarps = 4
 )
 
-// attnNoFlash sends unmasked calls to attn_mma too (tests, benchmarks).
-var attnNoFlash = false
+// attnNoFlash sends unmasked calls to attn_mma too, attnNoFused skips
+// cuDNN (tests, benchmarks).
+var attnNoFlash, attnNoFused = false, false
 
 func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) error {
 	dt := dst.DType()
@@ -92,6 +101,13 @@ func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) er
 	masked := p.Causal || p.FrameLen > 0 || p.KeyMask != nil || p.Mask != nil
 	// The tensor-core kernels move q, k, v, out in 16-byte pieces.
 	aligned := (ps[0]|ps[1]|ps[2]|ps[3])%16 == 0
+	if !masked && aligned && b.useFusedAttention(dt, D) {
+		d := miopen.AttnDesc{B: B, Lq: Lq, Lk: Lk, Hq: Hq, Hkv: Hkv, D: D, DType: blasType(dt)}
+		err := b.fusedAttention(d, ps[1], ps[2], ps[3], ps[0], scale)
+		if err == nil || !errors.Is(err, miopen.ErrNoFusedAttention) {
+			return err
+		}
+	}
 	if aligned && b.tensorCoreAttention(dt, D) {
 		if !masked && scale > 0 && !attnNoFlash {
 			// The flash kernel's row offsets are 32-bit: Hq·D and
@@ -127,3 +143,79 @@ func (b *Backend) tensorCoreAttention(dt tensor.DType, D int) bool {
 	}
 	return (dt == tensor.BF16 || dt == tensor.F16) && (D == 64 || D == 128)
 }
+
+// useFusedAttention: NVIDIA, bf16/f16, a head dim cuDNN's engines take,
+// and no request for our own kernels.
+func (b *Backend) useFusedAttention(dt tensor.DType, D int) bool {
+	if b.dev.Vendor != hip.NVIDIA || b.opts.NoFusedAttention || b.opts.GenericAttention || attnNoFused {
+		return false
+	}
+	if a := os.Getenv("FRAMEPACK_ATTN"); a == "kernel" || a == "generic" {
+		return false
+	}
+	return (dt == tensor.BF16 || dt == tensor.F16) && D%8 == 0 && D <= 256
+}
+
+// fusedAttention runs d through cuDNN with its workspace from the
+// backend's allocator. An error wrapping miopen.ErrNoFusedAttention means
+// cuDNN cannot take d (logged once per shape) and nothing was queued.
+func (b *Backend) fusedAttention(d miopen.AttnDesc, q, k, v, o uintptr, scale float32) error {
+	b.dnnMu.Lock()
+	defer b.dnnMu.Unlock()
+	unbind, err := b.dev.Bind()
+	if err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	defer unbind()
+	h, err := b.dnnHandle()
+	if err != nil {
+		return err
+	}
+	plan, err := h.PlanAttention(d)
+	if err != nil {
+		if !b.dnnRefused[d] {
+			b.dnnRefused[d] = true
+			b.log.Info("gpu: cuDNN fused attention refused a shape, framepack's kernel runs it", "why", err)
+		}
+		return err
+	}
+	var ws *Buffer
+	if plan.WorkspaceBytes > 0 {
+		if ws, err = b.alloc.alloc(plan.WorkspaceBytes); err != nil {
+			return err
+		}
+		// Stream-ordered: the memory is reused only by later work.
+		defer b.alloc.free(ws)
+	}
+	var wsPtr uintptr
+	if ws != nil {
+		wsPtr = ws.ptr
+	}
+	b.fusedCalls.Add(1)
+	if err := h.Attention(d, q, k, v, o, scale, wsPtr); err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	return nil
+}
+
+// dnnHandle opens cuDNN on the backend's stream the first time; an error
+// wrapping miopen.ErrNoFusedAttention when it is absent.
+func (b *Backend) dnnHandle() (*miopen.Handle, error) {
+	if b.dnn == nil && b.dnnErr == nil {
+		b.dnnRefused = map[miopen.AttnDesc]bool{}
+		lib, err := miopen.OpenVendor(miopen.NVIDIA)
+		if err == nil {
+			b.dnn, err = lib.NewHandle(uintptr(b.stream))
+		}
+		if err != nil {
+			b.dnnErr = fmt.Errorf("gpu: cuDNN: %w: %w", err, miopen.ErrNoFusedAttention)
+			b.log.Info("gpu: no cuDNN fused attention, framepack's kernel runs attention", "why", err)
+		} else {
+			b.log.Info("gpu: attention through cuDNN fused attention", "lib", b.dnn.Lib().String())
+		}
+	}
+	return b.dnn, b.dnnErr
+}
+
+// FusedAttentionCalls counts the attention calls cuDNN ran.
+func (b *Backend) FusedAttentionCalls() int64 { return b.fusedCalls.Load() }

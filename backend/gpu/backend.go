@@ -6,9 +6,11 @@
 // hard cap; all work is queued on one stream.
 //
 // Attention is one fused kernel that never holds an Lq×Lk matrix: on
-// NVIDIA sm_80+ with bf16/f16 and head dim 64 or 128 a tensor-core kernel
+// NVIDIA cuDNN's fused attention where it takes the call, else on NVIDIA
+// sm_80+ with bf16/f16 and head dim 64 or 128 a tensor-core kernel
 // (mma.sync), elsewhere a portable one for any head dim up to 512 and
-// every dtype (FRAMEPACK_ATTN=generic forces it). Kernels compile on first
+// every dtype (FRAMEPACK_ATTN=kernel skips cuDNN, =generic forces the
+// portable kernel). Kernels compile on first
 // use of their module and are cached under os.UserCacheDir()/framepack/kernels.
 package gpu
 
@@ -18,8 +20,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/miopen"
 	"github.com/framepack-go/framepack/rocblas"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -40,9 +44,12 @@ type Options struct {
 	// OwnMath compiles the kernels with framepack's own transcendental
 	// functions (the AMD code path) also on NVIDIA, to test them there.
 	OwnMath bool
-	// GenericAttention skips the tensor-core attention kernel (also
-	// FRAMEPACK_ATTN=generic).
+	// GenericAttention skips cuDNN and the tensor-core attention kernel
+	// (also FRAMEPACK_ATTN=generic).
 	GenericAttention bool
+	// NoFusedAttention skips cuDNN's fused attention: framepack's own
+	// kernels run every attention (also FRAMEPACK_ATTN=kernel).
+	NoFusedAttention bool
 	// Log receives one-line notes (library choices, compile times); nil
 	// means slog.Default().
 	Log *slog.Logger
@@ -66,6 +73,13 @@ type Backend struct {
 	blas    *rocblas.Handle
 	blasErr error
 	blasMu  sync.Mutex
+
+	// cuDNN for fused attention, opened on first use (attention.go).
+	dnn        *miopen.Handle
+	dnnErr     error
+	dnnMu      sync.Mutex
+	dnnRefused map[miopen.AttnDesc]bool
+	fusedCalls atomic.Int64
 
 	errFlag uintptr // 4 bytes of device memory for kernels that report bad input
 }
@@ -163,6 +177,9 @@ func (b *Backend) Close() error {
 	err := b.Sync()
 	if b.blas != nil {
 		b.blas.Close()
+	}
+	if b.dnn != nil {
+		b.dnn.Close()
 	}
 	b.stage.close()
 	b.alloc.trim()

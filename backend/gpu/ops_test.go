@@ -281,11 +281,28 @@ var opCases = []struct {
 	{"rms_norm", testRMSNorm},
 	{"softmax", testSoftmax},
 	{"reduce", testReduce},
-	{"attention", testAttention},
+	{"attention", func(e *env) {
+		// cuDNN's fused attention takes the unmasked bf16/f16 calls where
+		// the library has it.
+		g := e.gpu.(*Backend)
+		before := g.FusedAttentionCalls()
+		testAttention(e)
+		n := g.FusedAttentionCalls() - before
+		e.t.Logf("cuDNN fused attention ran %d calls", n)
+		if h := g.dnn; h != nil && h.Lib().HasFusedAttention() && n == 0 {
+			e.t.Errorf("%v has fused attention but ran none", h.Lib())
+		}
+	}},
+	{"attention_flash", func(e *env) {
+		// framepack's tensor-core kernels where cuDNN would run.
+		defer func(f bool) { attnNoFused = f }(attnNoFused)
+		attnNoFused = true
+		testAttention(e)
+	}},
 	{"attention_mma", func(e *env) {
 		// The masked tensor-core kernel on the unmasked cases too.
-		defer func(f bool) { attnNoFlash = f }(attnNoFlash)
-		attnNoFlash = true
+		defer func(f, g bool) { attnNoFlash, attnNoFused = f, g }(attnNoFlash, attnNoFused)
+		attnNoFlash, attnNoFused = true, true
 		testAttention(e)
 	}},
 	{"rope", testRoPE},

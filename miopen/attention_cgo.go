@@ -1,0 +1,362 @@
+//go:build cgo
+
+package miopen
+
+/*
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+
+// cuDNN's graph (backend) API, loaded with the library (lib_cgo.go).
+typedef int (*be_create_t)(int, void**);
+typedef int (*be_destroy_t)(void*);
+typedef int (*be_set_t)(void*, int, int, int64_t, const void*);
+typedef int (*be_get_t)(void*, int, int, int64_t, int64_t*, void*);
+typedef int (*be_finalize_t)(void*);
+typedef int (*be_execute_t)(void*, void*, void*);
+typedef void (*be_last_error_t)(char*, size_t);
+
+static struct {
+	be_create_t create;
+	be_destroy_t destroy;
+	be_set_t set;
+	be_get_t get;
+	be_finalize_t finalize;
+	be_execute_t execute;
+	be_last_error_t last_error;
+} be;
+
+static void be_init(uintptr_t c, uintptr_t d, uintptr_t s, uintptr_t g, uintptr_t f, uintptr_t e, uintptr_t l) {
+	be.create = (be_create_t)c;
+	be.destroy = (be_destroy_t)d;
+	be.set = (be_set_t)s;
+	be.get = (be_get_t)g;
+	be.finalize = (be_finalize_t)f;
+	be.execute = (be_execute_t)e;
+	be.last_error = (be_last_error_t)l;
+}
+
+// Attribute types (cudnnBackendAttributeType_t).
+enum { T_HANDLE = 0, T_DATA_TYPE = 1, T_BOOLEAN = 2, T_INT64 = 3, T_VOID_PTR = 6, T_HEUR_MODE = 8, T_DESC = 15 };
+
+static int be_create(int type, uintptr_t* out) {
+	void* p = 0;
+	int r = be.create(type, &p);
+	*out = (uintptr_t)p;
+	return r;
+}
+static int be_destroy(uintptr_t d) { return be.destroy((void*)d); }
+static int be_finalize(uintptr_t d) { return be.finalize((void*)d); }
+static int be_set_desc(uintptr_t d, int name, uintptr_t v) { void* p = (void*)v; return be.set((void*)d, name, T_DESC, 1, &p); }
+static int be_set_handle(uintptr_t d, int name, uintptr_t h) { void* p = (void*)h; return be.set((void*)d, name, T_HANDLE, 1, &p); }
+static int be_set_int(uintptr_t d, int name, int type, int v) { return be.set((void*)d, name, type, 1, &v); }
+static int be_get_i64(uintptr_t d, int name, int64_t* v) { int64_t n = 0; return be.get((void*)d, name, T_INT64, 1, &n, v); }
+static int be_get_descs(uintptr_t d, int name, int64_t want, int64_t* got, uintptr_t* out) {
+	return be.get((void*)d, name, T_DESC, want, got, (void*)out);
+}
+static void be_last_error(char* buf, size_t n) {
+	buf[0] = 0;
+	if (be.last_error) be.last_error(buf, n);
+}
+
+// be_tensor makes and finalizes a 4-d tensor descriptor.
+static int be_tensor(uintptr_t* out, int64_t uid, int dtype, const int64_t* dims, const int64_t* strides, bool by_value) {
+	void* t = 0;
+	int r = be.create(17, &t); // CUDNN_BACKEND_TENSOR_DESCRIPTOR
+	if (r) return r;
+	int64_t align = 16;
+	bool is_virtual = false;
+	if (!r) r = be.set(t, 906, T_INT64, 1, &uid);      // UNIQUE_ID
+	if (!r) r = be.set(t, 901, T_DATA_TYPE, 1, &dtype); // DATA_TYPE
+	if (!r) r = be.set(t, 902, T_INT64, 4, dims);       // DIMENSIONS
+	if (!r) r = be.set(t, 903, T_INT64, 4, strides);    // STRIDES
+	if (!r) r = be.set(t, 900, T_INT64, 1, &align);     // BYTE_ALIGNMENT
+	if (!r) r = be.set(t, 907, T_BOOLEAN, 1, &is_virtual);
+	if (!r && by_value) r = be.set(t, 908, T_BOOLEAN, 1, &by_value);
+	if (!r) r = be.finalize(t);
+	if (r) { be.destroy(t); return r; }
+	*out = (uintptr_t)t;
+	return 0;
+}
+
+// be_sdpa_run binds q, k, v, o (uids 1-4), the scale by value (uid 5) and
+// the workspace in a variant pack and executes the plan on the handle's
+// stream.
+static int be_sdpa_run(uintptr_t handle, uintptr_t plan, uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o,
+	float scale, uintptr_t ws) {
+	void* vp = 0;
+	int r = be.create(16, &vp); // CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR
+	if (r) return r;
+	int64_t uids[5] = {1, 2, 3, 4, 5};
+	void* ptrs[5] = {(void*)q, (void*)k, (void*)v, (void*)o, &scale};
+	void* w = (void*)ws;
+	r = be.set(vp, 1000, T_INT64, 5, uids);           // UNIQUE_IDS
+	if (!r) r = be.set(vp, 1001, T_VOID_PTR, 5, ptrs); // DATA_POINTERS
+	if (!r) r = be.set(vp, 1003, T_VOID_PTR, 1, &w);   // WORKSPACE
+	if (!r) r = be.finalize(vp);
+	if (!r) r = be.execute((void*)handle, (void*)plan, vp);
+	be.destroy(vp);
+	return r;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"strings"
+	"unsafe"
+)
+
+// cuDNN graph API enums (cudnn_graph.h, cuDNN 9).
+const (
+	beEngine, beEngineCfg, beEngineHeur, beExecutionPlan = 2, 3, 4, 5
+	beOperationGraph, beSDPAForward                      = 15, 41
+
+	attrEngineHeurMode, attrEngineHeurGraph, attrEngineHeurResults = 200, 201, 202
+	attrEngineCfgEngine                                            = 300
+	attrPlanHandle, attrPlanEngineCfg, attrPlanWorkspace           = 400, 401, 402
+	attrGraphHandle, attrGraphOps                                  = 800, 801
+	attrEngineGlobalIndex                                          = 1301
+	attrSDPAQ, attrSDPAK, attrSDPAV, attrSDPAO, attrSDPAScale      = 2800, 2801, 2802, 2803, 2805
+
+	heurModeInstant = 0
+	// minGraphSDPA: cuDNN 9.13 added the SDPA forward operation.
+	minGraphSDPA = 91300
+)
+
+// initGraph hands the graph API's addresses to the C side; false when any
+// is missing.
+func initGraph(create, destroy, set, get, finalize, execute, lastErr uintptr) bool {
+	if create == 0 || destroy == 0 || set == 0 || get == 0 || finalize == 0 || execute == 0 {
+		return false
+	}
+	C.be_init(C.uintptr_t(create), C.uintptr_t(destroy), C.uintptr_t(set), C.uintptr_t(get),
+		C.uintptr_t(finalize), C.uintptr_t(execute), C.uintptr_t(lastErr))
+	return true
+}
+
+// graphError is a failed graph-API call with cuDNN's last error message.
+func (l *Lib) graphError(what string, s C.int) error {
+	if s == 0 {
+		return nil
+	}
+	var buf [512]C.char
+	C.be_last_error(&buf[0], C.size_t(len(buf)))
+	err := l.check(what, s).(*Error)
+	if msg := strings.TrimSpace(C.GoString(&buf[0])); msg != "" {
+		err.Name += ": " + msg
+	}
+	return err
+}
+
+// HasFusedAttention: the library has a fused attention operation (cuDNN
+// ≥ 9.13 with its graph API).
+func (l *Lib) HasFusedAttention() bool {
+	return l.vendor == NVIDIA && l.graph && l.cudnnVersion >= minGraphSDPA
+}
+
+// PlanAttention chooses cuDNN's fused attention engine for d (the first
+// that its heuristics rank and that accepts the graph) and caches the
+// choice, or the failure, in the handle. The error wraps
+// ErrNoFusedAttention when the library cannot take d.
+func (h *Handle) PlanAttention(d AttnDesc) (AttnPlan, error) {
+	if h.closed {
+		return AttnPlan{}, errClosed
+	}
+	if err := d.Validate(); err != nil {
+		return AttnPlan{}, err
+	}
+	l := h.lib
+	if !l.HasFusedAttention() {
+		return AttnPlan{}, fmt.Errorf("%v: %v (needs cuDNN ≥ 9.13): %w", l, d, ErrNoFusedAttention)
+	}
+	if p, ok := h.attn[d]; ok {
+		return p.plan, p.err
+	}
+	p := h.buildAttention(d)
+	if h.attn == nil {
+		h.attn = map[AttnDesc]*attnPlan{}
+	}
+	h.attn[d] = p
+	return p.plan, p.err
+}
+
+// Attention queues o = softmax(scale·q·kᵀ)·v on the handle's stream.
+// workspace holds the plan's WorkspaceBytes (0 when it needs none).
+func (h *Handle) Attention(d AttnDesc, q, k, v, o uintptr, scale float32, workspace uintptr) error {
+	plan, err := h.PlanAttention(d)
+	if err != nil {
+		return err
+	}
+	if plan.WorkspaceBytes > 0 && workspace == 0 {
+		return fmt.Errorf("miopen: %v needs %d B of workspace", d, plan.WorkspaceBytes)
+	}
+	p := h.attn[d]
+	s := C.be_sdpa_run(C.uintptr_t(h.h), C.uintptr_t(p.exec), C.uintptr_t(q), C.uintptr_t(k), C.uintptr_t(v),
+		C.uintptr_t(o), C.float(scale), C.uintptr_t(workspace))
+	return h.lib.graphError("cudnnBackendExecute("+d.String()+")", s)
+}
+
+// graphBuild makes descriptors, keeping the first error and every
+// descriptor made.
+type graphBuild struct {
+	l     *Lib
+	descs []uintptr
+	err   error
+}
+
+func (b *graphBuild) check(what string, s C.int) {
+	if b.err == nil && s != 0 {
+		b.err = b.l.graphError(what, s)
+	}
+}
+
+func (b *graphBuild) create(typ int) uintptr {
+	if b.err != nil {
+		return 0
+	}
+	var d C.uintptr_t
+	b.check(fmt.Sprintf("cudnnBackendCreateDescriptor(%d)", typ), C.be_create(C.int(typ), &d))
+	if d != 0 {
+		b.descs = append(b.descs, uintptr(d))
+	}
+	return uintptr(d)
+}
+
+func (b *graphBuild) link(d uintptr, name int, v uintptr) {
+	if b.err == nil {
+		b.check(fmt.Sprintf("cudnnBackendSetAttribute(%d)", name), C.be_set_desc(C.uintptr_t(d), C.int(name), C.uintptr_t(v)))
+	}
+}
+
+func (b *graphBuild) finalize(d uintptr, what string) {
+	if b.err == nil {
+		b.check("cudnnBackendFinalize("+what+")", C.be_finalize(C.uintptr_t(d)))
+	}
+}
+
+func (b *graphBuild) tensor(uid int64, dtype C.int, dims, strides [4]int64, byValue bool) uintptr {
+	if b.err != nil {
+		return 0
+	}
+	var d C.uintptr_t
+	b.check(fmt.Sprintf("tensor descriptor %d", uid), C.be_tensor(&d, C.int64_t(uid), dtype,
+		(*C.int64_t)(unsafe.Pointer(&dims[0])), (*C.int64_t)(unsafe.Pointer(&strides[0])), C.bool(byValue)))
+	if d != 0 {
+		b.descs = append(b.descs, uintptr(d))
+	}
+	return uintptr(d)
+}
+
+func (b *graphBuild) release() {
+	for i := len(b.descs) - 1; i >= 0; i-- {
+		C.be_destroy(C.uintptr_t(b.descs[i]))
+	}
+	b.descs = nil
+}
+
+// buildAttention describes d as one SDPA forward operation (no stats
+// output: inference), asks the heuristics for engine configurations and
+// keeps the first execution plan that finalizes.
+func (h *Handle) buildAttention(d AttnDesc) *attnPlan {
+	b := &graphBuild{l: h.lib}
+	dt := vendorType(d.DType, NVIDIA)
+	rows := func(uid int64, heads, n int) uintptr {
+		B, H, L, D := int64(d.B), int64(heads), int64(n), int64(d.D)
+		return b.tensor(uid, dt, [4]int64{B, H, L, D}, [4]int64{L * H * D, D, H * D, 1}, false)
+	}
+	one := [4]int64{1, 1, 1, 1}
+	op := b.create(beSDPAForward)
+	b.link(op, attrSDPAQ, rows(1, d.Hq, d.Lq))
+	b.link(op, attrSDPAK, rows(2, d.Hkv, d.Lk))
+	b.link(op, attrSDPAV, rows(3, d.Hkv, d.Lk))
+	b.link(op, attrSDPAO, rows(4, d.Hq, d.Lq))
+	b.link(op, attrSDPAScale, b.tensor(5, cdFloat, one, one, true))
+	b.finalize(op, "SDPA forward")
+
+	graph := b.create(beOperationGraph)
+	b.link(graph, attrGraphOps, op)
+	if b.err == nil {
+		b.check("operation graph handle", C.be_set_handle(C.uintptr_t(graph), attrGraphHandle, C.uintptr_t(h.h)))
+	}
+	b.finalize(graph, "operation graph")
+	heur := b.create(beEngineHeur)
+	b.link(heur, attrEngineHeurGraph, graph)
+	if b.err == nil {
+		b.check("heuristic mode", C.be_set_int(C.uintptr_t(heur), attrEngineHeurMode, 8, heurModeInstant))
+	}
+	b.finalize(heur, "engine heuristics")
+	var n C.int64_t
+	if b.err == nil {
+		b.check("heuristic results", C.be_get_descs(C.uintptr_t(heur), attrEngineHeurResults, 0, &n, nil))
+	}
+	cfgs := make([]uintptr, int(n))
+	for i := range cfgs {
+		cfgs[i] = b.create(beEngineCfg)
+	}
+	if b.err == nil && n > 0 {
+		b.check("heuristic results", C.be_get_descs(C.uintptr_t(heur), attrEngineHeurResults, n, &n,
+			(*C.uintptr_t)(unsafe.Pointer(&cfgs[0]))))
+	}
+	p := &attnPlan{plan: AttnPlan{Desc: d}}
+	var refused []string
+	for i := 0; b.err == nil && i < int(n) && p.exec == 0; i++ {
+		plan := b.create(beExecutionPlan)
+		if b.err == nil {
+			b.check("plan handle", C.be_set_handle(C.uintptr_t(plan), attrPlanHandle, C.uintptr_t(h.h)))
+		}
+		b.link(plan, attrPlanEngineCfg, cfgs[i])
+		if b.err != nil {
+			break
+		}
+		if s := C.be_finalize(C.uintptr_t(plan)); s != 0 {
+			refused = append(refused, h.lib.graphError("plan", s).Error())
+			continue
+		}
+		p.exec = plan
+		p.plan.Engine = h.engineName(b, cfgs[i])
+		var ws C.int64_t
+		b.check("plan workspace", C.be_get_i64(C.uintptr_t(plan), attrPlanWorkspace, &ws))
+		p.plan.WorkspaceBytes = int64(ws)
+	}
+	switch {
+	case b.err != nil:
+		p.err = fmt.Errorf("%v: %w: %w", d, b.err, ErrNoFusedAttention)
+	case p.exec == 0:
+		p.err = fmt.Errorf("%v: %d engine configurations, none took the graph (%s): %w", d, n,
+			strings.Join(refused, "; "), ErrNoFusedAttention)
+	}
+	if p.err != nil {
+		b.release()
+		p.exec = 0
+		return p
+	}
+	p.descs = b.descs
+	return p
+}
+
+// engineName is "engine <global index>" of an engine configuration, or ""
+// when cuDNN does not say.
+func (h *Handle) engineName(b *graphBuild, cfg uintptr) string {
+	eng := b.create(beEngine)
+	if b.err != nil {
+		return ""
+	}
+	var got C.int64_t
+	var idx C.int64_t
+	if C.be_get_descs(C.uintptr_t(cfg), attrEngineCfgEngine, 1, &got, (*C.uintptr_t)(unsafe.Pointer(&eng))) != 0 ||
+		C.be_get_i64(C.uintptr_t(eng), attrEngineGlobalIndex, &idx) != 0 {
+		return ""
+	}
+	return fmt.Sprintf("cuDNN engine %d", int64(idx))
+}
+
+// forgetAttention destroys the cached attention plans.
+func (h *Handle) forgetAttention() {
+	for k, p := range h.attn {
+		for i := len(p.descs) - 1; i >= 0; i-- {
+			C.be_destroy(C.uintptr_t(p.descs[i]))
+		}
+		delete(h.attn, k)
+	}
+}
