@@ -83,9 +83,12 @@ def bench_transformer(args):
         latents_history_2x=r(1, 16, 2, h, w), indices_latents_history_2x=x2[0],
         latents_history_4x=r(1, 16, 16, h, w), indices_latents_history_4x=x4[0],
         return_dict=False)
-    with torch.no_grad():
+    import contextlib
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backend = {"default": None, "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[args.sdpa]
+    with torch.no_grad(), (sdpa_kernel(backend) if backend else contextlib.nullcontext()):
         _, times, peak = timed(lambda: model(**kwargs)[0], args.iters)
-    print(json.dumps({"bench": "transformer_forward", "impl": "pytorch", "dtype": "bf16",
+    print(json.dumps({"bench": "transformer_forward", "impl": "pytorch", "sdpa": args.sdpa, "dtype": "bf16",
                       "latent": [1, 16, t, h, w], "valid_text": valid, "seconds": sorted(times)[len(times) // 2],
                       "all": times, "peak_bytes": peak, "device": torch.cuda.get_device_name()}), flush=True)
 
@@ -97,6 +100,8 @@ if __name__ == "__main__":
     p.add_argument("--modes", default="framewise,tiled")
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--save", default="")
+    p.add_argument("--sdpa", choices=["default", "flash", "cudnn"], default="default",
+                   help="torch's attention backend for the transformer (default: torch's own choice)")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

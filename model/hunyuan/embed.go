@@ -105,11 +105,13 @@ func (e *timeGuidanceTextEmbed) params(p params, inner, pooledDim int) {
 	e.TextEmbedder.params(p.sub("text_embedder"), pooledDim, inner, inner)
 }
 
-func (e *timeGuidanceTextEmbed) forward(s *tensor.Scope, timestep, guidance []float32, pooled *tensor.Tensor) *tensor.Tensor {
-	dt := pooled.DType()
-	tEmb := e.TimestepEmbedder.forward(s, s.Cast(s.To(timestepProj(timestep)), dt))
-	gEmb := e.GuidanceEmbedder.forward(s, s.Cast(s.To(timestepProj(guidance)), dt))
-	return s.Add(s.Add(tEmb, gEmb), e.TextEmbedder.forward(s, pooled))
+// forward computes temb in f32 (the weights are kept in f32, see
+// Model.params) from the f32 sinusoids and pooled features, and returns it
+// in dt.
+func (e *timeGuidanceTextEmbed) forward(s *tensor.Scope, timestep, guidance []float32, pooled *tensor.Tensor, dt tensor.DType) *tensor.Tensor {
+	tEmb := e.TimestepEmbedder.forward(s, s.To(timestepProj(timestep)))
+	gEmb := e.GuidanceEmbedder.forward(s, s.To(timestepProj(guidance)))
+	return s.Cast(s.Add(s.Add(tEmb, gEmb), e.TextEmbedder.forward(s, s.Cast(pooled, tensor.F32))), dt)
 }
 
 // timeTextEmbed is CombinedTimestepTextProjEmbeddings (the token refiner's
@@ -121,9 +123,11 @@ func (e *timeTextEmbed) params(p params, inner, pooledDim int) {
 	e.TextEmbedder.params(p.sub("text_embedder"), pooledDim, inner, inner)
 }
 
-func (e *timeTextEmbed) forward(s *tensor.Scope, timestep []float32, pooled *tensor.Tensor) *tensor.Tensor {
-	tEmb := e.TimestepEmbedder.forward(s, s.Cast(s.To(timestepProj(timestep)), pooled.DType()))
-	return s.Add(tEmb, e.TextEmbedder.forward(s, pooled))
+// forward computes temb in f32 like timeGuidanceTextEmbed's and returns
+// it in dt.
+func (e *timeTextEmbed) forward(s *tensor.Scope, timestep []float32, pooled *tensor.Tensor, dt tensor.DType) *tensor.Tensor {
+	tEmb := e.TimestepEmbedder.forward(s, s.To(timestepProj(timestep)))
+	return s.Cast(s.Add(tEmb, e.TextEmbedder.forward(s, s.Cast(pooled, tensor.F32))), dt)
 }
 
 // clipVisionProjection is image_projection: up → SiLU → down, SigLIP

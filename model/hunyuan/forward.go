@@ -49,7 +49,7 @@ func (m *Model) Forward(s *tensor.Scope, in *Inputs) *tensor.Tensor {
 
 	img, rope := m.processInputHiddenStates(cs, in)
 
-	temb := m.timeTextEmbed.forward(cs, in.Timestep, in.Guidance, cs.Cast(cs.To(in.PooledProjections), dt))
+	temb := m.timeTextEmbed.forward(cs, in.Timestep, in.Guidance, cs.To(in.PooledProjections), dt)
 
 	// Text: only the valid tokens (batch 1 crops to them as the reference;
 	// batch > 1 keeps the longest and masks the rest).

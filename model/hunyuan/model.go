@@ -2,6 +2,7 @@ package hunyuan
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -106,12 +107,23 @@ func (m *Model) globalParams() []param {
 		m.imageProjection.params(p.sub("image_projection"), cfg.ImageProjDim, d)
 	}
 	m.normOut.params(p, "norm_out.linear", 2*d, d)
-	n := len(list)
 	m.projOut.params(p, "proj_out", cfg.PatchSizeT*cfg.PatchSize*cfg.PatchSize*cfg.OutChannels, d)
-	for i := n; i < len(list); i++ {
-		list[i].f32 = true
+	for i := range list {
+		list[i].f32 = keptInF32(list[i].name)
 	}
 	return list
+}
+
+// keptInF32: weights kept in f32 whatever the compute dtype, holding the
+// values the compute dtype rounds them to. proj_out, as FramePack's
+// high_quality_fp32_output_for_inference; and the timestep, guidance and
+// pooled-text embedders (time_text_embed, also the token refiner's), so
+// the timestep sinusoids (arguments up to 10⁴) reach their MLPs unrounded:
+// the reference's bf16 cast there puts about 5e-3 of relative error into
+// temb, which every modulation carries. These are M = 1 GEMMs of ~80 M
+// weights: f32 costs no measurable time.
+func keptInF32(name string) bool {
+	return strings.HasPrefix(name, "proj_out.") || strings.Contains(name, "time_text_embed.")
 }
 
 // Load reads a HunyuanVideoTransformer3DModelPacked folder (config.json and

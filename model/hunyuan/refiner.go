@@ -50,9 +50,7 @@ func (r *tokenRefiner) forward(s *tensor.Scope, x *tensor.Tensor, timestep []flo
 	}
 	sum := s.MatMul(s.To(tensor.FromFloat32(w, b, 1, l)), s.Cast(x, tensor.F32), false, false)
 	pooled := s.Div(sum, s.To(tensor.FromFloat32(cnt, b, 1, 1)))
-	pooled = s.Cast(pooled.Reshape(b, -1), x.DType())
-
-	temb := r.TimeTextEmbed.forward(s, timestep, pooled)
+	temb := r.TimeTextEmbed.forward(s, timestep, pooled.Reshape(b, -1), x.DType())
 	h := r.ProjIn.forward(s, x)
 	for i := range r.Blocks {
 		h = r.Blocks[i].forward(s, h, temb, heads, ap)
