@@ -1,7 +1,9 @@
 // Package miopen runs 3-D convolutions through the GPU vendor's
 // convolution library, loaded at run time: MIOpen on AMD (libMIOpen.so.1)
 // and cuDNN 9's legacy N-d API on NVIDIA (libcudnn.so.9). Nothing of either
-// SDK is needed to build.
+// SDK is needed to build. On NVIDIA it also runs fused attention through
+// cuDNN's graph API (attention_cgo.go: one SDPA forward operation, cuDNN ≥
+// 9.13); MIOpen has no counterpart here and reports ErrNoFusedAttention.
 //
 // The package knows nothing of devices or memory: tensors are device
 // pointers (uintptr) and a stream is the runtime's stream handle as a
