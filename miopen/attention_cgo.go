@@ -311,6 +311,8 @@ func (h *Handle) buildAttention(d AttnDesc) *attnPlan {
 		}
 		if s := C.be_finalize(C.uintptr_t(plan)); s != 0 {
 			refused = append(refused, h.lib.graphError("plan", s).Error())
+			b.descs = b.descs[:len(b.descs)-1] // plan, the last made
+			C.be_destroy(C.uintptr_t(plan))
 			continue
 		}
 		p.exec = plan
