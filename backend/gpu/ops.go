@@ -111,14 +111,11 @@ func (b *Backend) Cast(dst, src *tensor.Tensor) error {
 	if ss == "" || ds == "" {
 		return fmt.Errorf("gpu: cast %s to %s: %w", src.DType(), dst.DType(), tensor.ErrUnsupported)
 	}
-	pd, err := b.ptr(dst)
+	p, err := b.ptrs(dst, src)
 	if err != nil {
 		return err
 	}
-	ps, err := b.ptr(src)
-	if err != nil {
-		return err
-	}
+	pd, ps := p[0], p[1]
 	n := int64(dst.Numel())
 	if dst.DType() == src.DType() {
 		return b.d2d(pd, ps, n*int64(dst.DType().Size()))
@@ -153,14 +150,11 @@ func (b *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Tens
 	if ws == "" {
 		return unsupported("copy", dst.DType())
 	}
-	pd, err := b.ptr(dst)
+	p, err := b.ptrs(dst, src)
 	if err != nil {
 		return err
 	}
-	ps, err := b.ptr(src)
-	if err != nil {
-		return err
-	}
+	pd, ps := p[0], p[1]
 	es := int64(dst.DType().Size())
 	sh, st := tensor.CollapseAxes(shape, dSt, sSt)
 	if len(sh) == 1 && st[0][0] == 1 && st[1][0] == 1 {
@@ -190,14 +184,11 @@ func (b *Backend) Unary(op tensor.UnaryOp, dst, src *tensor.Tensor, x, y float32
 	if op > tensor.OpRecip {
 		return fmt.Errorf("gpu: unary %s: %w", op, tensor.ErrUnsupported)
 	}
-	pd, err := b.ptr(dst)
+	p, err := b.ptrs(dst, src)
 	if err != nil {
 		return err
 	}
-	ps, err := b.ptr(src)
-	if err != nil {
-		return err
-	}
+	pd, ps := p[0], p[1]
 	n := int64(dst.Numel())
 	a := (&hip.Args{}).Ptr(pd).Ptr(ps).I64(n).I32(int32(op)).F32(x).F32(y)
 	return b.launch1("elementwise", "unary_"+s, n, 256, 16/dst.DType().Size(), a)
@@ -234,18 +225,11 @@ func (b *Backend) Binary(op tensor.BinaryOp, dst, x *tensor.Tensor, xSt []int, y
 	if err := tensor.CheckView(0, ySt, shape, y.Numel()); err != nil {
 		return fmt.Errorf("gpu: %w", err)
 	}
-	pd, err := b.ptr(dst)
+	p, err := b.ptrs(dst, x, y)
 	if err != nil {
 		return err
 	}
-	px, err := b.ptr(x)
-	if err != nil {
-		return err
-	}
-	py, err := b.ptr(y)
-	if err != nil {
-		return err
-	}
+	pd, px, py := p[0], p[1], p[2]
 	es := uintptr(dt.Size())
 	sh, st := tensor.CollapseAxes(shape, tensor.ContiguousStrides(shape), xSt, ySt)
 	return forLeading(sh, st, func(offs []int, sh []int, st [][]int) error {
@@ -301,22 +285,11 @@ func (b *Backend) GroupNorm(dst, x, w, bias *tensor.Tensor, groups int, eps floa
 	if nchunks > 65535*64 || BG > 65535 {
 		return fmt.Errorf("gpu: group_norm of %v: %w", x, tensor.ErrUnsupported)
 	}
-	pd, err := b.ptr(dst)
+	p, err := b.ptrs(dst, x, w, bias)
 	if err != nil {
 		return err
 	}
-	px, err := b.ptr(x)
-	if err != nil {
-		return err
-	}
-	pw, err := b.ptr(w)
-	if err != nil {
-		return err
-	}
-	pb, err := b.ptr(bias)
-	if err != nil {
-		return err
-	}
+	pd, px, pw, pb := p[0], p[1], p[2], p[3]
 	part, err := b.alloc.alloc(BG * nchunks * 3 * 4)
 	if err != nil {
 		return err
