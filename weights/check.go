@@ -60,7 +60,10 @@ func (c *Checkpoint) Check(specs []Spec) error {
 	if first == "" {
 		return nil
 	}
-	if more > 0 {
+	switch {
+	case more == 1:
+		first += " (and 1 more problem)"
+	case more > 1:
 		first += fmt.Sprintf(" (and %d more problems)", more)
 	}
 	return fmt.Errorf("weights: %s", first)

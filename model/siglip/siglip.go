@@ -128,13 +128,16 @@ func (m *Model) Close() { m.loaded.Release() }
 // Bytes is the memory the weights hold.
 func (m *Model) Bytes() int64 { return m.loaded.Bytes() }
 
-// Forward encodes pixel values (B, 3, image_size, image_size), already
-// normalised by the processor, to last_hidden_state (B, Tokens, hidden).
-// The convolution reads the first PatchesPerSide·patch_size rows and columns.
+// Forward encodes pixel values (B, 3, S, S), already normalised by the
+// processor, to last_hidden_state (B, Tokens, hidden). S is image_size or
+// any side with the same PatchesPerSide (the position table has Tokens
+// rows); the convolution reads the first PatchesPerSide·patch_size rows and
+// columns.
 func (m *Model) Forward(s *tensor.Scope, pixels *tensor.Tensor) *tensor.Tensor {
 	sh := pixels.Shape()
-	if len(sh) != 4 || sh[1] != m.NumChannels || sh[2] != m.ImageSize || sh[3] != m.ImageSize {
-		tensor.Fail("siglip", "pixel values %v, want (B, %d, %d, %d)", sh, m.NumChannels, m.ImageSize, m.ImageSize)
+	if len(sh) != 4 || sh[1] != m.NumChannels || sh[2] != sh[3] || sh[2]/m.PatchSize != m.PatchesPerSide() {
+		tensor.Fail("siglip", "pixel values %v, want (B, %d, S, S) with S/%d = %d patches a side (S = image_size %d)",
+			sh, m.NumChannels, m.PatchSize, m.PatchesPerSide(), m.ImageSize)
 	}
 	b, d := sh[0], m.HiddenSize
 	x := s.Conv2d(s.Cast(s.To(pixels), m.loaded.DType()), m.patchW, m.patchB, [2]int{m.PatchSize, m.PatchSize}, [2]int{})
