@@ -138,7 +138,7 @@ func openSharded(dir, indexPath string) (*Checkpoint, error) {
 	if err := repeatedKey(raw); err != nil {
 		return nil, fmt.Errorf("weights: %s: %v", indexPath, err)
 	}
-	c := &Checkpoint{dir: dir, where: dir, byName: make(map[string]*shard, len(idx.WeightMap))}
+	c := &Checkpoint{dir: dir, where: indexPath, byName: make(map[string]*shard, len(idx.WeightMap))}
 	files := map[string]*shard{}
 	for name, file := range idx.WeightMap {
 		sh := files[file]
