@@ -34,6 +34,7 @@ import (
 	"github.com/framepack-go/framepack/model/hunyuan"
 	"github.com/framepack-go/framepack/model/llama"
 	"github.com/framepack-go/framepack/model/siglip"
+	"github.com/framepack-go/framepack/pipeline"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/tokenizer"
 	"github.com/framepack-go/framepack/vae"
@@ -47,6 +48,11 @@ type Options struct {
 	// tokenizer, tokenizer_2 (hunyuanvideo-community/HunyuanVideo) and
 	// image_encoder (lllyasviel/flux_redux_bfl).
 	Transformer, VAE, TextEncoder, TextEncoder2, Tokenizer, Tokenizer2, ImageEncoder string
+	// FeatureExtractor is the folder of SigLIP's preprocessor_config.json
+	// (flux_redux_bfl's feature_extractor), overriding
+	// <dir>/feature_extractor. It is optional: without it the image is
+	// resized to the image encoder's image_size, as the released one does.
+	FeatureExtractor string
 
 	// Device is DeviceAuto (""), DeviceCPU or DeviceGPU: for auto, the GPU
 	// when one opens, else the CPU with a log line saying why.
@@ -86,6 +92,8 @@ const (
 	PartTokenizer    = "tokenizer"
 	PartTokenizer2   = "tokenizer_2"
 	PartImageEncoder = "image_encoder"
+	// PartFeatureExtractor is optional (see Options.FeatureExtractor).
+	PartFeatureExtractor = "feature_extractor"
 )
 
 // Pipeline is a loaded FramePack model. Generate runs one job at a time.
@@ -105,8 +113,9 @@ type Pipeline struct {
 
 	dt struct{ transformer, text, image, vae tensor.DType }
 
-	trCfg  hunyuan.Config
-	vaeCfg vae.Config
+	trCfg   hunyuan.Config
+	vaeCfg  vae.Config
+	sigSize int // the side SigLIP's processor resizes the image to
 	// Weight bytes of each part in its compute dtype.
 	bytes map[string]int64
 
@@ -147,6 +156,17 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 			return nil, fmt.Errorf("model part %s: %s is not a folder", part, path)
 		}
 		p.paths[part] = path
+	}
+	// The feature extractor is optional.
+	if path := opts.FeatureExtractor; path != "" {
+		if st, err := os.Stat(path); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("model part %s: %s is not a folder", PartFeatureExtractor, path)
+		}
+		p.paths[PartFeatureExtractor] = path
+	} else if dir != "" {
+		if st, err := os.Stat(filepath.Join(dir, PartFeatureExtractor)); err == nil && st.IsDir() {
+			p.paths[PartFeatureExtractor] = filepath.Join(dir, PartFeatureExtractor)
+		}
 	}
 
 	var err error
@@ -212,44 +232,58 @@ func (p *Pipeline) MemoryStats() memory.Stats { return p.be.Stats() }
 // the real LLaMA-3 tokenizer).
 func (p *Pipeline) CropStart() int { return p.cropStart }
 
-// readConfigs reads the configs and checks that the parts fit together.
+// readConfigs reads and checks every part's config as the part's loader
+// does, checks from the file headers that each checkpoint holds every
+// weight its model reads (present, with its shape, in a float dtype), and
+// checks that the parts fit together — all before any device work.
 func (p *Pipeline) readConfigs() error {
-	read := func(part string, v any) error {
+	check := func(part string, readConfig func(dir string) error, plan func() ([]weights.Spec, error)) error {
 		ck, err := weights.Open(p.paths[part])
 		if err != nil {
 			return fmt.Errorf("model part %s: %w", part, err)
 		}
 		defer ck.Close()
-		if err := ck.Config(v); err != nil {
+		if err := readConfig(ck.Dir()); err != nil {
+			return fmt.Errorf("model part %s: %w", part, err)
+		}
+		specs, err := plan()
+		if err != nil {
+			return fmt.Errorf("model part %s: %w", part, err)
+		}
+		if err := ck.Check(specs); err != nil {
 			return fmt.Errorf("model part %s: %w", part, err)
 		}
 		return nil
 	}
-	p.trCfg = hunyuan.DefaultConfig()
-	if err := read(PartTransformer, &p.trCfg); err != nil {
-		return err
-	}
-	if err := p.trCfg.Validate(); err != nil {
-		return fmt.Errorf("model part transformer: %w", err)
-	}
-	p.vaeCfg = vae.DefaultConfig()
-	if err := read(PartVAE, &p.vaeCfg); err != nil {
-		return err
-	}
-	if err := p.vaeCfg.Validate(); err != nil {
-		return fmt.Errorf("model part vae: %w", err)
-	}
 	var lc llama.Config
 	var cc clip.Config
 	var sc siglip.Config
-	if err := read(PartTextEncoder, &lc); err != nil {
-		return err
+	for _, c := range []struct {
+		part string
+		read func(string) error
+		plan func() ([]weights.Spec, error)
+	}{
+		{PartTransformer, func(d string) (err error) { p.trCfg, err = hunyuan.ReadConfig(d); return }, func() ([]weights.Spec, error) { return hunyuan.Plan(p.trCfg) }},
+		{PartVAE, func(d string) (err error) { p.vaeCfg, err = vae.ReadConfig(d); return }, func() ([]weights.Spec, error) { return vae.Plan(p.vaeCfg) }},
+		{PartTextEncoder, func(d string) (err error) { lc, err = llama.ReadConfig(d); return }, func() ([]weights.Spec, error) { return llama.Plan(lc) }},
+		{PartTextEncoder2, func(d string) (err error) { cc, err = clip.ReadConfig(d); return }, func() ([]weights.Spec, error) { return clip.Plan(cc) }},
+		{PartImageEncoder, func(d string) (err error) { sc, err = siglip.ReadConfig(d); return }, func() ([]weights.Spec, error) { return siglip.Plan(sc) }},
+	} {
+		if err := check(c.part, c.read, c.plan); err != nil {
+			return err
+		}
 	}
-	if err := read(PartTextEncoder2, &cc); err != nil {
-		return err
-	}
-	if err := read(PartImageEncoder, &sc); err != nil {
-		return err
+	p.sigSize = sc.ImageSize
+	if fe := p.paths[PartFeatureExtractor]; fe != "" {
+		size, err := pipeline.ReadSigLIPProcessor(fe)
+		if err != nil {
+			return fmt.Errorf("model part %s: %w", PartFeatureExtractor, err)
+		}
+		if size/sc.PatchSize != sc.PatchesPerSide() {
+			return fmt.Errorf("model part %s: images resized to %d give %d patches a side, but the image encoder (image_size %d, patch_size %d) has %d",
+				PartFeatureExtractor, size, size/sc.PatchSize, sc.ImageSize, sc.PatchSize, sc.PatchesPerSide())
+		}
+		p.sigSize = size
 	}
 	tc := p.trCfg
 	switch {

@@ -272,7 +272,7 @@ func (j *job) encodeSigLIP(crop *pipeline.RGB) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("framepack: loading the image encoder: %w", err)
 	}
 	j.memory("image encoder loaded (" + memory.FormatBytes(m.Bytes()) + ")")
-	px, err := pipeline.SigLIPPixels(crop, m.ImageSize)
+	px, err := pipeline.SigLIPPixels(crop, p.sigSize)
 	if err != nil {
 		return nil, fmt.Errorf("framepack: image encoder preprocessing: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"sync"
@@ -40,12 +41,9 @@ func Load(dir string, be tensor.Backend, opts Options) (*VAE, error) {
 		return nil, fmt.Errorf("vae: %w", err)
 	}
 	defer ck.Close()
-	cfg := DefaultConfig()
-	if err := ck.Config(&cfg); err != nil {
-		return nil, fmt.Errorf("vae: %w", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("vae: %s/config.json: %w", dir, err)
+	cfg, err := ReadConfig(ck.Dir())
+	if err != nil {
+		return nil, err
 	}
 	dt, err := computeDType(opts.DType)
 	if err != nil {
@@ -58,6 +56,33 @@ func Load(dir string, be tensor.Backend, opts Options) (*VAE, error) {
 		return nil, fmt.Errorf("vae: %w", p.err)
 	}
 	return v, nil
+}
+
+// ReadConfig reads and checks dir/config.json as Load does: absent keys take
+// DefaultConfig's values; keys the model does not use (_class_name,
+// _diffusers_version, ...) are ignored.
+func ReadConfig(dir string) (Config, error) {
+	cfg := DefaultConfig()
+	if err := weights.ReadConfig(dir, &cfg); err != nil {
+		return cfg, fmt.Errorf("vae: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("vae: %s: %w", filepath.Join(dir, "config.json"), err)
+	}
+	return cfg, nil
+}
+
+// Plan lists the weights a model of config cfg reads, encoder and decoder
+// (checkpoint names and shapes), without loading anything.
+func Plan(cfg Config) ([]weights.Spec, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("vae: config: %w", err)
+	}
+	var specs []weights.Spec
+	p := nameParams{specs: &specs}
+	newEncoder(p, &cfg)
+	newDecoder(p, &cfg)
+	return specs, nil
 }
 
 // RandomWeights builds a VAE of config cfg with deterministic random
@@ -285,18 +310,20 @@ func hasSuffix(s string, suffixes ...string) bool {
 // paramNames lists the weight names a config uses, sorted (for tests and
 // diagnostics).
 func paramNames(cfg Config) []string {
+	specs, _ := Plan(cfg)
 	var names []string
-	p := nameParams{names: &names}
-	newEncoder(p, &cfg)
-	newDecoder(p, &cfg)
+	for _, sp := range specs {
+		names = append(names, sp.Name)
+	}
 	sort.Strings(names)
 	return names
 }
 
-type nameParams struct{ names *[]string }
+// nameParams records the weights asked for.
+type nameParams struct{ specs *[]weights.Spec }
 
 func (p nameParams) get(name string, shape ...int) *tensor.Tensor {
-	*p.names = append(*p.names, name)
+	*p.specs = append(*p.specs, weights.Spec{Name: name, Shape: append([]int(nil), shape...)})
 	return placeholder(tensor.F32)
 }
 

@@ -7,6 +7,7 @@
 package weights
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -132,7 +133,12 @@ func openSharded(dir, indexPath string) (*Checkpoint, error) {
 	if len(idx.WeightMap) == 0 {
 		return nil, fmt.Errorf("weights: %s: weight_map is missing or empty", indexPath)
 	}
-	c := &Checkpoint{dir: dir, where: dir, byName: make(map[string]*shard, len(idx.WeightMap))}
+	// A map keeps the last of two entries for one tensor: look for them in
+	// the text.
+	if err := repeatedKey(raw); err != nil {
+		return nil, fmt.Errorf("weights: %s: %v", indexPath, err)
+	}
+	c := &Checkpoint{dir: dir, where: indexPath, byName: make(map[string]*shard, len(idx.WeightMap))}
 	files := map[string]*shard{}
 	for name, file := range idx.WeightMap {
 		sh := files[file]
@@ -156,6 +162,37 @@ func openSharded(dir, indexPath string) (*Checkpoint, error) {
 	sort.Strings(c.names)
 	sort.Slice(c.shards, func(i, j int) bool { return c.shards[i].path < c.shards[j].path })
 	return c, nil
+}
+
+// repeatedKey reports a tensor that an index's weight_map lists twice.
+func repeatedKey(raw []byte) error {
+	var top struct {
+		WeightMap json.RawMessage `json:"weight_map"`
+	}
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(top.WeightMap))
+	if _, err := dec.Token(); err != nil { // {
+		return err
+	}
+	seen := map[string]string{}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		var file string
+		if err := dec.Decode(&file); err != nil {
+			return err
+		}
+		name, _ := k.(string)
+		if prev, ok := seen[name]; ok {
+			return fmt.Errorf("weight_map lists tensor %q twice (in %s and in %s)", name, prev, file)
+		}
+		seen[name] = file
+	}
+	return nil
 }
 
 // open maps the file and parses its header (once; the error is kept).
@@ -222,9 +259,16 @@ func (c *Checkpoint) Close() error {
 	return first
 }
 
+// Dir is the folder holding the checkpoint's config.json.
+func (c *Checkpoint) Dir() string { return c.dir }
+
 // Config decodes the folder's config.json into v.
-func (c *Checkpoint) Config(v any) error {
-	p := filepath.Join(c.dir, "config.json")
+func (c *Checkpoint) Config(v any) error { return ReadConfig(c.dir, v) }
+
+// ReadConfig decodes dir/config.json into v (what Checkpoint.Config does,
+// for a folder that may hold no weights). Keys v does not name are ignored.
+func ReadConfig(dir string, v any) error {
+	p := filepath.Join(dir, "config.json")
 	raw, err := os.ReadFile(p)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

@@ -88,7 +88,7 @@ noise, but every stage runs — a smoke test for a machine without the 30+ GB of
 	fl.StringVar(&f.preserve, "preserve", "", `memory kept free for activations while weights stream (default 6G)`)
 	fl.IntVar(&f.vaeTile, "vae-tile", 0, "decode in spatial tiles of this many pixels (stride 3/4 of it; 0: planned from the budget)")
 	for _, part := range []string{framepack.PartTransformer, framepack.PartVAE, framepack.PartTextEncoder, framepack.PartTextEncoder2,
-		framepack.PartTokenizer, framepack.PartTokenizer2, framepack.PartImageEncoder} {
+		framepack.PartTokenizer, framepack.PartTokenizer2, framepack.PartImageEncoder, framepack.PartFeatureExtractor} {
 		f.parts[part] = new(string)
 		fl.StringVar(f.parts[part], strings.ReplaceAll(part, "_", "-"), "", "folder of the "+part+" (default <models>/"+part+")")
 	}
@@ -206,6 +206,8 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags) erro
 			opts.Tokenizer2 = *p
 		case framepack.PartImageEncoder:
 			opts.ImageEncoder = *p
+		case framepack.PartFeatureExtractor:
+			opts.FeatureExtractor = *p
 		}
 	}
 	if f.dtype != "" {

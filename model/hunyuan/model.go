@@ -2,6 +2,7 @@ package hunyuan
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -136,8 +137,8 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 		return nil, err
 	}
 	defer ck.Close()
-	cfg := DefaultConfig()
-	if err := ck.Config(&cfg); err != nil {
+	cfg, err := ReadConfig(ck.Dir())
+	if err != nil {
 		return nil, err
 	}
 	m, err := newModel(cfg, be, opts)
@@ -175,6 +176,41 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// ReadConfig reads and checks dir/config.json as Load does: absent keys
+// take DefaultConfig's values; keys the model does not use (_class_name,
+// _diffusers_version, ...) are ignored.
+func ReadConfig(dir string) (Config, error) {
+	cfg := DefaultConfig()
+	if err := weights.ReadConfig(dir, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("hunyuan: %s: %w", filepath.Join(dir, "config.json"), err)
+	}
+	return cfg, nil
+}
+
+// Plan lists the checkpoint tensors a model of config cfg reads (names and
+// shapes; a fused projection appears as its parts) without loading
+// anything.
+func Plan(cfg Config) ([]weights.Spec, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Model{cfg: cfg, blocks: make([]doubleBlock, cfg.NumLayers), singleBlocks: make([]singleBlock, cfg.NumSingleLayers)}
+	ps := m.globalParams()
+	for i := 0; i < m.numBlocks(); i++ {
+		ps = append(ps, m.blockParams(i, m.block(i))...)
+	}
+	var out []weights.Spec
+	for _, p := range ps {
+		for _, src := range p.sources() {
+			out = append(out, weights.Spec{Name: src.name, Shape: p.sourceShape(src)})
+		}
+	}
+	return out, nil
 }
 
 // loadGlobal loads a weight outside the blocks onto the backend.
