@@ -117,13 +117,12 @@ def import_framepack(fp_path):
 
     diffusers_helper/utils.py imports cv2 and torchvision at module level but
     the worker only needs its pure-torch/PIL helpers; when either package is
-    missing, a placeholder module stands in for the import only and is taken
+    missing or fails to import, a placeholder module stands in for the import only and is taken
     out of sys.modules right after, so that transformers' and diffusers'
     availability checks never see it. diffusers_helper/memory.py asks CUDA for
     the current device at import, so it is imported only when CUDA exists.
     """
     import importlib
-    import importlib.util
     import types
 
     fp_path = os.path.abspath(fp_path)
@@ -134,8 +133,7 @@ def import_framepack(fp_path):
     # transformers and diffusers first, so that nothing of theirs is
     # imported while the placeholders are in sys.modules.
     from diffusers import AutoencoderKLHunyuanVideo  # noqa: F401
-    from transformers import LlamaModel, CLIPTextModel, LlamaTokenizerFast, CLIPTokenizer  # noqa: F401
-    from transformers import SiglipImageProcessor, SiglipVisionModel  # noqa: F401
+    transformers_classes()
     import diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video  # noqa: F401  (hunyuan.py's import)
 
     placeholders = []
@@ -143,8 +141,10 @@ def import_framepack(fp_path):
         if name in sys.modules:
             continue
         try:
-            found = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
+            importlib.import_module(name)
+            found = True
+        except Exception:  # missing, or present but unusable (cv2 without libGL, a torchvision for another torch)
+            sys.modules.pop(name, None)
             found = False
         if not found:
             m = types.ModuleType(name)
@@ -171,6 +171,19 @@ def import_framepack(fp_path):
     ns.bucket_tools = importlib.import_module("diffusers_helper.bucket_tools")
     ns.memory = importlib.import_module("diffusers_helper.memory") if torch.cuda.is_available() else None
     return ns
+
+
+def transformers_classes():
+    """The transformers classes demo_gradio.py loads. transformers 5 keeps
+    LlamaTokenizerFast as an alias of LlamaTokenizer; should an install lack
+    the alias (or SiglipImageProcessor), the class it stands for is used."""
+    import transformers
+
+    from transformers import LlamaModel, CLIPTextModel, CLIPTokenizer, SiglipVisionModel
+
+    tok = getattr(transformers, "LlamaTokenizerFast", None) or getattr(transformers, "LlamaTokenizer")
+    proc = getattr(transformers, "SiglipImageProcessor", None) or getattr(transformers, "AutoImageProcessor")
+    return LlamaModel, CLIPTextModel, tok, CLIPTokenizer, proc, SiglipVisionModel
 
 
 def scaled_buckets(resolution, base):
@@ -274,7 +287,11 @@ def write_mp4(pixels_bcthw, path, fps, crf):
     tmp = path + ".tmp.mp4"
     cmd = [ffmpeg, "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", "%dx%d" % (w, h),
            "-r", str(fps), "-i", "-", "-c:v", "libx264", "-crf", str(int(crf)), "-pix_fmt", "yuv420p", tmp]
-    subprocess.run(cmd, input=x.tobytes(), check=True)
+    r = subprocess.run(cmd, input=x.tobytes(), stderr=subprocess.PIPE)
+    if r.returncode != 0:
+        print("framepack_worker: ffmpeg failed (%d): %s" % (r.returncode, r.stderr.decode(errors="replace")[-500:]),
+              file=sys.stderr)
+        return False
     os.replace(tmp, path)
     return True
 
@@ -288,8 +305,7 @@ def run(args):
 
     fp = import_framepack(args.framepack)
     from diffusers import AutoencoderKLHunyuanVideo
-    from transformers import LlamaModel, CLIPTextModel, LlamaTokenizerFast, CLIPTokenizer
-    from transformers import SiglipImageProcessor, SiglipVisionModel
+    LlamaModel, CLIPTextModel, LlamaTokenizerFast, CLIPTokenizer, SiglipImageProcessor, SiglipVisionModel = transformers_classes()
 
     encode_prompt_conds = fp.hunyuan.encode_prompt_conds
     vae_decode, vae_encode = fp.hunyuan.vae_decode, fp.hunyuan.vae_encode
@@ -334,6 +350,7 @@ def run(args):
 
     # ---- Loading, as demo_gradio.py does at module level.
     t0 = tm.start()
+    tm.t["startup"] = t0 - T_PROCESS  # interpreter start and imports
     if golden:
         dt_te = dt_te2 = dt_vae = dt_img = dt_tr = torch.float32
     else:
@@ -353,9 +370,13 @@ def run(args):
         with open(os.path.join(tok_dir, "tokenizer_config.json"), "w") as f:
             json.dump(LLAMA_TOKENIZER_CONFIG, f, indent=2)
         tok_note = "tokenizer.json with a tokenizer_config.json giving the real tokenizer's special tokens"
-    tokenizer = LlamaTokenizerFast.from_pretrained(tok_dir)
+    try:
+        tokenizer = LlamaTokenizerFast.from_pretrained(tok_dir)
+    except Exception as e:  # checked against tokenizer.json below, which stands in if need be
+        print("framepack_worker: LlamaTokenizerFast.from_pretrained(%s) failed: %r" % (tok_dir, e), file=sys.stderr)
+        tokenizer = None
     tokenizer_2 = CLIPTokenizer.from_pretrained(sub("tokenizer_2"))
-    tokenizer, tok_info = check_llama_tokenizer(fp, tokenizer, tok_dir, args.prompt, fix=tok_dir != sub("tokenizer"))
+    tokenizer, tok_info = check_llama_tokenizer(fp, tokenizer, tok_dir, args.prompt, count_crop_start=tok_dir != sub("tokenizer"))
     tok_info["tokenizer"] = tok_note
     vae = AutoencoderKLHunyuanVideo.from_pretrained(sub("vae"), torch_dtype=dt_vae).cpu()
 
@@ -442,7 +463,7 @@ def run(args):
     return out, rec, info
 
 
-def check_llama_tokenizer(fp, tokenizer, tok_dir, prompt, fix):
+def check_llama_tokenizer(fp, tokenizer, tok_dir, prompt, count_crop_start):
     """Checks the LLaMA tokenizer against the plain tokenizer.json pipeline
     (what the fast tokenizer ran in transformers 4.x, and what framepack
     implements), and the template's crop_start against the tokenizer.
@@ -451,20 +472,23 @@ def check_llama_tokenizer(fp, tokenizer, tok_dir, prompt, fix):
     of tokens (BOS included) the template puts before the prompt under the
     real tokenizer; encode_prompt_conds slices hidden_states[-3] there and
     pads to 256 + crop_start. Under another tokenizer (the tiny model's) the
-    prefix has another length: with fix, it is counted (as framepack counts
-    it) and set in the template encode_prompt_conds reads.
+    prefix has another length: with count_crop_start, it is counted (as
+    framepack counts it) and set in the template encode_prompt_conds reads.
 
-    With fix, a tokenizer that disagrees with tokenizer.json (transformers 5
-    rebuilt LlamaTokenizerFast around its own pipeline) is replaced by a
+    Shim: a tokenizer that disagrees with tokenizer.json is replaced by a
     PreTrainedTokenizerFast over that tokenizer.json with the same special
-    tokens; the substitution is reported."""
+    tokens, and the substitution is reported. transformers 5 turned
+    LlamaTokenizerFast into LlamaTokenizer, whose class defines its own
+    pipeline (SentencePiece-style Metaspace), where transformers 4.46 (which
+    FramePack pins) ran the tokenizer.json of the Llama-3-based text encoder
+    as written."""
     from tokenizers import Tokenizer
 
     info = {}
     tmpl = fp.hunyuan.DEFAULT_PROMPT_TEMPLATE
     text = tmpl["template"].format(prompt)
     raw = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
-    got = list(tokenizer(text)["input_ids"])
+    got = list(tokenizer(text)["input_ids"]) if tokenizer is not None else []
     want = list(raw.encode(text).ids)
     info["matches_tokenizer_json"] = got == want
     if got != want:
@@ -472,17 +496,16 @@ def check_llama_tokenizer(fp, tokenizer, tok_dir, prompt, fix):
                "pipeline %d (first difference at %s)" % (len(got), len(want),
                                                           next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))))
         print(msg, file=sys.stderr)
-        if fix:
-            from transformers import PreTrainedTokenizerFast
+        from transformers import PreTrainedTokenizerFast
 
-            tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token=LLAMA_TOKENIZER_CONFIG["bos_token"],
-                                                eos_token=LLAMA_TOKENIZER_CONFIG["eos_token"],
-                                                pad_token=LLAMA_TOKENIZER_CONFIG["pad_token"], padding_side="right")
-            again = list(tokenizer(text)["input_ids"])
-            if again != want:
-                raise SystemExit(msg + "; PreTrainedTokenizerFast over tokenizer.json does not match either")
-            info["substituted"] = "PreTrainedTokenizerFast(tokenizer_object=tokenizer.json)"
-            print("framepack_worker: using PreTrainedTokenizerFast over tokenizer.json instead", file=sys.stderr)
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token=LLAMA_TOKENIZER_CONFIG["bos_token"],
+                                            eos_token=LLAMA_TOKENIZER_CONFIG["eos_token"],
+                                            pad_token=LLAMA_TOKENIZER_CONFIG["pad_token"], padding_side="right")
+        again = list(tokenizer(text)["input_ids"])
+        if again != want:
+            raise SystemExit(msg + "; PreTrainedTokenizerFast over tokenizer.json does not match either")
+        info["substituted"] = "PreTrainedTokenizerFast(tokenizer_object=tokenizer.json)"
+        print("framepack_worker: using PreTrainedTokenizerFast over tokenizer.json instead", file=sys.stderr)
     prefix = tmpl["template"].split("{}")[0]
     n = len(tokenizer(prefix)["input_ids"])
     info["template_crop_start"] = tmpl["crop_start"]
@@ -490,8 +513,8 @@ def check_llama_tokenizer(fp, tokenizer, tok_dir, prompt, fix):
     info["crop_start"] = tmpl["crop_start"]
     if n != tmpl["crop_start"]:
         print("framepack_worker: the template's prefix is %d tokens under this tokenizer; DEFAULT_PROMPT_TEMPLATE "
-              "says crop_start %d%s" % (n, tmpl["crop_start"], " (using %d)" % n if fix else ""), file=sys.stderr)
-        if fix:
+              "says crop_start %d%s" % (n, tmpl["crop_start"], " (using %d)" % n if count_crop_start else ""), file=sys.stderr)
+        if count_crop_start:
             fp.hunyuan.DEFAULT_PROMPT_TEMPLATE = dict(tmpl, crop_start=n)
             info["crop_start"] = n
     return tokenizer, info
@@ -773,7 +796,7 @@ def main(argv=None):
         "seconds": args.seconds, "width": g["width"], "height": g["height"], "frames": g["frames"],
         "sections": len(g["sections_info"]), "steps": args.steps,
         "total_s": t_end - T_PROCESS,
-        "load_s": times.get("load", 0.0), "text_s": times.get("text", 0.0), "image_s": times.get("image", 0.0),
+        "startup_s": times.get("startup", 0.0), "load_s": times.get("load", 0.0), "text_s": times.get("text", 0.0), "image_s": times.get("image", 0.0),
         "sample_s": times.get("sample", 0.0),
         "sample_s_per_step": times.get("sample", 0.0) / max(steps_total, 1),
         "transformer_move_s": times.get("transformer_move", 0.0),
@@ -796,7 +819,9 @@ def save_record(args, rec, info):
     from safetensors.torch import save_file
 
     os.makedirs(args.record, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in rec.items()}, os.path.join(args.record, "record.safetensors"))
+    # Own copies: safetensors refuses tensors that share memory (an image
+    # already at its bucket size is its own crop).
+    save_file({k: v.detach().cpu().contiguous().clone() for k, v in rec.items()}, os.path.join(args.record, "record.safetensors"))
     meta = {
         "prompt": args.prompt, "n_prompt": args.n_prompt, "seed": args.seed, "seconds": args.seconds,
         "latent_window_size": args.latent_window_size, "steps": args.steps, "cfg": args.cfg, "gs": args.gs,

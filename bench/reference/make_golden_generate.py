@@ -73,7 +73,7 @@ def write_case(out_dir, name, rec, info, teacache, thresh, models_rel):
 
     d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
-    tensors = {k: v.contiguous() for k, v in sorted(rec.items())}
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in sorted(rec.items())}
     for k, v in tensors.items():
         if v.dtype not in (torch.float32, torch.int64, torch.uint8):
             raise SystemExit("tensor %s has dtype %s" % (k, v.dtype))
