@@ -493,6 +493,10 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 		st.Decode = time.Since(t)
 		st.Frames = pixels.Dim(2)
 		j.res.Sections = append(j.res.Sections, st)
+		if j.req.Progress != nil {
+			j.progress(Progress{Stage: StageSectionDone, Section: section, Sections: n, Frames: st.Frames,
+				Latents: history.Newest(0), Pixels: pixels})
+		}
 		tc := ""
 		if req.TeaCache {
 			tc = fmt.Sprintf(" (TeaCache: %d computed, %d skipped)", st.TeaCacheComputed, st.TeaCacheSkipped)

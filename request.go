@@ -65,6 +65,9 @@ const (
 	StageImageEncode = "image encode"
 	StageSample      = "sample"
 	StageDecode      = "decode"
+	// StageSectionDone follows each section's decode; its Progress carries
+	// the history latents and the video so far.
+	StageSectionDone = "section done"
 )
 
 // Progress is a report from Generate.
@@ -80,6 +83,12 @@ type Progress struct {
 	// Denoised is the sampler's current x0 prediction (1, 16, lws, h, w)
 	// during StageSample; valid only during the call.
 	Denoised *tensor.Tensor
+	// Latents and Pixels, at StageSectionDone: every latent frame generated
+	// so far in time order (FramePack's real_history_latents, (1, 16, n, h,
+	// w) f32) and the video so far (its history_pixels, (1, 3, T, H, W),
+	// unclamped, in the VAE's dtype), on the host; valid only during the
+	// call.
+	Latents, Pixels *tensor.Tensor
 }
 
 // PreviewRGB is FramePack's live preview of p.Denoised: the latent frames
