@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/memory"
@@ -119,7 +120,8 @@ type Pipeline struct {
 	// Weight bytes of each part in its compute dtype.
 	bytes map[string]int64
 
-	mu sync.Mutex
+	mu     sync.Mutex  // one Generate at a time; Close waits for it
+	closed atomic.Bool // set by Close once the device is released
 }
 
 // Load opens the FramePack model in dir (the parts' folders, each
@@ -205,32 +207,69 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 
 // Close releases the device, logging first the conv3d chain's one line per
 // tier (how many convolutions each tier ran, and how long). The Pipeline
-// holds no weights between Generate calls.
+// holds no weights between Generate calls. Closing twice, or closing a nil
+// or zero Pipeline, does nothing.
+//
+// After Close, Generate returns an error and the methods without one
+// return zero values (Device "", a zero Budget and Stats, CropStart 0); so
+// do a nil *Pipeline and a Pipeline not made by Load.
 func (p *Pipeline) Close() {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.dev != nil {
+	if p.dev != nil && !p.closed.Load() {
 		if p.dev.Conv != nil {
 			p.dev.Conv.Chain().LogSummary()
 		}
 		p.dev.Close()
-		p.dev = nil
+		p.closed.Store(true)
 	}
 }
 
 // Device describes the compute device: "NVIDIA H100 80GB HBM3 (sm_90),
-// GEMM through cuBLAS …" or "CPU (16 threads, GEMM through openblas …)".
-func (p *Pipeline) Device() string { return p.dev.Name }
+// GEMM through cuBLAS …" or "CPU (16 threads, GEMM through openblas …)";
+// "" once closed.
+func (p *Pipeline) Device() string {
+	if !p.open() {
+		return ""
+	}
+	return p.dev.Name
+}
 
-// Budget is the memory budget in force on the compute device.
-func (p *Pipeline) Budget() memory.Budget { return p.be.Budget() }
+// Budget is the memory budget in force on the compute device; zero once
+// closed.
+func (p *Pipeline) Budget() memory.Budget {
+	if !p.open() {
+		return memory.Budget{}
+	}
+	return p.be.Budget()
+}
 
-// MemoryStats is the compute device's accounting now (peak since Load).
-func (p *Pipeline) MemoryStats() memory.Stats { return p.be.Stats() }
+// MemoryStats is the compute device's accounting now (peak since Load);
+// zero once closed.
+func (p *Pipeline) MemoryStats() memory.Stats {
+	if !p.open() {
+		return memory.Stats{}
+	}
+	return p.be.Stats()
+}
 
 // CropStart is the number of template tokens before the prompt (95 with
-// the real LLaMA-3 tokenizer).
-func (p *Pipeline) CropStart() int { return p.cropStart }
+// the real LLaMA-3 tokenizer); 0 once closed.
+func (p *Pipeline) CropStart() int {
+	if !p.open() {
+		return 0
+	}
+	return p.cropStart
+}
+
+// open reports whether p was made by Load and is not closed. It does not
+// take the lock: Progress callbacks call these methods during Generate.
+func (p *Pipeline) open() bool {
+	return p != nil && p.dev != nil && p.be != nil && !p.closed.Load()
+}
 
 // readConfigs reads and checks every part's config as the part's loader
 // does, checks from the file headers that each checkpoint holds every

@@ -32,10 +32,16 @@ import (
 // hold 0 bytes, an error otherwise — followed by a trim of the device's
 // pools.
 func (p *Pipeline) Generate(ctx context.Context, req Request) (res *Result, err error) {
+	if p == nil {
+		return nil, errors.New("framepack: Generate on a nil Pipeline (make one with Load)")
+	}
+	if ctx == nil {
+		return nil, errors.New("framepack: Generate needs a context (nil given; use context.Background())")
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.dev == nil {
-		return nil, errors.New("framepack: the pipeline is closed")
+	if !p.open() {
+		return nil, errors.New("framepack: the pipeline is closed or was not made by Load")
 	}
 	img, err := req.validate()
 	if err != nil {
