@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -71,7 +72,7 @@ type Options struct {
 	// FramePack's low-VRAM mode.
 	VAETiling *vae.Tiling
 	// TeaCacheThreshold is TeaCache's relative-L1 threshold; 0 means
-	// FramePack's 0.15.
+	// FramePack's 0.15. Load refuses a negative or non-finite one.
 	TeaCacheThreshold float32
 	// Logger receives progress and memory lines; nil means slog.Default().
 	Logger *slog.Logger
@@ -132,6 +133,9 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	if th := float64(opts.TeaCacheThreshold); th < 0 || math.IsNaN(th) || math.IsInf(th, 0) {
+		return nil, fmt.Errorf("options: TeaCacheThreshold must be a finite value ≥ 0 (0: FramePack's 0.15), have %v", th)
 	}
 	p := &Pipeline{log: log, opts: opts, paths: map[string]string{}, bytes: map[string]int64{}}
 	overrides := map[string]string{

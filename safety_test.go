@@ -2,6 +2,7 @@ package framepack
 
 import (
 	"context"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -70,5 +71,14 @@ func TestPipelineAfterCloseAndZero(t *testing.T) {
 	var r *Result
 	if r.Dense() != nil || (&Result{}).Dense() != nil {
 		t.Error("Dense of a nil or empty Result is not nil")
+	}
+}
+
+func TestLoadRefusesBadTeaCacheThreshold(t *testing.T) {
+	for _, th := range []float32{float32(math.NaN()), -0.1, float32(math.Inf(1))} {
+		_, err := Load(tinyDir(t), Options{Device: DeviceCPU, Logger: quietLogger(t), TeaCacheThreshold: th})
+		if err == nil || !strings.Contains(err.Error(), "TeaCacheThreshold") {
+			t.Errorf("threshold %v: %v, want an error naming TeaCacheThreshold", th, err)
+		}
 	}
 }

@@ -212,7 +212,10 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	opts := vae.DecodeOptions{Tiling: til}
 	var planned int64
 	st := d.Backend.Stats()
-	avail := st.Cap - st.InUse - gpuconv.DefaultChunkBytes - 64<<20 // the conv chain's scratch
+	avail, err := d.Backend.Room(gpuconv.DefaultChunkBytes + 64<<20) // the conv chain's scratch
+	if err != nil {
+		return fmt.Errorf("vae decode: %w", err)
+	}
 	if auto {
 		opts, planned = v.Plan(z.Shape(), avail)
 	} else {
