@@ -212,7 +212,11 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	opts := vae.DecodeOptions{Tiling: til}
 	var planned int64
 	st := d.Backend.Stats()
-	avail, err := d.Backend.Room(gpuconv.DefaultChunkBytes + 64<<20) // the conv chain's scratch
+	var scratch int64 // the conv3d chain's, on a GPU
+	if d.IsGPU() {
+		scratch = gpuconv.DefaultChunkBytes + 64<<20
+	}
+	avail, err := d.Backend.Room(scratch)
 	if err != nil {
 		return fmt.Errorf("vae decode: %w", err)
 	}
