@@ -214,6 +214,17 @@ func (j *job) encodeText() (pos, neg textCond, err error) {
 		neg = pos.zerosLike()
 	}
 	j.memory("text encoders unloaded")
+	for _, c := range []struct {
+		what string
+		v    []float32
+	}{{"the text encoder's prompt embeddings", pos.embeds}, {"text_encoder_2's pooled prompt", pos.pooled},
+		{"the text encoder's negative prompt embeddings", neg.embeds}, {"text_encoder_2's pooled negative prompt", neg.pooled}} {
+		if len(c.v) > 0 {
+			if err := tensor.NonFiniteError("framepack: text encode produced non-finite values in "+c.what, tensor.FromFloat32(c.v, len(c.v))); err != nil {
+				return pos, neg, err
+			}
+		}
+	}
 	return pos, neg, nil
 }
 
@@ -263,6 +274,9 @@ func (j *job) encodeImage(crop *pipeline.RGB) (*tensor.Tensor, error) {
 	for i, x := range data {
 		data[i] = round(round(x) * sf)
 	}
+	if err := tensor.NonFiniteError("framepack: vae encode produced non-finite start latents", start); err != nil {
+		return nil, err
+	}
 	return start, nil
 }
 
@@ -289,6 +303,10 @@ func (j *job) encodeSigLIP(crop *pipeline.RGB) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("framepack: image encoder: %w", err)
 	}
 	s.Close()
+	if err := tensor.NonFiniteError("framepack: image encode produced non-finite embeddings", out); err != nil {
+		j.unload(PartImageEncoder)
+		return nil, err
+	}
 	return out, j.unload(PartImageEncoder)
 }
 
@@ -460,6 +478,9 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 			out, err := pipeline.SampleSection(j.ctx, ss, tr, ss.To(noise), opts, cb)
 			if err == nil {
 				gen = hostCopy(out)
+				// Checked on the host copy made anyway: a NaN here would
+				// otherwise decode into a black video.
+				err = tensor.NonFiniteError("sampling produced non-finite latents", gen)
 			}
 			return err
 		}})

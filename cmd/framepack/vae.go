@@ -177,6 +177,9 @@ func readLatents(path, name string) (*tensor.Tensor, error) {
 	}
 	out := tensor.New(tensor.F32, t.Shape()...)
 	copy(out.Float32s(), t.ToFloat32())
+	if err := tensor.NonFiniteError(fmt.Sprintf("%s: tensor %q", path, name), out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
