@@ -82,3 +82,19 @@ func TestLoadRefusesBadTeaCacheThreshold(t *testing.T) {
 		}
 	}
 }
+
+// FRAMEPACK_FAULTS is validated by Load on the CPU, and alloc.nth fails a
+// CPU allocation of Generate.
+func TestFaultsOnCPULoad(t *testing.T) {
+	t.Setenv("FRAMEPACK_FAULTS", "conv3d.cpu=sometimes")
+	if _, err := Load(tinyDir(t), Options{Device: DeviceCPU, Logger: quietLogger(t)}); err == nil || !strings.Contains(err.Error(), "FRAMEPACK_FAULTS") {
+		t.Fatalf("malformed FRAMEPACK_FAULTS: %v", err)
+	}
+	t.Setenv("FRAMEPACK_FAULTS", "alloc.nth=40")
+	p := loadTiny(t)
+	_, err := p.Generate(context.Background(), smallRequest(testImage(t)))
+	if err == nil || !strings.Contains(err.Error(), "alloc.nth=40") {
+		t.Fatalf("alloc.nth=40: %v", err)
+	}
+	t.Logf("alloc.nth=40: %v", err)
+}
