@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/internal/tinymodel"
+	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/pipeline"
 	"github.com/framepack-go/framepack/tensor"

@@ -16,7 +16,7 @@ import (
 
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/internal/device"
-	"github.com/framepack-go/framepack/internal/tinymodel"
+	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/pipeline"
 	"github.com/framepack-go/framepack/tensor"
@@ -152,7 +152,7 @@ func (f *generateFlags) request(img *pipeline.RGB) framepack.Request {
 
 // tinyResolution is the default bucket resolution for the built-in tiny
 // model: at FramePack's 640 its CPU run takes minutes, at 128 seconds.
-const tinyResolution = 128
+const tinyResolution = tinymodel.Resolution
 
 func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags) error {
 	if ctx == nil {
