@@ -44,8 +44,11 @@ type DecodeStats struct {
 // are refused, and so are pixels that come out non-finite. Errors panic
 // inside s as *tensor.OpError (tensor.Catch).
 func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *tensor.Tensor {
-	if v.dec == nil {
+	if v == nil || v.dec == nil {
 		tensor.Fail("vae.decode", "%v", errNoPart)
+	}
+	if z == nil {
+		tensor.Fail("vae.decode", "no latents")
 	}
 	if z.Rank() != 5 || z.Dim(1) != v.cfg.LatentChannels || z.Numel() == 0 {
 		tensor.Fail("vae.decode", "latents %v: want (B, %d, T, h, w)", z.Shape(), v.cfg.LatentChannels)
