@@ -9,7 +9,12 @@
 //	res, err := p.Generate(ctx, req)
 //	// res.Frames: T frames of H×W RGB at res.FPS
 //
-// Load reads the model folder's configs and tokenizers; Generate loads each
+// The tinymodel package holds a tiny model with random weights in the real
+// layout, for trying the API without the real weights (run it at
+// tinymodel.Resolution); the examples use it.
+//
+// Load reads the model folder's configs and tokenizers and checks every
+// weight's name, shape and dtype; Generate loads each
 // model when its stage begins and frees it when the stage is done (the text
 // encoders after encoding, the VAE encoder and SigLIP after the start
 // image), keeping the transformer and the VAE decoder across sections when

@@ -23,7 +23,9 @@ import (
 // then the sections (last in time first), each sampled, prepended to the
 // history latents and decoded, its pixels soft-appended before the video
 // so far. Cancelling ctx stops before the next sampler step or stage and
-// returns an error wrapping ctx.Err(); nothing is kept loaded.
+// returns an error wrapping ctx.Err(); nothing is kept loaded. A NaN or
+// Inf in what a stage hands on (embeddings, latents, pixels) fails the job
+// with an error naming that stage, rather than making a black video.
 //
 // Every model goes on and off the device through a memory.Manager: its
 // device bytes are charged to its part name (text_encoder, text_encoder_2,
