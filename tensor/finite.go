@@ -2,6 +2,9 @@ package tensor
 
 import (
 	"fmt"
+	"math"
+	"runtime"
+	"sync"
 	"unsafe"
 )
 
@@ -23,11 +26,9 @@ func NonFinite(t *Tensor) (nan, inf int) {
 	}
 	switch t.dtype {
 	case F32:
-		for _, x := range h.Float32s() {
-			if x-x != 0 { // NaN − NaN and Inf − Inf are NaN; finite x − x is 0
-				count(x != x)
-			}
-		}
+		// Exponent all ones: Inf with a zero mantissa, NaN otherwise. On
+		// the bits, in parallel: the pixels of a 640 section are 42 M values.
+		nan, inf = nonFinite32(h.Float32s())
 	case F64:
 		for _, x := range asFloat64s(h.HostBytes()) {
 			if x-x != 0 {
@@ -64,4 +65,43 @@ func asFloat64s(b []byte) []float64 {
 		return nil
 	}
 	return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8)
+}
+
+// nonFinite32 counts NaN and Inf in v from the bits, over the cores for
+// long slices.
+func nonFinite32(v []float32) (nan, inf int) {
+	const chunk = 1 << 20
+	count := func(v []float32) (nan, inf int) {
+		for _, x := range v {
+			if u := math.Float32bits(x); u&0x7f800000 == 0x7f800000 {
+				if u&0x007fffff != 0 {
+					nan++
+				} else {
+					inf++
+				}
+			}
+		}
+		return nan, inf
+	}
+	parts := min(runtime.GOMAXPROCS(0), (len(v)+chunk-1)/chunk)
+	if parts <= 1 {
+		return count(v)
+	}
+	type result struct{ nan, inf int }
+	out := make([]result, parts)
+	var wg sync.WaitGroup
+	for i := range parts {
+		lo, hi := i*len(v)/parts, (i+1)*len(v)/parts
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i].nan, out[i].inf = count(v[lo:hi])
+		}()
+	}
+	wg.Wait()
+	for _, r := range out {
+		nan += r.nan
+		inf += r.inf
+	}
+	return nan, inf
 }

@@ -59,7 +59,39 @@ func TestNonFinite(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "section 2 latents: 1 NaN and 1 Inf of 3 values") {
 		t.Errorf("NonFiniteError = %v", err)
 	}
+	// A long tensor, counted over the cores: non-finite values at the ends
+	// and around the split points.
+	long := New(F32, 3<<20+7)
+	v := long.Float32s()
+	var wantNaN, wantInf int
+	for _, i := range []int{0, 1 << 20, 1<<20 - 1, 3 << 19, 2<<20 + 1, len(v) - 1} {
+		if i%2 == 0 {
+			v[i] = float32(math.NaN())
+		} else {
+			v[i] = float32(math.Inf(1))
+		}
+	}
+	for _, x := range v {
+		if math.IsNaN(float64(x)) {
+			wantNaN++
+		} else if math.IsInf(float64(x), 0) {
+			wantInf++
+		}
+	}
+	if n, i := NonFinite(long); n != wantNaN || i != wantInf {
+		t.Errorf("long f32: %d NaN, %d Inf; float64 math says %d, %d", n, i, wantNaN, wantInf)
+	}
 	if n, i := NonFinite(FromInt64([]int64{1, 2}, 2)); n != 0 || i != 0 {
 		t.Errorf("int64: %d, %d", n, i)
+	}
+}
+
+// BenchmarkNonFinite checks the pixels of one 544×704 section of 37 frames
+// (the real model's decode output at FramePack's 640 buckets).
+func BenchmarkNonFinite(b *testing.B) {
+	x := New(F32, 1, 3, 37, 544, 704)
+	b.SetBytes(x.Bytes())
+	for b.Loop() {
+		NonFinite(x)
 	}
 }
