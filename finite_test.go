@@ -142,3 +142,69 @@ func TestLoadRefusesBadScalingFactor(t *testing.T) {
 		}
 	}
 }
+
+// Load checks every part's weights before any model runs: a missing,
+// misshapen or integer tensor in the VAE decoder (and in each other part)
+// fails Load, naming the file and the tensor, instead of surfacing at the
+// first section's decode after sampling.
+func TestLoadChecksEveryPartsWeights(t *testing.T) {
+	drop := func(name string) func(map[string]*tensor.Tensor) {
+		return func(ts map[string]*tensor.Tensor) {
+			if ts[name] == nil {
+				t.Fatalf("no tensor %q", name)
+			}
+			delete(ts, name)
+		}
+	}
+	reshape := func(name string) func(map[string]*tensor.Tensor) {
+		return func(ts map[string]*tensor.Tensor) {
+			if ts[name] == nil {
+				t.Fatalf("no tensor %q", name)
+			}
+			ts[name] = tensor.New(ts[name].DType(), ts[name].Numel())
+		}
+	}
+	retype := func(name string) func(map[string]*tensor.Tensor) {
+		return func(ts map[string]*tensor.Tensor) {
+			if ts[name] == nil {
+				t.Fatalf("no tensor %q", name)
+			}
+			ts[name] = tensor.New(tensor.I64, ts[name].Shape()...)
+		}
+	}
+	for _, c := range []struct {
+		name, part string
+		edit       func(map[string]*tensor.Tensor)
+		want       []string
+	}{
+		{"vae decoder tensor missing", PartVAE, drop("decoder.conv_out.conv.weight"),
+			[]string{"model part vae", "diffusion_pytorch_model.safetensors", "decoder.conv_out.conv.weight"}},
+		{"vae decoder tensor reshaped", PartVAE, reshape("decoder.up_blocks.0.resnets.0.conv1.conv.weight"),
+			[]string{"model part vae", "decoder.up_blocks.0.resnets.0.conv1.conv.weight", "[27648]", "[32 32 3 3 3]"}},
+		{"vae decoder tensor of ints", PartVAE, retype("decoder.conv_in.conv.bias"),
+			[]string{"model part vae", "decoder.conv_in.conv.bias", "I64"}},
+		{"transformer block tensor reshaped", PartTransformer, reshape("single_transformer_blocks.1.proj_out.weight"),
+			[]string{"model part transformer", "single_transformer_blocks.1.proj_out.weight", "[20480]", "[64 320]"}},
+		{"text encoder tensor missing", PartTextEncoder, drop("layers.3.mlp.down_proj.weight"),
+			[]string{"model part text_encoder", "model.safetensors", "layers.3.mlp.down_proj.weight"}},
+		{"clip tensor reshaped", PartTextEncoder2, reshape("text_model.encoder.layers.1.mlp.fc1.weight"),
+			[]string{"model part text_encoder_2", "layers.1.mlp.fc1.weight", "[2048]"}},
+		{"siglip tensor missing", PartImageEncoder, drop("vision_model.post_layernorm.weight"),
+			[]string{"model part image_encoder", "post_layernorm.weight"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := tinyEdited(t, c.part, c.edit, nil)
+			p, err := Load(dir, Options{Device: DeviceCPU, Logger: quietLogger(t)})
+			if err == nil {
+				p.Close()
+				t.Fatal("loaded")
+			}
+			t.Log(err)
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
