@@ -74,9 +74,12 @@ func ExamplePipeline_Generate() {
 
 	req := tinyRequest()
 	req.Progress = func(pr framepack.Progress) {
-		if pr.Stage == framepack.StageSample {
+		switch pr.Stage {
+		case framepack.StageSample:
 			fmt.Printf("section %d/%d step %d/%d\n", pr.Section, pr.Sections, pr.Step, pr.Steps)
-		} else {
+		case framepack.StageSectionDone:
+			fmt.Printf("section %d/%d done: %d frames so far\n", pr.Section, pr.Sections, pr.Frames)
+		default:
 			fmt.Println(pr.Stage)
 		}
 	}
@@ -93,6 +96,7 @@ func ExamplePipeline_Generate() {
 	// section 1/1 step 1/2
 	// section 1/1 step 2/2
 	// decode
+	// section 1/1 done: 13 frames so far
 	// 13 frames of 128×96 at 30 fps
 }
 
