@@ -9,7 +9,12 @@
 //	res, err := p.Generate(ctx, req)
 //	// res.Frames: T frames of H×W RGB at res.FPS
 //
-// Load reads the model folder's configs and tokenizers; Generate loads each
+// The tinymodel package holds a tiny model with random weights in the real
+// layout, for trying the API without the real weights (run it at
+// tinymodel.Resolution); the examples use it.
+//
+// Load reads the model folder's configs and tokenizers and checks every
+// weight's name, shape and dtype; Generate loads each
 // model when its stage begins and frees it when the stage is done (the text
 // encoders after encoding, the VAE encoder and SigLIP after the start
 // image), keeping the transformer and the VAE decoder across sections when
@@ -24,9 +29,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/memory"
@@ -70,7 +77,7 @@ type Options struct {
 	// FramePack's low-VRAM mode.
 	VAETiling *vae.Tiling
 	// TeaCacheThreshold is TeaCache's relative-L1 threshold; 0 means
-	// FramePack's 0.15.
+	// FramePack's 0.15. Load refuses a negative or non-finite one.
 	TeaCacheThreshold float32
 	// Logger receives progress and memory lines; nil means slog.Default().
 	Logger *slog.Logger
@@ -119,7 +126,8 @@ type Pipeline struct {
 	// Weight bytes of each part in its compute dtype.
 	bytes map[string]int64
 
-	mu sync.Mutex
+	mu     sync.Mutex  // one Generate at a time; Close waits for it
+	closed atomic.Bool // set by Close once the device is released
 }
 
 // Load opens the FramePack model in dir (the parts' folders, each
@@ -130,6 +138,9 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	if th := float64(opts.TeaCacheThreshold); th < 0 || math.IsNaN(th) || math.IsInf(th, 0) {
+		return nil, fmt.Errorf("options: TeaCacheThreshold must be a finite value ≥ 0 (0: FramePack's 0.15), have %v", th)
 	}
 	p := &Pipeline{log: log, opts: opts, paths: map[string]string{}, bytes: map[string]int64{}}
 	overrides := map[string]string{
@@ -205,32 +216,69 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 
 // Close releases the device, logging first the conv3d chain's one line per
 // tier (how many convolutions each tier ran, and how long). The Pipeline
-// holds no weights between Generate calls.
+// holds no weights between Generate calls. Closing twice, or closing a nil
+// or zero Pipeline, does nothing.
+//
+// After Close, Generate returns an error and the methods without one
+// return zero values (Device "", a zero Budget and Stats, CropStart 0); so
+// do a nil *Pipeline and a Pipeline not made by Load.
 func (p *Pipeline) Close() {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.dev != nil {
+	if p.dev != nil && !p.closed.Load() {
 		if p.dev.Conv != nil {
 			p.dev.Conv.Chain().LogSummary()
 		}
 		p.dev.Close()
-		p.dev = nil
+		p.closed.Store(true)
 	}
 }
 
 // Device describes the compute device: "NVIDIA H100 80GB HBM3 (sm_90),
-// GEMM through cuBLAS …" or "CPU (16 threads, GEMM through openblas …)".
-func (p *Pipeline) Device() string { return p.dev.Name }
+// GEMM through cuBLAS …" or "CPU (16 threads, GEMM through openblas …)";
+// "" once closed.
+func (p *Pipeline) Device() string {
+	if !p.open() {
+		return ""
+	}
+	return p.dev.Name
+}
 
-// Budget is the memory budget in force on the compute device.
-func (p *Pipeline) Budget() memory.Budget { return p.be.Budget() }
+// Budget is the memory budget in force on the compute device; zero once
+// closed.
+func (p *Pipeline) Budget() memory.Budget {
+	if !p.open() {
+		return memory.Budget{}
+	}
+	return p.be.Budget()
+}
 
-// MemoryStats is the compute device's accounting now (peak since Load).
-func (p *Pipeline) MemoryStats() memory.Stats { return p.be.Stats() }
+// MemoryStats is the compute device's accounting now (peak since Load);
+// zero once closed.
+func (p *Pipeline) MemoryStats() memory.Stats {
+	if !p.open() {
+		return memory.Stats{}
+	}
+	return p.be.Stats()
+}
 
 // CropStart is the number of template tokens before the prompt (95 with
-// the real LLaMA-3 tokenizer).
-func (p *Pipeline) CropStart() int { return p.cropStart }
+// the real LLaMA-3 tokenizer); 0 once closed.
+func (p *Pipeline) CropStart() int {
+	if !p.open() {
+		return 0
+	}
+	return p.cropStart
+}
+
+// open reports whether p was made by Load and is not closed. It does not
+// take the lock: Progress callbacks call these methods during Generate.
+func (p *Pipeline) open() bool {
+	return p != nil && p.dev != nil && p.be != nil && !p.closed.Load()
+}
 
 // readConfigs reads and checks every part's config as the part's loader
 // does, checks from the file headers that each checkpoint holds every

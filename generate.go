@@ -23,7 +23,9 @@ import (
 // then the sections (last in time first), each sampled, prepended to the
 // history latents and decoded, its pixels soft-appended before the video
 // so far. Cancelling ctx stops before the next sampler step or stage and
-// returns an error wrapping ctx.Err(); nothing is kept loaded.
+// returns an error wrapping ctx.Err(); nothing is kept loaded. A NaN or
+// Inf in what a stage hands on (embeddings, latents, pixels) fails the job
+// with an error naming that stage, rather than making a black video.
 //
 // Every model goes on and off the device through a memory.Manager: its
 // device bytes are charged to its part name (text_encoder, text_encoder_2,
@@ -32,10 +34,16 @@ import (
 // hold 0 bytes, an error otherwise — followed by a trim of the device's
 // pools.
 func (p *Pipeline) Generate(ctx context.Context, req Request) (res *Result, err error) {
+	if p == nil {
+		return nil, errors.New("framepack: Generate on a nil Pipeline (make one with Load)")
+	}
+	if ctx == nil {
+		return nil, errors.New("framepack: Generate needs a context (nil given; use context.Background())")
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.dev == nil {
-		return nil, errors.New("framepack: the pipeline is closed")
+	if !p.open() {
+		return nil, errors.New("framepack: the pipeline is closed or was not made by Load")
 	}
 	img, err := req.validate()
 	if err != nil {
@@ -208,6 +216,17 @@ func (j *job) encodeText() (pos, neg textCond, err error) {
 		neg = pos.zerosLike()
 	}
 	j.memory("text encoders unloaded")
+	for _, c := range []struct {
+		what string
+		v    []float32
+	}{{"the text encoder's prompt embeddings", pos.embeds}, {"text_encoder_2's pooled prompt", pos.pooled},
+		{"the text encoder's negative prompt embeddings", neg.embeds}, {"text_encoder_2's pooled negative prompt", neg.pooled}} {
+		if len(c.v) > 0 {
+			if err := tensor.NonFiniteError("framepack: text encode produced non-finite values in "+c.what, tensor.FromFloat32(c.v, len(c.v))); err != nil {
+				return pos, neg, err
+			}
+		}
+	}
 	return pos, neg, nil
 }
 
@@ -257,6 +276,9 @@ func (j *job) encodeImage(crop *pipeline.RGB) (*tensor.Tensor, error) {
 	for i, x := range data {
 		data[i] = round(round(x) * sf)
 	}
+	if err := tensor.NonFiniteError("framepack: vae encode produced non-finite start latents", start); err != nil {
+		return nil, err
+	}
 	return start, nil
 }
 
@@ -283,6 +305,10 @@ func (j *job) encodeSigLIP(crop *pipeline.RGB) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("framepack: image encoder: %w", err)
 	}
 	s.Close()
+	if err := tensor.NonFiniteError("framepack: image encode produced non-finite embeddings", out); err != nil {
+		j.unload(PartImageEncoder)
+		return nil, err
+	}
 	return out, j.unload(PartImageEncoder)
 }
 
@@ -454,6 +480,9 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 			out, err := pipeline.SampleSection(j.ctx, ss, tr, ss.To(noise), opts, cb)
 			if err == nil {
 				gen = hostCopy(out)
+				// Checked on the host copy made anyway: a NaN here would
+				// otherwise decode into a black video.
+				err = tensor.NonFiniteError("sampling produced non-finite latents", gen)
 			}
 			return err
 		}})

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/tinymodel"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/weights"
 )
 

@@ -139,8 +139,11 @@ type Result struct {
 }
 
 // Dense is the frames as a gorgonia uint8 array (T, H, W, 3) sharing
-// their memory.
+// their memory; nil for a nil Result or one without frames.
 func (r *Result) Dense() *gt.Dense {
+	if r == nil || r.T <= 0 || r.H <= 0 || r.W <= 0 || len(r.Pix) != r.T*r.H*r.W*3 {
+		return nil
+	}
 	return gt.New(gt.WithShape(r.T, r.H, r.W, 3), gt.WithBacking(r.Pix))
 }
 

@@ -110,6 +110,7 @@ func TestWithFlags(t *testing.T) {
 		{"20", "", "--vram-limit: memory size \"20\" has no unit"},
 		{"", "25G", "must be below the 20.0 GiB cap"},
 		{"8G", "8G", "must be below the 8.0 GiB cap"},
+		{"8M", "", "--vram-limit 8M (8.0 MiB) is below the 64.0 MiB the engine needs"},
 		{"", "x", "--preserve"},
 	} {
 		_, err := base.WithFlags(c.limit, c.preserve)

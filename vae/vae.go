@@ -139,8 +139,14 @@ func build(cfg Config, be tensor.Backend, dt tensor.DType, p params, opts Option
 	return v
 }
 
-// Close frees the weights.
+// Close frees the weights. Closing twice or closing a nil VAE does
+// nothing; after Close, Encode and Decode fail (tensor.Catch gives the
+// error) and the other methods still describe the model. A nil VAE gives
+// zero values.
 func (v *VAE) Close() {
+	if v == nil {
+		return
+	}
 	for _, t := range v.owned {
 		tensor.Release(t)
 	}
@@ -149,20 +155,43 @@ func (v *VAE) Close() {
 }
 
 // Config is the model's configuration.
-func (v *VAE) Config() Config { return v.cfg }
+func (v *VAE) Config() Config {
+	if v == nil {
+		return Config{}
+	}
+	return v.cfg
+}
 
 // DType is the compute dtype.
-func (v *VAE) DType() tensor.DType { return v.dt }
+func (v *VAE) DType() tensor.DType {
+	if v == nil {
+		return tensor.Invalid
+	}
+	return v.dt
+}
 
 // Backend is the backend the weights live on.
-func (v *VAE) Backend() tensor.Backend { return v.be }
+func (v *VAE) Backend() tensor.Backend {
+	if v == nil {
+		return nil
+	}
+	return v.be
+}
 
 // ScalingFactor is the factor latents are multiplied by after encoding
 // (and divided by before decoding).
-func (v *VAE) ScalingFactor() float32 { return v.cfg.ScalingFactor }
+func (v *VAE) ScalingFactor() float32 {
+	if v == nil {
+		return 0
+	}
+	return v.cfg.ScalingFactor
+}
 
 // WeightBytes is the device memory the weights hold.
 func (v *VAE) WeightBytes() int64 {
+	if v == nil {
+		return 0
+	}
 	var n int64
 	for _, t := range v.owned {
 		n += t.Bytes()
@@ -327,4 +356,4 @@ func (p nameParams) get(name string, shape ...int) *tensor.Tensor {
 	return placeholder(tensor.F32)
 }
 
-var errNoPart = errors.New("vae: that half of the model was not loaded")
+var errNoPart = errors.New("vae: that half of the model is not loaded (left out at Load, or the VAE is closed or nil)")

@@ -16,10 +16,10 @@ import (
 
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/internal/device"
-	"github.com/framepack-go/framepack/internal/tinymodel"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/pipeline"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/vae"
 	"github.com/framepack-go/framepack/video"
 	"github.com/spf13/cobra"
@@ -152,41 +152,43 @@ func (f *generateFlags) request(img *pipeline.RGB) framepack.Request {
 
 // tinyResolution is the default bucket resolution for the built-in tiny
 // model: at FramePack's 640 its CPU run takes minutes, at 128 seconds.
-const tinyResolution = 128
+const tinyResolution = tinymodel.Resolution
 
 func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	log := slog.Default()
-	img, err := f.check()
-	if err != nil {
-		return err
-	}
-
 	dir := f.models
 	if dir == "" {
 		dir = os.Getenv("FRAMEPACK_MODELS")
 	}
-	if dir == "" {
+	tiny := dir == ""
+	at := ""
+	if tiny && !cmd.Flags().Changed("resolution") {
+		f.resolution = tinyResolution
+		at = fmt.Sprintf(" at --resolution %d", tinyResolution)
+	}
+	// Checked with the resolution the run will use (the tiny model's
+	// default included), so that a bucket error names this run's bucket.
+	img, err := f.check()
+	if err != nil {
+		return err
+	}
+	if tiny {
 		for _, p := range []string{f.prompt, f.negative} {
 			if i := strings.IndexFunc(p, func(r rune) bool { return r > unicode.MaxASCII }); i >= 0 {
 				return fmt.Errorf("the built-in tiny model reads ASCII prompts only (its CLIP vocabulary has 200 ids); %q is not ASCII — use --models for real weights", []rune(p[i:])[0])
 			}
 		}
-		tiny, temporary, err := tinymodel.Dir()
+		tdir, temporary, err := tinymodel.Dir()
 		if err != nil {
 			return err
 		}
 		if temporary {
-			defer os.RemoveAll(tiny)
+			defer os.RemoveAll(tdir)
 		}
-		dir = tiny
-		at := ""
-		if !cmd.Flags().Changed("resolution") {
-			f.resolution = tinyResolution
-			at = fmt.Sprintf(" at --resolution %d", tinyResolution)
-		}
+		dir = tdir
 		log.Info("no --models and no FRAMEPACK_MODELS: using the built-in tiny model" + at + " (random weights: every stage runs, the video is noise)")
 	}
 	opts := framepack.Options{Device: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, Logger: log}

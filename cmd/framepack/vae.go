@@ -177,6 +177,9 @@ func readLatents(path, name string) (*tensor.Tensor, error) {
 	}
 	out := tensor.New(tensor.F32, t.Shape()...)
 	copy(out.Float32s(), t.ToFloat32())
+	if err := tensor.NonFiniteError(fmt.Sprintf("%s: tensor %q", path, name), out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -212,7 +215,14 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	opts := vae.DecodeOptions{Tiling: til}
 	var planned int64
 	st := d.Backend.Stats()
-	avail := st.Cap - st.InUse - gpuconv.DefaultChunkBytes - 64<<20 // the conv chain's scratch
+	var scratch int64 // the conv3d chain's, on a GPU
+	if d.IsGPU() {
+		scratch = gpuconv.DefaultChunkBytes + 64<<20
+	}
+	avail, err := d.Backend.Room(scratch)
+	if err != nil {
+		return fmt.Errorf("vae decode: %w", err)
+	}
 	if auto {
 		opts, planned = v.Plan(z.Shape(), avail)
 	} else {
