@@ -67,11 +67,15 @@ func exitCode(w io.Writer, err error, sig os.Signal) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintln(w, "framepack: "+errorText(err))
 	var ue *usageError
-	switch s, ok := sig.(syscall.Signal); {
-	case ok && errors.Is(err, context.Canceled):
+	s, ok := sig.(syscall.Signal)
+	if ok && errors.Is(err, context.Canceled) {
+		name := map[syscall.Signal]string{syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM"}[s]
+		fmt.Fprintf(w, "framepack: stopped by %s: %s\n", name, errorText(err))
 		return 128 + int(s)
+	}
+	fmt.Fprintln(w, "framepack: "+errorText(err))
+	switch {
 	case errors.Is(err, context.Canceled):
 		return 128 + int(syscall.SIGINT)
 	case errors.As(err, &ue):

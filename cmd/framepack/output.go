@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/framepack-go/framepack/video"
 )
@@ -96,8 +98,8 @@ func (o videoOutput) write(ctx context.Context, f video.Frames, vo video.Options
 // folder of other things where PNG frames go.
 func checkReplaceable(path string, frames bool) error {
 	st, err := os.Lstat(path)
-	if os.IsNotExist(err) {
-		return nil
+	if os.IsNotExist(err) || errors.Is(err, syscall.ENOTDIR) {
+		return nil // checkWritable reports a missing folder
 	}
 	if err != nil {
 		return usagef("-o %s: %v", path, err)
