@@ -15,6 +15,9 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/framepack-go/framepack"
 )
 
 // The tests in this file build the command and run it as a user does, for
@@ -457,5 +460,77 @@ func TestCLIQuiet(t *testing.T) {
 	// Again over the same frames folder: replaced.
 	if r := runBinary(t, dir, append([]string{"generate", "--image", absScene(t), "-q", "-o", "b"}, quick...)...); r.code != 0 {
 		t.Errorf("writing over a frames folder: exit %d:\n%s", r.code, r.stderr)
+	}
+}
+
+func TestParseSeed(t *testing.T) {
+	for in, want := range map[string]uint64{"0": 0, "31337": 31337, " 7 ": 7, "18446744073709551615": 1<<64 - 1} {
+		if got, random, err := parseSeed(in); err != nil || random || got != want {
+			t.Errorf("parseSeed(%q) = %d, %v, %v; want %d", in, got, random, err, want)
+		}
+	}
+	seen := map[uint64]bool{}
+	for _, in := range []string{"random", "-1", "random", "-1"} {
+		got, random, err := parseSeed(in)
+		if err != nil || !random || got >= 1<<32 {
+			t.Errorf("parseSeed(%q) = %d, %v, %v; want a random seed below 2³²", in, got, random, err)
+		}
+		seen[got] = true
+	}
+	if len(seen) < 2 {
+		t.Errorf("four random seeds, %d distinct", len(seen))
+	}
+	for _, in := range []string{"", "junk", "-2", "1.5", "0x10", "18446744073709551616", "1e3", "Random"} {
+		if _, _, err := parseSeed(in); err == nil || !strings.Contains(err.Error(), "--seed") {
+			t.Errorf("parseSeed(%q): %v, want an error naming --seed", in, err)
+		}
+	}
+}
+
+// TestProgressEstimates: the time per step leaves out each section's
+// first step (it pays for loading); what is left of the video counts the
+// steps of the sections to come and their decodes.
+func TestProgressEstimates(t *testing.T) {
+	now := time.Now()
+	p := &progress{stepTime: 10 * time.Second, stepCount: 5, decodeTime: 6 * time.Second, decodes: 2}
+	p.pr = framepack.Progress{Stage: framepack.StageSample, Section: 2, Sections: 3, Step: 4, Steps: 10}
+	sps, section, video := p.estimates(now)
+	// 2 s/step; 6 steps left here; 10 steps of section 3; 2 decodes of 3 s.
+	if sps != 2*time.Second || section != 12*time.Second || video != 12*time.Second+20*time.Second+6*time.Second {
+		t.Errorf("sampling: %v s/step, section %v, video %v", sps, section, video)
+	}
+	// Decoding section 2 for 1 s: 2 s of it left, then section 3.
+	p.pr, p.decodeStart = framepack.Progress{Stage: framepack.StageDecode, Section: 2, Sections: 3, Steps: 0}, now.Add(-time.Second)
+	p.pr.Steps = 10
+	if _, _, video := p.estimates(now); video != 20*time.Second+3*time.Second+2*time.Second {
+		t.Errorf("decoding: video %v left", video)
+	}
+	if _, _, video := (&progress{pr: p.pr}).estimates(now); video != 0 {
+		t.Errorf("no steps timed yet: %v left, want 0 (unknown)", video)
+	}
+	for d, want := range map[time.Duration]string{0: "0:00", 65 * time.Second: "1:05", 3725 * time.Second: "1:02:05"} {
+		if got := clock(d); got != want {
+			t.Errorf("clock(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// TestOutputKind: the extension picks the output.
+func TestOutputKind(t *testing.T) {
+	for path, want := range map[string]videoKind{"a.mp4": kindContainer, "b.MOV": kindContainer, "dir/c.mkv": kindContainer, "frames": kindFrames, "dir/frames": kindFrames} {
+		if got, err := outputKind(path); err != nil || got != want {
+			t.Errorf("outputKind(%q) = %v, %v; want %v", path, got, err, want)
+		}
+	}
+	for _, path := range []string{"out.png", "out.gif", "out.avi", "out.mp4.tmp"} {
+		if _, err := outputKind(path); err == nil || !strings.Contains(err.Error(), ".mp4, .mov, .mkv") {
+			t.Errorf("outputKind(%q): %v", path, err)
+		}
+	}
+	if got := settingsPath("dir/out.mp4"); got != "dir/out.mp4.json" {
+		t.Errorf("settingsPath: %q", got)
+	}
+	if got := settingsPath("frames/"); got != "frames.json" {
+		t.Errorf("settingsPath: %q", got)
 	}
 }

@@ -137,7 +137,7 @@ func newRoot() *cobra.Command {
 			if q, _ := cmd.Flags().GetBool("quiet"); q {
 				level = slog.LevelWarn
 			}
-			slog.SetDefault(slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})))
+			slog.SetDefault(slog.New(slog.NewTextHandler(logWriter{cmd.ErrOrStderr()}, &slog.HandlerOptions{Level: level})))
 		},
 	}
 	root.SetVersionTemplate("{{.Version}}\n")

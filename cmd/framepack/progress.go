@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -79,11 +80,49 @@ type progress struct {
 
 func newProgress(w io.Writer, log *slog.Logger, quiet bool, ev *events) *progress {
 	now := time.Now()
-	return &progress{w: w, log: log, tty: isTerminal(w), quiet: quiet, ev: ev, start: now, last: now}
+	p := &progress{w: w, log: log, tty: isTerminal(w), quiet: quiet, ev: ev, start: now, last: now}
+	if p.tty && !quiet {
+		termBar.Store(p)
+	}
+	return p
+}
+
+// termBar is the progress line on the terminal, if any: log lines clear
+// it before they are written and redraw it after (logWriter).
+var termBar atomic.Pointer[progress]
+
+// logWriter is the log's output: stderr, sharing the terminal with the
+// progress line.
+type logWriter struct{ w io.Writer }
+
+func (l logWriter) Write(b []byte) (int, error) {
+	p := termBar.Load()
+	if p == nil {
+		return l.w.Write(b)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.drawn {
+		fmt.Fprint(p.w, "\r\x1b[K")
+	}
+	n, err := l.w.Write(b)
+	if p.drawn {
+		p.draw(time.Now())
+	}
+	return n, err
 }
 
 // report is Request.Progress.
 func (p *progress) report(pr framepack.Progress) {
+	if line, args := p.update(pr); line != "" {
+		// Logged without p.mu, which logWriter takes.
+		p.log.Info(line, args...)
+	}
+}
+
+// update takes pr in and draws the terminal line; it returns the log line
+// to write when stderr is not a terminal.
+func (p *progress) update(pr framepack.Progress) (string, []any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
@@ -118,7 +157,7 @@ func (p *progress) report(pr framepack.Progress) {
 	p.ev.emit("progress", fields)
 
 	if p.quiet {
-		return
+		return "", nil
 	}
 	switch {
 	case p.tty:
@@ -131,10 +170,11 @@ func (p *progress) report(pr framepack.Progress) {
 		if sps > 0 {
 			msg += fmt.Sprintf(", %.2f s/step, section left %s, video left %s", sps.Seconds(), clock(etaSection), clock(eta))
 		}
-		p.log.Info(msg, "section", pr.Section, "sections", pr.Sections, "step", pr.Step, "steps", pr.Steps, "frames", pr.Frames)
+		return msg, []any{"section", pr.Section, "sections", pr.Sections, "step", pr.Step, "steps", pr.Steps, "frames", pr.Frames}
 	case pr.Stage == framepack.StageDecode:
-		p.log.Info(fmt.Sprintf("decoding section %d/%d", pr.Section, pr.Sections), "section", pr.Section, "sections", pr.Sections)
+		return fmt.Sprintf("decoding section %d/%d", pr.Section, pr.Sections), []any{"section", pr.Section, "sections", pr.Sections}
 	}
+	return "", nil
 }
 
 // estimates are the time per sampler step and what is left of the
@@ -227,6 +267,7 @@ func (p *progress) stopTicker() {
 
 // done ends the progress display.
 func (p *progress) done() {
+	termBar.CompareAndSwap(p, nil)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stage == framepack.StageDecode {
