@@ -275,12 +275,14 @@ func TestCLIOutputRefused(t *testing.T) {
 	must(syscall.Mkfifo(filepath.Join(dir, "fifo.mp4"), 0o644))
 	must(os.Mkdir(filepath.Join(dir, "folder.mp4"), 0o755))
 	must(os.Mkdir(filepath.Join(dir, "stuff"), 0o755))
+	must(os.Symlink("stuff", filepath.Join(dir, "linkdir")))
 	os.WriteFile(filepath.Join(dir, "stuff", "notes.txt"), []byte("mine"), 0o644)
 	// A settings file's place taken by a folder.
 	os.WriteFile(filepath.Join(dir, "taken.mp4"), nil, 0o644)
 	must(os.Mkdir(filepath.Join(dir, "taken.mp4.json"), 0o755))
 	cases := []struct{ out, want string }{
 		{"link.mp4", "is a symbolic link"},
+		{"linkdir/", "is a symbolic link"},
 		{"fifo.mp4", "not a regular file (a named pipe)"},
 		{"folder.mp4", "is a folder"},
 		{"stuff", "folder with other things in it"},
@@ -330,7 +332,7 @@ func TestCLIOutputRefused(t *testing.T) {
 		t.Error("stuff/notes.txt is gone")
 	}
 	ents, _ := os.ReadDir(dir)
-	if len(ents) != 9 && len(ents) != 8 {
+	if len(ents) != 10 && len(ents) != 9 {
 		var names []string
 		for _, e := range ents {
 			names = append(names, e.Name())

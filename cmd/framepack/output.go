@@ -59,6 +59,9 @@ func checkVideoOutput(path string, settings bool) (videoOutput, error) {
 	if path == "" {
 		return videoOutput{}, usagef("-o: no output path")
 	}
+	// "frames/" is the folder frames; a trailing slash would also make
+	// Lstat follow a link.
+	path = filepath.Clean(path)
 	kind, err := outputKind(path)
 	if err != nil {
 		return videoOutput{}, err
@@ -184,6 +187,7 @@ func checkFileOutput(path string) error {
 	if path == "" {
 		return usagef("-o is required")
 	}
+	path = filepath.Clean(path)
 	if err := checkReplaceable(path, false); err != nil {
 		return err
 	}
