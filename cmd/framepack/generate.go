@@ -117,8 +117,8 @@ noise, but every stage runs — a smoke test for a machine without the 30+ GB of
 }
 
 // check validates everything that can be checked before loading a model,
-// so bad input fails at once with one clear error.
-// Every error here is a usage error (exit status 2).
+// so bad input fails at once with one clear error: a usage error (exit
+// status 2).
 func (f *generateFlags) check() (*pipeline.RGB, error) {
 	img, err := f.checkFlags()
 	return img, usage(err)
