@@ -98,7 +98,7 @@ func (j *job) stage(name string) error {
 }
 
 func (j *job) memory(stage string) {
-	j.p.log.Info("memory: " + stage + ": " + j.p.be.Stats().String())
+	j.p.log.Debug("memory: " + stage + ": " + j.p.be.Stats().String())
 }
 
 // placeFor is the backend a part runs on: the device, or the host CPU when

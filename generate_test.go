@@ -172,7 +172,7 @@ func TestGenerateTiny(t *testing.T) {
 				// and the VAE decoder for their stage only.
 				var logs bytes.Buffer
 				small, err := Load(tinyDir(t), Options{Device: DeviceCPU, VRAMLimit: "64M", Preserve: "60M",
-					Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), nil))})
+					Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), &slog.HandlerOptions{Level: slog.LevelDebug}))})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -197,7 +197,7 @@ func TestGenerateTiny(t *testing.T) {
 				// per section), run on the CPU, change nothing.
 				var logs bytes.Buffer
 				fake, err := Load(tinyDir(t), Options{Device: DeviceCPU,
-					Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), nil))})
+					Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), &slog.HandlerOptions{Level: slog.LevelDebug}))})
 				if err != nil {
 					t.Fatal(err)
 				}
