@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -431,4 +432,21 @@ func TestUnknownSize(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `"huge"`) {
 		t.Errorf("err = %v, want one naming the size", err)
 	}
+}
+
+// TestCancelLeavesNoWeights: a cancelled write returns the context's error
+// and leaves neither a temporary nor a weight file.
+func TestCancelLeavesNoWeights(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := randmodel.Write(ctx, dir, randmodel.Options{Size: randmodel.Tiny}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && (strings.Contains(d.Name(), ".safetensors") || strings.Contains(d.Name(), ".tmp-")) {
+			t.Errorf("left behind: %s", p)
+		}
+		return nil
+	})
 }
