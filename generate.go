@@ -66,6 +66,7 @@ type job struct {
 
 	mm    *memory.Manager  // places the models on p.be
 	parts map[string]*part // the models, by part name
+	cur   string           // the stage being timed, for ModelLoad.Stage
 }
 
 func (p *Pipeline) newJob(ctx context.Context, req Request) *job {
@@ -85,6 +86,7 @@ func (j *job) stage(name string) error {
 	if err := j.ctx.Err(); err != nil {
 		return fmt.Errorf("framepack: cancelled before %s: %w", name, err)
 	}
+	j.cur = name
 	j.progress(Progress{Stage: name})
 	return nil
 }
@@ -424,6 +426,7 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 		in.LatentIndices, in.CleanLatentIndices = sec.LatentIndices, sec.CleanIndices
 		in.CleanLatent2xIndices, in.CleanLatent4xIndices = sec.Clean2xIndices, sec.Clean4xIndices
 
+		j.cur = ""
 		model, err := j.loadTransformer()
 		if err != nil {
 			return err
@@ -478,6 +481,7 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 		if err := j.ctx.Err(); err != nil {
 			return fmt.Errorf("framepack: cancelled before decoding section %d: %w", section, err)
 		}
+		j.cur = StageDecode
 		j.progress(Progress{Stage: StageDecode, Section: section, Sections: n, Frames: frames})
 		t = time.Now()
 		nz, overlap := plan.DecodeLatents(i)
