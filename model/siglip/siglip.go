@@ -52,8 +52,11 @@ func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
 	switch {
 	case cfg.NumAttentionHeads <= 0 || cfg.HiddenSize%cfg.NumAttentionHeads != 0:
 		return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of num_attention_heads %d", dir, cfg.HiddenSize, cfg.NumAttentionHeads)
-	case cfg.PatchSize <= 0 || cfg.ImageSize%cfg.PatchSize != 0:
-		return nil, fmt.Errorf("%s: image_size %d is not a multiple of patch_size %d", dir, cfg.ImageSize, cfg.PatchSize)
+	// flux_redux_bfl's 384 is not a multiple of its patch 14: the
+	// unpadded stride-14 convolution sees 27 patches a side and ignores
+	// the last 6 pixels, as transformers does.
+	case cfg.PatchSize <= 0 || cfg.ImageSize < cfg.PatchSize:
+		return nil, fmt.Errorf("%s: image_size %d is smaller than patch_size %d", dir, cfg.ImageSize, cfg.PatchSize)
 	}
 	act, err := encoder.ParseAct(cfg.HiddenAct)
 	if err != nil {
