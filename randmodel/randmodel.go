@@ -44,6 +44,11 @@ type Options struct {
 	// Progress, when set, is called from the workers with the bytes of
 	// weights written so far and the total.
 	Progress func(written, total int64)
+
+	// headersOnly writes each weight file's header and leaves its data a
+	// hole (a sparse file of the right size): the tests load a
+	// released-size folder's configs and headers without 42 GB of disk.
+	headersOnly bool
 }
 
 // Summary describes a written folder.
@@ -195,6 +200,11 @@ func Write(ctx context.Context, dir string, opts Options) (Summary, error) {
 	if opts.Progress != nil {
 		total := sum.WeightBytes
 		progress = func(n int64) { opts.Progress(written.Add(n), total) }
+	}
+	if opts.headersOnly {
+		for _, f := range files {
+			f.tensors, f.offsets = nil, nil // no chunks to write
+		}
 	}
 	if err := writeShards(ctx, files, opts.Seed, opts.Workers, progress); err != nil {
 		return sum, fmt.Errorf("randmodel: %w", err)
