@@ -125,24 +125,40 @@ def main():
 
     # Tokenizers: the template prefix must be FramePack's crop_start (95)
     # tokens, starting with <|begin_of_text|> 128000, <|start_header_id|> 128006.
+    # tokenizer.json as written (PreTrainedTokenizerFast) decides ok; FramePack's
+    # LlamaTokenizerFast is reported beside it, because some transformers 5.x
+    # releases rebuild it with a Metaspace pre-tokenizer whatever tokenizer.json
+    # says, which changes the ids of any byte-level (LLaMA-3) tokenizer, the real
+    # one included.
     from diffusers_helper.hunyuan import DEFAULT_PROMPT_TEMPLATE
-    try:
-        tok = LlamaTokenizerFast.from_pretrained(d, subfolder="tokenizer")
-        prefix = DEFAULT_PROMPT_TEMPLATE["template"].split("{}")[0]
-        ids = tok(prefix).input_ids
-        full = tok(DEFAULT_PROMPT_TEMPLATE["template"].format("The girl dances gracefully."), padding="max_length",
-                   max_length=256 + 95, truncation=True).input_ids
-        want = {"<|begin_of_text|>": 128000, "<|end_of_text|>": 128001, "<|start_header_id|>": 128006,
-                "<|end_header_id|>": 128007, "<|eot_id|>": 128009}
-        got = {k: tok.convert_tokens_to_ids(k) for k in want}
+    from transformers import PreTrainedTokenizerFast
+    prefix = DEFAULT_PROMPT_TEMPLATE["template"].split("{}")[0]
+    want = {"<|begin_of_text|>": 128000, "<|end_of_text|>": 128001, "<|start_header_id|>": 128006,
+            "<|end_header_id|>": 128007, "<|eot_id|>": 128009}
+
+    def check_llama(cls):
+        t = cls.from_pretrained(d, subfolder="tokenizer")
+        ids = t(prefix).input_ids
+        full = t(DEFAULT_PROMPT_TEMPLATE["template"].format("The girl dances gracefully."), padding="max_length",
+                 max_length=256 + 95, truncation=True).input_ids
+        got = {k: t.convert_tokens_to_ids(k) for k in want}
         ok = len(ids) == DEFAULT_PROMPT_TEMPLATE["crop_start"] and ids[:2] == [128000, 128006] and got == want \
             and max(full) < 128320 and len(full) == 351
-        report("tokenizer", ok, f"{type(tok).__name__}, template prefix {len(ids)} tokens (crop_start "
-               f"{DEFAULT_PROMPT_TEMPLATE['crop_start']}), first {ids[:4]}, specials {got}, padded prompt {len(full)} ids, max {max(full)}")
+        return t, ok, (f"{type(t).__name__}: template prefix {len(ids)} tokens (crop_start "
+                       f"{DEFAULT_PROMPT_TEMPLATE['crop_start']}), first {ids[:4]}, specials {got}, padded prompt {len(full)} ids, max {max(full)}")
+
+    tok = None
+    try:
+        tok, ok, detail = check_llama(PreTrainedTokenizerFast)
+        try:
+            _, ok2, detail2 = check_llama(LlamaTokenizerFast)
+            detail += "; " + detail2 + ("" if ok2 else " (differs: this transformers' LlamaTokenizerFast does not follow tokenizer.json)")
+        except Exception as e:
+            detail += f"; LlamaTokenizerFast failed: {type(e).__name__}: {e}"
+        report("tokenizer", ok, detail)
     except Exception as e:
         traceback.print_exc()
         report("tokenizer", False, f"{type(e).__name__}: {e}")
-        tok = None
     try:
         tok2 = CLIPTokenizer.from_pretrained(d, subfolder="tokenizer_2")
         ids = tok2("The girl dances gracefully.", padding="max_length", max_length=77, truncation=True).input_ids
