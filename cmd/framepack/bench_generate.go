@@ -29,6 +29,7 @@ func init() { benchCommands = append(benchCommands, newBenchGenerate) }
 type benchGenFlags struct {
 	models, image, prompt, out, device, preserve string
 	modes, teacache                              string
+	coldCache                                    bool
 	seconds                                      float64
 	resolution, steps, window                    int
 	seed                                         uint64
@@ -58,7 +59,8 @@ transformer's and VAE decoder's reloads included), text_s, image_s (VAE encode a
 sample_s (every section's sampling; sample_s_per_step divides by sections × steps), decode_s,
 write_s; other_s is the rest of total_s (process start-up, reading the image, unloading).
 compile_s is the GPU kernel compile time the backend logged, summed over modules, part of the
-stage that first needed them. device_peak_gib is the engine allocator's peak during the job,
+stage that first needed them; kernels are cached on disk, so only a first run compiles
+(--cold-cache gives every run an empty cache). device_peak_gib is the engine allocator's peak during the job,
 rss_peak_gib the process's peak resident memory (VmHWM). load_gbps is each model's weight
 bytes in the compute dtype over its load time.`,
 		Example: `  framepack bench make-models --out /tmp/fp
@@ -85,6 +87,7 @@ bytes in the compute dtype over its load time.`,
 	fl.StringVar(&f.device, "device", framepack.DeviceAuto, "auto, cpu or gpu")
 	fl.StringVar(&f.preserve, "preserve", "", "--preserve for every run (default: the engine's)")
 	fl.StringVarP(&f.out, "out", "o", "", "folder for the videos (default: a temporary folder, removed after)")
+	fl.BoolVar(&f.coldCache, "cold-cache", false, "give each run an empty cache folder (XDG_CACHE_HOME): GPU kernels compiled and conv3d algorithms chosen afresh, as on a first run")
 	fl.BoolVar(&f.child, "child", false, "run one job in this process (what the parent runs)")
 	fl.StringVar(&f.mode, "mode", "nocap", "the child's memory mode")
 	fl.BoolVar(&f.tcOn, "tc", true, "the child's TeaCache")
@@ -193,9 +196,19 @@ func runBenchGenParent(ctx context.Context, cmd *cobra.Command, f *benchGenFlags
 			args = append(args, "-v")
 		}
 		c := exec.CommandContext(ctx, self, args...)
+		cache := ""
+		if f.coldCache {
+			if cache, err = os.MkdirTemp("", "framepack-bench-cache-"); err != nil {
+				return fmt.Errorf("bench generate: %w", err)
+			}
+			c.Env = append(os.Environ(), "XDG_CACHE_HOME="+cache)
+		}
 		var stdout bytes.Buffer
 		c.Stdout, c.Stderr = &stdout, cmd.ErrOrStderr()
 		runErr := c.Run()
+		if cache != "" {
+			os.RemoveAll(cache)
+		}
 		line := lastJSONLine(stdout.Bytes())
 		if runErr != nil || line == nil {
 			failed++
@@ -212,7 +225,12 @@ func runBenchGenParent(ctx context.Context, cmd *cobra.Command, f *benchGenFlags
 			}
 			continue
 		}
-		if _, err := cmd.OutOrStdout().Write(append(line, '\n')); err != nil {
+		var r benchResult
+		if err := json.Unmarshal(line, &r); err != nil {
+			return fmt.Errorf("bench generate: the child's line %s: %w", line, err)
+		}
+		r["cold_cache"] = f.coldCache
+		if err := printResult(cmd.OutOrStdout(), r); err != nil {
 			return err
 		}
 	}
