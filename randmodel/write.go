@@ -228,8 +228,9 @@ func (f *shardFile) finish() error {
 // fill writes the values of chunk c of tensor t into b (2-byte values).
 func fill(b []byte, dtype string, t tensorSpec, seed uint64, c int64) {
 	n := len(b) / 2
+	bf16 := dtype == "BF16"
 	half := halfBF16
-	if dtype != "BF16" {
+	if !bf16 {
 		half = halfF16
 	}
 	switch t.init {
@@ -263,7 +264,7 @@ func fill(b []byte, dtype string, t tensorSpec, seed uint64, c int64) {
 			z ^= z >> 31
 			s := int64(z&0xffff) + int64(z>>16&0xffff) + int64(z>>32&0xffff) + int64(z>>48) - 2*65535
 			v := float32(s) * k
-			if dtype == "BF16" {
+			if bf16 {
 				binary.LittleEndian.PutUint16(b[2*i:], halfBF16(v))
 			} else {
 				binary.LittleEndian.PutUint16(b[2*i:], halfF16(v))
@@ -278,7 +279,7 @@ func fill(b []byte, dtype string, t tensorSpec, seed uint64, c int64) {
 			z = (z ^ z>>27) * 0x94d049bb133111eb
 			z ^= z >> 31
 			v := float32(int64(z>>40)-(1<<23)) * k
-			if dtype == "BF16" {
+			if bf16 {
 				binary.LittleEndian.PutUint16(b[2*i:], halfBF16(v))
 			} else {
 				binary.LittleEndian.PutUint16(b[2*i:], halfF16(v))
