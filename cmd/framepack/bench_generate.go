@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/video"
 )
 
@@ -62,7 +64,8 @@ compile_s is the GPU kernel compile time the backend logged, summed over modules
 stage that first needed them; kernels are cached on disk, so only a first run compiles
 (--cold-cache gives every run an empty cache). device_peak_gib is the engine allocator's peak during the job,
 rss_peak_gib the process's peak resident memory (VmHWM). load_gbps is each model's weight
-bytes in the compute dtype over its load time.`,
+bytes in the compute dtype over its load time. latents_nonfinite counts NaN and ±Inf in the
+generated latents (0 unless the weights or the engine misbehave).`,
 		Example: `  framepack bench make-models --out /tmp/fp
   framepack bench generate --models /tmp/fp --modes nocap,20G,6G --teacache on,off`,
 		Args: cobra.NoArgs,
@@ -404,6 +407,17 @@ func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.D
 		"section_sample_s": sectionSample, "teacache_skipped_steps": skipped,
 		"device_peak_gib": gib(res.PeakBytes), "load_gbps": gbps,
 	}
+	// Random weights must still compute numbers: a NaN would give a
+	// video of black frames and a timing that means nothing.
+	nonFinite := 0
+	if res.Latents != nil {
+		for _, v := range tensor.Float32s(res.Latents) {
+			if v != v || v > math.MaxFloat32 || v < -math.MaxFloat32 {
+				nonFinite++
+			}
+		}
+	}
+	r["latents_nonfinite"] = nonFinite
 	if n := len(res.Sections) * steps; n > 0 {
 		r["sample_s_per_step"] = sample.Seconds() / float64(n)
 	}

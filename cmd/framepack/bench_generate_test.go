@@ -58,7 +58,7 @@ func TestBenchGenerateTiny(t *testing.T) {
 		}
 		for _, k := range []string{"bench", "impl", "mode", "teacache", "seconds", "width", "height", "frames", "sections", "steps",
 			"total_s", "load_s", "text_s", "image_s", "sample_s", "sample_s_per_step", "decode_s", "write_s", "compile_s",
-			"device_peak_gib", "rss_peak_gib", "device", "load_gbps", "pid"} {
+			"device_peak_gib", "rss_peak_gib", "device", "load_gbps", "pid", "latents_nonfinite"} {
 			if _, ok := r[k]; !ok {
 				t.Errorf("line %d has no %q: %s", i, k, l)
 			}
@@ -79,6 +79,9 @@ func TestBenchGenerateTiny(t *testing.T) {
 		}
 		if total := num("total_s"); total < sum || total > sum+30 {
 			t.Errorf("line %d: total_s %g against stages summing to %g", i, total, sum)
+		}
+		if r["latents_nonfinite"] != 0.0 {
+			t.Errorf("line %d: %v non-finite latents", i, r["latents_nonfinite"])
 		}
 		if num("rss_peak_gib") <= 0 || num("device_peak_gib") <= 0 || num("sample_s_per_step") <= 0 {
 			t.Errorf("line %d: rss %v GiB, device %v GiB, %v s/step", i, r["rss_peak_gib"], r["device_peak_gib"], r["sample_s_per_step"])
