@@ -134,7 +134,7 @@ func transformerTensors(c transformerConfig) ([]tensorSpec, error) {
 	for i := 0; i < c.RefinerLayers; i++ {
 		b := ce.sub(fmt.Sprintf("token_refiner.refiner_blocks.%d", i))
 		b.norm("norm1", d, true)
-		attention(b.sub("attn"), d, false, false)
+		attention(b.sub("attn"), d)
 		b.norm("norm2", d, true)
 		b.linear("ff.net.0.proj", mlp, d, true)
 		b.linear("ff.net.2", d, mlp, true)
@@ -195,7 +195,7 @@ func transformerTensors(c transformerConfig) ([]tensorSpec, error) {
 
 // attention is diffusers' Attention with biased q, k, v and out (the
 // refiner's; the double blocks list theirs in their own order).
-func attention(a specs, d int, _, _ bool) {
+func attention(a specs, d int) {
 	a.linear("to_q", d, d, true)
 	a.linear("to_k", d, d, true)
 	a.linear("to_v", d, d, true)
