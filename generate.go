@@ -74,6 +74,7 @@ type job struct {
 
 	mm    *memory.Manager  // places the models on p.be
 	parts map[string]*part // the models, by part name
+	cur   string           // the stage being timed, for ModelLoad.Stage
 }
 
 func (p *Pipeline) newJob(ctx context.Context, req Request) *job {
@@ -93,6 +94,7 @@ func (j *job) stage(name string) error {
 	if err := j.ctx.Err(); err != nil {
 		return fmt.Errorf("framepack: cancelled before %s: %w", name, err)
 	}
+	j.cur = name
 	j.progress(Progress{Stage: name})
 	return nil
 }
@@ -450,6 +452,7 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 		in.LatentIndices, in.CleanLatentIndices = sec.LatentIndices, sec.CleanIndices
 		in.CleanLatent2xIndices, in.CleanLatent4xIndices = sec.Clean2xIndices, sec.Clean4xIndices
 
+		j.cur = ""
 		model, err := j.loadTransformer()
 		if err != nil {
 			return err
@@ -507,6 +510,7 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 		if err := j.ctx.Err(); err != nil {
 			return fmt.Errorf("framepack: cancelled before decoding section %d: %w", section, err)
 		}
+		j.cur = StageDecode
 		j.progress(Progress{Stage: StageDecode, Section: section, Sections: n, Frames: frames})
 		t = time.Now()
 		nz, overlap := plan.DecodeLatents(i)

@@ -136,6 +136,20 @@ type Result struct {
 	TextEncode, VAEEncode, ImageEncode, Total time.Duration
 	// PeakBytes is the compute device's peak use during the job.
 	PeakBytes int64
+	// Loads is every model load of the job, in order.
+	Loads []ModelLoad
+}
+
+// ModelLoad is one model's weights read onto its backend.
+type ModelLoad struct {
+	Part string // PartTextEncoder, …; PartVAE for its encoder and its decoder
+	// Stage is the stage whose time includes the load: StageTextEncode,
+	// StageVAEEncode, StageImageEncode or StageDecode; "" for the
+	// transformer's, which no stage time includes (a section's Sample is
+	// timed from its first step).
+	Stage string
+	Time  time.Duration
+	Bytes int64 // the weights in the compute dtype
 }
 
 // Dense is the frames as a gorgonia uint8 array (T, H, W, 3) sharing

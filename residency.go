@@ -3,6 +3,7 @@ package framepack
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
@@ -26,6 +27,8 @@ type part struct {
 	// blocks to stay in host memory.
 	build func(be tensor.Backend, streamed bool) (closer, error)
 	m     closer
+	// built, when set, is told how long each build took.
+	built func(time.Duration)
 }
 
 type closer interface{ Close() }
@@ -47,12 +50,16 @@ func (p *part) Place(st memory.State, _ int64) error {
 			return errors.New("nothing to build")
 		}
 		mark := p.mb.Mark()
+		start := time.Now()
 		m, err := p.build(p.be, st == memory.Streamed)
 		if err != nil {
 			return err
 		}
 		p.m = m
 		p.mb.ChargeSince(p.name, mark)
+		if p.built != nil {
+			p.built(time.Since(start))
+		}
 	default:
 		if p.m != nil {
 			p.m.Close()
@@ -70,6 +77,9 @@ func (j *job) newManager() {
 	j.parts = map[string]*part{}
 	for _, name := range []string{PartTextEncoder, PartTextEncoder2, PartImageEncoder, PartVAE, PartTransformer} {
 		pt := &part{mb: p.be, name: name, bytes: p.bytes[name], be: p.be}
+		pt.built = func(d time.Duration) {
+			j.res.Loads = append(j.res.Loads, ModelLoad{Part: name, Stage: j.cur, Time: d, Bytes: pt.bytes})
+		}
 		j.parts[name] = pt
 		if err := j.mm.Add(name, pt, memory.Unloaded); err != nil {
 			panic(err) // the names above are distinct

@@ -31,6 +31,15 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(benchChildEnv) == "1" {
+		root := newRoot()
+		root.SetArgs(os.Args[1:])
+		if err := root.ExecuteContext(context.Background()); err != nil {
+			os.Stderr.WriteString("framepack: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
