@@ -90,7 +90,7 @@ func (j *job) stage(name string) error {
 }
 
 func (j *job) memory(stage string) {
-	j.p.log.Info("memory: " + stage + ": " + j.p.be.Stats().String())
+	j.p.log.Info("memory: " + stage + ": " + j.p.be.Stats().String() + "; " + j.p.ram.Stats().String())
 }
 
 // placeFor is the backend a part runs on: the device, or the host CPU when
@@ -333,7 +333,11 @@ func (j *job) loadTransformer() (*hunyuan.Model, error) {
 	pt := j.parts[PartTransformer]
 	pt.be = p.be
 	pt.build = func(be tensor.Backend, streamed bool) (closer, error) {
-		return hunyuan.Load(p.paths[PartTransformer], be, hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed})
+		opts := hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed}
+		if streamed {
+			opts.StreamFromFile = j.streamFromFile()
+		}
+		return hunyuan.Load(p.paths[PartTransformer], be, opts)
 	}
 	var err error
 	if p.gpu {
@@ -349,10 +353,24 @@ func (j *job) loadTransformer() (*hunyuan.Model, error) {
 	how := "resident"
 	if j.mm.State(PartTransformer) == memory.Streamed {
 		how = "blocks streamed from host memory"
+		if m.StreamsFromFile() {
+			how = "blocks streamed from the mapped checkpoint"
+		}
 	}
 	j.memory(fmt.Sprintf("transformer loaded in %s (%s on the device, %s on the host; %s)",
 		time.Since(t).Round(time.Millisecond), memory.FormatBytes(dev), memory.FormatBytes(host), how))
 	return m, nil
+}
+
+// streamFromFile plans where the streamed blocks are read from: a pinned
+// copy when what does not stay on the device fits the host budget, else
+// the mapped checkpoint (memory.Host.PlanStream).
+func (j *job) streamFromFile() bool {
+	p := j.p
+	streamed := p.bytes[PartTransformer] - max(0, p.be.Available()-p.be.Budget().Preserve)
+	src, why := p.ram.PlanStream(PartTransformer, streamed)
+	p.log.Info("memory: transformer blocks stream from " + src.String() + ": " + why)
+	return src == memory.StreamMapped
 }
 
 func (j *job) loadDecoder() (*vae.VAE, error) {
