@@ -18,8 +18,8 @@ import (
 type part struct {
 	mb    *memory.Backend
 	ram   *memory.Host // charged with what the model holds in host memory
-	name  string // owner name: text_encoder, text_encoder_2, image_encoder, vae, transformer
-	bytes int64  // weight bytes in the compute dtype
+	name  string       // owner name: text_encoder, text_encoder_2, image_encoder, vae, transformer
+	bytes int64        // weight bytes in the compute dtype
 
 	// be is where the next build places the model: mb, or the host CPU
 	// when the device lacks room (then the device holds none of it).
