@@ -102,6 +102,10 @@ func (j *job) placeFor(part string) tensor.Backend {
 	if p.gpu && need > p.be.Available() {
 		p.log.Warn(fmt.Sprintf("memory: %s needs about %s (%s of weights and room to compute), more than the %s free on the device; running it on the CPU",
 			part, memory.FormatBytes(need), memory.FormatBytes(p.bytes[part]), memory.FormatBytes(p.be.Available())), "part", part)
+		if p.bytes[part] > p.ram.Available() {
+			p.log.Warn(fmt.Sprintf("memory: %s's %s of weights are more than the %s left in the host budget; loading it anyway (raise --ram-limit if the system starts swapping)",
+				part, memory.FormatBytes(p.bytes[part]), memory.FormatBytes(p.ram.Available())), "part", part)
+		}
 		return p.host
 	}
 	return p.be
