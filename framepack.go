@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/memory"
@@ -206,11 +207,18 @@ func (p *Pipeline) useHostBudget() {
 	if !p.gpu || p.be.Budget().Integrated {
 		p.ram.Unify(p.be)
 	}
-	if lim := p.ram.Limit(); lim > 0 && debug.SetMemoryLimit(-1) == math.MaxInt64 {
-		debug.SetMemoryLimit(lim)
+	if lim := p.ram.Limit(); lim > 0 {
+		if cur := debug.SetMemoryLimit(-1); cur == math.MaxInt64 || cur == goMemLimit.Load() {
+			debug.SetMemoryLimit(lim)
+			goMemLimit.Store(lim)
+		}
 	}
 	p.log.Info("memory: " + p.ram.Stats().String())
 }
+
+// goMemLimit is the Go memory limit a Pipeline set, so that a later
+// Pipeline may replace it but never one set by GOMEMLIMIT or the program.
+var goMemLimit atomic.Int64
 
 // HostStats is the host-memory budget's accounting now, with the process's
 // resident set.
