@@ -322,13 +322,24 @@ func (m *Model) checkMapped(i int) error {
 }
 
 // readAhead starts reading block i's bytes of the checkpoint in the
-// background (best effort).
+// background (best effort). The advice is given from a goroutine: the
+// kernel may block while it queues the reads, and the forward pass should
+// not wait for that.
 func (m *Model) readAhead(i int) {
+	ck := m.file.ck
+	var names []string
 	for _, p := range m.arenas[i].ps {
 		for _, src := range p.sources() {
-			_ = m.file.ck.WillNeed(src.name)
+			names = append(names, src.name)
 		}
 	}
+	go func() {
+		for _, n := range names {
+			if ck.WillNeed(n) != nil {
+				return // closed meanwhile: nothing to read ahead for
+			}
+		}
+	}()
 }
 
 // convertChunk bounds the host buffer of a converted upload (elements).
