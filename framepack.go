@@ -32,6 +32,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
@@ -71,6 +72,14 @@ type Options struct {
 	// VRAMLimit and Preserve are the --vram-limit and --preserve flags
 	// (memory.ParseSize: "20G", "90%"; empty: the device's default).
 	VRAMLimit, Preserve string
+	// RAMLimit is the --ram-limit flag: the host-memory budget
+	// (memory.ParseSize: "16G", or a fraction of system memory; empty:
+	// memory.DefaultRAMLimit from /proc/meminfo). It decides whether the
+	// transformer's streamed blocks get a pinned copy or are read from the
+	// mapped checkpoint, and it becomes the Go runtime's memory limit
+	// unless GOMEMLIMIT sets one. On an integrated GPU (and the CPU) device
+	// and host memory are one pool under both limits.
+	RAMLimit string
 	// VAETiling fixes the VAE's tiling; nil encodes untiled and plans each
 	// decode's tiling from the budget (diffusers' default, FramePack's
 	// high-VRAM mode, whenever it fits). vae.SpatialTiling(256, 192) is
@@ -113,6 +122,7 @@ type Pipeline struct {
 	be   *memory.Backend // the budgeted compute backend every model loads on
 	host tensor.Backend  // host-side work: history pixels, soft append
 	gpu  bool            // be computes on a GPU: GPU dtypes and placement
+	ram  *memory.Host    // the host-memory budget
 
 	llamaTok  *tokenizer.Llama
 	clipTok   *tokenizer.CLIP
@@ -194,10 +204,14 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 		return nil, err
 	}
 
+	if p.ram, err = memory.HostFor("/", opts.RAMLimit); err != nil {
+		return nil, err
+	}
 	if p.dev, err = device.Open(device.Options{Choice: opts.Device, VRAMLimit: opts.VRAMLimit, Preserve: opts.Preserve, Log: log}); err != nil {
 		return nil, err
 	}
 	p.be, p.host, p.gpu = p.dev.Backend, p.dev.CPU, p.dev.IsGPU()
+	p.useHostBudget()
 	if err := p.chooseDTypes(); err != nil {
 		p.dev.Close()
 		return nil, err
@@ -213,6 +227,31 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 		memory.FormatBytes(p.bytes[PartVAE]), p.dt.vae, p.cropStart))
 	return p, nil
 }
+
+// useHostBudget joins the device budget to the host budget where they are
+// the same memory (an integrated GPU, the CPU), logs it, and hands the
+// limit to the Go runtime, whose heap would otherwise grow to twice what
+// is live before collecting: a model's worth of garbage on the CPU.
+func (p *Pipeline) useHostBudget() {
+	if !p.gpu || p.be.Budget().Integrated {
+		p.ram.Unify(p.be)
+	}
+	if lim := p.ram.Limit(); lim > 0 {
+		if cur := debug.SetMemoryLimit(-1); cur == math.MaxInt64 || cur == goMemLimit.Load() {
+			debug.SetMemoryLimit(lim)
+			goMemLimit.Store(lim)
+		}
+	}
+	p.log.Info("memory: " + p.ram.Stats().String())
+}
+
+// goMemLimit is the Go memory limit a Pipeline set, so that a later
+// Pipeline may replace it but never one set by GOMEMLIMIT or the program.
+var goMemLimit atomic.Int64
+
+// HostStats is the host-memory budget's accounting now, with the process's
+// resident set.
+func (p *Pipeline) HostStats() memory.HostStats { return p.ram.Stats() }
 
 // Close releases the device, logging first the conv3d chain's one line per
 // tier (how many convolutions each tier ran, and how long). The Pipeline

@@ -100,7 +100,7 @@ func (j *job) stage(name string) error {
 }
 
 func (j *job) memory(stage string) {
-	j.p.log.Debug("memory: " + stage + ": " + j.p.be.Stats().String())
+	j.p.log.Debug("memory: " + stage + ": " + j.p.be.Stats().String() + "; " + j.p.ram.Stats().String())
 }
 
 // placeFor is the backend a part runs on: the device, or the host CPU when
@@ -112,6 +112,10 @@ func (j *job) placeFor(part string) tensor.Backend {
 	if p.gpu && need > p.be.Available() {
 		p.log.Warn(fmt.Sprintf("memory: %s needs about %s (%s of weights and room to compute), more than the %s free on the device; running it on the CPU",
 			part, memory.FormatBytes(need), memory.FormatBytes(p.bytes[part]), memory.FormatBytes(p.be.Available())), "part", part)
+		if p.bytes[part] > p.ram.Available() {
+			p.log.Warn(fmt.Sprintf("memory: %s's %s of weights are more than the %s left in the host budget; loading it anyway (raise --ram-limit if the system starts swapping)",
+				part, memory.FormatBytes(p.bytes[part]), memory.FormatBytes(p.ram.Available())), "part", part)
+		}
 		return p.host
 	}
 	return p.be
@@ -361,7 +365,11 @@ func (j *job) loadTransformer() (*hunyuan.Model, error) {
 	pt := j.parts[PartTransformer]
 	pt.be = p.be
 	pt.build = func(be tensor.Backend, streamed bool) (closer, error) {
-		return hunyuan.Load(p.paths[PartTransformer], be, hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed})
+		opts := hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed}
+		if streamed {
+			opts.StreamFromFile = j.streamFromFile()
+		}
+		return hunyuan.Load(p.paths[PartTransformer], be, opts)
 	}
 	var err error
 	if p.gpu {
@@ -377,10 +385,24 @@ func (j *job) loadTransformer() (*hunyuan.Model, error) {
 	how := "resident"
 	if j.mm.State(PartTransformer) == memory.Streamed {
 		how = "blocks streamed from host memory"
+		if m.StreamsFromFile() {
+			how = "blocks streamed from the mapped checkpoint"
+		}
 	}
 	j.memory(fmt.Sprintf("transformer loaded in %s (%s on the device, %s on the host; %s)",
 		time.Since(t).Round(time.Millisecond), memory.FormatBytes(dev), memory.FormatBytes(host), how))
 	return m, nil
+}
+
+// streamFromFile plans where the streamed blocks are read from: a pinned
+// copy when what does not stay on the device fits the host budget, else
+// the mapped checkpoint (memory.Host.PlanStream).
+func (j *job) streamFromFile() bool {
+	p := j.p
+	streamed := p.bytes[PartTransformer] - max(0, p.be.Available()-p.be.Budget().Preserve)
+	src, why := p.ram.PlanStream(PartTransformer, streamed)
+	p.log.Info("memory: transformer blocks stream from " + src.String() + ": " + why)
+	return src == memory.StreamMapped
 }
 
 func (j *job) loadDecoder() (*vae.VAE, error) {

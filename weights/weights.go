@@ -430,15 +430,82 @@ func (c *Checkpoint) Load(be tensor.Backend, name string, dt tensor.DType, shape
 	}
 	if hb, ok := t.Buffer().(*tensor.HostBuffer); ok && isHostBacked(be) {
 		convert(hb.Data()[:t.Bytes()], dt, data, e.dt)
-		return t, nil
-	}
-	staging := tensor.New(dt, e.shape...)
-	convert(staging.HostBytes(), dt, data, e.dt)
-	if err := be.Upload(t.Buffer(), 0, staging.HostBytes()); err != nil {
+	} else if err := uploadConverted(be, t.Buffer(), dt, data, e.dt); err != nil {
 		tensor.Release(t)
 		return nil, fmt.Errorf("weights: %s: tensor %q: upload: %w", sh.path, e.name, err)
 	}
+	// The tensor is a copy now: its pages of the mapping need not stay in
+	// this process, so a model is not held twice (mapping and copy) while
+	// the rest of it loads.
+	c.drop(sh, e)
 	return t, nil
+}
+
+// stageBytes bounds the host staging of a converted upload: conversion
+// runs in chunks of this many output bytes, never a whole-tensor buffer.
+const stageBytes = 16 << 20
+
+// uploadConverted uploads src (dtype from) into dst as dtype to: as it is
+// when no conversion is needed (the backend stages it itself), else
+// converted chunk by chunk through one bounded buffer.
+func uploadConverted(be tensor.Backend, dst tensor.Buffer, to tensor.DType, src []byte, from tensor.DType) error {
+	if from == to && aligned(src, from.Size()) {
+		return be.Upload(dst, 0, src)
+	}
+	n := len(src) / from.Size()
+	per := max(1, stageBytes/max(to.Size(), from.Size()))
+	buf := make([]byte, min(n, per)*to.Size())
+	for lo := 0; lo < n; lo += per {
+		hi := min(lo+per, n)
+		out := buf[:(hi-lo)*to.Size()]
+		convert(out, to, src[lo*from.Size():hi*from.Size()], from)
+		if err := be.Upload(dst, int64(lo*to.Size()), out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drop releases the process's pages of e's bytes in the mapping
+// (best effort: a failure only leaves them resident).
+func (c *Checkpoint) drop(sh *shard, e *entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed && sh.data != nil {
+		_ = adviseDontNeed(sh.data, e.begin, e.end)
+	}
+}
+
+// DontNeed releases the pages of tensor name's bytes from the process's
+// resident memory, once a copy of them (a device upload, a pinned or
+// converted copy) is all that is needed. Host tensors of it stay valid:
+// the mapping is of the read-only file, and a later read brings the pages
+// back from the page cache or the disk.
+func (c *Checkpoint) DontNeed(name string) error {
+	e, sh, _, err := c.entry(name)
+	if err != nil {
+		return err
+	}
+	c.drop(sh, e)
+	return nil
+}
+
+// WillNeed asks the kernel to read tensor name's bytes ahead of their use,
+// in the background (read-ahead for weights streamed from the file).
+func (c *Checkpoint) WillNeed(name string) error {
+	e, sh, _, err := c.entry(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || sh.data == nil {
+		return nil
+	}
+	if err := adviseWillNeed(sh.data, e.begin, e.end); err != nil {
+		return fmt.Errorf("weights: %s: read-ahead of %q: %v", sh.path, e.name, err)
+	}
+	return nil
 }
 
 func isHostBacked(be tensor.Backend) bool {

@@ -28,6 +28,14 @@ type Options struct {
 	// what the backend's memory budget (a memory.Backend) allows beside its
 	// preserved amount once the rest of the model is loaded.
 	KeepBlockBytes int64
+	// StreamFromFile, under HostBlocks and on a backend that is not host
+	// memory, keeps no host copy of the streamed blocks: each one is read
+	// from the memory-mapped checkpoint when the forward pass reaches it
+	// (the next one's pages read ahead), uploaded, and its pages released.
+	// Host memory then holds about one block instead of every streamed
+	// one, at the price of reading the file on every pass. Load only (a
+	// model without a file streams from host memory).
+	StreamFromFile bool
 }
 
 // AutoKeep as Options.KeepBlockBytes sizes the resident blocks from the
@@ -52,6 +60,7 @@ type Model struct {
 	blocks          []doubleBlock // transformer_blocks.N
 	singleBlocks    []singleBlock // single_transformer_blocks.N
 	arenas          []*arena      // the weights of every block, double blocks first
+	file            *fileSource   // the open checkpoint, while blocks stream from it
 	normOut         linear        // norm_out.linear
 	projOut         linear        // f32
 
@@ -136,7 +145,12 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer ck.Close()
+	keepOpen := false
+	defer func() {
+		if !keepOpen {
+			ck.Close()
+		}
+	}()
 	cfg, err := ReadConfig(ck.Dir())
 	if err != nil {
 		return nil, err
@@ -153,6 +167,7 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 		}
 		*p.t = t
 	}
+	m.file = &fileSource{ck: ck, dir: dir}
 	err = m.makeBlocks(func(_ int, p param, dst []byte) error {
 		off := 0
 		for _, src := range p.sources() {
@@ -168,12 +183,21 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 				return fmt.Errorf("hunyuan: %s: tensor %q %v", dir, src.name, err)
 			}
 			off += n
+			// Copied: the mapped pages would hold the weight a second time.
+			if err := ck.DontNeed(src.name); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		m.Close()
 		return nil, err
+	}
+	if m.fromFile() {
+		keepOpen = true
+	} else {
+		m.file = nil
 	}
 	return m, nil
 }
@@ -231,6 +255,9 @@ func (m *Model) loadGlobal(ck *weights.Checkpoint, dir string, p param) (*tensor
 	if err != nil {
 		return nil, fmt.Errorf("hunyuan: %s: tensor %q %v", dir, p.name, err)
 	}
+	if err := ck.DontNeed(p.name); err != nil {
+		return nil, err
+	}
 	return upload(m.be, t)
 }
 
@@ -260,6 +287,10 @@ func (m *Model) Close() {
 		}
 	}
 	m.arenas = nil
+	if m.file != nil {
+		m.file.ck.Close()
+		m.file = nil
+	}
 	m.tc = teaCache{}
 	m.rope.key, m.rope.cos, m.rope.sin = "", nil, nil
 	if m.state != nil {
@@ -286,16 +317,29 @@ func (m *Model) WeightBytes() (backend, host int64) {
 	return backend, host
 }
 
-// StreamedBlocks is the number of blocks whose weights stream from host
-// memory (the others are resident).
+// StreamedBlocks is the number of blocks whose weights stream, from host
+// memory or from the mapped checkpoint (the others are resident).
 func (m *Model) StreamedBlocks() int {
 	n := 0
 	for _, a := range m.arenas {
-		if a.dev == nil && a.host != nil {
+		if a.dev == nil && (a.host != nil || a.mapped) {
 			n++
 		}
 	}
 	return n
+}
+
+// StreamsFromFile reports whether streamed blocks are read from the mapped
+// checkpoint (Options.StreamFromFile) rather than from host memory.
+func (m *Model) StreamsFromFile() bool { return m.fromFile() }
+
+func (m *Model) fromFile() bool {
+	for _, a := range m.arenas {
+		if a.mapped {
+			return true
+		}
+	}
+	return false
 }
 
 func equalShape(a, b []int) bool {
