@@ -251,7 +251,12 @@ var goMemLimit atomic.Int64
 
 // HostStats is the host-memory budget's accounting now, with the process's
 // resident set.
-func (p *Pipeline) HostStats() memory.HostStats { return p.ram.Stats() }
+func (p *Pipeline) HostStats() memory.HostStats {
+	if p == nil || p.ram == nil {
+		return memory.HostStats{}
+	}
+	return p.ram.Stats()
+}
 
 // Close releases the device, logging first the conv3d chain's one line per
 // tier (how many convolutions each tier ran, and how long). The Pipeline

@@ -60,7 +60,7 @@ func TestParseSize(t *testing.T) {
 	// --vram-limit 0 in any spelling: the budget refuses a zero cap; a
 	// zero --preserve is accepted in any spelling.
 	for _, zero := range []string{"0", "0G", "0%"} {
-		if _, err := (Budget{Total: total, Cap: total}).WithFlags(zero, ""); err == nil || !strings.Contains(err.Error(), "above 0") {
+		if _, err := (Budget{Total: total, Cap: total}).WithFlags(zero, ""); err == nil || !strings.Contains(err.Error(), "needs at least") {
 			t.Errorf("--vram-limit %s: %v, want the cap refused", zero, err)
 		}
 		if b, err := (Budget{Total: total, Cap: total}).WithFlags("", zero); err != nil || b.Preserve != 0 {

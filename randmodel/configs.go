@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 
 	"github.com/framepack-go/framepack/tinymodel"
 )
@@ -62,6 +63,24 @@ var preprocessorConfig = map[string]any{
 	"image_mean": []float64{0.5, 0.5, 0.5}, "image_processor_type": "SiglipImageProcessor",
 	"image_std": []float64{0.5, 0.5, 0.5}, "processor_class": "SiglipProcessor", "resample": 3,
 	"rescale_factor": 0.00392156862745098, "size": map[string]int{"height": 384, "width": 384},
+}
+
+// preprocessorFor is the feature extractor's config for the image encoder
+// among cs: the released one, resizing to the encoder's image size.
+func preprocessorFor(cs []*component) map[string]any {
+	out := maps.Clone(preprocessorConfig)
+	for _, c := range cs {
+		if c.folder != "image_encoder" {
+			continue
+		}
+		switch n := c.config["image_size"].(type) {
+		case int:
+			out["size"] = map[string]int{"height": n, "width": n}
+		case float64:
+			out["size"] = map[string]int{"height": int(n), "width": int(n)}
+		}
+	}
+	return out
 }
 
 // tinyConfigs are the embedded tiny model's configs (tinymodel),

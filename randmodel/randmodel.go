@@ -155,7 +155,7 @@ func Write(ctx context.Context, dir string, opts Options) (Summary, error) {
 	for p, b := range tok {
 		small[p] = b
 	}
-	if small["feature_extractor/preprocessor_config.json"], err = marshal(preprocessorConfig); err != nil {
+	if small["feature_extractor/preprocessor_config.json"], err = marshal(preprocessorFor(cs)); err != nil {
 		return sum, fmt.Errorf("randmodel: %w", err)
 	}
 	var files []*shardFile
