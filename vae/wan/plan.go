@@ -15,9 +15,11 @@ import (
 // private workspaces. Three frames reach the steady state: from the third
 // on every cache slot holds its two frames.
 
-type dryBuf int64
+// dryBuf is a pointer, so that every allocation is its own (scopes key
+// their buffers by identity).
+type dryBuf struct{ n int64 }
 
-func (d dryBuf) Bytes() int64 { return int64(d) }
+func (d *dryBuf) Bytes() int64 { return d.n }
 
 // dryBackend is a tensor.Backend whose kernels do nothing. An op the
 // decoder does not use reaches the nil embedded interface and panics.
@@ -33,7 +35,7 @@ func (d *dryBackend) Alloc(n int64) (tensor.Buffer, error) {
 	d.live += n
 	d.peak = max(d.peak, d.live)
 	d.mu.Unlock()
-	return dryBuf(n), nil
+	return &dryBuf{n}, nil
 }
 func (d *dryBackend) Free(b tensor.Buffer) {
 	d.mu.Lock()
@@ -54,13 +56,13 @@ func (d *dryBackend) Unary(tensor.UnaryOp, *tensor.Tensor, *tensor.Tensor, float
 func (d *dryBackend) Binary(tensor.BinaryOp, *tensor.Tensor, *tensor.Tensor, []int, *tensor.Tensor, []int) error {
 	return nil
 }
-func (d *dryBackend) MatMul(_, _, _ *tensor.Tensor, _ tensor.MatMulParams) error { return nil }
-func (d *dryBackend) Linear(_, _, _, _ *tensor.Tensor) error                     { return nil }
+func (d *dryBackend) MatMul(_, _, _ *tensor.Tensor, _ tensor.MatMulParams) error  { return nil }
+func (d *dryBackend) Linear(_, _, _, _ *tensor.Tensor) error                      { return nil }
 func (d *dryBackend) Conv3d(_, _, _, _ *tensor.Tensor, _ tensor.ConvParams) error { return nil }
-func (d *dryBackend) RMSNorm(_, _, _ *tensor.Tensor, _ float32) error            { return nil }
-func (d *dryBackend) Softmax(_, _ *tensor.Tensor) error                          { return nil }
-func (d *dryBackend) Pad(_, _ *tensor.Tensor, _ []int, _ tensor.PadMode) error   { return nil }
-func (d *dryBackend) UpsampleNearest(_, _ *tensor.Tensor, _ [3]int) error        { return nil }
+func (d *dryBackend) RMSNorm(_, _, _ *tensor.Tensor, _ float32) error             { return nil }
+func (d *dryBackend) Softmax(_, _ *tensor.Tensor) error                           { return nil }
+func (d *dryBackend) Pad(_, _ *tensor.Tensor, _ []int, _ tensor.PadMode) error    { return nil }
+func (d *dryBackend) UpsampleNearest(_, _ *tensor.Tensor, _ [3]int) error         { return nil }
 
 // dryPadded is dryBackend convolving through paddings, as the GPU's conv3d
 // chain does (no padded or upsampled copies).
