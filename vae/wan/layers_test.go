@@ -354,3 +354,85 @@ func TestDecodePeakBoundsMeasured(t *testing.T) {
 		v.Close()
 	}
 }
+
+// TestDownsample3dF64: downsample3d over chunks of 1, 4 and 4 frames: each
+// frame's right/bottom zero pad and 3×3 stride-2 conv; the first chunk only
+// cached, later ones time_conv (kernel 3, stride 2) over the previous
+// chunk's last frame and the chunk, in float64.
+func TestDownsample3dF64(t *testing.T) {
+	const c, T, H, W = 3, 9, 6, 4
+	p := &hostParams{}
+	r := newResample(p, "d", c, false, true)
+	x := randn(8, 1, c, T, H, W)
+	// spatial: every frame alone
+	sp, sps := zeroPad(f64(x), c, T, H, W, [3]int{}, [3]int{0, 1, 1})
+	w2 := f64(r.conv.w)
+	spatial, ss := conv3dF64(sp, c, sps[0], sps[1], sps[2], w2, f64(r.conv.b), c, 1, 3, 3, [3]int{1, 2, 2})
+	hw := ss[1] * ss[2]
+	frames := func(idx ...int) []float64 { // (c, len(idx), h, w)
+		out := make([]float64, 0, c*len(idx)*hw)
+		for ch := 0; ch < c; ch++ {
+			for _, f := range idx {
+				out = append(out, spatial[(ch*T+f)*hw:(ch*T+f+1)*hw]...)
+			}
+		}
+		return out
+	}
+	var want [3][]float64
+	want[0] = frames(0)
+	want[1], _ = conv3dF64(frames(0, 1, 2, 3, 4), c, 5, ss[1], ss[2], f64(r.timeConv.w), f64(r.timeConv.b), c, 3, 1, 1, [3]int{2, 1, 1})
+	want[2], _ = conv3dF64(frames(4, 5, 6, 7, 8), c, 5, ss[1], ss[2], f64(r.timeConv.w), f64(r.timeConv.b), c, 3, 1, 1, [3]int{2, 1, 1})
+	for _, tc := range []struct {
+		name string
+		be   tensor.Backend
+	}{{"cpu", cpu.New()}, {"chain", chainBackend(t)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tensor.NewScope(tc.be)
+			defer s.Close()
+			rr := &resample{temporal: true,
+				conv:     &conv{w: s.To(r.conv.w), b: s.To(r.conv.b), stride: r.conv.stride},
+				timeConv: &conv{w: s.To(r.timeConv.w), b: s.To(r.timeConv.b), stride: r.timeConv.stride}}
+			f := newFeatCache(s)
+			for i, rg := range [][2]int{{0, 1}, {1, 5}, {5, 9}} {
+				f.chunk()
+				got := rr.forward(s, f, s.Slice(s.To(x), 2, rg[0], rg[1]))
+				relL2(t, "downsample3d chunk "+string(rune('0'+i)), got, want[i], 1e-6)
+			}
+		})
+	}
+}
+
+// TestUpsampleThirdChunkF64: upsample3d's time_conv on the third chunk
+// reads the cached frames [0, x1] (the zero frame and the previous chunk's
+// input) in front of x2.
+func TestUpsampleThirdChunkF64(t *testing.T) {
+	const c, H, W = 2, 2, 3
+	p := &hostParams{}
+	r := newResample(p, "u", c, true, true)
+	xs := []*tensor.Tensor{randn(21, 1, c, 1, H, W), randn(22, 1, c, 1, H, W), randn(23, 1, c, 1, H, W)}
+	s := tensor.NewScope(cpu.New())
+	defer s.Close()
+	// time_conv alone: the spatial part is TestUpsampleF64's.
+	rr := &resample{up: true, temporal: true, timeConv: r.timeConv}
+	f := newFeatCache(s)
+	var got *tensor.Tensor
+	for _, x := range xs {
+		f.chunk()
+		got = rr.timeUp(s, f, x)
+	}
+	var in []float64
+	for ch := 0; ch < c; ch++ { // (c, 3 frames: 0, x1, x2)
+		in = append(in, make([]float64, H*W)...)
+		in = append(in, f64(xs[1])[ch*H*W:(ch+1)*H*W]...)
+		in = append(in, f64(xs[2])[ch*H*W:(ch+1)*H*W]...)
+	}
+	tc, _ := conv3dF64(in, c, 3, H, W, f64(r.timeConv.w), f64(r.timeConv.b), 2*c, 3, 1, 1, [3]int{1, 1, 1})
+	// (2c, 1, H, W) → (c, 2, H, W): frame k is channels [k·c, (k+1)·c).
+	want := make([]float64, len(tc))
+	for k := 0; k < 2; k++ {
+		for ch := 0; ch < c; ch++ {
+			copy(want[(ch*2+k)*H*W:(ch*2+k+1)*H*W], tc[(k*c+ch)*H*W:(k*c+ch+1)*H*W])
+		}
+	}
+	relL2(t, "upsample3d third chunk", got, want, 1e-6)
+}
