@@ -95,11 +95,13 @@ func (c *Config) Validate() error {
 		// diffusers encodes 4 frames per chunk after the first.
 		return fmt.Errorf("temperal_downsample %v compresses time by %d; the chunked encoder needs at most 4", c.TemperalDownsample, t)
 	}
+	// diffusers tiles with the scale factors; one that is not the
+	// architecture's would cut tiles that do not fit the decoder's output.
 	if c.ScaleFactorSpatial != nil && *c.ScaleFactorSpatial != c.archSpatial() {
-		return fmt.Errorf("scale_factor_spatial %d, but dim_mult %v downsamples by %d", *c.ScaleFactorSpatial, c.DimMult, c.archSpatial())
+		return fmt.Errorf("scale_factor_spatial %d, but dim_mult %v downsamples by %d (set it to %d)", *c.ScaleFactorSpatial, c.DimMult, c.archSpatial(), c.archSpatial())
 	}
 	if c.ScaleFactorTemporal != nil && *c.ScaleFactorTemporal != c.archTemporal() {
-		return fmt.Errorf("scale_factor_temporal %d, but temperal_downsample %v downsamples by %d", *c.ScaleFactorTemporal, c.TemperalDownsample, c.archTemporal())
+		return fmt.Errorf("scale_factor_temporal %d, but temperal_downsample %v downsamples by %d (set it to %d)", *c.ScaleFactorTemporal, c.TemperalDownsample, c.archTemporal(), c.archTemporal())
 	}
 	return nil
 }

@@ -60,10 +60,9 @@ func Load(dir string, be tensor.Backend, opts Options) (*VAE, error) {
 // ReadConfig reads and checks dir/config.json as Load does: absent keys
 // take DefaultConfig's values; keys the model does not use are ignored.
 func ReadConfig(dir string) (Config, error) {
+	// Absent keys keep diffusers' defaults (scale factors 8 and 4); a
+	// key present as null reads as null.
 	cfg := DefaultConfig()
-	// A key present as null (decoder_base_dim, patch_size, the scale
-	// factors) must read as null, not keep the default.
-	cfg.ScaleFactorSpatial, cfg.ScaleFactorTemporal = nil, nil
 	if err := weights.ReadConfig(dir, &cfg); err != nil {
 		return cfg, fmt.Errorf("wan vae: %w", err)
 	}
