@@ -183,8 +183,8 @@ func (v *VAE) decodeTile(ds *tensor.Scope, zc *tensor.Tensor, h0, h1, w0, w1 int
 }
 
 // frames decodes the first n latent frames of the box [h0,h1)×[w0,w1) of
-// zc one at a time with a fresh feature cache (clear_cache), handing each
-// frame's pixels to emit before they are freed.
+// zc one at a time with a fresh feature cache (clear_cache), handing the
+// pixels to emit in order, before they are freed.
 func (d *decoder) frames(ds *tensor.Scope, zc *tensor.Tensor, n, h0, h1, w0, w1 int, emit func(*tensor.Tensor)) {
 	cs := ds.Child()
 	defer cs.Close()
@@ -196,7 +196,7 @@ func (d *decoder) frames(ds *tensor.Scope, zc *tensor.Tensor, n, h0, h1, w0, w1 
 			defer fs.Close()
 			zk := sliceBox(fs, zc, k, k+1, h0, h1, w0, w1)
 			x := d.postQuant.run(fs, zk, convchain.Padding{}, zk != zc)
-			emit(d.forward(fs, f, x))
+			d.forward(fs, f, x, emit)
 		}()
 	}
 }

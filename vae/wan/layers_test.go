@@ -436,3 +436,22 @@ func TestUpsampleThirdChunkF64(t *testing.T) {
 	}
 	relL2(t, "upsample3d third chunk", got, want, 1e-6)
 }
+
+// TestDecodeTailPerFrame: running the layers after the last temporal
+// upsampler one frame at a time gives the whole chunk's result.
+func TestDecodeTailPerFrame(t *testing.T) {
+	be := cpu.New()
+	v, err := RandomWeights(tinyConfig(), be, Options{}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if v.dec.tailFrom != 2 {
+		t.Fatalf("tail from up block %d, want 2 (after the two temporal upsamplers)", v.dec.tailFrom)
+	}
+	z := randn(13, 1, 4, 4, 3, 2)
+	split := decode(t, v, z, DecodeOptions{})
+	v.dec.wholeChunk = true
+	whole := decode(t, v, z, DecodeOptions{})
+	relL2(t, "per-frame tail", split, f64(whole), 1e-6)
+}

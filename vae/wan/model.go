@@ -71,6 +71,10 @@ type decoder struct {
 	blocks    []*upBlock
 	normOut   rmsNorm
 	convOut   *causalConv
+	// tailFrom is the first up block after the last temporal upsampler;
+	// wholeChunk runs the tail on the whole chunk instead (for tests).
+	tailFrom   int
+	wholeChunk bool
 }
 
 type upBlock struct {
@@ -104,6 +108,9 @@ func newDecoder(p params, c *Config) *decoder {
 		if i != n-1 {
 			// temperal_upsample is temperal_downsample reversed.
 			b.up = newResample(p, name+".upsamplers.0", out, true, c.TemperalDownsample[n-2-i])
+			if b.up.temporal {
+				d.tailFrom = i + 1
+			}
 		}
 		d.blocks = append(d.blocks, b)
 	}
@@ -113,19 +120,58 @@ func newDecoder(p params, c *Config) *decoder {
 }
 
 // forward decodes one latent frame z (B, z_dim, 1, h, w) after
-// post_quant_conv, with the cache of the frames before it.
-func (d *decoder) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
+// post_quant_conv, with the cache of the frames before it, handing the
+// pixels to emit (which must not keep them: they are freed after).
+//
+// After the last temporal upsampler every layer is per frame or a causal
+// conv with the cache, so from there on the chunk's frames run one at a
+// time (tail): each output frame is what diffusers computes for it, and
+// the full-resolution activations are a quarter of a 4-frame chunk's. The
+// cache ends holding the same frames, as each single frame's tail takes the
+// previous frame in front.
+func (d *decoder) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor, emit func(*tensor.Tensor)) {
 	f.chunk()
 	x = d.convIn.forward(s, f, x)
 	x = d.mid.forward(s, f, x)
-	for _, b := range d.blocks {
-		for _, r := range b.resnets {
-			x = r.forward(s, f, x)
+	for i, b := range d.blocks {
+		if i == d.tailFrom && !d.wholeChunk && x.Dim(2) > 1 {
+			start := f.idx
+			for k := 0; k < x.Dim(2); k++ {
+				f.idx = start
+				y := d.tail(s, f, s.Slice(x, 2, k, k+1), i)
+				emit(y)
+				s.Free(y)
+			}
+			s.Free(x)
+			return
 		}
-		if b.up != nil {
-			x = b.up.forward(s, f, x)
-		}
+		x = b.forward(s, f, x)
 	}
+	y := d.head(s, f, x)
+	emit(y)
+	s.Free(y)
+}
+
+func (b *upBlock) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
+	for _, r := range b.resnets {
+		x = r.forward(s, f, x)
+	}
+	if b.up != nil {
+		x = b.up.forward(s, f, x)
+	}
+	return x
+}
+
+// tail runs up blocks from.. and the head.
+func (d *decoder) tail(s *tensor.Scope, f *featCache, x *tensor.Tensor, from int) *tensor.Tensor {
+	for _, b := range d.blocks[from:] {
+		x = b.forward(s, f, x)
+	}
+	return d.head(s, f, x)
+}
+
+// head is norm_out, SiLU and conv_out.
+func (d *decoder) head(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
 	h := d.normOut.channelsFirst(s, x, true)
 	s.Free(x)
 	return d.convOut.forward(s, f, h)
