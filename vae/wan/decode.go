@@ -73,12 +73,6 @@ type DecodeStats struct {
 	Elapsed time.Duration
 }
 
-func (v *VAE) ready(half any, op string) {
-	if v == nil || half == nil {
-		tensor.Fail(op, "%v", errNoPart)
-	}
-}
-
 // Decode is AutoencoderKLWan.decode(z).sample: z (B, z_dim, T, h, w) as
 // the VAE takes it (already denormalized, see Config.Denormalize), decoded
 // one latent frame at a time with the feature cache, into pixels (B, out,
@@ -107,11 +101,12 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 		var tiles int
 		err := tensor.Catch(func() { out, tiles = v.decodeOnce(s, z, til) })
 		if err == nil {
-			out.clamp(-1, 1)
+			// Checked before the clamp, which would hide an Inf.
 			px := out.tensor()
 			if err := tensor.NonFiniteError("the decoder produced non-finite pixels", px); err != nil {
 				tensor.Fail("wan.decode", "%v", err)
 			}
+			out.clamp(-1, 1)
 			if opts.Stats != nil {
 				*opts.Stats = DecodeStats{Tiling: til, Tiles: tiles, Retries: retries, Elapsed: time.Since(start)}
 			}
