@@ -244,18 +244,12 @@ func (b *ProfiledBackend) Conv3dPadded(dst, x, w, bias *tensor.Tensor, p tensor.
 		if pc != nil {
 			return pc.Conv3dPadded(dst, x, w, bias, p, pad)
 		}
-		shape := x.Shape()
-		for i := 0; i < 3; i++ {
-			shape[2+i] += pad.Before[i] + pad.After[i]
-		}
-		px, err := tensor.Alloc(b.Backend, x.DType(), shape...)
+		// No chain below (the CPU): the padded copy, upsample included.
+		px, err := pad.Materialize(b.Backend, x)
 		if err != nil {
 			return err
 		}
 		defer tensor.Release(px)
-		if err := b.Backend.Pad(px, x, pad.Before[:], pad.Mode); err != nil {
-			return err
-		}
 		return b.Backend.Conv3d(dst, px, w, bias, p)
 	})
 }

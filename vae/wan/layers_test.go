@@ -6,6 +6,7 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/convchain"
+	"github.com/framepack-go/framepack/gpuconv"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae"
@@ -305,13 +306,14 @@ func TestUpsampleF64(t *testing.T) {
 
 // TestDecodeThroughChainMatches: the whole decode and encode through the
 // conv3d chain (Conv3dPadded with zero padding and the upsample read
-// through) equal the plain CPU path.
+// through), and through the profiler alone (bench --profile on the CPU:
+// its padded copy), equal the plain CPU path.
 func TestDecodeThroughChainMatches(t *testing.T) {
 	cfg := tinyConfig()
 	z, x := randn(11, 1, 4, 3, 2, 3), randn(12, 1, 3, 5, 16, 24)
-	var outs [2]*tensor.Tensor
-	var means [2]*tensor.Tensor
-	for i, be := range []tensor.Backend{cpu.New(), chainBackend(t)} {
+	var outs [3]*tensor.Tensor
+	var means [3]*tensor.Tensor
+	for i, be := range []tensor.Backend{cpu.New(), chainBackend(t), gpuconv.Profiled(cpu.New(), gpuconv.NewProfile())} {
 		v, err := RandomWeights(cfg, be, Options{}, 3)
 		if err != nil {
 			t.Fatal(err)
@@ -322,6 +324,8 @@ func TestDecodeThroughChainMatches(t *testing.T) {
 	}
 	relL2(t, "decode through the chain", outs[1], f64(outs[0]), 1e-6)
 	relL2(t, "encode through the chain", means[1], f64(means[0]), 1e-6)
+	relL2(t, "decode through the profiler", outs[2], f64(outs[0]), 1e-6)
+	relL2(t, "encode through the profiler", means[2], f64(means[0]), 1e-6)
 }
 
 // TestDecodePeakBoundsMeasured: the dry-run peak model against the peak a
