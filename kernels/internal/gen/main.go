@@ -171,7 +171,7 @@ func build(clang, tmp, out string, j job) (kernels.Artifact, error) {
 			"-Xclang", "-target-feature", "-Xclang", "+ptx78", "-O3", "-S"}
 	} else {
 		args = []string{"-x", "hip", "--cuda-device-only", "--offload-arch=" + j.target, "-nogpulib", "-nogpuinc",
-			"--no-gpu-bundle-output", "-O3", "-c"}
+			"--no-gpu-bundle-output", "-fuse-cuid=none", "-O3", "-c"}
 	}
 	if err := os.WriteFile(in, []byte(src), 0o644); err != nil {
 		return kernels.Artifact{}, err
@@ -251,6 +251,9 @@ func writeAtomic(path string, data []byte) error {
 		return err
 	}
 	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
