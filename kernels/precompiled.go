@@ -114,6 +114,24 @@ func Precompiled(module, target string) (code []byte, kind string, ok bool, err 
 	return code, a.Kind, true, nil
 }
 
+// CompileArgs are clang-19's arguments that build the artifact of kind
+// ("ptx" or "co") for target from the source file in into out. The build is
+// reproducible: the same source and compiler give the same bytes.
+func CompileArgs(kind, target, in, out string) []string {
+	if kind == "ptx" {
+		// PTX 7.8 is the first with sm_90; every target uses it.
+		return []string{"-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=" + target, "-nocudainc", "-nocudalib",
+			"-Xclang", "-target-feature", "-Xclang", "+ptx78", "-O3", "-S", in, "-o", out}
+	}
+	// -fuse-cuid=none: the compile-unit id would otherwise hash the path.
+	return []string{"-x", "hip", "--cuda-device-only", "--offload-arch=" + target, "-nogpulib", "-nogpuinc",
+		"--no-gpu-bundle-output", "-fuse-cuid=none", "-O3", "-c", in, "-o", out}
+}
+
+// SourceFileName is the name the source is compiled under for target: the
+// name is part of an AMD code object, so a rebuild uses the same one.
+func SourceFileName(module, target string) string { return module + "." + target + ".hip" }
+
 // ArtifactName is an artifact's file name in the precompiled folder.
 func ArtifactName(module, target string) string { return module + "." + target + ".gz" }
 

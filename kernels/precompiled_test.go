@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
@@ -97,6 +100,48 @@ func TestTargetChoice(t *testing.T) {
 		got, ok := NVIDIATarget(mod, c.major, c.minor)
 		if got != c.want || ok != c.ok {
 			t.Errorf("NVIDIATarget(%d.%d) = %q, %v; want %q, %v", c.major, c.minor, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// TestPrecompiledReproducible rebuilds one module for one NVIDIA and one AMD
+// target with the installed clang-19 and compares with what is shipped, so
+// the artifacts are known to come from these sources and this compiler.
+func TestPrecompiledReproducible(t *testing.T) {
+	clang, err := exec.LookPath("clang++-19")
+	if err != nil {
+		t.Skip("clang++-19 not installed (apt-get install clang-19 lld-19 clang-tools-19)")
+	}
+	if _, err := exec.LookPath("ld.lld-19"); err != nil {
+		if _, err := os.Stat("/usr/lib/llvm-19/bin/lld"); err != nil {
+			t.Skip("lld-19 not installed: clang-19 links AMD code objects with it")
+		}
+	}
+	const mod = "norm"
+	src, err := Source(mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, c := range []struct{ kind, target string }{{"ptx", "sm_90"}, {"co", "gfx1100"}} {
+		in := filepath.Join(dir, SourceFileName(mod, c.target))
+		if err := os.WriteFile(in, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want, kind, ok, err := Precompiled(mod, c.target)
+		if err != nil || !ok || kind != c.kind {
+			t.Fatalf("%s %s: not shipped (%v)", mod, c.target, err)
+		}
+		out := filepath.Join(dir, mod+"."+c.target)
+		if msg, err := exec.Command(clang, CompileArgs(c.kind, c.target, in, out)...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", mod, c.target, err, msg)
+		}
+		got, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s %s: rebuilt artifact (%d bytes) differs from the shipped one (%d bytes): run go generate ./kernels with this compiler", mod, c.target, len(got), len(want))
 		}
 	}
 }

@@ -162,22 +162,12 @@ func build(clang, tmp, out string, j job) (kernels.Artifact, error) {
 		return kernels.Artifact{}, err
 	}
 	base := filepath.Join(tmp, j.module+"."+j.target)
-	var args []string
-	in := base + ".hip"
-	if j.kind == "ptx" {
-		in = base + ".cu"
-		// PTX 7.8 is the first with sm_90; every target uses it.
-		args = []string{"-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=" + j.target, "-nocudainc", "-nocudalib",
-			"-Xclang", "-target-feature", "-Xclang", "+ptx78", "-O3", "-S"}
-	} else {
-		args = []string{"-x", "hip", "--cuda-device-only", "--offload-arch=" + j.target, "-nogpulib", "-nogpuinc",
-			"--no-gpu-bundle-output", "-fuse-cuid=none", "-O3", "-c"}
-	}
+	in := filepath.Join(tmp, kernels.SourceFileName(j.module, j.target))
 	if err := os.WriteFile(in, []byte(src), 0o644); err != nil {
 		return kernels.Artifact{}, err
 	}
 	obj := base + "." + j.kind
-	args = append(args, in, "-o", obj)
+	args := kernels.CompileArgs(j.kind, j.target, in, obj)
 	if msg, err := exec.Command(clang, args...).CombinedOutput(); err != nil {
 		return kernels.Artifact{}, fmt.Errorf("%s for %s: %s %s: %v\n%s", j.module, j.target, clang, strings.Join(args, " "), err, msg)
 	}
