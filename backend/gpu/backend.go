@@ -42,8 +42,12 @@ type Options struct {
 	// NoBLAS skips rocBLAS/cuBLAS and runs GEMMs on our own kernel.
 	NoBLAS bool
 	// OwnMath compiles the kernels with framepack's own transcendental
-	// functions (the AMD code path) also on NVIDIA, to test them there.
+	// functions (the AMD code path) also on NVIDIA, to test them there. The
+	// precompiled kernels always use them.
 	OwnMath bool
+	// RuntimeCompile compiles every kernel module with hiprtc / NVRTC even
+	// where the binary ships it precompiled (also FRAMEPACK_KERNELS=compile).
+	RuntimeCompile bool
 	// GenericAttention skips cuDNN and the tensor-core attention kernel
 	// (also FRAMEPACK_ATTN=generic).
 	GenericAttention bool

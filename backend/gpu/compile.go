@@ -79,6 +79,11 @@ func (b *Backend) Warmup() error {
 // compiler version, options), else compiled and stored atomically. A cache
 // file starts with the SHA-256 of its contents, so a torn write is ignored.
 func (b *Backend) codeObject(name string) ([]byte, error) {
+	if !b.opts.RuntimeCompile {
+		if code, ok := b.precompiled(name); ok {
+			return code, nil
+		}
+	}
 	src, err := kernels.Source(name)
 	if err != nil {
 		return nil, fmt.Errorf("gpu: kernels %s: %w", name, err)
@@ -114,6 +119,35 @@ func (b *Backend) codeObject(name string) ([]byte, error) {
 		}
 	}
 	return code, nil
+}
+
+// precompiled returns the module's artifact shipped in the binary for this
+// device, if there is one built from the current source. PTX is loaded
+// NUL-terminated; the driver compiles it for the device (and caches it).
+func (b *Backend) precompiled(name string) ([]byte, bool) {
+	var target string
+	if b.dev.Vendor == hip.AMD {
+		target = kernels.AMDTarget(b.dev.Arch)
+	} else {
+		t, ok := kernels.NVIDIATarget(name, b.dev.ComputeMajor, b.dev.ComputeMinor)
+		if !ok {
+			return nil, false
+		}
+		target = t
+	}
+	code, kind, ok, err := kernels.Precompiled(name, target)
+	if err != nil {
+		b.log.Info("gpu: precompiled kernels unusable, compiling at run time", "module", name, "why", err)
+		return nil, false
+	}
+	if !ok {
+		return nil, false
+	}
+	if kind == "ptx" {
+		code = append(code, 0)
+	}
+	b.log.Debug("gpu: kernels precompiled", "module", name, "target", target, "kind", kind)
+	return code, true
 }
 
 func writeAtomic(path string, data []byte) error {

@@ -1,16 +1,20 @@
 package gpu
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/kernels"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -264,7 +268,47 @@ func TestOps(t *testing.T) {
 		testMatMul(e)
 		testLinear(e)
 	})
+	// The kernels as the run-time compiler builds them (hiprtc / NVRTC, the
+	// vendor's math on NVIDIA), where the default loads precompiled ones.
+	rt := newGPU(t, Options{RuntimeCompile: true, CacheDir: "-"})
+	t.Run("runtime_compiled", func(t *testing.T) {
+		e := &env{t: t, cpu: ref, gpu: rt, rng: rand.New(rand.NewSource(10))}
+		testUnary(e)
+		testAttention(e)
+		testSoftmax(e)
+	})
 	t.Logf("memory after the ops: %v", g.Stats())
+}
+
+// TestPrecompiledKernels loads every kernel module on this GPU with the disk
+// cache off and checks that none was compiled at run time where the binary
+// ships the GPU's architecture.
+func TestPrecompiledKernels(t *testing.T) {
+	var log bytes.Buffer
+	g := newGPU(t, Options{CacheDir: "-", Log: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	start := time.Now()
+	if err := g.Warmup(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: every module loaded in %.2f s; precompiled kernels: %s", g.Device(), time.Since(start).Seconds(), kernels.Summary())
+	shipped := false
+	for _, m := range kernels.Modules() {
+		if g.dev.Vendor == hip.AMD {
+			_, _, ok, _ := kernels.Precompiled(m, kernels.AMDTarget(g.dev.Arch))
+			shipped = ok
+		} else {
+			_, shipped = kernels.NVIDIATarget(m, g.dev.ComputeMajor, g.dev.ComputeMinor)
+		}
+		if !shipped {
+			break
+		}
+	}
+	if !shipped {
+		t.Skipf("this binary ships no kernels for %s", g.dev.Arch)
+	}
+	if strings.Contains(log.String(), "compiled kernels") {
+		t.Errorf("kernels were compiled at run time although %s is shipped:\n%s", g.dev.Arch, log.String())
+	}
 }
 
 var opCases = []struct {

@@ -9,14 +9,16 @@ import (
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/kernels"
 	"github.com/framepack-go/framepack/memory"
 )
 
 func init() {
 	doctorSections = append(doctorSections,
-		doctorSection{"cpu backend", doctorCPU},
-		doctorSection{"gpu", doctorGPU},
-		doctorSection{"conv3d choices remembered", doctorConv3d},
+		doctorSection{title: "cpu backend", run: doctorCPU},
+		doctorSection{title: "gpu", run: doctorGPU},
+		doctorSection{title: "precompiled kernels", line: kernels.Summary},
+		doctorSection{title: "conv3d choices remembered", run: doctorConv3d},
 	)
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 
@@ -257,7 +258,7 @@ func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 		hd.Close()
 		return nil, &configError{err}
 	}
-	g, err := gpu.New(gpu.Options{Limit: b.Cap, Log: log})
+	g, err := gpu.New(gpu.Options{Limit: b.Cap, Log: log, RuntimeCompile: os.Getenv("FRAMEPACK_KERNELS") == "compile"})
 	if err != nil {
 		hd.Close()
 		return nil, fmt.Errorf("opening the GPU backend on %s: %w", hd.Name, err)
