@@ -15,6 +15,7 @@
 package randmodel
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -253,10 +254,50 @@ func marshal(v any) ([]byte, error) {
 	enc := json.NewEncoder(&sb)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	if err := enc.Encode(pyFloats(v)); err != nil {
 		return nil, err
 	}
 	return []byte(sb.String()), nil
+}
+
+// pyFloat is a float64 written as Python writes one: with a decimal point
+// even when integral (1.0, 500000.0). transformers' typed config classes
+// refuse an int where the released config has a float.
+type pyFloat float64
+
+func (f pyFloat) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(float64(f))
+	if err == nil && !bytes.ContainsAny(b, ".eE") {
+		b = append(b, '.', '0')
+	}
+	return b, err
+}
+
+// pyFloats returns v with every float64 inside maps and slices as a pyFloat.
+func pyFloats(v any) any {
+	switch x := v.(type) {
+	case float64:
+		return pyFloat(x)
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = pyFloats(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = pyFloats(e)
+		}
+		return out
+	case []float64:
+		out := make([]pyFloat, len(x))
+		for i, e := range x {
+			out[i] = pyFloat(e)
+		}
+		return out
+	}
+	return v
 }
 
 // writeAtomic writes path through a temporary file and a rename.

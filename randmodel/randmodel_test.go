@@ -20,10 +20,10 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack"
-	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/pipeline"
 	"github.com/framepack-go/framepack/randmodel"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/tokenizer"
 )
 
