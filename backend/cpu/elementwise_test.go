@@ -3,6 +3,7 @@ package cpu
 import (
 	"errors"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -462,7 +463,7 @@ func TestBinaryBroadcast(t *testing.T) {
 					}
 				})
 				want, shape := broadcastRef(op, av, sh[0], bv, sh[1])
-				if !equalInts(y.Shape(), shape) {
+				if !slices.Equal(y.Shape(), shape) {
 					t.Fatalf("%s %v %v: shape %v, want %v", op, sh[0], sh[1], y.Shape(), shape)
 				}
 				compare(t, name(op, " ", dt, " ", sh), values(s, y), want, within(dt, constant(len(want), 1e-7)))
@@ -493,18 +494,6 @@ func TestBinaryIntsAndNaN(t *testing.T) {
 			t.Errorf("max/min with NaN gave %v", v)
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestAllocTooLarge(t *testing.T) {
