@@ -27,7 +27,7 @@ func TestFill(t *testing.T) {
 		case tensor.Bool:
 			want = 1
 		}
-		for i, v := range asF64(y.HostBytes()) {
+		for i, v := range tensor.ViewAs[float64](y.HostBytes()) {
 			if v != want {
 				t.Fatalf("%s [%d] = %v, want %v", dt, i, v, want)
 			}
