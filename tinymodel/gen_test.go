@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/dlclark/regexp2"
+
+	"github.com/framepack-go/framepack/tokenizer"
 )
 
 // The tiny tokenizers are generated from this corpus (TestTokenizerFiles
@@ -77,13 +79,13 @@ func llamaTokenizer() ([]byte, error) {
 	for _, text := range corpus {
 		for _, part := range splitSpecial(text, llamaSpecial) {
 			for m, _ := re.FindStringMatch(part); m != nil; m, _ = re.FindNextMatch(m) {
-				words = append(words, byteSymbols(m.String()))
+				words = append(words, tokenizer.ByteLevel(m.String()))
 			}
 		}
 	}
 	vocab := map[string]int{}
 	for b := 0; b < 256; b++ {
-		vocab[string(byteToRune[b])] = b
+		vocab[string(tokenizer.ByteRune(byte(b)))] = b
 	}
 	// LLaMA-3's BPE looks a whole pre-token up in the vocabulary before
 	// merging (ignore_merges), so the ids go to the words that save the
@@ -151,7 +153,7 @@ func clipTokenizer() (vocabJSON, mergesTxt []byte, err error) {
 	for _, text := range corpus {
 		for _, part := range splitSpecial(text, llamaSpecial) {
 			for m, _ := re.FindStringMatch(strings.ToLower(part)); m != nil; m, _ = re.FindNextMatch(m) {
-				w := byteSymbols(m.String())
+				w := tokenizer.ByteLevel(m.String())
 				w[len(w)-1] += "</w>"
 				words = append(words, w)
 			}
@@ -257,30 +259,6 @@ func splitSpecial(text string, special []string) []string {
 		if p != "" {
 			out = append(out, p)
 		}
-	}
-	return out
-}
-
-// byteToRune is GPT-2's reversible map from bytes to printable runes, the
-// alphabet of byte-level BPE vocabularies.
-var byteToRune = func() [256]rune {
-	var m [256]rune
-	n := 0
-	for b := 0; b < 256; b++ {
-		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
-			m[b] = rune(b)
-		} else {
-			m[b] = rune(256 + n)
-			n++
-		}
-	}
-	return m
-}()
-
-func byteSymbols(s string) []string {
-	out := make([]string, len(s))
-	for i := 0; i < len(s); i++ {
-		out[i] = string(byteToRune[s[i]])
 	}
 	return out
 }

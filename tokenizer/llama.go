@@ -316,7 +316,7 @@ func (t *Llama) Encode(text string) ([]int64, error) {
 }
 
 func (t *Llama) word(w string) ([]int64, error) {
-	sym := byteLevel(w)
+	sym := ByteLevel(w)
 	if t.ignoreMerges {
 		if id, ok := t.vocab[strings.Join(sym, "")]; ok {
 			return []int64{id}, nil

@@ -225,7 +225,7 @@ func TestCLIPCleaning(t *testing.T) {
 	}
 	word := func(s string) []int64 {
 		var ids []int64
-		sym := byteLevel(s)
+		sym := ByteLevel(s)
 		sym[len(sym)-1] += "</w>"
 		for _, x := range sym {
 			ids = append(ids, tok.vocab[x])
