@@ -233,7 +233,7 @@ func (m *Model) runBlocks(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joi
 // single blocks on the joined [image | text] stream. img itself is left
 // to the caller.
 func (m *Model) blocksForward(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joint) *tensor.Tensor {
-	k := kernelsFor(s.Backend())
+	ops := kernelsFor(s.Backend())
 	var cur, next *use
 	defer func() { cur.release(); next.release() }()
 	x, c, h := img, txt, (*tensor.Tensor)(nil)
@@ -248,7 +248,7 @@ func (m *Model) blocksForward(s *tensor.Scope, img, txt, temb *tensor.Tensor, j 
 		bs := s.Child()
 		switch b := cur.block().(type) {
 		case *doubleBlock:
-			nx, nc := b.forward(bs, k, x, c, temb, j)
+			nx, nc := b.forward(bs, ops, x, c, temb, j)
 			bs.Keep(nx, nc)
 			bs.Close()
 			if x != img {
@@ -268,7 +268,7 @@ func (m *Model) blocksForward(s *tensor.Scope, img, txt, temb *tensor.Tensor, j 
 					s.Free(c)
 				}
 			}
-			nh := b.forward(bs, k, h, temb, j)
+			nh := b.forward(bs, ops, h, temb, j)
 			bs.Keep(nh)
 			bs.Close()
 			s.Free(h)
