@@ -111,8 +111,9 @@ container), or as PNG frames in a folder: -o without extension, or NAME_frames w
 missing. The latents are divided by the VAE's scaling factor first, as FramePack keeps them
 multiplied (--unscaled: they are not). The tensor is "latents", or the file's only tensor.
 
-The tiles are chosen from the memory budget (--tiling auto) so the decode fits before it
-starts; framewise is diffusers' default, spatial:TILE:STRIDE adds spatial tiles (pixels),
+The pixels are rounded to the compute dtype, as FramePack's vae_decode returns them. The tiles
+are chosen from the memory budget (--tiling auto), as generate chooses them, so the decode fits
+before it starts; framewise is diffusers' default, spatial:TILE:STRIDE adds spatial tiles (pixels),
 none decodes in one piece.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -275,7 +276,8 @@ func newVAEEncode() *cobra.Command {
 		Long: `Encode one image into the latents FramePack starts from: optionally resized and
 center-cropped to the nearest bucket of --resolution, mapped to x/127.5 − 1, encoded, the
 posterior's mode taken (--sample draws from it with --seed, as torch.randn does), and
-multiplied by the scaling factor. Written as the tensor "latents" (1, 16, 1, H/8, W/8).`,
+multiplied by the scaling factor, each step rounded to the compute dtype as FramePack's
+vae_encode computes in the VAE's. Written as the tensor "latents" (1, 16, 1, H/8, W/8).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.check(); err != nil {
