@@ -20,7 +20,7 @@ func VAEEncode(s *tensor.Scope, v *vae.VAE, image *RGB, til vae.Tiling, rng vae.
 	} else {
 		z = vae.Sample(mean, logvar, rng).Float32s()
 	}
-	round, sf := roundTo(v.DType()), v.ScalingFactor()
+	round, sf := tensor.Rounder(v.DType()), v.ScalingFactor()
 	for i, x := range z {
 		z[i] = round(round(x) * sf)
 	}
@@ -48,15 +48,4 @@ func DecodeUnscaled(s *tensor.Scope, v *vae.VAE, z *tensor.Tensor, opts vae.Deco
 	defer ds.Close()
 	px := v.Decode(ds, z, opts) // f32, host, owned by no scope
 	return s.Cast(s.To(px), v.DType())
-}
-
-// roundTo rounds an f32 value to dt's precision (identity for f32).
-func roundTo(dt tensor.DType) func(float32) float32 {
-	switch dt {
-	case tensor.F16:
-		return tensor.RoundF16
-	case tensor.BF16:
-		return tensor.RoundBF16
-	}
-	return func(x float32) float32 { return x }
 }

@@ -142,17 +142,6 @@ func unsupported(op string, dt tensor.DType) error {
 	return fmt.Errorf("cpu: %s on %s: %w", op, dt, tensor.ErrUnsupported)
 }
 
-// roundFn is the rounding to dt applied to an f32 value (identity for f32).
-func roundFn(dt tensor.DType) func(float32) float32 {
-	switch dt {
-	case tensor.F16:
-		return tensor.RoundF16
-	case tensor.BF16:
-		return tensor.RoundBF16
-	}
-	return func(f float32) float32 { return f }
-}
-
 // temps hands out the f32 scratch of one kernel call (widened operands,
 // half-precision results before rounding, im2col buffers) from the
 // backend's pool, and gives it all back when the kernel returns.

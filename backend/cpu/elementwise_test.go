@@ -119,7 +119,7 @@ func TestCastRoundTrips(t *testing.T) {
 		vals := randVals(r, tensor.F32, 50003, -70000, 70000)
 		got := values(s, s.Cast(input(s, tensor.F32, vals, len(vals)), dt))
 		for i, v := range vals {
-			if w := roundTo(dt, v); got[i] != w && !(math.IsInf(float64(w), 0) && got[i] == w) {
+			if w := tensor.Rounder(dt)(v); got[i] != w && !(math.IsInf(float64(w), 0) && got[i] == w) {
 				t.Fatalf("%s(%v) = %v, want %v", dt, v, got[i], w)
 			}
 		}
@@ -131,7 +131,7 @@ func TestCastRoundTrips(t *testing.T) {
 		small := randVals(r, dt, 999, -100, 100)
 		got = values(s, s.Cast(input(s, dt, small, len(small)), other))
 		for i, v := range small {
-			if w := roundTo(other, v); got[i] != w {
+			if w := tensor.Rounder(other)(v); got[i] != w {
 				t.Fatalf("%s→%s (%v) = %v, want %v", dt, other, v, got[i], w)
 			}
 		}
