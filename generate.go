@@ -396,9 +396,9 @@ func (j *job) loadDecoder() (*vae.VAE, error) {
 	return v, nil
 }
 
-// loop is the state FramePack's section loop (demo_gradio.py worker())
+// sectionLoop is the state FramePack's section loop (demo_gradio.py worker())
 // carries from one section to the next.
-type loop struct {
+type sectionLoop struct {
 	plan    section.Plan
 	start   *tensor.Tensor       // the start image's latent
 	image   *tensor.Tensor       // SigLIP's image embedding
@@ -424,7 +424,7 @@ func (j *job) sections(start *tensor.Tensor, pos, neg section.Prompt, imageEmb *
 		plan.Sections, plan.WindowSize, req.Seconds, plan.VideoFrames(), FPS, plan.Paddings))
 
 	d := p.trCfg.TextEmbedDim
-	l := &loop{
+	l := &sectionLoop{
 		plan:  plan,
 		start: start,
 		image: imageEmb,
@@ -477,7 +477,7 @@ func (j *job) sections(start *tensor.Tensor, pos, neg section.Prompt, imageEmb *
 
 // sample samples one section (sample_hunyuan) conditioned on the start
 // image and the history, and prepends its latents to the history.
-func (j *job) sample(l *loop, sec section.Section, st *SectionStats) error {
+func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) error {
 	p, n := j.p, l.plan.Sections
 	if err := j.ctx.Err(); err != nil {
 		return fmt.Errorf("framepack: cancelled before section %d: %w", st.Index, err)
@@ -547,7 +547,7 @@ func (j *job) sample(l *loop, sec section.Section, st *SectionStats) error {
 // on the last: section.Plan.DecodeLatents) decoded, their pixels
 // soft-appended before the video so far. Pixels stay unclamped, in the
 // VAE's dtype, on the host.
-func (j *job) decodeSection(l *loop, sec section.Section, st *SectionStats) error {
+func (j *job) decodeSection(l *sectionLoop, sec section.Section, st *SectionStats) error {
 	p, n := j.p, l.plan.Sections
 	if err := j.ctx.Err(); err != nil {
 		return fmt.Errorf("framepack: cancelled before decoding section %d: %w", st.Index, err)
