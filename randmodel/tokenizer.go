@@ -28,9 +28,6 @@ var corpus = []string{
 	"A cat walks slowly across the room, looks at the camera and sits down.",
 }
 
-// LLaMA-3's pre-tokenizer regex (its tokenizer.json's Split pattern).
-const llamaPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
-
 // llamaSpecials are LLaMA-3's 256 special tokens, ids 128000–128255: the
 // text markers and the chat-header ids FramePack's template uses
 // (<|start_header_id|> 128006, <|end_header_id|> 128007, <|eot_id|> 128009),
@@ -112,7 +109,7 @@ func llamaFiles(out map[string][]byte) error {
 		symbols = append(symbols, string(tokenizer.ByteRune(byte(b))))
 	}
 	v := newBPEVocab(symbols)
-	re := regexp2.MustCompile(llamaPattern, regexp2.Unicode)
+	re := regexp2.MustCompile(tokenizer.LlamaPattern, regexp2.Unicode)
 	for _, text := range corpus {
 		for _, part := range splitSpecial(text, specials[:10]) {
 			m, err := re.FindStringMatch(part)
@@ -152,7 +149,7 @@ func llamaFiles(out map[string][]byte) error {
 		"added_tokens": added,
 		"normalizer":   nil,
 		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": llamaPattern}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": tokenizer.LlamaPattern}, "behavior": "Isolated", "invert": false},
 			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
 		}},
 		"post_processor": map[string]any{"type": "TemplateProcessing",

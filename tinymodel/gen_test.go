@@ -38,9 +38,8 @@ var corpus = []string{
 // map, as LLaMA-3's tokenizer.json has them), then whole words, then the
 // special tokens the prompt template and padding need.
 const (
-	llamaVocab   = 300
-	llamaBOS     = "<|begin_of_text|>"
-	llamaPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	llamaVocab = 300
+	llamaBOS   = "<|begin_of_text|>"
 )
 
 var llamaSpecial = []string{llamaBOS, "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<pad>"}
@@ -74,7 +73,7 @@ func GenerateTokenizers() (map[string][]byte, error) {
 }
 
 func llamaTokenizer() ([]byte, error) {
-	re := regexp2.MustCompile(llamaPattern, regexp2.Unicode)
+	re := regexp2.MustCompile(tokenizer.LlamaPattern, regexp2.Unicode)
 	var words [][]string
 	for _, text := range corpus {
 		for _, part := range splitSpecial(text, llamaSpecial) {
@@ -108,7 +107,7 @@ func llamaTokenizer() ([]byte, error) {
 		"added_tokens": added,
 		"normalizer":   nil,
 		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": llamaPattern}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": tokenizer.LlamaPattern}, "behavior": "Isolated", "invert": false},
 			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
 		}},
 		"post_processor": map[string]any{"type": "TemplateProcessing",
