@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/atomicfile"
 	"github.com/framepack-go/framepack/kernels"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -84,30 +85,12 @@ func codeObject(dev *hip.Device, name string) ([]byte, error) {
 	}
 	if path != "" {
 		sum := sha256.Sum256(code)
-		writeAtomic(path, append(sum[:], code...)) // best effort: the next run compiles again
+		// Best effort: without the cache the next run compiles again.
+		if os.MkdirAll(filepath.Dir(path), 0o755) == nil {
+			atomicfile.WriteFile(path, append(sum[:], code...), 0o600)
+		}
 	}
 	return code, nil
-}
-
-func writeAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
 }
 
 func dtSuffix(dt tensor.DType) string {

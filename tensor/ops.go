@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // ---- casts and copies ----
@@ -295,7 +296,7 @@ func (s *Scope) MatMul(a, b *Tensor, transA, transB bool) *Tensor {
 	}
 	batchA := Numel(a.shape[:ra-2])
 	batchB := Numel(b.shape[:rb-2])
-	if batchB != 1 && !sameShape(a.shape[:ra-2], b.shape[:rb-2]) {
+	if batchB != 1 && !slices.Equal(a.shape[:ra-2], b.shape[:rb-2]) {
 		s.failf("matmul", "batch axes differ: %v and %v", a.shape, b.shape)
 	}
 	shape := append(cloneInts(a.shape[:ra-2]), m, n)
@@ -442,13 +443,13 @@ func (s *Scope) Softmax(x *Tensor) *Tensor {
 func (s *Scope) Attention(q, k, v *Tensor, p AttnParams) *Tensor {
 	s.check("attention", q.dtype, q, k, v)
 	s.check("attention", F32, p.KeyMask, p.Mask)
-	if len(q.shape) != 4 || len(k.shape) != 4 || !sameShape(k.shape, v.shape) {
+	if len(q.shape) != 4 || len(k.shape) != 4 || !slices.Equal(k.shape, v.shape) {
 		s.failf("attention", "q %v, k %v, v %v: want (B, L, H, D)", q.shape, k.shape, v.shape)
 	}
 	if q.shape[0] != k.shape[0] || q.shape[3] != k.shape[3] || k.shape[2] == 0 || q.shape[2]%k.shape[2] != 0 {
 		s.failf("attention", "q %v does not fit k %v", q.shape, k.shape)
 	}
-	if p.KeyMask != nil && !sameShape(p.KeyMask.shape, []int{q.shape[0], k.shape[1]}) {
+	if p.KeyMask != nil && !slices.Equal(p.KeyMask.shape, []int{q.shape[0], k.shape[1]}) {
 		s.failf("attention", "key mask %v, want (%d, %d)", p.KeyMask.shape, q.shape[0], k.shape[1])
 	}
 	if p.Mask != nil {
@@ -475,7 +476,7 @@ func (s *Scope) RoPE(x, cos, sin *Tensor) *Tensor {
 		s.failf("rope", "input %v: want (B, L, H, D) with even D", x.shape)
 	}
 	want := []int{x.shape[1], x.shape[3]}
-	if !sameShape(cos.shape, want) || !sameShape(sin.shape, want) {
+	if !slices.Equal(cos.shape, want) || !slices.Equal(sin.shape, want) {
 		s.failf("rope", "cos %v / sin %v, want %v", cos.shape, sin.shape, want)
 	}
 	out := s.Empty(x.dtype, x.shape...)

@@ -223,15 +223,3 @@ func isHostBacked(be Backend) bool {
 	hb, ok := be.(HostBacked)
 	return ok && hb.HostBacked()
 }
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

@@ -3,6 +3,7 @@ package vae
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
@@ -86,23 +87,11 @@ func TestDecodePeakModel(t *testing.T) {
 				t.Errorf("the decode left %d B allocated", m.Live()-base)
 			}
 			want := []int{1, 3, cfg.SampleFrames(tc.shape[2]), 8 * tc.shape[3], 8 * tc.shape[4]}
-			if got := out.Shape(); !equalShape(got, want) {
+			if got := out.Shape(); !slices.Equal(got, want) {
 				t.Errorf("output %v, want %v", got, want)
 			}
 		})
 	}
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestPlanRealSection prints the plan for one FramePack section at 544×704

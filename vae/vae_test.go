@@ -2,6 +2,7 @@ package vae
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -173,7 +174,7 @@ func TestRealConfig(t *testing.T) {
 
 func checkFinite(t *testing.T, x *tensor.Tensor, shape ...int) {
 	t.Helper()
-	if !equalShape(x.Shape(), shape) {
+	if !slices.Equal(x.Shape(), shape) {
 		t.Fatalf("shape %v, want %v", x.Shape(), shape)
 	}
 	for i, f := range tensor.Float32s(x) {

@@ -103,7 +103,7 @@ func (be *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 		if err != nil {
 			return err
 		}
-		wh := asU16(wb)
+		wh := tensor.ViewAs[uint16](wb)
 		rows := max(1, min(N, (1<<22)/max(K, 1)))
 		tmp := tm.alloc(rows * K)
 		for n0 := 0; n0 < N; n0 += rows {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/atomicfile"
 	"github.com/framepack-go/framepack/kernels"
 )
 
@@ -114,7 +115,7 @@ func (b *Backend) codeObject(name string) ([]byte, error) {
 	b.log.Info("gpu: compiled kernels (cached for next time)", "module", name, "arch", b.dev.Arch, "seconds", time.Since(start).Round(time.Millisecond).Seconds())
 	if path != "" {
 		sum := sha256.Sum256(code)
-		if err := writeAtomic(path, append(sum[:], code...)); err != nil {
+		if err := writeCache(path, append(sum[:], code...)); err != nil {
 			b.log.Info("gpu: kernel cache not written", "path", path, "why", err)
 		}
 	}
@@ -148,27 +149,6 @@ func (b *Backend) precompiled(name string) ([]byte, bool) {
 	}
 	b.log.Debug("gpu: kernels precompiled", "module", name, "target", target, "kind", kind)
 	return code, true
-}
-
-func writeAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
 }
 
 // fn looks up a kernel of a module.
@@ -230,4 +210,12 @@ func (b *Backend) launch(mod, name string, grid, block hip.Dim3, shmem int, a *h
 		return fmt.Errorf("gpu: %w", err)
 	}
 	return nil
+}
+
+// writeCache writes a compiled module into the cache, whole or not at all.
+func writeCache(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, data, 0o600)
 }

@@ -21,7 +21,7 @@ import (
 
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/memory"
-	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/video"
 )
@@ -307,7 +307,7 @@ func runBenchGenChild(ctx context.Context, w io.Writer, f *benchGenFlags) error 
 	var compileSecs float64
 	log := slog.New(compileTimer{slog.Default().Handler(), &compileMu, &compileSecs})
 
-	img, err := pipeline.LoadImage(f.image)
+	img, err := section.LoadImage(f.image)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/gpuconv"
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae"
@@ -167,7 +168,7 @@ func openBenchDevice(f *benchVAEFlags, log *slog.Logger) (*benchDevice, error) {
 			}
 			return &benchDevice{be: memory.Budgeted(inner, b), gpu: g, prof: prof,
 				name:    fmt.Sprintf("%s (%s), %s", g.Device().Name, g.Device().Arch, g.BLAS()),
-				scratch: gpuconv.DefaultChunkBytes + 64<<20, close: func() { g.Close() }}, nil
+				scratch: device.ConvScratch, close: func() { g.Close() }}, nil
 		}
 		if f.device == "gpu" || !errors.Is(err, hip.ErrNoGPU) {
 			return nil, fmt.Errorf("--device %s: %w", f.device, err)

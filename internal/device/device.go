@@ -72,6 +72,21 @@ type Device struct {
 // IsGPU reports whether the compute backend is a GPU.
 func (d *Device) IsGPU() bool { return d.GPU != nil }
 
+// ConvScratch is what the conv3d chain may take on a GPU beside any plan:
+// the optimized tier's workspace and room for the GEMM tier's chunks.
+const ConvScratch = gpuconv.DefaultChunkBytes + 64*memory.MiB
+
+// DecodeRoom is the memory a VAE decode plans its tiles in (vae.VAE.Plan):
+// what the cap leaves for activations once, on a GPU, ConvScratch is set
+// aside. None left is an out-of-memory error (memory.Backend.Room).
+func (d *Device) DecodeRoom() (int64, error) {
+	var scratch int64
+	if d.IsGPU() {
+		scratch = ConvScratch
+	}
+	return d.Backend.Room(scratch)
+}
+
 // ParseChoice checks a --device value; "" is Auto.
 func ParseChoice(s string) (string, error) {
 	switch c := strings.ToLower(strings.TrimSpace(s)); c {

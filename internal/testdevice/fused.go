@@ -31,19 +31,9 @@ func store(t *tensor.Tensor, v []float32) {
 	}
 }
 
-func rounder(dt tensor.DType) func(float32) float32 {
-	switch dt {
-	case tensor.BF16:
-		return tensor.RoundBF16
-	case tensor.F16:
-		return tensor.RoundF16
-	}
-	return func(v float32) float32 { return v }
-}
-
 func (f *Fake) LayerNormModulate(dst, x, shift, scale *tensor.Tensor, eps float32) error {
 	xs, sh, sc := vals(x), vals(shift), vals(scale)
-	r := rounder(dst.DType())
+	r := tensor.Rounder(dst.DType())
 	l, d := x.Dim(1), x.Dim(2)
 	out := make([]float32, len(xs))
 	for row := 0; row < len(xs)/d; row++ {
@@ -70,7 +60,7 @@ func (f *Fake) LayerNormModulate(dst, x, shift, scale *tensor.Tensor, eps float3
 
 func (f *Fake) GatedAdd(dst, x, y, bias, gate *tensor.Tensor) error {
 	xs, ys, bs, gs := vals(x), vals(y), vals(bias), vals(gate)
-	r := rounder(dst.DType())
+	r := tensor.Rounder(dst.DType())
 	l, d := x.Dim(1), x.Dim(2)
 	out := make([]float32, len(xs))
 	for i := range xs {
@@ -90,7 +80,7 @@ func (f *Fake) QKNormRoPE(q, k, v, src, bias *tensor.Tensor, rowOff int, cols [3
 	ss, bs, cs, sn := vals(src), vals(bias), vals(cos), vals(sin)
 	outs := [3][]float32{vals(q), vals(k), vals(v)}
 	ws := [2][]float32{vals(wq), vals(wk)}
-	r := rounder(q.DType())
+	r := tensor.Rounder(q.DType())
 	cstride := 0
 	if cos != nil && cos.Numel() == b*lj*dh {
 		cstride = lj * dh
@@ -147,7 +137,7 @@ func (f *Fake) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int
 		return fmt.Errorf("fake: activate_columns %s: %w", op, tensor.ErrUnsupported)
 	}
 	ds, xs, bs := vals(dst), vals(src), vals(bias)
-	r := rounder(dst.DType())
+	r := tensor.Rounder(dst.DType())
 	w, xw := dst.Dim(-1), src.Dim(-1)
 	for row := 0; row < len(xs)/xw; row++ {
 		for c := 0; c < cols; c++ {

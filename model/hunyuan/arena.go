@@ -2,6 +2,7 @@ package hunyuan
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
@@ -310,7 +311,7 @@ func (m *Model) checkMapped(i int) error {
 			if err != nil {
 				return err
 			}
-			if want := p.sourceShape(src); !equalShape(shape, want) {
+			if want := p.sourceShape(src); !slices.Equal(shape, want) {
 				return fmt.Errorf("hunyuan: %s: tensor %q has shape %v, want %v", m.file.dir, src.name, shape, want)
 			}
 			if err := checkConvertible(dt, m.dt); err != nil {
@@ -359,7 +360,7 @@ func (m *Model) uploadMapped(i int, dst tensor.Buffer) error {
 			if err != nil {
 				return err
 			}
-			if want := p.sourceShape(src); !equalShape(h.Shape(), want) {
+			if want := p.sourceShape(src); !slices.Equal(h.Shape(), want) {
 				return fmt.Errorf("hunyuan: %s: tensor %q has shape %v, want %v", m.file.dir, src.name, h.Shape(), want)
 			}
 			n := h.Numel()

@@ -54,10 +54,10 @@ func (f *feedForward) params(p params, dim, hidden int) {
 
 // gelu is FeedForward(activation_fn="gelu-approximate") without net.2's
 // bias, which it returns (see kernels.project).
-func (f *feedForward) gelu(s *tensor.Scope, k kernels, x *tensor.Tensor) (y, bias *tensor.Tensor) {
-	up, b := k.project(s, &f.Proj, x)
-	h := k.geluInPlace(s, up, b)
-	y, bias = k.project(s, &f.Out, h)
+func (f *feedForward) gelu(s *tensor.Scope, ops kernels, x *tensor.Tensor) (y, bias *tensor.Tensor) {
+	up, b := ops.project(s, &f.Proj, x)
+	h := ops.geluInPlace(s, up, b)
+	y, bias = ops.project(s, &f.Out, h)
 	s.Free(h, up)
 	return y, bias
 }
@@ -98,32 +98,32 @@ func (b *doubleBlock) params(p params, cfg Config) {
 
 // forward runs the block on the image stream x (B, Lx, inner) and the text
 // stream c (B, Lc, inner).
-func (b *doubleBlock) forward(s *tensor.Scope, k kernels, x, c, temb *tensor.Tensor, j *joint) (*tensor.Tensor, *tensor.Tensor) {
+func (b *doubleBlock) forward(s *tensor.Scope, ops kernels, x, c, temb *tensor.Tensor, j *joint) (*tensor.Tensor, *tensor.Tensor) {
 	// 1. Input normalization (AdaLayerNormZero): [shift_msa, scale_msa,
 	// gate_msa, shift_mlp, scale_mlp, gate_mlp] for each stream.
 	mx := adaChunks(s, &b.Norm1, temb, 6)
 	mc := adaChunks(s, &b.Norm1Context, temb, 6)
-	normX := k.lnModulate(s, x, mx[0], mx[1])
-	normC := k.lnModulate(s, c, mc[0], mc[1])
+	normX := ops.lnModulate(s, x, mx[0], mx[1])
+	normC := ops.lnModulate(s, c, mc[0], mc[1])
 
 	// 2. Joint attention
-	attnX, attnC := b.attention(s, k, normX, normC, j)
+	attnX, attnC := b.attention(s, ops, normX, normC, j)
 	s.Free(normX, normC)
 
 	// 3. Modulation and residual connection
-	x = k.gatedAdd(s, x, attnX[0], attnX[1], mx[2])
-	c = k.gatedAdd(s, c, attnC[0], attnC[1], mc[2])
+	x = ops.gatedAdd(s, x, attnX[0], attnX[1], mx[2])
+	c = ops.gatedAdd(s, c, attnC[0], attnC[1], mc[2])
 	s.Free(attnX[0], attnC[0])
-	normX = k.lnModulate(s, x, mx[3], mx[4])
-	normC = k.lnModulate(s, c, mc[3], mc[4])
+	normX = ops.lnModulate(s, x, mx[3], mx[4])
+	normC = ops.lnModulate(s, c, mc[3], mc[4])
 
 	// 4. Feed-forward
-	ffX, ffXBias := b.FF.gelu(s, k, normX)
+	ffX, ffXBias := b.FF.gelu(s, ops, normX)
 	s.Free(normX)
-	nx := k.gatedAdd(s, x, ffX, ffXBias, mx[5])
+	nx := ops.gatedAdd(s, x, ffX, ffXBias, mx[5])
 	s.Free(ffX, x)
-	ffC, ffCBias := b.FFContext.gelu(s, k, normC)
-	nc := k.gatedAdd(s, c, ffC, ffCBias, mc[5])
+	ffC, ffCBias := b.FFContext.gelu(s, ops, normC)
+	nc := ops.gatedAdd(s, c, ffC, ffCBias, mc[5])
 	s.Free(normC, ffC, c)
 	return nx, nc
 }
@@ -133,22 +133,22 @@ func (b *doubleBlock) forward(s *tensor.Scope, k kernels, x, c, temb *tensor.Ten
 // norms and no RoPE, one attention over [image | text], split back and
 // projected out. Each output comes with the bias it still lacks (see
 // kernels.project).
-func (b *doubleBlock) attention(s *tensor.Scope, k kernels, x, c *tensor.Tensor, j *joint) (outX, outC [2]*tensor.Tensor) {
+func (b *doubleBlock) attention(s *tensor.Scope, ops kernels, x, c *tensor.Tensor, j *joint) (outX, outC [2]*tensor.Tensor) {
 	bs, lx, lc, d := x.Dim(0), x.Dim(1), c.Dim(1), x.Dim(2)
 	l := lx + lc
-	q, kk, v := j.empty(s, x.DType(), bs, l, d), j.empty(s, x.DType(), bs, l, d), j.empty(s, x.DType(), bs, l, d)
-	y, bias := k.project(s, &b.QKV, x)
-	k.qkvInto(s, q, kk, v, y, bias, 0, &b.NormQ, &b.NormK, j.cos, j.sin)
+	q, k, v := j.empty(s, x.DType(), bs, l, d), j.empty(s, x.DType(), bs, l, d), j.empty(s, x.DType(), bs, l, d)
+	y, bias := ops.project(s, &b.QKV, x)
+	ops.qkvInto(s, q, k, v, y, bias, 0, &b.NormQ, &b.NormK, j.cos, j.sin)
 	s.Free(y)
-	y, bias = k.project(s, &b.AddQKV, c)
-	k.qkvInto(s, q, kk, v, y, bias, lx, &b.NormAddedQ, &b.NormAddedK, nil, nil)
+	y, bias = ops.project(s, &b.AddQKV, c)
+	ops.qkvInto(s, q, k, v, y, bias, lx, &b.NormAddedQ, &b.NormAddedK, nil, nil)
 	s.Free(y)
 
-	o := j.attend(s, q, kk, v)
-	s.Free(q, kk, v)
+	o := j.attend(s, q, k, v)
+	s.Free(q, k, v)
 	ox, oc := rowRange(s, o, 0, lx), rowRange(s, o, lx, l)
-	outX[0], outX[1] = k.project(s, &b.ToOut0, ox)
-	outC[0], outC[1] = k.project(s, &b.ToAddOut, oc)
+	outX[0], outX[1] = ops.project(s, &b.ToOut0, ox)
+	outC[0], outC[1] = ops.project(s, &b.ToAddOut, oc)
 	s.Free(o, ox, oc)
 	return outX, outC
 }
@@ -176,33 +176,33 @@ func (b *singleBlock) params(p params, cfg Config) {
 // forward runs the block on the joint stream h = [image | text] (B, L,
 // inner). The reference concatenates the two streams at the start of each
 // single block and splits them at its end; they stay joined here.
-func (b *singleBlock) forward(s *tensor.Scope, k kernels, h, temb *tensor.Tensor, j *joint) *tensor.Tensor {
+func (b *singleBlock) forward(s *tensor.Scope, ops kernels, h, temb *tensor.Tensor, j *joint) *tensor.Tensor {
 	bs, l, d := h.Dim(0), h.Dim(1), h.Dim(2)
 	mlp := b.QKVMLP.Weight.Dim(0) - 3*d
 
 	// 1. Input normalization (AdaLayerNormZeroSingle): shift, scale, gate.
 	m := adaChunks(s, &b.Norm, temb, 3)
-	norm := k.lnModulate(s, h, m[0], m[1])
-	y, bias := k.project(s, &b.QKVMLP, norm) // [q | k | v | mlp]
+	norm := ops.lnModulate(s, h, m[0], m[1])
+	y, bias := ops.project(s, &b.QKVMLP, norm) // [q | k | v | mlp]
 	s.Free(norm)
 
 	// 2. Attention (pre_only: no output projection); RoPE on the image
 	// tokens only, through the identity rows of the text. The MLP's GELU
 	// goes straight into the output projection's input [attn | mlp].
-	q, kk, v := j.empty(s, h.DType(), bs, l, d), j.empty(s, h.DType(), bs, l, d), j.empty(s, h.DType(), bs, l, d)
-	k.qkvInto(s, q, kk, v, y, bias, 0, &b.NormQ, &b.NormK, j.cos, j.sin)
+	q, k, v := j.empty(s, h.DType(), bs, l, d), j.empty(s, h.DType(), bs, l, d), j.empty(s, h.DType(), bs, l, d)
+	ops.qkvInto(s, q, k, v, y, bias, 0, &b.NormQ, &b.NormK, j.cos, j.sin)
 	cat := s.Empty(h.DType(), bs, l, d+mlp)
-	k.geluInto(s, cat, d, y, bias, 3*d, mlp)
+	ops.geluInto(s, cat, d, y, bias, 3*d, mlp)
 	s.Free(y)
-	o := j.attend(s, q, kk, v)
-	s.Free(q, kk, v)
+	o := j.attend(s, q, k, v)
+	s.Free(q, k, v)
 	placeColumns(s, cat, 0, o)
 	s.Free(o)
 
 	// 3. Modulation and residual connection
-	p, pBias := k.project(s, &b.ProjOut, cat)
+	p, pBias := ops.project(s, &b.ProjOut, cat)
 	s.Free(cat)
-	out := k.gatedAdd(s, h, p, pBias, m[2])
+	out := ops.gatedAdd(s, h, p, pBias, m[2])
 	s.Free(p)
 	return out
 }

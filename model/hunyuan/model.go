@@ -3,6 +3,7 @@ package hunyuan
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -175,7 +176,7 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 			if err != nil {
 				return err
 			}
-			if want := p.sourceShape(src); !equalShape(h.Shape(), want) {
+			if want := p.sourceShape(src); !slices.Equal(h.Shape(), want) {
 				return fmt.Errorf("hunyuan: %s: tensor %q has shape %v, want %v", dir, src.name, h.Shape(), want)
 			}
 			n := h.Numel() * m.dt.Size()
@@ -248,7 +249,7 @@ func (m *Model) loadGlobal(ck *weights.Checkpoint, dir string, p param) (*tensor
 	if err != nil {
 		return nil, err
 	}
-	if !equalShape(src.Shape(), p.shape) {
+	if !slices.Equal(src.Shape(), p.shape) {
 		return nil, fmt.Errorf("hunyuan: %s: tensor %q has shape %v, want %v", dir, p.name, src.Shape(), p.shape)
 	}
 	t, err := convertHost(src, tensor.F32, m.dt)
@@ -340,16 +341,4 @@ func (m *Model) fromFile() bool {
 		}
 	}
 	return false
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -79,12 +79,12 @@ func must(op string, err error) {
 
 // lnModulate is LayerNorm(x)·(1 + scale) + shift (no affine, eps 1e-6);
 // op by op each step rounds to the compute dtype, as the reference.
-func (k kernels) lnModulate(s *tensor.Scope, x, shift, scale *tensor.Tensor) *tensor.Tensor {
-	if k.f == nil || x.Rank() != 3 {
+func (ops kernels) lnModulate(s *tensor.Scope, x, shift, scale *tensor.Tensor) *tensor.Tensor {
+	if ops.f == nil || x.Rank() != 3 {
 		return modulate(s, s.LayerNorm(x, nil, nil, normEps), shift, scale)
 	}
 	out := s.Empty(x.DType(), x.Shape()...)
-	must("layer_norm_modulate", k.f.LayerNormModulate(out, x, shift, scale, normEps))
+	must("layer_norm_modulate", ops.f.LayerNormModulate(out, x, shift, scale, normEps))
 	return out
 }
 
@@ -92,8 +92,8 @@ func (k kernels) lnModulate(s *tensor.Scope, x, shift, scale *tensor.Tensor) *te
 // the GEMM and returned, for the kernel that reads the result to add (the
 // GEMM then neither writes the bias first nor reads it back); op by op the
 // result has it and the returned bias is nil.
-func (k kernels) project(s *tensor.Scope, l *linear, x *tensor.Tensor) (y, bias *tensor.Tensor) {
-	if k.f == nil {
+func (ops kernels) project(s *tensor.Scope, l *linear, x *tensor.Tensor) (y, bias *tensor.Tensor) {
+	if ops.f == nil {
 		return l.forward(s, x), nil
 	}
 	return s.Linear(x, l.Weight, nil), l.Bias
@@ -101,36 +101,36 @@ func (k kernels) project(s *tensor.Scope, l *linear, x *tensor.Tensor) (y, bias 
 
 // gatedAdd is x + (y + bias)·gate with gate (B, 1, D) broadcast over the
 // rows; bias (from project) may be nil.
-func (k kernels) gatedAdd(s *tensor.Scope, x, y, bias, gate *tensor.Tensor) *tensor.Tensor {
-	if k.f == nil || x.Rank() != 3 {
+func (ops kernels) gatedAdd(s *tensor.Scope, x, y, bias, gate *tensor.Tensor) *tensor.Tensor {
+	if ops.f == nil || x.Rank() != 3 {
 		if bias != nil {
 			y = s.Add(y, bias)
 		}
 		return s.Add(x, s.Mul(y, gate))
 	}
 	out := s.Empty(x.DType(), x.Shape()...)
-	must("gated_add", k.f.GatedAdd(out, x, y, bias, gate))
+	must("gated_add", ops.f.GatedAdd(out, x, y, bias, gate))
 	return out
 }
 
 // geluInPlace is GELU (tanh approximation) of x + bias, into x when fused.
-func (k kernels) geluInPlace(s *tensor.Scope, x, bias *tensor.Tensor) *tensor.Tensor {
-	if k.f == nil {
+func (ops kernels) geluInPlace(s *tensor.Scope, x, bias *tensor.Tensor) *tensor.Tensor {
+	if ops.f == nil {
 		if bias != nil {
 			x = s.Add(x, bias)
 		}
 		return s.GELUTanh(x)
 	}
 	n := x.Dim(-1)
-	must("gelu", k.f.ActivateColumns(tensor.OpGELUTanh, x, 0, x, bias, 0, n))
+	must("gelu", ops.f.ActivateColumns(tensor.OpGELUTanh, x, 0, x, bias, 0, n))
 	return x
 }
 
 // geluInto writes GELU(src[..., srcCol:srcCol+n] + bias[srcCol:srcCol+n])
 // to dst[..., dstCol:]; bias (one value a column of src) may be nil.
-func (k kernels) geluInto(s *tensor.Scope, dst *tensor.Tensor, dstCol int, src, bias *tensor.Tensor, srcCol, n int) {
-	if k.f != nil {
-		must("gelu", k.f.ActivateColumns(tensor.OpGELUTanh, dst, dstCol, src, bias, srcCol, n))
+func (ops kernels) geluInto(s *tensor.Scope, dst *tensor.Tensor, dstCol int, src, bias *tensor.Tensor, srcCol, n int) {
+	if ops.f != nil {
+		must("gelu", ops.f.ActivateColumns(tensor.OpGELUTanh, dst, dstCol, src, bias, srcCol, n))
 		return
 	}
 	x := s.Slice(src, -1, srcCol, srcCol+n)
@@ -147,10 +147,10 @@ func (k kernels) geluInto(s *tensor.Scope, dst *tensor.Tensor, dstCol int, src, 
 // normalises q and k per head, rotates them with the rows [off, off+Ls) of
 // the joint RoPE tables cos, sin (R, L, Dh) when cos is not nil, and writes
 // all three to rows [off, off+Ls) of the joint q, k, v (B, L, H, Dh).
-func (k kernels) qkvInto(s *tensor.Scope, q, kk, v, y, bias *tensor.Tensor, off int, nq, nk *rmsNorm, cos, sin *tensor.Tensor) {
+func (ops kernels) qkvInto(s *tensor.Scope, q, k, v, y, bias *tensor.Tensor, off int, nq, nk *rmsNorm, cos, sin *tensor.Tensor) {
 	d := q.Dim(2) * q.Dim(3)
-	if k.f != nil {
-		must("qk_norm_rope", k.f.QKNormRoPE(q, kk, v, y, bias, off, [3]int{0, d, 2 * d}, nq.Weight, nk.Weight, cos, sin, normEps))
+	if ops.f != nil {
+		must("qk_norm_rope", ops.f.QKNormRoPE(q, k, v, y, bias, off, [3]int{0, d, 2 * d}, nq.Weight, nk.Weight, cos, sin, normEps))
 		return
 	}
 	if bias != nil {
@@ -158,7 +158,7 @@ func (k kernels) qkvInto(s *tensor.Scope, q, kk, v, y, bias *tensor.Tensor, off 
 	}
 	b, ls, h := y.Dim(0), y.Dim(1), q.Dim(2)
 	part := func(i int) *tensor.Tensor { return s.Slice(y, 2, i*d, (i+1)*d).Reshape(b, ls, h, -1) }
-	for i, dst := range []*tensor.Tensor{q, kk} {
+	for i, dst := range []*tensor.Tensor{q, k} {
 		x := []*rmsNorm{nq, nk}[i].forward(s, part(i))
 		if cos != nil {
 			x = ropeRows(s, x, cos, sin, off)

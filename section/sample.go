@@ -1,4 +1,4 @@
-package pipeline
+package section
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func (t *Transformer) Velocity(s *tensor.Scope, x *tensor.Tensor, timestep, guid
 	in.Timestep, in.Guidance = repeat(timestep, b), repeat(guidance, b)
 	if negative {
 		if t.Negative.Embeds == nil || t.Negative.Pooled == nil {
-			tensor.Fail("pipeline", "real CFG needs the negative prompt's conditioning")
+			tensor.Fail("section", "real CFG needs the negative prompt's conditioning")
 		}
 		in.EncoderHiddenStates = t.Negative.Embeds
 		in.EncoderAttentionMask = t.Negative.Mask
@@ -95,14 +95,14 @@ type SampleOptions struct {
 // flow-matching UniPC and returns the x0 latents (f32, allocated in s).
 func SampleSection(ctx context.Context, s *tensor.Scope, tr *Transformer, noise *tensor.Tensor, o SampleOptions, cb sampler.Callback) (*tensor.Tensor, error) {
 	if tr == nil || tr.Model == nil {
-		return nil, fmt.Errorf("pipeline: no transformer")
+		return nil, fmt.Errorf("section: no transformer")
 	}
 	thresh := o.TeaCacheThresh
 	if thresh == 0 {
 		thresh = 0.15
 	}
 	if !(thresh > 0) || math.IsInf(float64(thresh), 0) { // NaN fails thresh > 0
-		return nil, fmt.Errorf("pipeline: TeaCache threshold must be positive and finite, have %v", thresh)
+		return nil, fmt.Errorf("section: TeaCache threshold must be positive and finite, have %v", thresh)
 	}
 	// FramePack passes num_steps = steps even when real CFG makes two
 	// transformer calls per step; TeaCache then cycles over steps calls.
