@@ -102,6 +102,13 @@ func (b *Builder) F32() *Builder {
 	return &c
 }
 
+// In is a builder whose weights are made in dtype dt.
+func (b *Builder) In(dt tensor.DType) *Builder {
+	c := *b
+	c.dt, c.round = dt, tensor.Invalid
+	return &c
+}
+
 // DType is the dtype weights are made in.
 func (b *Builder) DType() tensor.DType { return b.dt }
 
