@@ -56,9 +56,9 @@ type Model struct {
 	contextEmbedder tokenRefiner
 	timeTextEmbed   timeGuidanceTextEmbed
 	imageProjection clipVisionProjection
-	blocks          []doubleBlock // transformer_blocks.N
-	singleBlocks    []singleBlock // single_transformer_blocks.N
-	arenas          []*arena      // the weights of every block, double blocks first
+	blocks          []doubleBlock             // transformer_blocks.N
+	singleBlocks    []singleBlock             // single_transformer_blocks.N
+	arenas          []*arena                  // the weights of every block, double blocks first
 	file            *weights.CheckpointSource // the open checkpoint, while blocks stream from it
 	normOut         linear                    // norm_out.linear
 	projOut         linear                    // f32

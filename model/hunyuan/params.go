@@ -32,7 +32,9 @@ func (l *linear) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 // rmsNorm is diffusers' RMSNorm with a weight (the per-head q/k norms).
 type rmsNorm struct{ Weight *tensor.Tensor }
 
-func (n *rmsNorm) load(p *weights.Builder, name string, dim int) { n.Weight = p.Get(name+".weight", dim) }
+func (n *rmsNorm) load(p *weights.Builder, name string, dim int) {
+	n.Weight = p.Get(name+".weight", dim)
+}
 
 func (n *rmsNorm) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 	return s.RMSNorm(x, n.Weight, 1e-6)
