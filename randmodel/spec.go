@@ -17,8 +17,10 @@ import (
 // this project's loader of that part reads them: the config is read by the
 // part's ReadConfig (as Load reads config.json) and planned by its Plan, so
 // the names and shapes written cannot drift from those the loaders ask
-// for. Values are weights.FillRandom's, whose initialisation follows the
-// name and shape.
+// for. The list is in the order the loader asks, which decides which shard
+// holds a tensor (near save_pretrained's module order; the number of shards
+// is the released one). Values are weights.FillRandom's, whose
+// initialisation follows the name and shape.
 func loaderTensors(folder string, cfg map[string]any) ([]weights.Spec, error) {
 	dir, err := os.MkdirTemp("", "randmodel-config-")
 	if err != nil {

@@ -61,4 +61,3 @@ func BenchmarkFill(b *testing.B) {
 		})
 	}
 }
-

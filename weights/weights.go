@@ -3,7 +3,8 @@
 // (diffusion_pytorch_model.safetensors, model.safetensors) or shards listed by
 // a *.safetensors.index.json. Files are memory-mapped; shards are mapped on
 // first use. Tensors come out either as they are stored (Host, zero-copy) or
-// converted to a compute dtype on a backend (Load).
+// converted to a compute dtype on a backend (Load). Models take their weights
+// through a Builder, from a checkpoint, random values or a plan.
 package weights
 
 import (

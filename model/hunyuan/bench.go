@@ -10,8 +10,7 @@ import (
 // RandomModel makes a model of any config with random weights made in
 // process (for benchmarks: the real config needs no 25 GB download), drawn
 // by weights.FillRandom: the values depend only on seed and the weight's
-// name, and are those a checkpoint written by randmodel with the same seed
-// holds.
+// name; in bf16 they are those randmodel writes with the same seed.
 func RandomModel(cfg Config, be tensor.Backend, opts Options, seed uint64) (*Model, error) {
 	m, err := newModel(cfg, be, opts)
 	if err != nil {
