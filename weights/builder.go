@@ -120,7 +120,7 @@ func (b *Builder) Get(name string, shape ...int) *tensor.Tensor {
 
 // Opt is Get for a tensor the checkpoint may lack: nil when it does.
 func (b *Builder) Opt(name string, shape ...int) *tensor.Tensor {
-	return b.make(b.prefix+name, shape, []Spec{{Name: b.prefix + name, Shape: shape}}, true)
+	return b.make(b.prefix+name, shape, []Spec{{Name: b.prefix + name, Shape: shape, Optional: true}}, true)
 }
 
 // Cat is the tensors names (rows[i] rows each, of shape rest) concatenated
@@ -174,9 +174,6 @@ func (b *Builder) Fail(format string, args ...any) {
 
 // Err is the first failure, if any.
 func (b *Builder) Err() error { return b.st.err }
-
-// Planned reports whether the builder is a plan (its tensors are nil).
-func (b *Builder) Planned() bool { _, ok := b.src.(planSource); return ok }
 
 // Weights is what a plan recorded, in the order the model asked.
 func (b *Builder) Weights() []Weight { return b.st.planned }

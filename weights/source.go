@@ -71,9 +71,7 @@ func (s *CheckpointSource) Fill(w Weight, dst []byte) error {
 func (s *CheckpointSource) Check(ws []Weight) error {
 	var specs []Spec
 	for _, w := range ws {
-		if !w.Optional || s.Ck.Has(w.Parts[0].Name) {
-			specs = append(specs, w.Parts...)
-		}
+		specs = append(specs, w.Parts...)
 	}
 	return s.Ck.Check(specs)
 }
