@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -437,7 +438,7 @@ func (c *Checkpoint) checked(name string, shape []int, dt tensor.DType) (*entry,
 	if e.problem != "" {
 		return nil, nil, nil, fmt.Errorf("weights: %s: tensor %q: %s", sh.path, e.name, e.problem)
 	}
-	if len(shape) > 0 && !equalInts(shape, e.shape) {
+	if len(shape) > 0 && !slices.Equal(shape, e.shape) {
 		return nil, nil, nil, fmt.Errorf("weights: %s: tensor %q has shape %v, want %v", sh.path, e.name, e.shape, shape)
 	}
 	if dt != tensor.Invalid && !convertible(e.dt, dt) {
@@ -577,18 +578,6 @@ func (c *Checkpoint) WillNeed(name string) error {
 func isHostBacked(be tensor.Backend) bool {
 	hb, ok := be.(tensor.HostBacked)
 	return ok && hb.HostBacked()
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // closest returns up to k names nearest to name by edit distance.

@@ -344,7 +344,7 @@ func (m *Model) check(in *Inputs) error {
 		return fmt.Errorf("encoder_hidden_states %v: want (%d, L, %d)", e, b, cfg.TextEmbedDim)
 	}
 	if mk := in.EncoderAttentionMask; mk != nil {
-		if !equalShape(mk.Shape(), []int{b, e[1]}) {
+		if !slices.Equal(mk.Shape(), []int{b, e[1]}) {
 			return fmt.Errorf("encoder_attention_mask %v: want (%d, %d)", mk.Shape(), b, e[1])
 		}
 		v := tensor.Float32s(mk)
@@ -360,7 +360,7 @@ func (m *Model) check(in *Inputs) error {
 			}
 		}
 	}
-	if p := in.PooledProjections.Shape(); !equalShape(p, []int{b, cfg.PooledProjectionDim}) {
+	if p := in.PooledProjections.Shape(); !slices.Equal(p, []int{b, cfg.PooledProjectionDim}) {
 		return fmt.Errorf("pooled_projections %v: want (%d, %d)", p, b, cfg.PooledProjectionDim)
 	}
 	if cfg.HasImageProj {

@@ -265,15 +265,3 @@ func (m *Model) fromFile() bool {
 	}
 	return false
 }
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
