@@ -543,20 +543,6 @@ func (c *Checkpoint) drop(sh *shard, e *entry) {
 	}
 }
 
-// DontNeed releases the pages of tensor name's bytes from the process's
-// resident memory, once a copy of them (a device upload, a pinned or
-// converted copy) is all that is needed. Host tensors of it stay valid:
-// the mapping is of the read-only file, and a later read brings the pages
-// back from the page cache or the disk.
-func (c *Checkpoint) DontNeed(name string) error {
-	e, sh, _, err := c.entry(name)
-	if err != nil {
-		return err
-	}
-	c.drop(sh, e)
-	return nil
-}
-
 // WillNeed asks the kernel to read tensor name's bytes ahead of their use,
 // in the background (read-ahead for weights streamed from the file).
 func (c *Checkpoint) WillNeed(name string) error {
