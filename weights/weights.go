@@ -487,6 +487,8 @@ func (c *Checkpoint) fill(dst []byte, name string, shape []int, dt, round tensor
 // runs in chunks of this many output bytes, never a whole-tensor buffer.
 const stageBytes = 16 << 20
 
+var stagePool = sync.Pool{New: func() any { b := make([]byte, stageBytes); return &b }}
+
 // uploadConverted uploads src (dtype from) into dst at byte offset off as
 // dtype to, rounded through round: as it is when no conversion is needed
 // (the backend stages it itself), else converted chunk by chunk through one
@@ -497,7 +499,11 @@ func uploadConverted(be tensor.Backend, dst tensor.Buffer, off int64, to, round 
 	}
 	n := len(src) / from.Size()
 	per := max(1, stageBytes/max(to.Size(), from.Size()))
-	buf := make([]byte, min(n, per)*to.Size())
+	// One buffer reused across tensors: blocks streamed from the file
+	// convert every tensor on every forward pass.
+	bp := stagePool.Get().(*[]byte)
+	defer stagePool.Put(bp)
+	buf := *bp
 	for lo := 0; lo < n; lo += per {
 		hi := min(lo+per, n)
 		out := buf[:(hi-lo)*to.Size()]
