@@ -127,12 +127,3 @@ func tinyConfigs() (map[string]map[string]any, error) {
 	}
 	return out, nil
 }
-
-// decode re-reads a config map as the struct that decides the tensors.
-func decode(cfg map[string]any, v any) error {
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(raw, v)
-}

@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 
 	"github.com/framepack-go/framepack/internal/atomicfile"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // Size chooses the model dimensions.
@@ -68,7 +69,7 @@ type component struct {
 	weightsName string // "model" or "diffusion_pytorch_model"
 	dtype       string // safetensors dtype: "BF16" or "F16"
 	maxShard    int64  // 0: one file
-	tensors     []tensorSpec
+	tensors     []weights.Spec
 }
 
 // shard sizes as save_pretrained wrote the released folders: diffusers'
@@ -107,33 +108,7 @@ func components(size Size) ([]*component, error) {
 	for _, c := range cs {
 		c.config = cfgs[c.folder]
 		var err error
-		switch c.folder {
-		case "transformer":
-			var tc transformerConfig
-			if err = decode(c.config, &tc); err == nil {
-				c.tensors, err = transformerTensors(tc)
-			}
-		case "text_encoder":
-			var lc llamaConfig
-			if err = decode(c.config, &lc); err == nil {
-				c.tensors, err = llamaTensors(lc)
-			}
-		case "text_encoder_2":
-			var ec encoderConfig
-			if err = decode(c.config, &ec); err == nil {
-				c.tensors, err = clipTensors(ec)
-			}
-		case "image_encoder":
-			var ec encoderConfig
-			if err = decode(c.config, &ec); err == nil {
-				c.tensors, err = siglipTensors(ec)
-			}
-		case "vae":
-			var vc vaeConfig
-			if err = decode(c.config, &vc); err == nil {
-				c.tensors, err = vaeTensors(vc)
-			}
-		}
+		c.tensors, err = loaderTensors(c.folder, c.config)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", c.folder, err)
 		}
@@ -179,7 +154,7 @@ func Write(ctx context.Context, dir string, opts Options) (Summary, error) {
 			keep[f.path] = true
 			sum.WeightBytes += f.size
 			for _, t := range f.tensors {
-				sum.Params += t.numel()
+				sum.Params += t.Numel()
 			}
 		}
 		if c.maxShard > 0 {
@@ -242,8 +217,8 @@ func index(files []*shardFile) ([]byte, error) {
 	wm := map[string]string{}
 	for _, f := range files {
 		for _, t := range f.tensors {
-			total += 2 * t.numel()
-			wm[t.name] = filepath.Base(f.path)
+			total += 2 * t.Numel()
+			wm[t.Name] = filepath.Base(f.path)
 		}
 	}
 	return marshal(map[string]any{"metadata": map[string]any{"total_size": total}, "weight_map": wm})

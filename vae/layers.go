@@ -5,17 +5,12 @@ import (
 
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // Every forward below consumes its input: it frees the input (when the
 // scope owns it) as soon as the input is dead, so a decode holds only what it
 // still needs. Callers that need a tensor afterwards must not pass it.
-
-// params builds the weights of a model: it returns the tensor name (with the
-// given shape) from a checkpoint or a generator.
-type params interface {
-	get(name string, shape ...int) *tensor.Tensor
-}
 
 // causalConv is HunyuanVideoCausalConv3d: replicate padding of kT−1 frames in
 // front and k/2 pixels on each side, then an unpadded convolution. A plain
@@ -27,16 +22,16 @@ type causalConv struct {
 	causal bool
 }
 
-func newCausalConv(p params, name string, cin, cout, k int, stride [3]int) *causalConv {
+func newCausalConv(p *weights.Builder, name string, cin, cout, k int, stride [3]int) *causalConv {
 	return &causalConv{
-		w: p.get(name+".conv.weight", cout, cin, k, k, k), b: p.get(name+".conv.bias", cout),
+		w: p.Get(name+".conv.weight", cout, cin, k, k, k), b: p.Get(name+".conv.bias", cout),
 		k: k, stride: stride, causal: true,
 	}
 }
 
-func newPlainConv(p params, name string, cin, cout int) *causalConv {
+func newPlainConv(p *weights.Builder, name string, cin, cout int) *causalConv {
 	return &causalConv{
-		w: p.get(name+".weight", cout, cin, 1, 1, 1), b: p.get(name+".bias", cout),
+		w: p.Get(name+".weight", cout, cin, 1, 1, 1), b: p.Get(name+".bias", cout),
 		k: 1, stride: [3]int{1, 1, 1},
 	}
 }
@@ -124,8 +119,8 @@ type groupNorm struct {
 	groups int
 }
 
-func newGroupNorm(p params, name string, ch, groups int) groupNorm {
-	return groupNorm{w: p.get(name+".weight", ch), b: p.get(name+".bias", ch), groups: groups}
+func newGroupNorm(p *weights.Builder, name string, ch, groups int) groupNorm {
+	return groupNorm{w: p.Get(name+".weight", ch), b: p.Get(name+".bias", ch), groups: groups}
 }
 
 // resnet is HunyuanVideoResnetBlockCausal3D:
@@ -136,7 +131,7 @@ type resnet struct {
 	shortcut     *causalConv // 1×1×1 causal conv when channels change
 }
 
-func newResnet(p params, name string, cin, cout, groups int) *resnet {
+func newResnet(p *weights.Builder, name string, cin, cout, groups int) *resnet {
 	r := &resnet{
 		norm1: newGroupNorm(p, name+".norm1", cin, groups),
 		conv1: newCausalConv(p, name+".conv1", cin, cout, 3, [3]int{1, 1, 1}),
@@ -178,13 +173,13 @@ type attention struct {
 	qb, kb, vb, outb *tensor.Tensor
 }
 
-func newAttention(p params, name string, ch, groups int) *attention {
+func newAttention(p *weights.Builder, name string, ch, groups int) *attention {
 	return &attention{
 		norm: newGroupNorm(p, name+".group_norm", ch, groups),
-		q:    p.get(name+".to_q.weight", ch, ch), qb: p.get(name+".to_q.bias", ch),
-		k: p.get(name+".to_k.weight", ch, ch), kb: p.get(name+".to_k.bias", ch),
-		v: p.get(name+".to_v.weight", ch, ch), vb: p.get(name+".to_v.bias", ch),
-		out: p.get(name+".to_out.0.weight", ch, ch), outb: p.get(name+".to_out.0.bias", ch),
+		q:    p.Get(name+".to_q.weight", ch, ch), qb: p.Get(name+".to_q.bias", ch),
+		k: p.Get(name+".to_k.weight", ch, ch), kb: p.Get(name+".to_k.bias", ch),
+		v: p.Get(name+".to_v.weight", ch, ch), vb: p.Get(name+".to_v.bias", ch),
+		out: p.Get(name+".to_out.0.weight", ch, ch), outb: p.Get(name+".to_out.0.bias", ch),
 	}
 }
 
@@ -264,7 +259,7 @@ type midBlock struct {
 	attn       *attention // nil without mid_block_add_attention
 }
 
-func newMidBlock(p params, name string, ch, groups int, addAttn bool) *midBlock {
+func newMidBlock(p *weights.Builder, name string, ch, groups int, addAttn bool) *midBlock {
 	m := &midBlock{res0: newResnet(p, name+".resnets.0", ch, ch, groups)}
 	if addAttn {
 		m.attn = newAttention(p, name+".attentions.0", ch, groups)

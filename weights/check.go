@@ -11,10 +11,11 @@ import (
 )
 
 // Spec is one weight a model reads: its checkpoint name and shape (no shape
-// check when Shape is empty).
+// check when Shape is empty); an optional one may be absent.
 type Spec struct {
-	Name  string
-	Shape []int
+	Name     string
+	Shape    []int
+	Optional bool
 }
 
 // Numel is the element count of the shape.
@@ -46,6 +47,9 @@ func (c *Checkpoint) Check(specs []Spec) error {
 		return err
 	}
 	for _, sp := range specs {
+		if sp.Optional && !c.Has(sp.Name) {
+			continue
+		}
 		e, sh, _, err := c.entry(sp.Name)
 		switch {
 		case err != nil:

@@ -2,6 +2,7 @@ package hunyuan
 
 import (
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 const normEps = 1e-6
@@ -47,9 +48,9 @@ func adaChunks(s *tensor.Scope, lin *linear, temb *tensor.Tensor, n int) []*tens
 // feedForward is diffusers' FeedForward: net.0.proj, the activation, net.2.
 type feedForward struct{ Proj, Out linear }
 
-func (f *feedForward) params(p params, dim, hidden int) {
-	f.Proj.params(p, "net.0.proj", hidden, dim)
-	f.Out.params(p, "net.2", dim, hidden)
+func (f *feedForward) load(p *weights.Builder, dim, hidden int) {
+	f.Proj.load(p, "net.0.proj", hidden, dim)
+	f.Out.load(p, "net.2", dim, hidden)
 }
 
 // gelu is FeedForward(activation_fn="gelu-approximate") without net.2's
@@ -79,21 +80,21 @@ type doubleBlock struct {
 	FF, FFContext                        feedForward
 }
 
-func (b *doubleBlock) params(p params, cfg Config) {
+func (b *doubleBlock) load(p *weights.Builder, cfg Config) {
 	d, hd := cfg.Inner(), cfg.AttentionHeadDim
-	b.Norm1.params(p, "norm1.linear", 6*d, d)
-	b.Norm1Context.params(p, "norm1_context.linear", 6*d, d)
-	a := p.sub("attn")
-	b.QKV.catParams(a, "to_qkv", []string{"to_q", "to_k", "to_v"}, []int{d, d, d}, d)
-	b.AddQKV.catParams(a, "add_qkv_proj", []string{"add_q_proj", "add_k_proj", "add_v_proj"}, []int{d, d, d}, d)
-	b.NormQ.params(a, "norm_q", hd)
-	b.NormK.params(a, "norm_k", hd)
-	b.NormAddedQ.params(a, "norm_added_q", hd)
-	b.NormAddedK.params(a, "norm_added_k", hd)
-	b.ToOut0.params(a, "to_out.0", d, d)
-	b.ToAddOut.params(a, "to_add_out", d, d)
-	b.FF.params(p.sub("ff"), d, cfg.MLPDim())
-	b.FFContext.params(p.sub("ff_context"), d, cfg.MLPDim())
+	b.Norm1.load(p, "norm1.linear", 6*d, d)
+	b.Norm1Context.load(p, "norm1_context.linear", 6*d, d)
+	a := p.Sub("attn")
+	b.QKV.loadCat(a, []string{"to_q", "to_k", "to_v"}, []int{d, d, d}, d)
+	b.AddQKV.loadCat(a, []string{"add_q_proj", "add_k_proj", "add_v_proj"}, []int{d, d, d}, d)
+	b.NormQ.load(a, "norm_q", hd)
+	b.NormK.load(a, "norm_k", hd)
+	b.NormAddedQ.load(a, "norm_added_q", hd)
+	b.NormAddedK.load(a, "norm_added_k", hd)
+	b.ToOut0.load(a, "to_out.0", d, d)
+	b.ToAddOut.load(a, "to_add_out", d, d)
+	b.FF.load(p.Sub("ff"), d, cfg.MLPDim())
+	b.FFContext.load(p.Sub("ff_context"), d, cfg.MLPDim())
 }
 
 // forward runs the block on the image stream x (B, Lx, inner) and the text
@@ -163,14 +164,14 @@ type singleBlock struct {
 	ProjOut      linear
 }
 
-func (b *singleBlock) params(p params, cfg Config) {
+func (b *singleBlock) load(p *weights.Builder, cfg Config) {
 	d, hd, mlp := cfg.Inner(), cfg.AttentionHeadDim, cfg.MLPDim()
-	b.Norm.params(p, "norm.linear", 3*d, d)
-	b.QKVMLP.catParams(p, "qkv_mlp", []string{"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"}, []int{d, d, d, mlp}, d)
-	a := p.sub("attn")
-	b.NormQ.params(a, "norm_q", hd)
-	b.NormK.params(a, "norm_k", hd)
-	b.ProjOut.params(p, "proj_out", d, d+mlp)
+	b.Norm.load(p, "norm.linear", 3*d, d)
+	b.QKVMLP.loadCat(p, []string{"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"}, []int{d, d, d, mlp}, d)
+	a := p.Sub("attn")
+	b.NormQ.load(a, "norm_q", hd)
+	b.NormK.load(a, "norm_k", hd)
+	b.ProjOut.load(p, "proj_out", d, d+mlp)
 }
 
 // forward runs the block on the joint stream h = [image | text] (B, L,
@@ -216,17 +217,17 @@ type refinerBlock struct {
 	NormOut               linear // norm_out.linear
 }
 
-func (b *refinerBlock) params(p params, cfg Config) {
+func (b *refinerBlock) load(p *weights.Builder, cfg Config) {
 	d := cfg.Inner()
-	b.Norm1.params(p, "norm1", d)
-	b.Norm2.params(p, "norm2", d)
-	a := p.sub("attn")
-	b.ToQ.params(a, "to_q", d, d)
-	b.ToK.params(a, "to_k", d, d)
-	b.ToV.params(a, "to_v", d, d)
-	b.ToOut0.params(a, "to_out.0", d, d)
-	b.FF.params(p.sub("ff"), d, cfg.MLPDim())
-	b.NormOut.params(p, "norm_out.linear", 2*d, d)
+	b.Norm1.load(p, "norm1", d)
+	b.Norm2.load(p, "norm2", d)
+	a := p.Sub("attn")
+	b.ToQ.load(a, "to_q", d, d)
+	b.ToK.load(a, "to_k", d, d)
+	b.ToV.load(a, "to_v", d, d)
+	b.ToOut0.load(a, "to_out.0", d, d)
+	b.FF.load(p.Sub("ff"), d, cfg.MLPDim())
+	b.NormOut.load(p, "norm_out.linear", 2*d, d)
 }
 
 // forward runs the block on x (B, L, inner) with the attention's mask in ap.
