@@ -9,7 +9,12 @@
 //	res, err := p.Generate(ctx, req)
 //	// res.Frames: T frames of H×W RGB at res.FPS
 //
-// Load reads the model folder's configs and tokenizers; Generate loads each
+// The tinymodel package holds a tiny model with random weights in the real
+// layout, for trying the API without the real weights (run it at
+// tinymodel.Resolution); the examples use it.
+//
+// Load reads the model folder's configs and tokenizers and checks every
+// weight's name, shape and dtype; Generate loads each
 // model when its stage begins and frees it when the stage is done (the text
 // encoders after encoding, the VAE encoder and SigLIP after the start
 // image), keeping the transformer and the VAE decoder across sections when
@@ -24,9 +29,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/memory"
@@ -34,6 +42,7 @@ import (
 	"github.com/framepack-go/framepack/model/hunyuan"
 	"github.com/framepack-go/framepack/model/llama"
 	"github.com/framepack-go/framepack/model/siglip"
+	"github.com/framepack-go/framepack/pipeline"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/tokenizer"
 	"github.com/framepack-go/framepack/vae"
@@ -47,6 +56,11 @@ type Options struct {
 	// tokenizer, tokenizer_2 (hunyuanvideo-community/HunyuanVideo) and
 	// image_encoder (lllyasviel/flux_redux_bfl).
 	Transformer, VAE, TextEncoder, TextEncoder2, Tokenizer, Tokenizer2, ImageEncoder string
+	// FeatureExtractor is the folder of SigLIP's preprocessor_config.json
+	// (flux_redux_bfl's feature_extractor), overriding
+	// <dir>/feature_extractor. It is optional: without it the image is
+	// resized to the image encoder's image_size, as the released one does.
+	FeatureExtractor string
 
 	// Device is DeviceAuto (""), DeviceCPU or DeviceGPU: for auto, the GPU
 	// when one opens, else the CPU with a log line saying why.
@@ -58,13 +72,21 @@ type Options struct {
 	// VRAMLimit and Preserve are the --vram-limit and --preserve flags
 	// (memory.ParseSize: "20G", "90%"; empty: the device's default).
 	VRAMLimit, Preserve string
+	// RAMLimit is the --ram-limit flag: the host-memory budget
+	// (memory.ParseSize: "16G", or a fraction of system memory; empty:
+	// memory.DefaultRAMLimit from /proc/meminfo). It decides whether the
+	// transformer's streamed blocks get a pinned copy or are read from the
+	// mapped checkpoint, and it becomes the Go runtime's memory limit
+	// unless GOMEMLIMIT sets one. On an integrated GPU (and the CPU) device
+	// and host memory are one pool under both limits.
+	RAMLimit string
 	// VAETiling fixes the VAE's tiling; nil encodes untiled and plans each
 	// decode's tiling from the budget (diffusers' default, FramePack's
 	// high-VRAM mode, whenever it fits). vae.SpatialTiling(256, 192) is
 	// FramePack's low-VRAM mode.
 	VAETiling *vae.Tiling
 	// TeaCacheThreshold is TeaCache's relative-L1 threshold; 0 means
-	// FramePack's 0.15.
+	// FramePack's 0.15. Load refuses a negative or non-finite one.
 	TeaCacheThreshold float32
 	// Logger receives progress and memory lines; nil means slog.Default().
 	Logger *slog.Logger
@@ -86,6 +108,8 @@ const (
 	PartTokenizer    = "tokenizer"
 	PartTokenizer2   = "tokenizer_2"
 	PartImageEncoder = "image_encoder"
+	// PartFeatureExtractor is optional (see Options.FeatureExtractor).
+	PartFeatureExtractor = "feature_extractor"
 )
 
 // Pipeline is a loaded FramePack model. Generate runs one job at a time.
@@ -98,6 +122,7 @@ type Pipeline struct {
 	be   *memory.Backend // the budgeted compute backend every model loads on
 	host tensor.Backend  // host-side work: history pixels, soft append
 	gpu  bool            // be computes on a GPU: GPU dtypes and placement
+	ram  *memory.Host    // the host-memory budget
 
 	llamaTok  *tokenizer.Llama
 	clipTok   *tokenizer.CLIP
@@ -105,12 +130,14 @@ type Pipeline struct {
 
 	dt struct{ transformer, text, image, vae tensor.DType }
 
-	trCfg  hunyuan.Config
-	vaeCfg vae.Config
+	trCfg   hunyuan.Config
+	vaeCfg  vae.Config
+	sigSize int // the side SigLIP's processor resizes the image to
 	// Weight bytes of each part in its compute dtype.
 	bytes map[string]int64
 
-	mu sync.Mutex
+	mu     sync.Mutex  // one Generate at a time; Close waits for it
+	closed atomic.Bool // set by Close once the device is released
 }
 
 // Load opens the FramePack model in dir (the parts' folders, each
@@ -121,6 +148,9 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	if th := float64(opts.TeaCacheThreshold); th < 0 || math.IsNaN(th) || math.IsInf(th, 0) {
+		return nil, fmt.Errorf("options: TeaCacheThreshold must be a finite value ≥ 0 (0: FramePack's 0.15), have %v", th)
 	}
 	p := &Pipeline{log: log, opts: opts, paths: map[string]string{}, bytes: map[string]int64{}}
 	overrides := map[string]string{
@@ -148,6 +178,17 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 		}
 		p.paths[part] = path
 	}
+	// The feature extractor is optional.
+	if path := opts.FeatureExtractor; path != "" {
+		if st, err := os.Stat(path); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("model part %s: %s is not a folder", PartFeatureExtractor, path)
+		}
+		p.paths[PartFeatureExtractor] = path
+	} else if dir != "" {
+		if st, err := os.Stat(filepath.Join(dir, PartFeatureExtractor)); err == nil && st.IsDir() {
+			p.paths[PartFeatureExtractor] = filepath.Join(dir, PartFeatureExtractor)
+		}
+	}
 
 	var err error
 	if p.llamaTok, err = tokenizer.LoadLlama(p.paths[PartTokenizer]); err != nil {
@@ -163,10 +204,14 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 		return nil, err
 	}
 
+	if p.ram, err = memory.HostFor("/", opts.RAMLimit); err != nil {
+		return nil, err
+	}
 	if p.dev, err = device.Open(device.Options{Choice: opts.Device, VRAMLimit: opts.VRAMLimit, Preserve: opts.Preserve, Log: log}); err != nil {
 		return nil, err
 	}
 	p.be, p.host, p.gpu = p.dev.Backend, p.dev.CPU, p.dev.IsGPU()
+	p.useHostBudget()
 	if err := p.chooseDTypes(); err != nil {
 		p.dev.Close()
 		return nil, err
@@ -183,73 +228,154 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 	return p, nil
 }
 
+// useHostBudget joins the device budget to the host budget where they are
+// the same memory (an integrated GPU, the CPU), logs it, and hands the
+// limit to the Go runtime, whose heap would otherwise grow to twice what
+// is live before collecting: a model's worth of garbage on the CPU.
+func (p *Pipeline) useHostBudget() {
+	if !p.gpu || p.be.Budget().Integrated {
+		p.ram.Unify(p.be)
+	}
+	if lim := p.ram.Limit(); lim > 0 {
+		if cur := debug.SetMemoryLimit(-1); cur == math.MaxInt64 || cur == goMemLimit.Load() {
+			debug.SetMemoryLimit(lim)
+			goMemLimit.Store(lim)
+		}
+	}
+	p.log.Info("memory: " + p.ram.Stats().String())
+}
+
+// goMemLimit is the Go memory limit a Pipeline set, so that a later
+// Pipeline may replace it but never one set by GOMEMLIMIT or the program.
+var goMemLimit atomic.Int64
+
+// HostStats is the host-memory budget's accounting now, with the process's
+// resident set.
+func (p *Pipeline) HostStats() memory.HostStats {
+	if p == nil || p.ram == nil {
+		return memory.HostStats{}
+	}
+	return p.ram.Stats()
+}
+
 // Close releases the device, logging first the conv3d chain's one line per
 // tier (how many convolutions each tier ran, and how long). The Pipeline
-// holds no weights between Generate calls.
+// holds no weights between Generate calls. Closing twice, or closing a nil
+// or zero Pipeline, does nothing.
+//
+// After Close, Generate returns an error and the methods without one
+// return zero values (Device "", a zero Budget and Stats, CropStart 0); so
+// do a nil *Pipeline and a Pipeline not made by Load.
 func (p *Pipeline) Close() {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.dev != nil {
+	if p.dev != nil && !p.closed.Load() {
 		if p.dev.Conv != nil {
 			p.dev.Conv.Chain().LogSummary()
 		}
 		p.dev.Close()
-		p.dev = nil
+		p.closed.Store(true)
 	}
 }
 
 // Device describes the compute device: "NVIDIA H100 80GB HBM3 (sm_90),
-// GEMM through cuBLAS …" or "CPU (16 threads, GEMM through openblas …)".
-func (p *Pipeline) Device() string { return p.dev.Name }
+// GEMM through cuBLAS …" or "CPU (16 threads, GEMM through openblas …)";
+// "" once closed.
+func (p *Pipeline) Device() string {
+	if !p.open() {
+		return ""
+	}
+	return p.dev.Name
+}
 
-// Budget is the memory budget in force on the compute device.
-func (p *Pipeline) Budget() memory.Budget { return p.be.Budget() }
+// Budget is the memory budget in force on the compute device; zero once
+// closed.
+func (p *Pipeline) Budget() memory.Budget {
+	if !p.open() {
+		return memory.Budget{}
+	}
+	return p.be.Budget()
+}
 
-// MemoryStats is the compute device's accounting now (peak since Load).
-func (p *Pipeline) MemoryStats() memory.Stats { return p.be.Stats() }
+// MemoryStats is the compute device's accounting now (peak since Load);
+// zero once closed.
+func (p *Pipeline) MemoryStats() memory.Stats {
+	if !p.open() {
+		return memory.Stats{}
+	}
+	return p.be.Stats()
+}
 
 // CropStart is the number of template tokens before the prompt (95 with
-// the real LLaMA-3 tokenizer).
-func (p *Pipeline) CropStart() int { return p.cropStart }
+// the real LLaMA-3 tokenizer); 0 once closed.
+func (p *Pipeline) CropStart() int {
+	if !p.open() {
+		return 0
+	}
+	return p.cropStart
+}
 
-// readConfigs reads the configs and checks that the parts fit together.
+// open reports whether p was made by Load and is not closed. It does not
+// take the lock: Progress callbacks call these methods during Generate.
+func (p *Pipeline) open() bool {
+	return p != nil && p.dev != nil && p.be != nil && !p.closed.Load()
+}
+
+// readConfigs reads and checks every part's config as the part's loader
+// does, checks from the file headers that each checkpoint holds every
+// weight its model reads (present, with its shape, in a float dtype), and
+// checks that the parts fit together — all before any device work.
 func (p *Pipeline) readConfigs() error {
-	read := func(part string, v any) error {
+	check := func(part string, readConfig func(dir string) error, plan func() ([]weights.Spec, error)) error {
 		ck, err := weights.Open(p.paths[part])
 		if err != nil {
 			return fmt.Errorf("model part %s: %w", part, err)
 		}
 		defer ck.Close()
-		if err := ck.Config(v); err != nil {
+		if err := readConfig(ck.Dir()); err != nil {
+			return fmt.Errorf("model part %s: %w", part, err)
+		}
+		specs, err := plan()
+		if err != nil {
+			return fmt.Errorf("model part %s: %w", part, err)
+		}
+		if err := ck.Check(specs); err != nil {
 			return fmt.Errorf("model part %s: %w", part, err)
 		}
 		return nil
 	}
-	p.trCfg = hunyuan.DefaultConfig()
-	if err := read(PartTransformer, &p.trCfg); err != nil {
-		return err
-	}
-	if err := p.trCfg.Validate(); err != nil {
-		return fmt.Errorf("model part transformer: %w", err)
-	}
-	p.vaeCfg = vae.DefaultConfig()
-	if err := read(PartVAE, &p.vaeCfg); err != nil {
-		return err
-	}
-	if err := p.vaeCfg.Validate(); err != nil {
-		return fmt.Errorf("model part vae: %w", err)
-	}
 	var lc llama.Config
 	var cc clip.Config
 	var sc siglip.Config
-	if err := read(PartTextEncoder, &lc); err != nil {
-		return err
+	for _, c := range []struct {
+		part string
+		read func(string) error
+		plan func() ([]weights.Spec, error)
+	}{
+		{PartTransformer, func(d string) (err error) { p.trCfg, err = hunyuan.ReadConfig(d); return }, func() ([]weights.Spec, error) { return hunyuan.Plan(p.trCfg) }},
+		{PartVAE, func(d string) (err error) { p.vaeCfg, err = vae.ReadConfig(d); return }, func() ([]weights.Spec, error) { return vae.Plan(p.vaeCfg) }},
+		{PartTextEncoder, func(d string) (err error) { lc, err = llama.ReadConfig(d); return }, func() ([]weights.Spec, error) { return llama.Plan(lc) }},
+		{PartTextEncoder2, func(d string) (err error) { cc, err = clip.ReadConfig(d); return }, func() ([]weights.Spec, error) { return clip.Plan(cc) }},
+		{PartImageEncoder, func(d string) (err error) { sc, err = siglip.ReadConfig(d); return }, func() ([]weights.Spec, error) { return siglip.Plan(sc) }},
+	} {
+		if err := check(c.part, c.read, c.plan); err != nil {
+			return err
+		}
 	}
-	if err := read(PartTextEncoder2, &cc); err != nil {
-		return err
-	}
-	if err := read(PartImageEncoder, &sc); err != nil {
-		return err
+	p.sigSize = sc.ImageSize
+	if fe := p.paths[PartFeatureExtractor]; fe != "" {
+		size, err := pipeline.ReadSigLIPProcessor(fe)
+		if err != nil {
+			return fmt.Errorf("model part %s: %w", PartFeatureExtractor, err)
+		}
+		if size/sc.PatchSize != sc.PatchesPerSide() {
+			return fmt.Errorf("model part %s: images resized to %d give %d patches a side, but the image encoder (image_size %d, patch_size %d) has %d",
+				PartFeatureExtractor, size, size/sc.PatchSize, sc.ImageSize, sc.PatchSize, sc.PatchesPerSide())
+		}
+		p.sigSize = size
 	}
 	tc := p.trCfg
 	switch {

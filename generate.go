@@ -23,7 +23,9 @@ import (
 // then the sections (last in time first), each sampled, prepended to the
 // history latents and decoded, its pixels soft-appended before the video
 // so far. Cancelling ctx stops before the next sampler step or stage and
-// returns an error wrapping ctx.Err(); nothing is kept loaded.
+// returns an error wrapping ctx.Err(); nothing is kept loaded. A NaN or
+// Inf in what a stage hands on (embeddings, latents, pixels) fails the job
+// with an error naming that stage, rather than making a black video.
 //
 // Every model goes on and off the device through a memory.Manager: its
 // device bytes are charged to its part name (text_encoder, text_encoder_2,
@@ -32,10 +34,16 @@ import (
 // hold 0 bytes, an error otherwise — followed by a trim of the device's
 // pools.
 func (p *Pipeline) Generate(ctx context.Context, req Request) (res *Result, err error) {
+	if p == nil {
+		return nil, errors.New("framepack: Generate on a nil Pipeline (make one with Load)")
+	}
+	if ctx == nil {
+		return nil, errors.New("framepack: Generate needs a context (nil given; use context.Background())")
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.dev == nil {
-		return nil, errors.New("framepack: the pipeline is closed")
+	if !p.open() {
+		return nil, errors.New("framepack: the pipeline is closed or was not made by Load")
 	}
 	img, err := req.validate()
 	if err != nil {
@@ -66,6 +74,7 @@ type job struct {
 
 	mm    *memory.Manager  // places the models on p.be
 	parts map[string]*part // the models, by part name
+	cur   string           // the stage being timed, for ModelLoad.Stage
 }
 
 func (p *Pipeline) newJob(ctx context.Context, req Request) *job {
@@ -85,12 +94,13 @@ func (j *job) stage(name string) error {
 	if err := j.ctx.Err(); err != nil {
 		return fmt.Errorf("framepack: cancelled before %s: %w", name, err)
 	}
+	j.cur = name
 	j.progress(Progress{Stage: name})
 	return nil
 }
 
 func (j *job) memory(stage string) {
-	j.p.log.Info("memory: " + stage + ": " + j.p.be.Stats().String())
+	j.p.log.Debug("memory: " + stage + ": " + j.p.be.Stats().String() + "; " + j.p.ram.Stats().String())
 }
 
 // placeFor is the backend a part runs on: the device, or the host CPU when
@@ -102,6 +112,10 @@ func (j *job) placeFor(part string) tensor.Backend {
 	if p.gpu && need > p.be.Available() {
 		p.log.Warn(fmt.Sprintf("memory: %s needs about %s (%s of weights and room to compute), more than the %s free on the device; running it on the CPU",
 			part, memory.FormatBytes(need), memory.FormatBytes(p.bytes[part]), memory.FormatBytes(p.be.Available())), "part", part)
+		if p.bytes[part] > p.ram.Available() {
+			p.log.Warn(fmt.Sprintf("memory: %s's %s of weights are more than the %s left in the host budget; loading it anyway (raise --ram-limit if the system starts swapping)",
+				part, memory.FormatBytes(p.bytes[part]), memory.FormatBytes(p.ram.Available())), "part", part)
+		}
 		return p.host
 	}
 	return p.be
@@ -208,6 +222,17 @@ func (j *job) encodeText() (pos, neg textCond, err error) {
 		neg = pos.zerosLike()
 	}
 	j.memory("text encoders unloaded")
+	for _, c := range []struct {
+		what string
+		v    []float32
+	}{{"the text encoder's prompt embeddings", pos.embeds}, {"text_encoder_2's pooled prompt", pos.pooled},
+		{"the text encoder's negative prompt embeddings", neg.embeds}, {"text_encoder_2's pooled negative prompt", neg.pooled}} {
+		if len(c.v) > 0 {
+			if err := tensor.NonFiniteError("framepack: text encode produced non-finite values in "+c.what, tensor.FromFloat32(c.v, len(c.v))); err != nil {
+				return pos, neg, err
+			}
+		}
+	}
 	return pos, neg, nil
 }
 
@@ -257,6 +282,9 @@ func (j *job) encodeImage(crop *pipeline.RGB) (*tensor.Tensor, error) {
 	for i, x := range data {
 		data[i] = round(round(x) * sf)
 	}
+	if err := tensor.NonFiniteError("framepack: vae encode produced non-finite start latents", start); err != nil {
+		return nil, err
+	}
 	return start, nil
 }
 
@@ -272,7 +300,7 @@ func (j *job) encodeSigLIP(crop *pipeline.RGB) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("framepack: loading the image encoder: %w", err)
 	}
 	j.memory("image encoder loaded (" + memory.FormatBytes(m.Bytes()) + ")")
-	px, err := pipeline.SigLIPPixels(crop, m.ImageSize)
+	px, err := pipeline.SigLIPPixels(crop, p.sigSize)
 	if err != nil {
 		return nil, fmt.Errorf("framepack: image encoder preprocessing: %w", err)
 	}
@@ -283,6 +311,10 @@ func (j *job) encodeSigLIP(crop *pipeline.RGB) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("framepack: image encoder: %w", err)
 	}
 	s.Close()
+	if err := tensor.NonFiniteError("framepack: image encode produced non-finite embeddings", out); err != nil {
+		j.unload(PartImageEncoder)
+		return nil, err
+	}
 	return out, j.unload(PartImageEncoder)
 }
 
@@ -333,7 +365,11 @@ func (j *job) loadTransformer() (*hunyuan.Model, error) {
 	pt := j.parts[PartTransformer]
 	pt.be = p.be
 	pt.build = func(be tensor.Backend, streamed bool) (closer, error) {
-		return hunyuan.Load(p.paths[PartTransformer], be, hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed})
+		opts := hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed}
+		if streamed {
+			opts.StreamFromFile = j.streamFromFile()
+		}
+		return hunyuan.Load(p.paths[PartTransformer], be, opts)
 	}
 	var err error
 	if p.gpu {
@@ -349,10 +385,24 @@ func (j *job) loadTransformer() (*hunyuan.Model, error) {
 	how := "resident"
 	if j.mm.State(PartTransformer) == memory.Streamed {
 		how = "blocks streamed from host memory"
+		if m.StreamsFromFile() {
+			how = "blocks streamed from the mapped checkpoint"
+		}
 	}
 	j.memory(fmt.Sprintf("transformer loaded in %s (%s on the device, %s on the host; %s)",
 		time.Since(t).Round(time.Millisecond), memory.FormatBytes(dev), memory.FormatBytes(host), how))
 	return m, nil
+}
+
+// streamFromFile plans where the streamed blocks are read from: a pinned
+// copy when what does not stay on the device fits the host budget, else
+// the mapped checkpoint (memory.Host.PlanStream).
+func (j *job) streamFromFile() bool {
+	p := j.p
+	streamed := p.bytes[PartTransformer] - max(0, p.be.Available()-p.be.Budget().Preserve)
+	src, why := p.ram.PlanStream(PartTransformer, streamed)
+	p.log.Info("memory: transformer blocks stream from " + src.String() + ": " + why)
+	return src == memory.StreamMapped
 }
 
 func (j *job) loadDecoder() (*vae.VAE, error) {
@@ -424,6 +474,7 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 		in.LatentIndices, in.CleanLatentIndices = sec.LatentIndices, sec.CleanIndices
 		in.CleanLatent2xIndices, in.CleanLatent4xIndices = sec.Clean2xIndices, sec.Clean4xIndices
 
+		j.cur = ""
 		model, err := j.loadTransformer()
 		if err != nil {
 			return err
@@ -454,6 +505,9 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 			out, err := pipeline.SampleSection(j.ctx, ss, tr, ss.To(noise), opts, cb)
 			if err == nil {
 				gen = hostCopy(out)
+				// Checked on the host copy made anyway: a NaN here would
+				// otherwise decode into a black video.
+				err = tensor.NonFiniteError("sampling produced non-finite latents", gen)
 			}
 			return err
 		}})
@@ -478,6 +532,7 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 		if err := j.ctx.Err(); err != nil {
 			return fmt.Errorf("framepack: cancelled before decoding section %d: %w", section, err)
 		}
+		j.cur = StageDecode
 		j.progress(Progress{Stage: StageDecode, Section: section, Sections: n, Frames: frames})
 		t = time.Now()
 		nz, overlap := plan.DecodeLatents(i)
@@ -493,6 +548,10 @@ func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor
 		st.Decode = time.Since(t)
 		st.Frames = pixels.Dim(2)
 		j.res.Sections = append(j.res.Sections, st)
+		if j.req.Progress != nil {
+			j.progress(Progress{Stage: StageSectionDone, Section: section, Sections: n, Frames: st.Frames,
+				Latents: history.Newest(0), Pixels: pixels})
+		}
 		tc := ""
 		if req.TeaCache {
 			tc = fmt.Sprintf(" (TeaCache: %d computed, %d skipped)", st.TeaCacheComputed, st.TeaCacheSkipped)

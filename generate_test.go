@@ -15,10 +15,10 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/internal/tinymodel"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/pipeline"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/vae"
 	"github.com/framepack-go/framepack/video"
 )
@@ -107,8 +107,21 @@ func TestGenerateTiny(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			req := smallRequest(img)
 			req.Seconds = c.seconds
-			var steps, stages int
+			var steps, stages, done int
 			req.Progress = func(pr Progress) {
+				if pr.Stage == StageSectionDone {
+					// The history latents (the start latent only after the
+					// last section) and the video so far.
+					done++
+					n := req.LatentWindowSize * pr.Section
+					if pr.Section == pr.Sections {
+						n++
+					}
+					if pr.Latents == nil || pr.Latents.Dim(2) != n || pr.Pixels == nil || pr.Pixels.Dim(2) != pr.Frames || pr.Frames != 4*n-3 {
+						t.Errorf("section %d done: latents %v, pixels %v, %d frames; want %d latent frames", pr.Section, pr.Latents, pr.Pixels, pr.Frames, n)
+					}
+					return
+				}
 				if pr.Stage == StageSample {
 					steps++
 					if pr.Denoised == nil || pr.Denoised.Dim(2) != req.LatentWindowSize {
@@ -144,8 +157,9 @@ func TestGenerateTiny(t *testing.T) {
 			if sh := res.Latents.Shape(); sh[2] != lws*c.sections+1 || sh[3] != res.Height/8 || sh[4] != res.Width/8 {
 				t.Errorf("latents %v", sh)
 			}
-			if steps != c.sections*req.Steps || stages != 3+c.sections {
-				t.Errorf("%d progress steps and %d stage reports, want %d and %d", steps, stages, c.sections*req.Steps, 3+c.sections)
+			if steps != c.sections*req.Steps || stages != 3+c.sections || done != c.sections {
+				t.Errorf("%d progress steps, %d stage reports and %d sections done, want %d, %d and %d",
+					steps, stages, done, c.sections*req.Steps, 3+c.sections, c.sections)
 			}
 			if d := res.Dense(); d.Shape()[0] != res.T || d.Shape()[3] != 3 {
 				t.Errorf("dense %v", d.Shape())
@@ -158,7 +172,7 @@ func TestGenerateTiny(t *testing.T) {
 				// and the VAE decoder for their stage only.
 				var logs bytes.Buffer
 				small, err := Load(tinyDir(t), Options{Device: DeviceCPU, VRAMLimit: "64M", Preserve: "60M",
-					Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), nil))})
+					Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), &slog.HandlerOptions{Level: slog.LevelDebug}))})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -183,7 +197,7 @@ func TestGenerateTiny(t *testing.T) {
 				// per section), run on the CPU, change nothing.
 				var logs bytes.Buffer
 				fake, err := Load(tinyDir(t), Options{Device: DeviceCPU,
-					Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), nil))})
+					Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), &slog.HandlerOptions{Level: slog.LevelDebug}))})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -65,6 +65,9 @@ const (
 	StageImageEncode = "image encode"
 	StageSample      = "sample"
 	StageDecode      = "decode"
+	// StageSectionDone follows each section's decode; its Progress carries
+	// the history latents and the video so far.
+	StageSectionDone = "section done"
 )
 
 // Progress is a report from Generate.
@@ -80,6 +83,12 @@ type Progress struct {
 	// Denoised is the sampler's current x0 prediction (1, 16, lws, h, w)
 	// during StageSample; valid only during the call.
 	Denoised *tensor.Tensor
+	// Latents and Pixels, at StageSectionDone: every latent frame generated
+	// so far in time order (FramePack's real_history_latents, (1, 16, n, h,
+	// w) f32) and the video so far (its history_pixels, (1, 3, T, H, W),
+	// unclamped, in the VAE's dtype), on the host; valid only during the
+	// call.
+	Latents, Pixels *tensor.Tensor
 }
 
 // PreviewRGB is FramePack's live preview of p.Denoised: the latent frames
@@ -127,11 +136,28 @@ type Result struct {
 	TextEncode, VAEEncode, ImageEncode, Total time.Duration
 	// PeakBytes is the compute device's peak use during the job.
 	PeakBytes int64
+	// Loads is every model load of the job, in order.
+	Loads []ModelLoad
+}
+
+// ModelLoad is one model's weights read onto its backend.
+type ModelLoad struct {
+	Part string // PartTextEncoder, …; PartVAE for its encoder and its decoder
+	// Stage is the stage whose time includes the load: StageTextEncode,
+	// StageVAEEncode, StageImageEncode or StageDecode; "" for the
+	// transformer's, which no stage time includes (a section's Sample is
+	// timed from its first step).
+	Stage string
+	Time  time.Duration
+	Bytes int64 // the weights in the compute dtype
 }
 
 // Dense is the frames as a gorgonia uint8 array (T, H, W, 3) sharing
-// their memory.
+// their memory; nil for a nil Result or one without frames.
 func (r *Result) Dense() *gt.Dense {
+	if r == nil || r.T <= 0 || r.H <= 0 || r.W <= 0 || len(r.Pix) != r.T*r.H*r.W*3 {
+		return nil
+	}
 	return gt.New(gt.WithShape(r.T, r.H, r.W, 3), gt.WithBacking(r.Pix))
 }
 

@@ -3,6 +3,8 @@ package framepack
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
+	"time"
 
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
@@ -16,8 +18,9 @@ import (
 // when a later stage needs them).
 type part struct {
 	mb    *memory.Backend
-	name  string // owner name: text_encoder, text_encoder_2, image_encoder, vae, transformer
-	bytes int64  // weight bytes in the compute dtype
+	ram   *memory.Host // charged with what the model holds in host memory
+	name  string       // owner name: text_encoder, text_encoder_2, image_encoder, vae, transformer
+	bytes int64        // weight bytes in the compute dtype
 
 	// be is where the next build places the model: mb, or the host CPU
 	// when the device lacks room (then the device holds none of it).
@@ -26,6 +29,8 @@ type part struct {
 	// blocks to stay in host memory.
 	build func(be tensor.Backend, streamed bool) (closer, error)
 	m     closer
+	// built, when set, is told how long each build took.
+	built func(time.Duration)
 }
 
 type closer interface{ Close() }
@@ -47,19 +52,57 @@ func (p *part) Place(st memory.State, _ int64) error {
 			return errors.New("nothing to build")
 		}
 		mark := p.mb.Mark()
+		start := time.Now()
 		m, err := p.build(p.be, st == memory.Streamed)
 		if err != nil {
 			return err
 		}
 		p.m = m
 		p.mb.ChargeSince(p.name, mark)
+		if p.built != nil {
+			p.built(time.Since(start))
+		}
+		p.chargeHost()
 	default:
 		if p.m != nil {
 			p.m.Close()
 			p.m = nil
+			held := p.ram.Held(p.name)
+			p.ram.Set(p.name, 0, "")
+			if held > 0 || hostBacked(p.be) {
+				// A model in Go memory leaves the resident set only when
+				// the heap is collected and returned: do it before the
+				// next stage's model comes in.
+				debug.FreeOSMemory()
+			}
 		}
 	}
 	return nil
+}
+
+// chargeHost charges the host budget with what the built model holds in
+// host memory: all of it when it runs on the host CPU, the streamed
+// blocks' pinned copy for the transformer (none when they stream from the
+// mapped file), nothing for a model on a discrete device (its mapped file
+// pages are released as they are copied).
+func (p *part) chargeHost() {
+	switch {
+	case p.be != tensor.Backend(p.mb):
+		p.ram.Set(p.name, p.bytes, "heap")
+	case hostBacked(p.mb):
+		// The CPU as the device: the device budget, unified with the
+		// host's, counts it.
+	default:
+		if wb, ok := p.m.(interface{ WeightBytes() (int64, int64) }); ok {
+			_, host := wb.WeightBytes()
+			p.ram.Set(p.name, host, "pinned")
+		}
+	}
+}
+
+func hostBacked(be tensor.Backend) bool {
+	hb, ok := be.(tensor.HostBacked)
+	return ok && hb.HostBacked()
 }
 
 // newManager registers the pipeline's models, in stage order, with a
@@ -69,7 +112,10 @@ func (j *job) newManager() {
 	j.mm = memory.NewManager(p.be, p.log)
 	j.parts = map[string]*part{}
 	for _, name := range []string{PartTextEncoder, PartTextEncoder2, PartImageEncoder, PartVAE, PartTransformer} {
-		pt := &part{mb: p.be, name: name, bytes: p.bytes[name], be: p.be}
+		pt := &part{mb: p.be, ram: p.ram, name: name, bytes: p.bytes[name], be: p.be}
+		pt.built = func(d time.Duration) {
+			j.res.Loads = append(j.res.Loads, ModelLoad{Part: name, Stage: j.cur, Time: d, Bytes: pt.bytes})
+		}
 		j.parts[name] = pt
 		if err := j.mm.Add(name, pt, memory.Unloaded); err != nil {
 			panic(err) // the names above are distinct

@@ -43,7 +43,7 @@ func TestGenerateResidency(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			p, err := Load(tinyDir(t), Options{Device: DeviceCPU,
-				Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), nil))})
+				Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), &slog.HandlerOptions{Level: slog.LevelDebug}))})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -191,6 +191,22 @@ func (m *Backend) Available() int64 {
 	return max(0, m.budget.Cap-m.inUse)
 }
 
+// Room is what is left under the cap for activations once reserve bytes
+// are set aside (scratch that the budget does not plan, such as the conv3d
+// chain's). When nothing is left it is an error wrapping
+// tensor.ErrOutOfMemory that says what holds the cap, never a negative
+// amount to plan with or log.
+func (m *Backend) Room(reserve int64) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	room := m.budget.Cap - m.inUse - max(0, reserve)
+	if room <= 0 {
+		return 0, fmt.Errorf("memory: the %s cap of %s leaves nothing for activations (%s in use, %s set aside for scratch); raise --vram-limit: %w",
+			FormatBytes(m.budget.Cap), m.deviceName(), FormatBytes(m.inUse), FormatBytes(max(0, reserve)), tensor.ErrOutOfMemory)
+	}
+	return room, nil
+}
+
 // ResetPeak starts a new peak measurement at the current use.
 func (m *Backend) ResetPeak() {
 	m.mu.Lock()

@@ -151,3 +151,21 @@ func TestFailNth(t *testing.T) {
 		t.Fatalf("Allocs = %d", f.Allocs())
 	}
 }
+
+// Room never goes negative: a cap that the weights already fill is an
+// out-of-memory error naming what holds it.
+func TestRoom(t *testing.T) {
+	mb := Budgeted(cpu.New(), Budget{Device: "cpu", Cap: 8 * MiB})
+	w, err := tensor.Alloc(mb, tensor.F32, 1<<20) // 4 MiB of "weights"
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tensor.Release(w)
+	if room, err := mb.Room(1 * MiB); err != nil || room != 3*MiB {
+		t.Fatalf("Room(1 MiB) under 8 MiB with 4 MiB in use = %s, %v; want 3.0 MiB", FormatBytes(room), err)
+	}
+	room, err := mb.Room(576 * MiB)
+	if room != 0 || !errors.Is(err, tensor.ErrOutOfMemory) || !strings.Contains(err.Error(), "4.0 MiB in use, 576.0 MiB set aside") {
+		t.Fatalf("Room(576 MiB) under an 8 MiB cap = %s, %v", FormatBytes(room), err)
+	}
+}

@@ -19,6 +19,12 @@ const DefaultPreserve = 6 * GiB
 // block allocator), which do not pass through the engine's allocator.
 const runtimeHeadroom = 512 * MiB
 
+// MinCap is the smallest --vram-limit accepted. The real models' VAE
+// decoder alone holds about 0.5 GiB of weights and the built-in tiny model
+// runs out of memory near 8 MiB, so a cap in MiB is a unit slip ("8M" for
+// "8G") to report before anything runs, not a budget to plan with.
+const MinCap = 64 * MiB
+
 // Budget is what the engine may use on one device.
 type Budget struct {
 	Device string
@@ -81,6 +87,9 @@ func (b Budget) WithFlags(vramLimit, preserve string) (Budget, error) {
 		}
 		if b.Total > 0 && v > b.Total {
 			return b, fmt.Errorf("--vram-limit %s (%s) is more than the %s that %s has", vramLimit, FormatBytes(v), FormatBytes(b.Total), b.name())
+		}
+		if v < MinCap {
+			return b, fmt.Errorf("--vram-limit %s (%s) is below the %s the engine needs at least", vramLimit, FormatBytes(v), FormatBytes(MinCap))
 		}
 		b.Cap = v
 		if preserve == "" {

@@ -26,6 +26,12 @@ func TestParseSize(t *testing.T) {
 		{"1", total},
 		{"80%", int64(0.8 * float64(total))},
 		{" 6G ", 6 * GiB},
+		// Zero is 0 bytes in every spelling.
+		{"0", 0},
+		{"0.0", 0},
+		{"0%", 0},
+		{"0G", 0},
+		{"0B", 0},
 	}
 	for _, c := range good {
 		got, err := ParseSize(c.in, total)
@@ -40,7 +46,8 @@ func TestParseSize(t *testing.T) {
 		{"20X", "unknown unit"},
 		{"G", "want a number"},
 		{"abc", "want a number"},
-		{"0", "above 0"},
+		{"-0.5", "negative"},
+		{"-1%", "percentage"},
 		{"150%", "percentage"},
 		{"1.2.3G", "want a number"},
 	}
@@ -48,6 +55,16 @@ func TestParseSize(t *testing.T) {
 		_, err := ParseSize(c.in, total)
 		if err == nil || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("ParseSize(%q) error = %v; want one mentioning %q", c.in, err, c.msg)
+		}
+	}
+	// --vram-limit 0 in any spelling: the budget refuses a zero cap; a
+	// zero --preserve is accepted in any spelling.
+	for _, zero := range []string{"0", "0G", "0%"} {
+		if _, err := (Budget{Total: total, Cap: total}).WithFlags(zero, ""); err == nil || !strings.Contains(err.Error(), "needs at least") {
+			t.Errorf("--vram-limit %s: %v, want the cap refused", zero, err)
+		}
+		if b, err := (Budget{Total: total, Cap: total}).WithFlags("", zero); err != nil || b.Preserve != 0 {
+			t.Errorf("--preserve %s: %v, %v; want 0 B preserved", zero, b, err)
 		}
 	}
 	if _, err := ParseSize("0.5", 0); err == nil || !strings.Contains(err.Error(), "unknown") {
@@ -110,6 +127,7 @@ func TestWithFlags(t *testing.T) {
 		{"20", "", "--vram-limit: memory size \"20\" has no unit"},
 		{"", "25G", "must be below the 20.0 GiB cap"},
 		{"8G", "8G", "must be below the 8.0 GiB cap"},
+		{"8M", "", "--vram-limit 8M (8.0 MiB) is below the 64.0 MiB the engine needs"},
 		{"", "x", "--preserve"},
 	} {
 		_, err := base.WithFlags(c.limit, c.preserve)

@@ -164,7 +164,7 @@ func (m *Manager) leave(name string, st State) error {
 // "sample", "decode") and returns it.
 func (m *Manager) Report(stage string) Stats {
 	s := m.mb.Stats()
-	m.log.Info("memory: "+stage+": "+s.String(), "stage", stage, "cap", s.Cap, "in_use", s.InUse, "peak", s.Peak)
+	m.log.Debug("memory: "+stage+": "+s.String(), "stage", stage, "cap", s.Cap, "in_use", s.InUse, "peak", s.Peak)
 	return s
 }
 
@@ -188,7 +188,7 @@ func (m *Manager) move(md *managed, st State, limit int64) error {
 	case after > before:
 		msg += ", uploaded " + FormatBytes(after-before)
 	}
-	m.log.Info(msg+"; "+m.mb.Stats().String(), "model", md.name, "from", from.String(), "to", st.String(), "device_bytes", after)
+	m.log.Debug(msg+"; "+m.mb.Stats().String(), "model", md.name, "from", from.String(), "to", st.String(), "device_bytes", after)
 	if (st == OnHost || st == Unloaded) && after != 0 {
 		return fmt.Errorf("memory: %s is %s but still holds %s on %s (a weight not released)", md.name, st, FormatBytes(after), m.mb.deviceName())
 	}

@@ -18,7 +18,7 @@ func newSim(devTotal, cp, pres int64) (*memtest.Device, *Backend, *Manager, *byt
 	dev := memtest.NewDevice("sim", devTotal)
 	mb := Budgeted(dev, Budget{Device: "sim", Total: devTotal, Cap: cp, Preserve: pres})
 	var logBuf bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&logBuf, nil))
+	log := slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	return dev, mb, NewManager(mb, log), &logBuf
 }
 
@@ -280,7 +280,7 @@ func must(t testing.TB, err error) {
 }
 
 func testLogger(w interface{ Write([]byte) (int, error) }) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, nil))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // Out of memory at any one allocation of a tiled decode: the policy's

@@ -44,8 +44,11 @@ func FormatBytes(n int64) string {
 //     1024³ bytes);
 //   - a fraction of total: "0.8" or "80%".
 //
-// A bare number above 1 is refused (it is most likely a size missing its
-// unit), as are negative, empty and unknown-unit values.
+// Zero is 0 bytes however it is written ("0", "0%", "0G"), so every
+// spelling of it means the same: fine for --preserve, and refused for
+// --vram-limit by the budget's check that the cap is above 0. A bare
+// number above 1 is refused (it is most likely a size missing its unit),
+// as are negative, empty and unknown-unit values.
 func ParseSize(s string, total int64) (int64, error) {
 	in := s
 	s = strings.TrimSpace(s)
@@ -54,8 +57,11 @@ func ParseSize(s string, total int64) (int64, error) {
 	}
 	if strings.HasSuffix(s, "%") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(s, "%")), 64)
-		if err != nil || math.IsNaN(v) || v <= 0 || v > 100 {
-			return 0, fmt.Errorf("memory size %q: a percentage must be in (0, 100]", in)
+		if err != nil || math.IsNaN(v) || v < 0 || v > 100 {
+			return 0, fmt.Errorf("memory size %q: a percentage must be in [0, 100]", in)
+		}
+		if v == 0 {
+			return 0, nil
 		}
 		return fraction(in, v/100, total)
 	}
@@ -75,6 +81,9 @@ func ParseSize(s string, total int64) (int64, error) {
 	var mult int64
 	switch unit {
 	case "":
+		if v == 0 {
+			return 0, nil
+		}
 		if v > 1 {
 			return 0, fmt.Errorf("memory size %q has no unit: write %sG for gibibytes, %sM for mebibytes, or a fraction such as 0.8", in, num, num)
 		}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/framepack-go/framepack/model/hunyuan"
 	"github.com/framepack-go/framepack/sampler"
@@ -100,8 +101,8 @@ func SampleSection(ctx context.Context, s *tensor.Scope, tr *Transformer, noise 
 	if thresh == 0 {
 		thresh = 0.15
 	}
-	if thresh < 0 {
-		return nil, fmt.Errorf("pipeline: TeaCache threshold must be positive, have %v", thresh)
+	if !(thresh > 0) || math.IsInf(float64(thresh), 0) { // NaN fails thresh > 0
+		return nil, fmt.Errorf("pipeline: TeaCache threshold must be positive and finite, have %v", thresh)
 	}
 	// FramePack passes num_steps = steps even when real CFG makes two
 	// transformer calls per step; TeaCache then cycles over steps calls.

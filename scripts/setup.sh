@@ -3,6 +3,8 @@
 #   ffmpeg           MP4 output (libx264), as FramePack writes it
 #   libopenblas0     the CPU backend's GEMM, loaded at run time
 #   clang-19, lld-19 offline compile check of the GPU kernels for gfx1100/gfx1151
+#   clang-tools-19   clang-offload-bundler, which clang-19 runs for every
+#                    --offload-arch build (only a Recommends of clang-19)
 #   libamdhip64-5    the HIP runtime, so CI checks our AMD symbol table against it
 # and Go when it is missing (the go.mod toolchain line fetches the exact version).
 set -euo pipefail
@@ -10,7 +12,7 @@ export DEBIAN_FRONTEND=noninteractive
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
-pkgs="ffmpeg libopenblas0 clang-19 lld-19 libamdhip64-5 ca-certificates"
+pkgs="ffmpeg libopenblas0 clang-19 clang-tools-19 lld-19 libamdhip64-5 ca-certificates"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

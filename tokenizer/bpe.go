@@ -3,7 +3,14 @@
 // BPE of tokenizer_2/vocab.json + merges.txt.
 package tokenizer
 
-import "strings"
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
 
 // bpe merges the symbols of one pre-token by rank, lowest first; ranks maps
 // "left right" to its merge priority. Two references differ in how they
@@ -78,4 +85,22 @@ func decodeByteLevel(s string) string {
 		}
 	}
 	return sb.String()
+}
+
+// fileProblem describes a failure to read the first of files in dir: a
+// missing folder, or the files of it that are missing, by name.
+func fileProblem(dir, kind string, err error, files ...string) error {
+	if st, serr := os.Stat(dir); serr != nil || !st.IsDir() {
+		return fmt.Errorf("tokenizer: the %s tokenizer folder %s does not exist", kind, dir)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("tokenizer: %w", err)
+	}
+	var missing []string
+	for _, f := range files {
+		if _, serr := os.Stat(filepath.Join(dir, f)); serr != nil {
+			missing = append(missing, f)
+		}
+	}
+	return fmt.Errorf("tokenizer: %s has no %s (the %s tokenizer folder holds %s)", dir, strings.Join(missing, " and no "), kind, strings.Join(files, ", "))
 }

@@ -41,18 +41,18 @@ var clipPattern = regexp.MustCompile(`(?i:<\|startoftext\|>|<\|endoftext\|>|'s|'
 // LoadCLIP reads dir/vocab.json and dir/merges.txt.
 func LoadCLIP(dir string) (*CLIP, error) {
 	vpath := filepath.Join(dir, "vocab.json")
+	mpath := filepath.Join(dir, "merges.txt")
 	raw, err := os.ReadFile(vpath)
 	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
+		return nil, fileProblem(dir, "CLIP", err, "vocab.json", "merges.txt")
 	}
 	t := &CLIP{ranks: map[string]int{}, MaxLength: 77}
 	if err := json.Unmarshal(raw, &t.vocab); err != nil {
 		return nil, fmt.Errorf("tokenizer: %s: %w", vpath, err)
 	}
-	mpath := filepath.Join(dir, "merges.txt")
 	raw, err = os.ReadFile(mpath)
 	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
+		return nil, fileProblem(dir, "CLIP", err, "merges.txt")
 	}
 	// As CLIPTokenizer reads it: the lines after the "#version" line, at
 	// most clipMaxMerges of them; a merge's rank is its line's index (a

@@ -53,7 +53,7 @@ func LoadLlama(dir string) (*Llama, error) {
 	path := filepath.Join(dir, "tokenizer.json")
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
+		return nil, fileProblem(dir, "LLaMA", err, "tokenizer.json")
 	}
 	var hf hfTokenizer
 	if err := json.Unmarshal(raw, &hf); err != nil {

@@ -280,3 +280,25 @@ func TestPyLower(t *testing.T) {
 		}
 	}
 }
+
+// A tokenizer folder without its files gives one error naming the folder
+// and the missing files.
+func TestTokenizerFolderWithoutFiles(t *testing.T) {
+	empty := t.TempDir()
+	if _, err := LoadLlama(empty); err == nil || !strings.Contains(err.Error(), empty) || !strings.Contains(err.Error(), "has no tokenizer.json") {
+		t.Errorf("LLaMA, empty folder: %v", err)
+	}
+	if _, err := LoadCLIP(empty); err == nil || !strings.Contains(err.Error(), "has no vocab.json and no merges.txt") {
+		t.Errorf("CLIP, empty folder: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(empty, "vocab.json"), []byte(`{"<|startoftext|>": 0, "<|endoftext|>": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCLIP(empty); err == nil || !strings.Contains(err.Error(), "has no merges.txt") {
+		t.Errorf("CLIP without merges.txt: %v", err)
+	}
+	gone := filepath.Join(empty, "nope")
+	if _, err := LoadLlama(gone); err == nil || !strings.Contains(err.Error(), gone+" does not exist") {
+		t.Errorf("missing folder: %v", err)
+	}
+}

@@ -7,6 +7,7 @@ package vae
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 )
 
@@ -71,6 +72,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("spatial_compression_ratio %d must be a power of two", c.SpatialCompressionRatio)
 	case c.NormNumGroups <= 0:
 		return fmt.Errorf("norm_num_groups %d must be positive", c.NormNumGroups)
+	case !(c.ScalingFactor > 0) || math.IsInf(float64(c.ScalingFactor), 0):
+		// Latents are divided by it before decoding: 0 makes them Inf.
+		return fmt.Errorf("scaling_factor %v must be positive and finite", c.ScalingFactor)
 	}
 	if len(c.DownBlockTypes) != n || len(c.UpBlockTypes) != n {
 		return fmt.Errorf("%d down_block_types and %d up_block_types for %d block_out_channels", len(c.DownBlockTypes), len(c.UpBlockTypes), n)

@@ -40,14 +40,24 @@ type DecodeStats struct {
 // memory, owned by no scope); the decode's device memory is freed when it
 // returns. When a tile runs out of memory the decode starts again with the
 // next smaller tiling (see PlanDecode), so the result always equals a whole
-// decode at the tiling reported in opts.Stats. Errors panic inside s as
-// *tensor.OpError (tensor.Catch).
+// decode at the tiling reported in opts.Stats. Latents holding NaN or Inf
+// are refused, and so are pixels that come out non-finite. Errors panic
+// inside s as *tensor.OpError (tensor.Catch).
 func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *tensor.Tensor {
-	if v.dec == nil {
+	if v == nil || v.dec == nil {
 		tensor.Fail("vae.decode", "%v", errNoPart)
+	}
+	if z == nil {
+		tensor.Fail("vae.decode", "no latents")
 	}
 	if z.Rank() != 5 || z.Dim(1) != v.cfg.LatentChannels || z.Numel() == 0 {
 		tensor.Fail("vae.decode", "latents %v: want (B, %d, T, h, w)", z.Shape(), v.cfg.LatentChannels)
+	}
+	// A NaN or Inf in the latents spreads through every convolution into a
+	// video of undefined (black) pixels: refuse it here, and check what
+	// comes out too, so that neither is written as if it were a video.
+	if err := tensor.NonFiniteError("the latents to decode hold non-finite values", z); err != nil {
+		tensor.Fail("vae.decode", "%v", err)
 	}
 	til := opts.Tiling.normalized()
 	if err := til.check(&v.cfg); err != nil {
@@ -63,7 +73,11 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 			if opts.Stats != nil {
 				*opts.Stats = DecodeStats{Tiling: til, Tiles: tiles, Retries: retries, Elapsed: time.Since(start)}
 			}
-			return out.tensor()
+			px := out.tensor()
+			if err := tensor.NonFiniteError("the decoder produced non-finite pixels", px); err != nil {
+				tensor.Fail("vae.decode", "%v", err)
+			}
+			return px
 		}
 		if !errors.Is(err, tensor.ErrOutOfMemory) || opts.NoRetry {
 			panic(err)

@@ -19,8 +19,11 @@ func (v *VAE) Encode(s *tensor.Scope, x *tensor.Tensor) (mean, logvar *tensor.Te
 // tiling is on and the image exceeds the tile; FramePack's low-VRAM mode
 // encodes its start image with SpatialTiling(0, 0)).
 func (v *VAE) EncodeWith(s *tensor.Scope, x *tensor.Tensor, til Tiling) (mean, logvar *tensor.Tensor) {
-	if v.enc == nil {
+	if v == nil || v.enc == nil {
 		tensor.Fail("vae.encode", "%v", errNoPart)
+	}
+	if x == nil {
+		tensor.Fail("vae.encode", "no pixels")
 	}
 	c := &v.cfg
 	if x.Rank() != 5 || x.Dim(1) != c.InChannels || x.Numel() == 0 {

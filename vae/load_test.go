@@ -53,6 +53,10 @@ func TestLoadErrors(t *testing.T) {
 			[]string{"config.json", "norm_num_groups 5"}},
 		{"block type", func(c map[string]any) { c["up_block_types"] = []string{"A", "B", "C", "D"} },
 			[]string{"up_block_types[0]", `"A"`}},
+		{"scaling factor 0", func(c map[string]any) { c["scaling_factor"] = 0 },
+			[]string{"config.json", "scaling_factor 0 must be positive"}},
+		{"negative scaling factor", func(c map[string]any) { c["scaling_factor"] = -0.5 },
+			[]string{"config.json", "scaling_factor -0.5"}},
 		{"bad json", func(c map[string]any) { c["layers_per_block"] = "two" },
 			[]string{"config.json", "layers_per_block"}},
 	} {

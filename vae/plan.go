@@ -251,6 +251,9 @@ func DecodePeak(cfg Config, latentShape []int, til Tiling, dt tensor.DType) int6
 // DecodePeak is the package's DecodePeak for this model on its backend: a
 // backend that convolves through the causal padding needs no padded copies.
 func (v *VAE) DecodePeak(latentShape []int, til Tiling) int64 {
+	if v == nil {
+		return 0
+	}
 	return decodePeak(v.cfg, latentShape, til, v.dt, paddedConvOf(v.be) != nil)
 }
 
@@ -345,6 +348,9 @@ func planDecode(cfg Config, latentShape []int, budget int64, dt tensor.DType, fu
 // is for the decode's activations: the weights (WeightBytes) are already
 // held.
 func (v *VAE) Plan(latentShape []int, budget int64) (DecodeOptions, int64) {
+	if v == nil {
+		return DecodeOptions{}, 0
+	}
 	return planDecode(v.cfg, latentShape, budget, v.dt, paddedConvOf(v.be) != nil)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"sync"
@@ -40,12 +41,9 @@ func Load(dir string, be tensor.Backend, opts Options) (*VAE, error) {
 		return nil, fmt.Errorf("vae: %w", err)
 	}
 	defer ck.Close()
-	cfg := DefaultConfig()
-	if err := ck.Config(&cfg); err != nil {
-		return nil, fmt.Errorf("vae: %w", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("vae: %s/config.json: %w", dir, err)
+	cfg, err := ReadConfig(ck.Dir())
+	if err != nil {
+		return nil, err
 	}
 	dt, err := computeDType(opts.DType)
 	if err != nil {
@@ -58,6 +56,33 @@ func Load(dir string, be tensor.Backend, opts Options) (*VAE, error) {
 		return nil, fmt.Errorf("vae: %w", p.err)
 	}
 	return v, nil
+}
+
+// ReadConfig reads and checks dir/config.json as Load does: absent keys take
+// DefaultConfig's values; keys the model does not use (_class_name,
+// _diffusers_version, ...) are ignored.
+func ReadConfig(dir string) (Config, error) {
+	cfg := DefaultConfig()
+	if err := weights.ReadConfig(dir, &cfg); err != nil {
+		return cfg, fmt.Errorf("vae: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("vae: %s: %w", filepath.Join(dir, "config.json"), err)
+	}
+	return cfg, nil
+}
+
+// Plan lists the weights a model of config cfg reads, encoder and decoder
+// (checkpoint names and shapes), without loading anything.
+func Plan(cfg Config) ([]weights.Spec, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("vae: config: %w", err)
+	}
+	var specs []weights.Spec
+	p := nameParams{specs: &specs}
+	newEncoder(p, &cfg)
+	newDecoder(p, &cfg)
+	return specs, nil
 }
 
 // RandomWeights builds a VAE of config cfg with deterministic random
@@ -114,8 +139,14 @@ func build(cfg Config, be tensor.Backend, dt tensor.DType, p params, opts Option
 	return v
 }
 
-// Close frees the weights.
+// Close frees the weights. Closing twice or closing a nil VAE does
+// nothing; after Close, Encode and Decode fail (tensor.Catch gives the
+// error) and the other methods still describe the model. A nil VAE gives
+// zero values.
 func (v *VAE) Close() {
+	if v == nil {
+		return
+	}
 	for _, t := range v.owned {
 		tensor.Release(t)
 	}
@@ -124,20 +155,43 @@ func (v *VAE) Close() {
 }
 
 // Config is the model's configuration.
-func (v *VAE) Config() Config { return v.cfg }
+func (v *VAE) Config() Config {
+	if v == nil {
+		return Config{}
+	}
+	return v.cfg
+}
 
 // DType is the compute dtype.
-func (v *VAE) DType() tensor.DType { return v.dt }
+func (v *VAE) DType() tensor.DType {
+	if v == nil {
+		return tensor.Invalid
+	}
+	return v.dt
+}
 
 // Backend is the backend the weights live on.
-func (v *VAE) Backend() tensor.Backend { return v.be }
+func (v *VAE) Backend() tensor.Backend {
+	if v == nil {
+		return nil
+	}
+	return v.be
+}
 
 // ScalingFactor is the factor latents are multiplied by after encoding
 // (and divided by before decoding).
-func (v *VAE) ScalingFactor() float32 { return v.cfg.ScalingFactor }
+func (v *VAE) ScalingFactor() float32 {
+	if v == nil {
+		return 0
+	}
+	return v.cfg.ScalingFactor
+}
 
 // WeightBytes is the device memory the weights hold.
 func (v *VAE) WeightBytes() int64 {
+	if v == nil {
+		return 0
+	}
 	var n int64
 	for _, t := range v.owned {
 		n += t.Bytes()
@@ -285,19 +339,21 @@ func hasSuffix(s string, suffixes ...string) bool {
 // paramNames lists the weight names a config uses, sorted (for tests and
 // diagnostics).
 func paramNames(cfg Config) []string {
+	specs, _ := Plan(cfg)
 	var names []string
-	p := nameParams{names: &names}
-	newEncoder(p, &cfg)
-	newDecoder(p, &cfg)
+	for _, sp := range specs {
+		names = append(names, sp.Name)
+	}
 	sort.Strings(names)
 	return names
 }
 
-type nameParams struct{ names *[]string }
+// nameParams records the weights asked for.
+type nameParams struct{ specs *[]weights.Spec }
 
 func (p nameParams) get(name string, shape ...int) *tensor.Tensor {
-	*p.names = append(*p.names, name)
+	*p.specs = append(*p.specs, weights.Spec{Name: name, Shape: append([]int(nil), shape...)})
 	return placeholder(tensor.F32)
 }
 
-var errNoPart = errors.New("vae: that half of the model was not loaded")
+var errNoPart = errors.New("vae: that half of the model is not loaded (left out at Load, or the VAE is closed or nil)")

@@ -207,6 +207,30 @@ func TestDecodeBadInput(t *testing.T) {
 			t.Errorf("%v %s: error %v, want one saying %q", tc.z.Shape(), tc.opts.Tiling, err, tc.want)
 		}
 	}
+	// Non-finite latents are refused before anything runs; finite latents
+	// so large that the convolutions overflow give non-finite pixels, also
+	// an error rather than a black video.
+	nan := randLatents(1, 1, 16, 2, 4, 4)
+	nan.Float32s()[77] = float32(math.NaN())
+	inf := randLatents(1, 1, 16, 2, 4, 4)
+	inf.Float32s()[5] = float32(math.Inf(-1))
+	huge := randLatents(1, 1, 16, 2, 4, 4)
+	for i := range huge.Float32s() {
+		huge.Float32s()[i] = 3e38
+	}
+	for _, tc := range []struct {
+		z    *tensor.Tensor
+		want string
+	}{
+		{nan, "the latents to decode hold non-finite values: 1 NaN and 0 Inf"},
+		{inf, "the latents to decode hold non-finite values: 0 NaN and 1 Inf"},
+		{huge, "the decoder produced non-finite pixels"},
+	} {
+		err := tensor.Catch(func() { v.Decode(s, tc.z, DefaultDecode()) })
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("decode: error %v, want one saying %q", err, tc.want)
+		}
+	}
 	err = tensor.Catch(func() { v.Encode(s, randLatents(1, 1, 4, 1, 8, 8)) })
 	if err == nil || !strings.Contains(err.Error(), "want (B, 3, T, H, W)") {
 		t.Errorf("encode of 4 channels: %v", err)

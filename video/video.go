@@ -1,8 +1,10 @@
 // Package video turns decoded pixels into files: H.264 MP4 through ffmpeg,
 // as FramePack writes them (libx264, CRF, yuv420p, 30 fps), or PNG frames
-// in a folder when ffmpeg is not installed. Outputs are written under a
-// temporary name in the target folder and renamed when complete, so a
-// failed or interrupted write never leaves a partial file.
+// in a folder when ffmpeg is not installed (.mov and .mkv paths get those
+// containers). Outputs are written under a temporary name in the target
+// folder and renamed when complete and checked — ffmpeg's error output,
+// the container's structure, ffprobe's frame count — so a failed,
+// interrupted or disk-full write never leaves a partial file.
 package video
 
 import (

@@ -23,6 +23,8 @@ type Options struct {
 	// Log receives the one line that says the PNG fallback was taken
 	// (nil: slog.Default()).
 	Log *slog.Logger
+	// Comment, when set, goes into the container's comment tag.
+	Comment string
 }
 
 // DefaultCRF is FramePack's mp4_crf default.
@@ -51,6 +53,25 @@ func (o Options) crf() int {
 // ErrNoFFmpeg is returned by WriteMP4 when ffmpeg is not on the PATH.
 var ErrNoFFmpeg = errors.New("ffmpeg not found on the PATH (install it, e.g. apt-get install ffmpeg)")
 
+// HaveFFmpeg reports whether ffmpeg is on the PATH (else Write writes PNG
+// frames).
+func HaveFFmpeg() bool {
+	_, err := exec.LookPath("ffmpeg")
+	return err == nil
+}
+
+// containerFormat is ffmpeg's muxer for path's extension: .mov and .mkv by
+// name, anything else MP4.
+func containerFormat(path string) string {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".mov":
+		return "mov"
+	case ".mkv":
+		return "matroska"
+	}
+	return "mp4"
+}
+
 // Write writes frames as an MP4 at path when ffmpeg is available; without
 // ffmpeg it writes PNG frames into the folder PNGDir(path) instead and logs
 // one line saying so. It returns what it wrote.
@@ -76,8 +97,12 @@ func PNGDir(path string) string {
 
 // WriteMP4 encodes frames as H.264 in an MP4 at path through ffmpeg (raw
 // rgb24 frames on its stdin; libx264 at o.CRF, yuv420p, o.FPS), as
-// torchvision's write_video does for FramePack. The file is written under a
-// temporary name beside path and renamed when ffmpeg succeeded.
+// torchvision's write_video does for FramePack; a path ending in .mov or
+// .mkv gets that container instead. The file is written under a temporary
+// name beside path and renamed only once it checks out: ffmpeg exited 0
+// and printed no error (it exits 0 when writing the trailer fails on a
+// full disk), the file is flushed to disk, its container structure is
+// whole (Verify) and, where ffprobe is installed, it holds every frame.
 func WriteMP4(ctx context.Context, path string, f Frames, o Options) error {
 	if err := f.check(); err != nil {
 		return err
@@ -104,18 +129,41 @@ func WriteMP4(ctx context.Context, path string, f Frames, o Options) error {
 			os.Remove(tmpName)
 		}
 	}()
-	cmd := exec.CommandContext(ctx, bin, "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
+	args := []string{"-hide_banner", "-nostdin", "-loglevel", "error", "-y",
 		"-f", "rawvideo", "-pix_fmt", "rgb24", "-s", fmt.Sprintf("%dx%d", f.W, f.H), "-r", strconv.Itoa(o.fps()), "-i", "pipe:0",
-		"-c:v", "libx264", "-crf", strconv.Itoa(o.crf()), "-pix_fmt", "yuv420p", "-an",
-		"-f", "mp4", tmpName)
+		"-c:v", "libx264", "-crf", strconv.Itoa(o.crf()), "-pix_fmt", "yuv420p", "-an"}
+	if o.Comment != "" {
+		args = append(args, "-metadata", "comment="+o.Comment)
+	}
+	format := containerFormat(path)
+	args = append(args, "-f", format, tmpName)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdin = bytes.NewReader(f.Pix)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	// ffmpeg exits 0 when the trailer cannot be written (a full disk), so
+	// any line it prints at -loglevel error is a failure too.
+	if msg := ffmpegErrors(stderr.String(), tmpName, path); err != nil || msg != "" {
+		if err == nil {
+			err = errors.New("ffmpeg exited 0 but reported errors")
+		}
+		return fmt.Errorf("video: writing %s: %v: %s", path, err, msg)
+	}
+	if err := syncFile(tmpName); err != nil {
+		return fmt.Errorf("video: writing %s: %w", path, err)
+	}
+	if err := verifyFile(tmpName, format); err != nil {
+		return fmt.Errorf("video: ffmpeg wrote a broken %s (%v); nothing was kept", path, err)
+	}
+	if err := probeFrames(ctx, tmpName, f.T); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("video: ffmpeg failed writing %s: %v: %s", path, err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("video: ffmpeg wrote a broken %s (%v); nothing was kept", path, err)
 	}
 	if err := os.Chmod(tmpName, 0o644); err != nil {
 		return fmt.Errorf("video: %w", err)
@@ -179,4 +227,18 @@ func WritePNGs(ctx context.Context, dir string, f Frames) error {
 		os.RemoveAll(old)
 	}
 	return nil
+}
+
+// ffmpegErrors is ffmpeg's error output on one line, with the temporary
+// file's name replaced by the output's.
+func ffmpegErrors(stderr, tmp, path string) string {
+	var lines []string
+	for _, l := range strings.Split(stderr, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "Last message repeated") {
+			continue
+		}
+		lines = append(lines, strings.ReplaceAll(l, tmp, path))
+	}
+	return strings.Join(lines, "; ")
 }

@@ -17,3 +17,8 @@ func mapFile(f *os.File, size int64) ([]byte, error) {
 }
 
 func unmapFile([]byte) error { return nil }
+
+// Without mmap the file is read into memory once: there is nothing to drop
+// or read ahead.
+func adviseDontNeed([]byte, int64, int64) error { return nil }
+func adviseWillNeed([]byte, int64, int64) error { return nil }

@@ -7,6 +7,7 @@
 package weights
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -132,7 +133,12 @@ func openSharded(dir, indexPath string) (*Checkpoint, error) {
 	if len(idx.WeightMap) == 0 {
 		return nil, fmt.Errorf("weights: %s: weight_map is missing or empty", indexPath)
 	}
-	c := &Checkpoint{dir: dir, where: dir, byName: make(map[string]*shard, len(idx.WeightMap))}
+	// A map keeps the last of two entries for one tensor: look for them in
+	// the text.
+	if err := repeatedKey(raw); err != nil {
+		return nil, fmt.Errorf("weights: %s: %v", indexPath, err)
+	}
+	c := &Checkpoint{dir: dir, where: indexPath, byName: make(map[string]*shard, len(idx.WeightMap))}
 	files := map[string]*shard{}
 	for name, file := range idx.WeightMap {
 		sh := files[file]
@@ -156,6 +162,37 @@ func openSharded(dir, indexPath string) (*Checkpoint, error) {
 	sort.Strings(c.names)
 	sort.Slice(c.shards, func(i, j int) bool { return c.shards[i].path < c.shards[j].path })
 	return c, nil
+}
+
+// repeatedKey reports a tensor that an index's weight_map lists twice.
+func repeatedKey(raw []byte) error {
+	var top struct {
+		WeightMap json.RawMessage `json:"weight_map"`
+	}
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(top.WeightMap))
+	if _, err := dec.Token(); err != nil { // {
+		return err
+	}
+	seen := map[string]string{}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		var file string
+		if err := dec.Decode(&file); err != nil {
+			return err
+		}
+		name, _ := k.(string)
+		if prev, ok := seen[name]; ok {
+			return fmt.Errorf("weight_map lists tensor %q twice (in %s and in %s)", name, prev, file)
+		}
+		seen[name] = file
+	}
+	return nil
 }
 
 // open maps the file and parses its header (once; the error is kept).
@@ -222,9 +259,16 @@ func (c *Checkpoint) Close() error {
 	return first
 }
 
+// Dir is the folder holding the checkpoint's config.json.
+func (c *Checkpoint) Dir() string { return c.dir }
+
 // Config decodes the folder's config.json into v.
-func (c *Checkpoint) Config(v any) error {
-	p := filepath.Join(c.dir, "config.json")
+func (c *Checkpoint) Config(v any) error { return ReadConfig(c.dir, v) }
+
+// ReadConfig decodes dir/config.json into v (what Checkpoint.Config does,
+// for a folder that may hold no weights). Keys v does not name are ignored.
+func ReadConfig(dir string, v any) error {
+	p := filepath.Join(dir, "config.json")
 	raw, err := os.ReadFile(p)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -386,15 +430,82 @@ func (c *Checkpoint) Load(be tensor.Backend, name string, dt tensor.DType, shape
 	}
 	if hb, ok := t.Buffer().(*tensor.HostBuffer); ok && isHostBacked(be) {
 		convert(hb.Data()[:t.Bytes()], dt, data, e.dt)
-		return t, nil
-	}
-	staging := tensor.New(dt, e.shape...)
-	convert(staging.HostBytes(), dt, data, e.dt)
-	if err := be.Upload(t.Buffer(), 0, staging.HostBytes()); err != nil {
+	} else if err := uploadConverted(be, t.Buffer(), dt, data, e.dt); err != nil {
 		tensor.Release(t)
 		return nil, fmt.Errorf("weights: %s: tensor %q: upload: %w", sh.path, e.name, err)
 	}
+	// The tensor is a copy now: its pages of the mapping need not stay in
+	// this process, so a model is not held twice (mapping and copy) while
+	// the rest of it loads.
+	c.drop(sh, e)
 	return t, nil
+}
+
+// stageBytes bounds the host staging of a converted upload: conversion
+// runs in chunks of this many output bytes, never a whole-tensor buffer.
+const stageBytes = 16 << 20
+
+// uploadConverted uploads src (dtype from) into dst as dtype to: as it is
+// when no conversion is needed (the backend stages it itself), else
+// converted chunk by chunk through one bounded buffer.
+func uploadConverted(be tensor.Backend, dst tensor.Buffer, to tensor.DType, src []byte, from tensor.DType) error {
+	if from == to && aligned(src, from.Size()) {
+		return be.Upload(dst, 0, src)
+	}
+	n := len(src) / from.Size()
+	per := max(1, stageBytes/max(to.Size(), from.Size()))
+	buf := make([]byte, min(n, per)*to.Size())
+	for lo := 0; lo < n; lo += per {
+		hi := min(lo+per, n)
+		out := buf[:(hi-lo)*to.Size()]
+		convert(out, to, src[lo*from.Size():hi*from.Size()], from)
+		if err := be.Upload(dst, int64(lo*to.Size()), out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drop releases the process's pages of e's bytes in the mapping
+// (best effort: a failure only leaves them resident).
+func (c *Checkpoint) drop(sh *shard, e *entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed && sh.data != nil {
+		_ = adviseDontNeed(sh.data, e.begin, e.end)
+	}
+}
+
+// DontNeed releases the pages of tensor name's bytes from the process's
+// resident memory, once a copy of them (a device upload, a pinned or
+// converted copy) is all that is needed. Host tensors of it stay valid:
+// the mapping is of the read-only file, and a later read brings the pages
+// back from the page cache or the disk.
+func (c *Checkpoint) DontNeed(name string) error {
+	e, sh, _, err := c.entry(name)
+	if err != nil {
+		return err
+	}
+	c.drop(sh, e)
+	return nil
+}
+
+// WillNeed asks the kernel to read tensor name's bytes ahead of their use,
+// in the background (read-ahead for weights streamed from the file).
+func (c *Checkpoint) WillNeed(name string) error {
+	e, sh, _, err := c.entry(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || sh.data == nil {
+		return nil
+	}
+	if err := adviseWillNeed(sh.data, e.begin, e.end); err != nil {
+		return fmt.Errorf("weights: %s: read-ahead of %q: %v", sh.path, e.name, err)
+	}
+	return nil
 }
 
 func isHostBacked(be tensor.Backend) bool {

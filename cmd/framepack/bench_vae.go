@@ -114,6 +114,10 @@ func parseTiling(s string) (vae.Tiling, bool, error) {
 			if err1 != nil || err2 != nil {
 				return vae.Tiling{}, false, fmt.Errorf("--tiling %q: want spatial:TILE:STRIDE in pixels", s)
 			}
+			// Zero would silently become the default 256/192.
+			if a <= 0 || b <= 0 || b >= a || a%8 != 0 || b%8 != 0 {
+				return vae.Tiling{}, false, fmt.Errorf("--tiling %q: want spatial:TILE:STRIDE in pixels, multiples of 8 with 0 < STRIDE < TILE (spatial alone: 256:192)", s)
+			}
 			tile, stride = a, b
 		} else if s != "spatial" {
 			return vae.Tiling{}, false, fmt.Errorf("--tiling %q: want spatial:TILE:STRIDE in pixels", s)

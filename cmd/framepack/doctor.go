@@ -59,6 +59,7 @@ func doctorSystem(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(w, "  memory:  %s total, %s available\n", memory.FormatBytes(m.MemTotal), memory.FormatBytes(m.MemAvailable))
+	fmt.Fprintf(w, "  host budget: %s (default --ram-limit)\n", memory.FormatBytes(memory.DefaultRAMLimit(m.MemTotal, m.MemAvailable)))
 	if m.Card != "" {
 		fmt.Fprintf(w, "  amdgpu:  %s: VRAM %s, GTT %s\n", m.Card, memory.FormatBytes(m.VRAMTotal), memory.FormatBytes(m.GTTTotal))
 	}

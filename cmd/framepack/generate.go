@@ -3,12 +3,13 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -16,10 +17,10 @@ import (
 
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/internal/device"
-	"github.com/framepack-go/framepack/internal/tinymodel"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/pipeline"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/vae"
 	"github.com/framepack-go/framepack/video"
 	"github.com/spf13/cobra"
@@ -29,7 +30,7 @@ import (
 type generateFlags struct {
 	image, prompt, negative string
 	seconds                 float64
-	seed                    uint64
+	seed                    string
 	steps, window           int
 	cfg, gs, rs             float64
 	teacache                bool
@@ -37,9 +38,16 @@ type generateFlags struct {
 	models, out             string
 	device, dtype           string
 	vramLimit, preserve     string
+	ramLimit                string
 	vaeTile                 int
 	posteriorMean           bool
 	parts                   map[string]*string
+	json                    bool
+
+	// Resolved by check.
+	seedValue  uint64
+	seedRandom bool
+	output     videoOutput
 }
 
 func newGenerate() *cobra.Command {
@@ -49,8 +57,13 @@ func newGenerate() *cobra.Command {
 		Use:   "generate --image IMAGE [--prompt TEXT] [-o out.mp4]",
 		Short: "Generate a video from an image and a prompt, as FramePack does",
 		Long: `Generate a video from a start image and a prompt with FramePack's HunyuanVideo model,
-section by section as FramePack's demo does, and write it as an H.264 MP4 (through ffmpeg;
-PNG frames in a folder when ffmpeg is missing).
+section by section as FramePack's demo does, and write it as H.264 through ffmpeg: -o ending
+in .mp4, .mov or .mkv picks the container; a name without extension is a folder of PNG frames
+(also where a video goes, as NAME_frames, when ffmpeg is missing). Beside it goes the
+settings file, the output's name plus .json (out.mp4.json): prompt, seed, every setting, the
+model folders with their config hashes, the stage timings and the version; the same settings
+are in the video's comment tag. An existing output is replaced only when it is a regular file
+(or a folder of frame_*.png); symbolic links, devices and other folders are refused.
 
 The model folder (--models, or $FRAMEPACK_MODELS) has the Hugging Face layout FramePack uses:
 transformer/ (lllyasviel/FramePackI2V_HY); vae/, text_encoder/, text_encoder_2/, tokenizer/,
@@ -62,7 +75,15 @@ noise, but every stage runs — a smoke test for a machine without the 30+ GB of
   framepack generate --models ~/models/framepack --image girl.png --prompt "The girl dances gracefully." -o dance.mp4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runGenerate(cmd.Context(), cmd, f)
+			var ev *events
+			if f.json {
+				ev = &events{w: cmd.OutOrStdout()}
+			}
+			err := runGenerate(cmd.Context(), cmd, f, ev)
+			if err != nil {
+				ev.emit("error", map[string]any{"error": errorText(err)})
+			}
+			return err
 		},
 	}
 	fl := cmd.Flags()
@@ -70,7 +91,7 @@ noise, but every stage runs — a smoke test for a machine without the 30+ GB of
 	fl.StringVar(&f.prompt, "prompt", "", "what happens in the video")
 	fl.StringVar(&f.negative, "negative-prompt", "", "negative prompt (used only with --cfg > 1)")
 	fl.Float64Var(&f.seconds, "seconds", def.Seconds, "video length in seconds (up to 120)")
-	fl.Uint64Var(&f.seed, "seed", def.Seed, "seed of the noise")
+	fl.StringVar(&f.seed, "seed", strconv.FormatUint(def.Seed, 10), "seed of the noise: 0–18446744073709551615, or random (or -1) for a random one, printed")
 	fl.IntVar(&f.steps, "steps", def.Steps, "sampler steps per section (1–100)")
 	fl.IntVar(&f.window, "window", def.LatentWindowSize, "latent window size: latent frames per section (1–33)")
 	fl.Float64Var(&f.cfg, "cfg", def.CFG, "real CFG scale (1: off)")
@@ -81,14 +102,16 @@ noise, but every stage runs — a smoke test for a machine without the 30+ GB of
 	fl.BoolVar(&f.posteriorMean, "posterior-mean", false, "start latent = the VAE posterior's mean instead of a seeded sample")
 	fl.IntVar(&f.crf, "crf", video.DefaultCRF, "x264 CRF of the MP4 (0–51, lower is better)")
 	fl.StringVar(&f.models, "models", "", "model folder (default $FRAMEPACK_MODELS, else the built-in tiny model)")
-	fl.StringVarP(&f.out, "output", "o", "out.mp4", "output MP4")
+	fl.StringVarP(&f.out, "output", "o", "out.mp4", "output: .mp4, .mov or .mkv, or a folder for PNG frames (a name without extension)")
+	fl.BoolVar(&f.json, "json", false, "print progress, stage timings and the result as JSON, one object a line, on stdout")
 	fl.StringVar(&f.device, "device", framepack.DeviceAuto, "auto, cpu or gpu")
 	fl.StringVar(&f.dtype, "dtype", "", "compute dtype f32, bf16 or f16 (default: f32 on the CPU; bf16 transformer, f16 others on a GPU)")
 	fl.StringVar(&f.vramLimit, "vram-limit", "", `hard cap on device memory ("20G", "90%"; default: the device's safe default)`)
 	fl.StringVar(&f.preserve, "preserve", "", `memory kept free for activations while weights stream (default 6G)`)
+	fl.StringVar(&f.ramLimit, "ram-limit", "", `host memory budget ("16G", "50%"; default: available memory less max(2G, 1/8 of RAM)); streamed weights are read from the mapped checkpoint when a pinned copy would not fit`)
 	fl.IntVar(&f.vaeTile, "vae-tile", 0, "decode in spatial tiles of this many pixels (stride 3/4 of it; 0: planned from the budget)")
 	for _, part := range []string{framepack.PartTransformer, framepack.PartVAE, framepack.PartTextEncoder, framepack.PartTextEncoder2,
-		framepack.PartTokenizer, framepack.PartTokenizer2, framepack.PartImageEncoder} {
+		framepack.PartTokenizer, framepack.PartTokenizer2, framepack.PartImageEncoder, framepack.PartFeatureExtractor} {
 		f.parts[part] = new(string)
 		fl.StringVar(f.parts[part], strings.ReplaceAll(part, "_", "-"), "", "folder of the "+part+" (default <models>/"+part+")")
 	}
@@ -96,10 +119,20 @@ noise, but every stage runs — a smoke test for a machine without the 30+ GB of
 }
 
 // check validates everything that can be checked before loading a model,
-// so bad input fails at once with one clear error.
+// so bad input fails at once with one clear error: a usage error (exit
+// status 2).
 func (f *generateFlags) check() (*pipeline.RGB, error) {
+	img, err := f.checkFlags()
+	return img, usage(err)
+}
+
+func (f *generateFlags) checkFlags() (*pipeline.RGB, error) {
 	if f.image == "" {
 		return nil, errors.New("--image is required")
+	}
+	var err error
+	if f.seedValue, f.seedRandom, err = parseSeed(f.seed); err != nil {
+		return nil, err
 	}
 	img, err := pipeline.LoadImage(f.image)
 	if err != nil {
@@ -123,16 +156,47 @@ func (f *generateFlags) check() (*pipeline.RGB, error) {
 	if f.vaeTile != 0 && (f.vaeTile < 32 || f.vaeTile%32 != 0) {
 		return nil, fmt.Errorf("--vae-tile %d: want a multiple of 32, at least 32", f.vaeTile)
 	}
-	if f.out == "" {
-		return nil, errors.New("-o: no output path")
+	if err := checkSizes(f.vramLimit, f.preserve); err != nil {
+		return nil, err
 	}
-	if st, err := os.Stat(f.out); err == nil && st.IsDir() {
-		return nil, fmt.Errorf("-o %s is a folder", f.out)
+	if f.models != "" {
+		if st, err := os.Stat(f.models); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("--models %s: the folder does not exist", f.models)
+		}
 	}
-	if st, err := os.Stat(filepath.Dir(f.out)); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("-o %s: the folder %s does not exist", f.out, filepath.Dir(f.out))
+	if f.output, err = checkVideoOutput(f.out, true); err != nil {
+		return nil, err
 	}
 	return img, nil
+}
+
+// checkSizes checks --vram-limit's and --preserve's syntax (whether they
+// fit the device is known once it is open).
+func checkSizes(vramLimit, preserve string) error {
+	for _, fl := range []struct{ name, v string }{{"--vram-limit", vramLimit}, {"--preserve", preserve}} {
+		if fl.v == "" {
+			continue
+		}
+		// Any positive total checks a fraction's syntax.
+		if _, err := memory.ParseSize(fl.v, memory.GiB); err != nil {
+			return fmt.Errorf("%s: %w", fl.name, err)
+		}
+	}
+	return nil
+}
+
+// parseSeed reads --seed: a whole number 0–2⁶⁴−1, or "random" or -1 for a
+// random one (below 2³², short enough to type back).
+func parseSeed(s string) (seed uint64, random bool, err error) {
+	t := strings.TrimSpace(s)
+	if t == "random" || t == "-1" {
+		return uint64(rand.Uint32()), true, nil
+	}
+	v, err := strconv.ParseUint(t, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("--seed %q: want a whole number from 0 to 18446744073709551615, or random (or -1)", s)
+	}
+	return v, false, nil
 }
 
 // flagNames maps the request's field names in errors to the flags.
@@ -144,7 +208,7 @@ func (f *generateFlags) request(img *pipeline.RGB) framepack.Request {
 	r := framepack.DefaultRequest()
 	r.RGB = img
 	r.Prompt, r.NegativePrompt = f.prompt, f.negative
-	r.Seed, r.Seconds, r.Steps, r.LatentWindowSize = f.seed, f.seconds, f.steps, f.window
+	r.Seed, r.Seconds, r.Steps, r.LatentWindowSize = f.seedValue, f.seconds, f.steps, f.window
 	r.CFG, r.GS, r.RS, r.TeaCache = f.cfg, f.gs, f.rs, f.teacache
 	r.Resolution, r.PosteriorMean = f.resolution, f.posteriorMean
 	return r
@@ -152,44 +216,50 @@ func (f *generateFlags) request(img *pipeline.RGB) framepack.Request {
 
 // tinyResolution is the default bucket resolution for the built-in tiny
 // model: at FramePack's 640 its CPU run takes minutes, at 128 seconds.
-const tinyResolution = 128
+const tinyResolution = tinymodel.Resolution
 
-func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags) error {
+func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *events) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	began := time.Now()
 	log := slog.Default()
-	img, err := f.check()
-	if err != nil {
-		return err
-	}
-
 	dir := f.models
 	if dir == "" {
 		dir = os.Getenv("FRAMEPACK_MODELS")
 	}
-	if dir == "" {
+	tiny := dir == ""
+	at := ""
+	if tiny && !cmd.Flags().Changed("resolution") {
+		f.resolution = tinyResolution
+		at = fmt.Sprintf(" at --resolution %d", tinyResolution)
+	}
+	// Checked with the resolution the run will use (the tiny model's
+	// default included), so that a bucket error names this run's bucket.
+	img, err := f.check()
+	if err != nil {
+		return err
+	}
+	if f.seedRandom {
+		log.Info(fmt.Sprintf("seed %d (random)", f.seedValue))
+	}
+	if tiny {
 		for _, p := range []string{f.prompt, f.negative} {
 			if i := strings.IndexFunc(p, func(r rune) bool { return r > unicode.MaxASCII }); i >= 0 {
-				return fmt.Errorf("the built-in tiny model reads ASCII prompts only (its CLIP vocabulary has 200 ids); %q is not ASCII — use --models for real weights", []rune(p[i:])[0])
+				return usagef("the built-in tiny model reads ASCII prompts only (its CLIP vocabulary has 200 ids); %q is not ASCII — use --models for real weights", []rune(p[i:])[0])
 			}
 		}
-		tiny, temporary, err := tinymodel.Dir()
+		tdir, temporary, err := tinymodel.Dir()
 		if err != nil {
 			return err
 		}
 		if temporary {
-			defer os.RemoveAll(tiny)
+			defer os.RemoveAll(tdir)
 		}
-		dir = tiny
-		at := ""
-		if !cmd.Flags().Changed("resolution") {
-			f.resolution = tinyResolution
-			at = fmt.Sprintf(" at --resolution %d", tinyResolution)
-		}
+		dir = tdir
 		log.Info("no --models and no FRAMEPACK_MODELS: using the built-in tiny model" + at + " (random weights: every stage runs, the video is noise)")
 	}
-	opts := framepack.Options{Device: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, Logger: log}
+	opts := framepack.Options{Device: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, RAMLimit: f.ramLimit, Logger: log}
 	for part, p := range f.parts {
 		switch part {
 		case framepack.PartTransformer:
@@ -206,6 +276,8 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags) erro
 			opts.Tokenizer2 = *p
 		case framepack.PartImageEncoder:
 			opts.ImageEncoder = *p
+		case framepack.PartFeatureExtractor:
+			opts.FeatureExtractor = *p
 		}
 	}
 	if f.dtype != "" {
@@ -215,32 +287,85 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags) erro
 		til := vae.SpatialTiling(f.vaeTile, f.vaeTile*3/4)
 		opts.VAETiling = &til
 	}
+	set, err := f.settings(dir, tiny)
+	if err != nil {
+		return err
+	}
+	ev.emit("start", map[string]any{"settings": set})
 
+	t := time.Now()
 	p, err := framepack.Load(dir, opts)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
+	load := time.Since(t)
 
 	req := f.request(img)
-	prog := newProgress(cmd.ErrOrStderr(), log)
+	quiet, _ := cmd.Flags().GetBool("quiet")
+	prog := newProgress(cmd.ErrOrStderr(), log, quiet, ev)
 	req.Progress = prog.report
 	res, err := p.Generate(ctx, req)
 	prog.done()
 	if err != nil {
 		return err
 	}
+	set.Frames, set.FPS, set.Width, set.Height = res.T, res.FPS, res.W, res.H
+	set.Timings = newTimings(time.Since(began), load, res)
 
+	// The settings go in the video's comment tag (without the timings:
+	// the tag is written before they are complete) and beside it.
+	comment := *set
+	comment.Timings = nil
+	tag, err := json.Marshal(&comment)
+	if err != nil {
+		return err
+	}
+	sf, err := createSettings(settingsPath(f.output.path), set)
+	if err != nil {
+		return err
+	}
 	crf := f.crf
 	if crf == 0 {
 		crf = video.CRFZero
 	}
-	wrote, err := video.Write(ctx, f.out, res.Frames, video.Options{FPS: res.FPS, CRF: crf, Log: log})
-	if err != nil {
+	t = time.Now()
+	if err := f.output.write(ctx, res.Frames, video.Options{FPS: res.FPS, CRF: crf, Log: log, Comment: string(tag)}, log); err != nil {
+		sf.discard()
 		return err
 	}
-	summary(cmd.OutOrStdout(), res, wrote)
+	if err := sf.commit(); err != nil {
+		return err
+	}
+	write := time.Since(t)
+	ev.emit("result", map[string]any{"output": f.output.path, "settings_file": sf.path, "seed": set.Seed,
+		"frames": res.T, "fps": res.FPS, "width": res.W, "height": res.H, "timings": set.Timings, "write": secs(write),
+		"peak_bytes": res.PeakBytes})
+	if !f.json && !quiet {
+		summary(cmd.OutOrStdout(), res, f.output.path)
+		if f.seedRandom {
+			fmt.Fprintf(cmd.OutOrStdout(), "seed %d (random)\n", set.Seed)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "settings in %s\n", sf.path)
+	}
 	return nil
+}
+
+// settings are the run's settings as the settings file records them.
+func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
+	models, err := modelRefs(dir, f.parts)
+	if err != nil {
+		return nil, err
+	}
+	img := fileRef{Path: f.image}
+	if img.SHA256, err = fileSHA256(f.image); err != nil {
+		return nil, err
+	}
+	return &settings{Framepack: readBuildVersion(), Image: img, Prompt: f.prompt, Negative: f.negative,
+		Seed: f.seedValue, SeedRandom: f.seedRandom, Seconds: f.seconds, Steps: f.steps, Window: f.window,
+		CFG: f.cfg, GS: f.gs, RS: f.rs, TeaCache: f.teacache, Resolution: f.resolution, PosteriorMean: f.posteriorMean,
+		CRF: f.crf, Device: f.device, DType: f.dtype, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile,
+		TinyModel: tiny, Models: models, Output: f.output.path}, nil
 }
 
 // summary prints the result in a few lines.
@@ -283,52 +408,4 @@ func peakRSS() int64 {
 		}
 	}
 	return 0
-}
-
-// progress reports Generate's progress: one line redrawn in place on a
-// terminal, plain log lines otherwise.
-type progress struct {
-	w     io.Writer
-	log   *slog.Logger
-	tty   bool
-	start time.Time
-	drawn bool
-}
-
-func newProgress(w io.Writer, log *slog.Logger) *progress {
-	tty := false
-	if fh, ok := w.(*os.File); ok {
-		if st, err := fh.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			tty = true
-		}
-	}
-	return &progress{w: w, log: log, tty: tty, start: time.Now()}
-}
-
-func (p *progress) report(pr framepack.Progress) {
-	if pr.Stage != framepack.StageSample {
-		if p.tty && p.drawn {
-			fmt.Fprintln(p.w)
-			p.drawn = false
-		}
-		return // the library logs the other stages itself
-	}
-	elapsed := time.Since(p.start).Round(time.Second)
-	if !p.tty {
-		p.log.Info(fmt.Sprintf("sampling section %d/%d, step %d/%d", pr.Section, pr.Sections, pr.Step, pr.Steps),
-			"section", pr.Section, "sections", pr.Sections, "step", pr.Step, "steps", pr.Steps, "frames", pr.Frames, "elapsed", elapsed.String())
-		return
-	}
-	const width = 30
-	done := width * pr.Step / max(pr.Steps, 1)
-	fmt.Fprintf(p.w, "\rsection %d/%d [%s%s] step %d/%d, %d frames so far, %s ",
-		pr.Section, pr.Sections, strings.Repeat("=", done), strings.Repeat(" ", width-done), pr.Step, pr.Steps, pr.Frames, elapsed)
-	p.drawn = true
-}
-
-func (p *progress) done() {
-	if p.tty && p.drawn {
-		fmt.Fprintln(p.w)
-		p.drawn = false
-	}
 }

@@ -79,6 +79,7 @@ func TestGenerateBadInput(t *testing.T) {
 		{[]string{"--image", sceneImage, "--crf", "60"}, "--crf 60"},
 		{[]string{"--image", sceneImage, "--vae-tile", "100"}, "--vae-tile 100"},
 		{[]string{"--image", sceneImage, "--vram-limit", "lots"}, "--vram-limit"},
+		{[]string{"--image", sceneImage, "--ram-limit", "lots"}, "--ram-limit"},
 		{[]string{"--image", sceneImage, "--models", filepath.Join(dir, "nowhere")}, "does not exist"},
 		{[]string{"--image", sceneImage, "--prompt", "un café"}, "ASCII prompts only"},
 		{[]string{"--image", sceneImage, "-o", filepath.Join(dir, "no", "such", "dir", "x.mp4")}, "does not exist"},

@@ -6,13 +6,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/framepack-go/framepack/convchain"
+)
+
+// Exit statuses: 1 a failure, 2 a command line that cannot run (nothing
+// was done), 128+N stopped by signal N (130 SIGINT, 143 SIGTERM) after
+// removing what it had half written.
+const (
+	exitFailure = 1
+	exitUsage   = 2
 )
 
 func main() {
@@ -20,15 +31,94 @@ func main() {
 	// search that hangs can be killed at its deadline; that child stops here.
 	convchain.MaybeRunChild()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := newRoot().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "framepack:", err)
-		if errors.Is(err, context.Canceled) {
-			os.Exit(130)
+	ctx, caught := signalContext()
+	err := newRoot().ExecuteContext(ctx)
+	os.Exit(exitCode(os.Stderr, err, caught()))
+}
+
+// signalContext is cancelled by the first SIGINT or SIGTERM, so the job
+// stops and removes its temporary files; a second one kills the process
+// at once (the signal's default action). caught returns the signal that
+// cancelled the context, or nil.
+func signalContext() (context.Context, func() os.Signal) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 1)
+	got := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-ch
+		signal.Reset(os.Interrupt, syscall.SIGTERM)
+		got <- s
+		cancel()
+	}()
+	return ctx, func() os.Signal {
+		select {
+		case s := <-got:
+			return s
+		default:
+			return nil
 		}
-		os.Exit(1)
 	}
+}
+
+// exitCode prints err (with one "framepack:" prefix) and returns the
+// process's exit status.
+func exitCode(w io.Writer, err error, sig os.Signal) int {
+	if err == nil {
+		return 0
+	}
+	var ue *usageError
+	s, ok := sig.(syscall.Signal)
+	if ok && errors.Is(err, context.Canceled) {
+		name := map[syscall.Signal]string{syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM"}[s]
+		fmt.Fprintf(w, "framepack: stopped by %s: %s\n", name, errorText(err))
+		return 128 + int(s)
+	}
+	fmt.Fprintln(w, "framepack: "+errorText(err))
+	switch {
+	case errors.Is(err, context.Canceled):
+		return 128 + int(syscall.SIGINT)
+	case errors.As(err, &ue):
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// errorText is err's message without the "framepack: " each layer of the
+// library adds; the command prints the prefix once.
+func errorText(err error) string {
+	msg := err.Error()
+	for {
+		t := strings.TrimPrefix(msg, "framepack: ")
+		t = strings.ReplaceAll(t, ": framepack: ", ": ")
+		if t == msg {
+			return msg
+		}
+		msg = t
+	}
+}
+
+// usageError is a command line that cannot run: an unknown flag, a bad
+// value, a missing input or an unusable output. It exits with status 2.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return &usageError{fmt.Errorf(format, args...)}
+}
+
+// usage marks err (when not nil) as a usage error.
+func usage(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return err
+	}
+	return &usageError{err}
 }
 
 func newRoot() *cobra.Command {
@@ -36,6 +126,7 @@ func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "framepack",
 		Short:         "Image-to-video with FramePack's HunyuanVideo model, natively on AMD, NVIDIA or the CPU",
+		Version:       versionLine(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRun: func(cmd *cobra.Command, args []string) {
@@ -43,13 +134,45 @@ func newRoot() *cobra.Command {
 			if verbose {
 				level = slog.LevelDebug
 			}
-			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+			if q, _ := cmd.Flags().GetBool("quiet"); q {
+				level = slog.LevelWarn
+			}
+			slog.SetDefault(slog.New(slog.NewTextHandler(logWriter{cmd.ErrOrStderr()}, &slog.HandlerOptions{Level: level})))
 		},
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usage(err) })
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "debug logging")
+	root.PersistentFlags().BoolP("quiet", "q", false, "no progress, no summary, only warnings and errors")
 	root.AddCommand(newDoctor())
 	root.AddCommand(newBench())
 	root.AddCommand(newGenerate())
 	root.AddCommand(newVAE())
+	root.AddCommand(newVersion())
+	markUsage(root)
 	return root
+}
+
+// markUsage makes every command's argument check a usage error, and a
+// command group run without a subcommand one too.
+func markUsage(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		markUsage(c)
+	}
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(c *cobra.Command, a []string) error { return usage(args(c, a)) }
+	}
+	if cmd.Run == nil && cmd.RunE == nil && cmd.HasSubCommands() {
+		// Without this cobra prints help and exits 0 for "framepack vae x".
+		cmd.Args = func(c *cobra.Command, a []string) error {
+			if len(a) > 0 {
+				return usagef("unknown command %q for %q", a[0], c.CommandPath())
+			}
+			return nil
+		}
+		cmd.RunE = func(c *cobra.Command, a []string) error {
+			c.Help()
+			return usagef("%s needs a subcommand", c.CommandPath())
+		}
+	}
 }

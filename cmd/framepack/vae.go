@@ -3,9 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/framepack-go/framepack"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,8 +38,11 @@ func (f *vaeFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.preserve, "preserve", "", "memory kept free beside weights (default: FramePack's 6G, at most half the cap)")
 }
 
-// check validates the flags before anything loads.
-func (f *vaeFlags) check() error {
+// check validates the flags before anything loads; its errors are usage
+// errors (exit status 2).
+func (f *vaeFlags) check() error { return usage(f.checkFlags()) }
+
+func (f *vaeFlags) checkFlags() error {
 	if f.vaeDir == "" {
 		return errors.New("--vae is required: the folder with config.json and diffusion_pytorch_model.safetensors")
 	}
@@ -57,7 +60,7 @@ func (f *vaeFlags) check() error {
 			return err
 		}
 	}
-	return nil
+	return checkSizes(f.vramLimit, f.preserve)
 }
 
 // open opens the device and loads the half of the VAE that is needed.
@@ -98,11 +101,13 @@ func newVAEDecode() *cobra.Command {
 	var latents, tiling string
 	var unscaled bool
 	var crf, fps int
+	var out videoOutput
 	cmd := &cobra.Command{
 		Use:   "decode --vae DIR --latents in.safetensors -o out.mp4",
 		Short: "Decode latents (as FramePack keeps them: × scaling factor) into an MP4",
 		Long: `Decode latents (B=1, 16, T, h, w) into 4T−3 frames of 8h×8w pixels and write them as an
-H.264 MP4 through ffmpeg (libx264, yuv420p), or as PNG frames in a folder when ffmpeg is
+H.264 MP4 through ffmpeg (libx264, yuv420p; -o ending in .mov or .mkv picks that
+container), or as PNG frames in a folder: -o without extension, or NAME_frames when ffmpeg is
 missing. The latents are divided by the VAE's scaling factor first, as FramePack keeps them
 multiplied (--unscaled: they are not). The tensor is "latents", or the file's only tensor.
 
@@ -115,23 +120,32 @@ none decodes in one piece.`,
 				return err
 			}
 			if latents == "" {
-				return errors.New("--latents is required: a safetensors file with the latents")
+				return usagef("--latents is required: a safetensors file with the latents")
 			}
 			til, auto, err := parseTiling(tiling)
 			if err != nil {
+				return usage(err)
+			}
+			if crf < 0 || crf > 51 {
+				return usagef("--crf %d: want 0–51", crf)
+			}
+			if fps <= 0 || fps > 1000 {
+				return usagef("--fps %d: want 1–1000", fps)
+			}
+			if out, err = checkVideoOutput(f.out, false); err != nil {
 				return err
 			}
 			z, err := readLatents(latents, "")
 			if err != nil {
-				return err
+				return usage(err)
 			}
 			if z.Rank() != 5 || z.Dim(0) != 1 {
-				return fmt.Errorf("%s: latents are %v, want (1, channels, frames, height, width)", latents, z.Shape())
+				return usagef("%s: latents are %v, want (1, channels, frames, height, width)", latents, z.Shape())
 			}
-			if err := checkOutputDir(f.out); err != nil {
-				return err
+			if crf == 0 {
+				crf = video.CRFZero
 			}
-			return runVAEDecode(cmd, f, z, til, auto, unscaled, video.Options{CRF: crf, FPS: fps})
+			return runVAEDecode(cmd, f, z, til, auto, unscaled, out, video.Options{CRF: crf, FPS: fps})
 		},
 	}
 	f.register(cmd)
@@ -139,8 +153,8 @@ none decodes in one piece.`,
 	fl.StringVar(&latents, "latents", "", "safetensors file with the latents")
 	fl.BoolVar(&unscaled, "unscaled", false, "the latents are not multiplied by the scaling factor")
 	fl.StringVar(&tiling, "tiling", "auto", "auto, framewise, spatial:TILE:STRIDE or none")
-	fl.IntVar(&crf, "crf", 0, "x264 CRF (default FramePack's 16)")
-	fl.IntVar(&fps, "fps", 0, "frames per second (default 30)")
+	fl.IntVar(&crf, "crf", video.DefaultCRF, "x264 CRF (0–51, lower is better)")
+	fl.IntVar(&fps, "fps", 30, "frames per second")
 	return cmd
 }
 
@@ -177,18 +191,13 @@ func readLatents(path, name string) (*tensor.Tensor, error) {
 	}
 	out := tensor.New(tensor.F32, t.Shape()...)
 	copy(out.Float32s(), t.ToFloat32())
+	if err := tensor.NonFiniteError(fmt.Sprintf("%s: tensor %q", path, name), out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
-func checkOutputDir(path string) error {
-	dir := filepath.Dir(path)
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return fmt.Errorf("-o %s: folder %s does not exist", path, dir)
-	}
-	return nil
-}
-
-func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Tiling, auto, unscaled bool, vo video.Options) error {
+func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Tiling, auto, unscaled bool, out videoOutput, vo video.Options) error {
 	log := slog.Default()
 	d, v, err := f.open(log, vae.Options{NoEncoder: true})
 	if err != nil {
@@ -212,7 +221,14 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	opts := vae.DecodeOptions{Tiling: til}
 	var planned int64
 	st := d.Backend.Stats()
-	avail := st.Cap - st.InUse - gpuconv.DefaultChunkBytes - 64<<20 // the conv chain's scratch
+	var scratch int64 // the conv3d chain's, on a GPU
+	if d.IsGPU() {
+		scratch = gpuconv.DefaultChunkBytes + 64<<20
+	}
+	avail, err := d.Backend.Room(scratch)
+	if err != nil {
+		return fmt.Errorf("vae decode: %w", err)
+	}
 	if auto {
 		opts, planned = v.Plan(z.Shape(), avail)
 	} else {
@@ -229,7 +245,11 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	d.Backend.ResetPeak()
 	s := tensor.NewScope(d.Backend)
 	var px *tensor.Tensor
+	quiet, _ := cmd.Flags().GetBool("quiet")
+	prog := newProgress(cmd.ErrOrStderr(), log, quiet, nil)
+	prog.report(framepack.Progress{Stage: framepack.StageDecode, Section: 1, Sections: 1})
 	err = tensor.Catch(func() { px = v.Decode(s, z, opts) })
+	prog.done()
 	s.Close()
 	if err != nil {
 		return fmt.Errorf("vae decode: %w", err)
@@ -242,11 +262,10 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 		return err
 	}
 	vo.Log = log
-	wrote, err := video.Write(cmd.Context(), f.out, frames, vo)
-	if err != nil {
+	if err := out.write(cmd.Context(), frames, vo, log); err != nil {
 		return err
 	}
-	log.Info(fmt.Sprintf("vae decode: wrote %s (%d frames)", wrote, px.Dim(2)))
+	log.Info(fmt.Sprintf("vae decode: wrote %s (%d frames)", out.path, px.Dim(2)))
 	return nil
 }
 
@@ -269,29 +288,29 @@ multiplied by the scaling factor. Written as the tensor "latents" (1, 16, 1, H/8
 				return err
 			}
 			if image == "" {
-				return errors.New("--image is required")
+				return usagef("--image is required")
 			}
 			if resolution < 0 {
-				return fmt.Errorf("--resolution %d: want a positive size (or 0 to keep the image's)", resolution)
+				return usagef("--resolution %d: want a positive size (or 0 to keep the image's)", resolution)
+			}
+			if err := checkFileOutput(f.out); err != nil {
+				return err
 			}
 			im, err := pipeline.LoadImage(image)
 			if err != nil {
-				return err
+				return usage(err)
 			}
 			if resolution > 0 {
 				bh, bw, err := pipeline.NearestBucket(im.H, im.W, resolution)
 				if err != nil {
-					return err
+					return usage(err)
 				}
 				if im, err = pipeline.ResizeAndCenterCrop(im, bw, bh); err != nil {
 					return err
 				}
 			}
 			if im.W%8 != 0 || im.H%8 != 0 {
-				return fmt.Errorf("%s: %dx%d pixels; the VAE needs multiples of 8 (use --resolution)", image, im.W, im.H)
-			}
-			if err := checkOutputDir(f.out); err != nil {
-				return err
+				return usagef("%s: %dx%d pixels; the VAE needs multiples of 8 (use --resolution)", image, im.W, im.H)
 			}
 			return runVAEEncode(f, im, sample, seed)
 		},

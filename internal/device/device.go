@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/framepack-go/framepack/backend/cpu"
@@ -17,6 +18,7 @@ import (
 	"github.com/framepack-go/framepack/gpuconv"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/tensor"
 )
 
 // Device choices, the --device flag's values.
@@ -123,6 +125,19 @@ func Open(o Options) (*Device, error) {
 	if err := checkOptions(o); err != nil {
 		return nil, err
 	}
+	// FRAMEPACK_FAULTS is read here, once, whatever the device: a malformed
+	// value is an error on the CPU too, and the parsed faults go down to
+	// the conv3d chain instead of being read again.
+	if o.Conv.Faults == nil {
+		f, err := convchain.FaultsFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		o.Conv.Faults = f
+	}
+	if f := o.Conv.Faults; f.Any() {
+		log.Warn(fmt.Sprintf("device: %s=%s: faults will be injected", convchain.FaultsEnv, f))
+	}
 	host, err := cpu.NewWithOptions(cpu.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("cpu backend: %w", err)
@@ -143,7 +158,7 @@ func Open(o Options) (*Device, error) {
 		}
 		log.Info("device: using the CPU: " + err.Error())
 	}
-	d, err := openCPU(o, host)
+	d, err := openCPU(o, host, log)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +168,7 @@ func Open(o Options) (*Device, error) {
 }
 
 // openCPU budgets the CPU from system memory.
-func openCPU(o Options, host *cpu.Backend) (*Device, error) {
+func openCPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 	// No GPU here: the amdgpu counters ReadSysMem also reads are unused.
 	sys, err := memory.ReadSysMem("/", "", 0)
 	total, avail := sys.MemTotal, sys.MemAvailable
@@ -169,12 +184,49 @@ func openCPU(o Options, host *cpu.Backend) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	compute, err := cpuFaults(host, o.Conv.Faults, log)
+	if err != nil {
+		return nil, err
+	}
 	return &Device{
-		Backend: memory.Budgeted(host, b),
+		Backend: memory.Budgeted(compute, b),
 		Budget:  b,
 		CPU:     host,
 		Name:    fmt.Sprintf("CPU (%d threads, GEMM through %s)", host.Threads(), host.BLAS()),
 	}, nil
+}
+
+// cpuFaults applies the faults that exist on the CPU to its compute
+// backend: alloc.nth, and conv3d.cpu through a chain of the one CPU tier
+// (the GPU's last tier). Faults of the GPU's tiers are logged as not
+// applying; the host backend itself (Device.CPU) stays unwrapped.
+func cpuFaults(host *cpu.Backend, f *convchain.Faults, log *slog.Logger) (tensor.Backend, error) {
+	if !f.Any() {
+		return host, nil
+	}
+	cf := &convchain.Faults{Conv3d: map[string]convchain.Fault{}, AllocNth: f.AllocNth}
+	var skipped []string
+	for tier, fault := range f.Conv3d {
+		if tier == "cpu" {
+			cf.Conv3d[tier] = fault
+		} else {
+			skipped = append(skipped, "conv3d."+tier)
+		}
+	}
+	if len(skipped) > 0 {
+		slices.Sort(skipped)
+		log.Warn(fmt.Sprintf("device: %s: %s do not apply on the CPU (its one conv3d tier is cpu)", convchain.FaultsEnv, strings.Join(skipped, ", ")))
+	}
+	be := cf.WrapBackend(host)
+	if len(cf.Conv3d) > 0 {
+		chain, err := convchain.New([]convchain.Tier{convchain.CPUTier(host)},
+			convchain.Options{Device: "cpu", CachePath: "off", NoSearch: true, Faults: cf, Log: log})
+		if err != nil {
+			return nil, err
+		}
+		be = convchain.Wrap(be, chain)
+	}
+	return be, nil
 }
 
 // openGPU opens GPU 0: its budget from the runtime's memory figures (system

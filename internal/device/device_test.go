@@ -2,10 +2,12 @@ package device
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/gpuconv"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/memory"
@@ -145,3 +147,59 @@ func TestAuto(t *testing.T) {
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)) }
+
+// FRAMEPACK_FAULTS is read by Open on every device: malformed, it is an
+// error naming the variable, also on the CPU; on the CPU, alloc.nth and
+// conv3d.cpu take effect and the GPU tiers' faults are logged as not
+// applying.
+func TestFaultsOnCPU(t *testing.T) {
+	t.Setenv(convchain.FaultsEnv, "alloc.nth=often")
+	if d, err := Open(Options{Choice: CPU, Log: quiet()}); err == nil || !strings.Contains(err.Error(), "FRAMEPACK_FAULTS") {
+		d.Close()
+		t.Fatalf("malformed FRAMEPACK_FAULTS on the CPU: %v", err)
+	}
+
+	t.Setenv(convchain.FaultsEnv, "alloc.nth=2")
+	d, err := Open(Options{Choice: CPU, Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err1 := tensor.Alloc(d.Backend, tensor.F32, 4)
+	_, err2 := tensor.Alloc(d.Backend, tensor.F32, 4)
+	if err1 != nil || !errors.Is(err2, tensor.ErrOutOfMemory) || !strings.Contains(err2.Error(), "alloc.nth=2") {
+		t.Errorf("alloc.nth=2 on the CPU: first %v, second %v", err1, err2)
+	}
+	tensor.Release(a)
+	d.Close()
+
+	conv := func(d *Device) error {
+		s := tensor.NewScope(d.Backend)
+		defer s.Close()
+		return tensor.Catch(func() {
+			s.Conv3d(s.Full(tensor.F32, 1, 1, 2, 2, 3, 3), s.Full(tensor.F32, 1, 2, 2, 1, 1, 1), nil, [3]int{1, 1, 1}, [3]int{})
+		})
+	}
+	var logs bytes.Buffer
+	t.Setenv(convchain.FaultsEnv, "conv3d.cpu=error,conv3d.gemm=oom")
+	d, err = Open(Options{Choice: CPU, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conv(d); err == nil || !strings.Contains(err.Error(), "injected fault conv3d.cpu=error") {
+		t.Errorf("conv3d.cpu=error on the CPU: %v", err)
+	}
+	d.Close()
+	if !strings.Contains(logs.String(), "conv3d.gemm do not apply on the CPU") {
+		t.Errorf("no line about conv3d.gemm not applying:\n%s", logs.String())
+	}
+
+	t.Setenv(convchain.FaultsEnv, "")
+	d, err = Open(Options{Choice: CPU, Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := conv(d); err != nil {
+		t.Errorf("no faults: %v", err)
+	}
+}

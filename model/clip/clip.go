@@ -4,6 +4,7 @@ package clip
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/framepack-go/framepack/model/internal/encoder"
 	"github.com/framepack-go/framepack/model/internal/load"
@@ -36,6 +37,45 @@ type Model struct {
 	loaded        *load.Loader
 }
 
+// ReadConfig reads and checks dir/config.json as Load does. Keys the model
+// does not use (torch_dtype, transformers_version, projection_dim, ...) are
+// ignored; eos_token_id 2 (the released text_encoder_2) selects the legacy
+// pooling.
+func ReadConfig(dir string) (Config, error) {
+	var cfg Config
+	if err := weights.ReadConfig(dir, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("clip: %s: %w", filepath.Join(dir, "config.json"), err)
+	}
+	return cfg, nil
+}
+
+// Validate reports a config this implementation cannot run, naming the key.
+func (c Config) Validate() error {
+	switch {
+	case c.HiddenSize <= 0 || c.IntermediateSize <= 0 || c.VocabSize <= 0 || c.MaxPositionEmbeddings <= 0 || c.NumHiddenLayers < 0:
+		return fmt.Errorf("hidden_size %d, intermediate_size %d, vocab_size %d, max_position_embeddings %d, num_hidden_layers %d must be positive",
+			c.HiddenSize, c.IntermediateSize, c.VocabSize, c.MaxPositionEmbeddings, c.NumHiddenLayers)
+	case c.NumAttentionHeads <= 0 || c.HiddenSize%c.NumAttentionHeads != 0:
+		return fmt.Errorf("hidden_size %d is not a multiple of num_attention_heads %d", c.HiddenSize, c.NumAttentionHeads)
+	}
+	_, err := encoder.ParseAct(c.HiddenAct)
+	return err
+}
+
+// Plan lists the weights a model of config cfg reads (checkpoint names with
+// the "text_model." prefix, and shapes) without loading anything.
+func Plan(cfg Config) ([]weights.Spec, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	l := load.NewPlan()
+	build(l, cfg, 0)
+	return l.Specs(), nil
+}
+
 // Load reads a CLIPTextModel folder (config.json + model.safetensors, names
 // with or without the "text_model." prefix) onto be in dtype dt.
 func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
@@ -44,31 +84,31 @@ func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
 		return nil, err
 	}
 	defer ck.Close()
-	var cfg Config
-	if err := ck.Config(&cfg); err != nil {
+	cfg, err := ReadConfig(ck.Dir())
+	if err != nil {
 		return nil, err
 	}
-	if cfg.NumAttentionHeads <= 0 || cfg.HiddenSize%cfg.NumAttentionHeads != 0 {
-		return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of num_attention_heads %d", dir, cfg.HiddenSize, cfg.NumAttentionHeads)
-	}
-	act, err := encoder.ParseAct(cfg.HiddenAct)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", dir, err)
-	}
-	d, f := cfg.HiddenSize, cfg.IntermediateSize
+	act, _ := encoder.ParseAct(cfg.HiddenAct)
 	l := load.New(ck, be, dt)
-	l.Prefix = "text_model."
-	m := &Model{Config: cfg, dt: dt, act: act, loaded: l}
-	m.tokenEmb = l.T("embeddings.token_embedding.weight", cfg.VocabSize, d)
-	m.pos = l.T("embeddings.position_embedding.weight", cfg.MaxPositionEmbeddings, d)
-	m.layers = encoder.LoadLayers(l, "encoder.layers.", cfg.NumHiddenLayers, d, f)
-	m.finalW = l.T("final_layer_norm.weight", d)
-	m.finalB = l.T("final_layer_norm.bias", d)
+	m := build(l, cfg, act)
 	if err := l.Err(); err != nil {
 		l.Release()
 		return nil, err
 	}
 	return m, nil
+}
+
+// build reads the weights of cfg through l (a plan only records them).
+func build(l *load.Loader, cfg Config, act encoder.Act) *Model {
+	d, f := cfg.HiddenSize, cfg.IntermediateSize
+	l.Prefix = "text_model."
+	m := &Model{Config: cfg, dt: l.DType(), act: act, loaded: l}
+	m.tokenEmb = l.T("embeddings.token_embedding.weight", cfg.VocabSize, d)
+	m.pos = l.T("embeddings.position_embedding.weight", cfg.MaxPositionEmbeddings, d)
+	m.layers = encoder.LoadLayers(l, "encoder.layers.", cfg.NumHiddenLayers, d, f)
+	m.finalW = l.T("final_layer_norm.weight", d)
+	m.finalB = l.T("final_layer_norm.bias", d)
+	return m
 }
 
 // Close frees the weights.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // arena holds the weights of one block in one allocation, each weight a
@@ -18,6 +19,9 @@ type arena struct {
 	dev   *tensor.Tensor     // U8 storage on the backend while resident
 	host  *tensor.HostBuffer // host storage of a streamed block
 	pinIt pinnedUploader     // set when host is pinned memory from it
+	// mapped: streamed from the checkpoint's mapping (Options.StreamFromFile),
+	// no storage of its own outside a use.
+	mapped bool
 }
 
 // arenaAlign keeps every weight 256-byte aligned, as a device allocation.
@@ -114,6 +118,9 @@ func (m *Model) makeBlocks(fill func(i int, p param, dst []byte) error) error {
 		keep = m.autoKeep()
 	}
 	pin, pinned := find[pinnedUploader](m.be)
+	// From the file: only where the blocks have a file and a host copy
+	// would be a second one (a host-backed backend computes on host memory).
+	mapped := m.opts.StreamFromFile && m.file != nil && !hostBacked(m.be)
 	var scratch []byte // host bytes of a resident block on a device
 	var kept int64
 	m.arenas = make([]*arena, m.numBlocks())
@@ -129,6 +136,13 @@ func (m *Model) makeBlocks(fill func(i int, p param, dst []byte) error) error {
 			return nil
 		}
 		resident := !m.opts.HostBlocks || kept+a.size <= keep
+		if !resident && mapped {
+			if err := m.checkMapped(i); err != nil {
+				return err
+			}
+			a.mapped = true
+			continue
+		}
 		if !resident {
 			if pinned {
 				// Page-locked memory may run out before system memory does:
@@ -203,6 +217,24 @@ type use struct {
 func (m *Model) acquire(i int, prefetch bool) *use {
 	a := m.arenas[i]
 	u := &use{m: m, i: i}
+	if a.mapped {
+		if prefetch {
+			// The copy happens when the block is used; what can run ahead
+			// is reading its pages from disk.
+			m.readAhead(i)
+			return nil
+		}
+		dev, err := tensor.Alloc(m.be, tensor.U8, int(a.size))
+		if err != nil {
+			must("stream weights", fmt.Errorf("block %d (%d MiB): %w", i, a.size>>20, err))
+		}
+		if err := m.uploadMapped(i, dev.Buffer()); err != nil {
+			tensor.Release(dev)
+			must("stream weights", fmt.Errorf("block %d: %w", i, err))
+		}
+		u.dev = dev
+		return u
+	}
 	if a.dev != nil || a.host == nil || hostBacked(m.be) {
 		return u
 	}
@@ -260,4 +292,106 @@ func (u *use) release() {
 	}
 	tensor.Release(u.dev)
 	u.dev = nil
+}
+
+// fileSource is the open checkpoint blocks stream from.
+type fileSource struct {
+	ck  *weights.Checkpoint
+	dir string
+}
+
+// checkMapped checks at load time that block i's checkpoint tensors exist
+// with their shapes and a usable dtype, so a broken file fails Load and
+// not a forward pass.
+func (m *Model) checkMapped(i int) error {
+	for _, p := range m.arenas[i].ps {
+		for _, src := range p.sources() {
+			dt, shape, err := m.file.ck.Info(src.name)
+			if err != nil {
+				return err
+			}
+			if want := p.sourceShape(src); !equalShape(shape, want) {
+				return fmt.Errorf("hunyuan: %s: tensor %q has shape %v, want %v", m.file.dir, src.name, shape, want)
+			}
+			if err := checkConvertible(dt, m.dt); err != nil {
+				return fmt.Errorf("hunyuan: %s: tensor %q %v", m.file.dir, src.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// readAhead starts reading block i's bytes of the checkpoint in the
+// background (best effort). The advice is given from a goroutine: the
+// kernel may block while it queues the reads, and the forward pass should
+// not wait for that.
+func (m *Model) readAhead(i int) {
+	ck := m.file.ck
+	var names []string
+	for _, p := range m.arenas[i].ps {
+		for _, src := range p.sources() {
+			names = append(names, src.name)
+		}
+	}
+	go func() {
+		for _, n := range names {
+			if ck.WillNeed(n) != nil {
+				return // closed meanwhile: nothing to read ahead for
+			}
+		}
+	}()
+}
+
+// convertChunk bounds the host buffer of a converted upload (elements).
+const convertChunk = 1 << 20
+
+// uploadMapped copies block i's weights from the mapped checkpoint into
+// dst (laid out as the block's arena): straight from the mapping when the
+// stored dtype is the compute dtype, else converted chunk by chunk; each
+// tensor's pages are released once uploaded.
+func (m *Model) uploadMapped(i int, dst tensor.Buffer) error {
+	a, ck, ds := m.arenas[i], m.file.ck, m.dt.Size()
+	var scratch []byte
+	for j, p := range a.ps {
+		off := a.offs[j]
+		for _, src := range p.sources() {
+			h, err := ck.Host(src.name)
+			if err != nil {
+				return err
+			}
+			if want := p.sourceShape(src); !equalShape(h.Shape(), want) {
+				return fmt.Errorf("hunyuan: %s: tensor %q has shape %v, want %v", m.file.dir, src.name, h.Shape(), want)
+			}
+			n := h.Numel()
+			if h.DType() == m.dt {
+				if err := m.be.Upload(dst, off, h.HostBytes()); err != nil {
+					return err
+				}
+			} else {
+				raw, ss := h.HostBytes(), h.DType().Size()
+				if scratch == nil {
+					scratch = make([]byte, convertChunk*ds)
+				}
+				for lo := 0; lo < n; lo += convertChunk {
+					hi := min(lo+convertChunk, n)
+					part, err := tensor.FromBytes(h.DType(), raw[lo*ss:hi*ss], hi-lo)
+					if err != nil {
+						return err
+					}
+					out := scratch[:(hi-lo)*ds]
+					if err := convertInto(out, m.dt, part, tensor.Invalid); err != nil {
+						return fmt.Errorf("hunyuan: %s: tensor %q %v", m.file.dir, src.name, err)
+					}
+					if err := m.be.Upload(dst, off+int64(lo*ds), out); err != nil {
+						return err
+					}
+				}
+			}
+			off += int64(n * ds)
+			if err := ck.DontNeed(src.name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -277,6 +277,9 @@ func (m *Model) blocksForward(s *tensor.Scope, img, txt, temb *tensor.Tensor, j 
 		cur.release()
 		cur = nil
 	}
+	if len(m.arenas) > 0 && m.arenas[0].mapped {
+		m.readAhead(0) // the next pass starts with it
+	}
 	if h == nil {
 		if c != txt {
 			s.Free(c)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )
@@ -50,6 +51,7 @@ func TestLoadErrors(t *testing.T) {
 	short := brokenCopy(t, func(ts map[string]*tensor.Tensor) {
 		ts["single_transformer_blocks.0.proj_mlp.bias"] = tensor.New(tensor.F32, 3)
 	})
+	fromFile := Options{HostBlocks: true, StreamFromFile: true}
 	for _, c := range []struct {
 		name string
 		dir  string
@@ -60,9 +62,16 @@ func TestLoadErrors(t *testing.T) {
 		{"missing-host", missing, Options{HostBlocks: true}, []string{"transformer_blocks.1.attn.to_q.weight"}},
 		{"shape", short, Options{}, []string{"single_transformer_blocks.0.proj_mlp.bias", "[3]", "[256]"}},
 		{"shape-host", short, Options{HostBlocks: true}, []string{"single_transformer_blocks.0.proj_mlp.bias", "[3]", "[256]"}},
+		// Streaming from the file checks every block's tensors at load time.
+		{"missing-file", missing, fromFile, []string{"transformer_blocks.1.attn.to_q.weight"}},
+		{"shape-file", short, fromFile, []string{"single_transformer_blocks.0.proj_mlp.bias", "[3]", "[256]"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m, err := Load(c.dir, cpu.New(), c.opts)
+			var be tensor.Backend = cpu.New()
+			if c.opts.StreamFromFile {
+				be = testdevice.NewFake() // the CPU computes on host memory: nothing streams there
+			}
+			m, err := Load(c.dir, be, c.opts)
 			if err == nil {
 				m.Close()
 				t.Fatal("loaded a broken checkpoint")

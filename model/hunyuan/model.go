@@ -2,6 +2,7 @@ package hunyuan
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -27,6 +28,14 @@ type Options struct {
 	// what the backend's memory budget (a memory.Backend) allows beside its
 	// preserved amount once the rest of the model is loaded.
 	KeepBlockBytes int64
+	// StreamFromFile, under HostBlocks and on a backend that is not host
+	// memory, keeps no host copy of the streamed blocks: each one is read
+	// from the memory-mapped checkpoint when the forward pass reaches it
+	// (the next one's pages read ahead), uploaded, and its pages released.
+	// Host memory then holds about one block instead of every streamed
+	// one, at the price of reading the file on every pass. Load only (a
+	// model without a file streams from host memory).
+	StreamFromFile bool
 }
 
 // AutoKeep as Options.KeepBlockBytes sizes the resident blocks from the
@@ -51,6 +60,7 @@ type Model struct {
 	blocks          []doubleBlock // transformer_blocks.N
 	singleBlocks    []singleBlock // single_transformer_blocks.N
 	arenas          []*arena      // the weights of every block, double blocks first
+	file            *fileSource   // the open checkpoint, while blocks stream from it
 	normOut         linear        // norm_out.linear
 	projOut         linear        // f32
 
@@ -135,9 +145,14 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer ck.Close()
-	cfg := DefaultConfig()
-	if err := ck.Config(&cfg); err != nil {
+	keepOpen := false
+	defer func() {
+		if !keepOpen {
+			ck.Close()
+		}
+	}()
+	cfg, err := ReadConfig(ck.Dir())
+	if err != nil {
 		return nil, err
 	}
 	m, err := newModel(cfg, be, opts)
@@ -152,6 +167,7 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 		}
 		*p.t = t
 	}
+	m.file = &fileSource{ck: ck, dir: dir}
 	err = m.makeBlocks(func(_ int, p param, dst []byte) error {
 		off := 0
 		for _, src := range p.sources() {
@@ -167,6 +183,10 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 				return fmt.Errorf("hunyuan: %s: tensor %q %v", dir, src.name, err)
 			}
 			off += n
+			// Copied: the mapped pages would hold the weight a second time.
+			if err := ck.DontNeed(src.name); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
@@ -174,7 +194,47 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 		m.Close()
 		return nil, err
 	}
+	if m.fromFile() {
+		keepOpen = true
+	} else {
+		m.file = nil
+	}
 	return m, nil
+}
+
+// ReadConfig reads and checks dir/config.json as Load does: absent keys
+// take DefaultConfig's values; keys the model does not use (_class_name,
+// _diffusers_version, ...) are ignored.
+func ReadConfig(dir string) (Config, error) {
+	cfg := DefaultConfig()
+	if err := weights.ReadConfig(dir, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("hunyuan: %s: %w", filepath.Join(dir, "config.json"), err)
+	}
+	return cfg, nil
+}
+
+// Plan lists the checkpoint tensors a model of config cfg reads (names and
+// shapes; a fused projection appears as its parts) without loading
+// anything.
+func Plan(cfg Config) ([]weights.Spec, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Model{cfg: cfg, blocks: make([]doubleBlock, cfg.NumLayers), singleBlocks: make([]singleBlock, cfg.NumSingleLayers)}
+	ps := m.globalParams()
+	for i := 0; i < m.numBlocks(); i++ {
+		ps = append(ps, m.blockParams(i, m.block(i))...)
+	}
+	var out []weights.Spec
+	for _, p := range ps {
+		for _, src := range p.sources() {
+			out = append(out, weights.Spec{Name: src.name, Shape: p.sourceShape(src)})
+		}
+	}
+	return out, nil
 }
 
 // loadGlobal loads a weight outside the blocks onto the backend.
@@ -194,6 +254,9 @@ func (m *Model) loadGlobal(ck *weights.Checkpoint, dir string, p param) (*tensor
 	t, err := convertHost(src, tensor.F32, m.dt)
 	if err != nil {
 		return nil, fmt.Errorf("hunyuan: %s: tensor %q %v", dir, p.name, err)
+	}
+	if err := ck.DontNeed(p.name); err != nil {
+		return nil, err
 	}
 	return upload(m.be, t)
 }
@@ -224,6 +287,10 @@ func (m *Model) Close() {
 		}
 	}
 	m.arenas = nil
+	if m.file != nil {
+		m.file.ck.Close()
+		m.file = nil
+	}
 	m.tc = teaCache{}
 	m.rope.key, m.rope.cos, m.rope.sin = "", nil, nil
 	if m.state != nil {
@@ -250,16 +317,29 @@ func (m *Model) WeightBytes() (backend, host int64) {
 	return backend, host
 }
 
-// StreamedBlocks is the number of blocks whose weights stream from host
-// memory (the others are resident).
+// StreamedBlocks is the number of blocks whose weights stream, from host
+// memory or from the mapped checkpoint (the others are resident).
 func (m *Model) StreamedBlocks() int {
 	n := 0
 	for _, a := range m.arenas {
-		if a.dev == nil && a.host != nil {
+		if a.dev == nil && (a.host != nil || a.mapped) {
 			n++
 		}
 	}
 	return n
+}
+
+// StreamsFromFile reports whether streamed blocks are read from the mapped
+// checkpoint (Options.StreamFromFile) rather than from host memory.
+func (m *Model) StreamsFromFile() bool { return m.fromFile() }
+
+func (m *Model) fromFile() bool {
+	for _, a := range m.arenas {
+		if a.mapped {
+			return true
+		}
+	}
+	return false
 }
 
 func equalShape(a, b []int) bool {

@@ -6,6 +6,7 @@ package llama
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 
 	"github.com/framepack-go/framepack/model/internal/load"
 	"github.com/framepack-go/framepack/tensor"
@@ -28,7 +29,9 @@ type Config struct {
 		RopeTheta float64 `json:"rope_theta"`
 		RopeType  string  `json:"rope_type"`
 	} `json:"rope_parameters"`
-	RopeScaling map[string]any `json:"rope_scaling"`
+	RopeScaling   map[string]any `json:"rope_scaling"`
+	AttentionBias bool           `json:"attention_bias"`
+	MLPBias       bool           `json:"mlp_bias"`
 }
 
 func (c *Config) theta() float64 {
@@ -57,16 +60,14 @@ type Model struct {
 	loaded *load.Loader
 }
 
-// Load reads a LlamaModel folder onto be in dtype dt.
-func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
-	ck, err := weights.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer ck.Close()
+// ReadConfig reads and checks dir/config.json as Load does. The rotary base
+// is the old top-level rope_theta (with rope_scaling null) or the newer
+// rope_parameters; keys the model does not use (torch_dtype,
+// transformers_version, ...) are ignored.
+func ReadConfig(dir string) (Config, error) {
 	var cfg Config
-	if err := ck.Config(&cfg); err != nil {
-		return nil, err
+	if err := weights.ReadConfig(dir, &cfg); err != nil {
+		return cfg, err
 	}
 	if cfg.HeadDim == 0 && cfg.NumAttentionHeads > 0 {
 		cfg.HeadDim = cfg.HiddenSize / cfg.NumAttentionHeads
@@ -74,20 +75,71 @@ func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
 	if cfg.NumKeyValueHeads == 0 {
 		cfg.NumKeyValueHeads = cfg.NumAttentionHeads
 	}
-	switch {
-	case cfg.NumAttentionHeads <= 0 || cfg.NumKeyValueHeads <= 0 || cfg.NumAttentionHeads%cfg.NumKeyValueHeads != 0:
-		return nil, fmt.Errorf("%s: %d attention heads do not group into %d key/value heads", dir, cfg.NumAttentionHeads, cfg.NumKeyValueHeads)
-	case cfg.HeadDim%2 != 0:
-		return nil, fmt.Errorf("%s: head_dim %d is odd", dir, cfg.HeadDim)
-	case cfg.HiddenAct != "" && cfg.HiddenAct != "silu":
-		return nil, fmt.Errorf("%s: unsupported hidden_act %q", dir, cfg.HiddenAct)
-	case len(cfg.RopeScaling) > 0 || (cfg.RopeParameters != nil && cfg.RopeParameters.RopeType != "" && cfg.RopeParameters.RopeType != "default"):
-		return nil, fmt.Errorf("%s: rope scaling is not supported", dir)
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("llama: %s: %w", filepath.Join(dir, "config.json"), err)
 	}
+	return cfg, nil
+}
+
+// Validate reports a config this implementation cannot run, naming the key.
+func (c Config) Validate() error {
+	switch {
+	case c.HiddenSize <= 0 || c.IntermediateSize <= 0 || c.VocabSize <= 0 || c.NumHiddenLayers < 0 || c.HeadDim <= 0:
+		return fmt.Errorf("hidden_size %d, intermediate_size %d, vocab_size %d, num_hidden_layers %d, head_dim %d must be positive",
+			c.HiddenSize, c.IntermediateSize, c.VocabSize, c.NumHiddenLayers, c.HeadDim)
+	case c.NumAttentionHeads <= 0 || c.NumKeyValueHeads <= 0 || c.NumAttentionHeads%c.NumKeyValueHeads != 0:
+		return fmt.Errorf("%d attention heads do not group into %d key/value heads", c.NumAttentionHeads, c.NumKeyValueHeads)
+	case c.HeadDim%2 != 0:
+		return fmt.Errorf("head_dim %d is odd", c.HeadDim)
+	case c.HiddenAct != "" && c.HiddenAct != "silu":
+		return fmt.Errorf("unsupported hidden_act %q", c.HiddenAct)
+	case len(c.RopeScaling) > 0 || (c.RopeParameters != nil && c.RopeParameters.RopeType != "" && c.RopeParameters.RopeType != "default"):
+		return fmt.Errorf("rope scaling is not supported")
+	case c.AttentionBias || c.MLPBias:
+		return fmt.Errorf("attention_bias %v, mlp_bias %v: biases are not supported", c.AttentionBias, c.MLPBias)
+	}
+	return nil
+}
+
+// Theta is the rotary base (10000 when the config gives none).
+func (c Config) Theta() float64 { return c.theta() }
+
+// Plan lists the weights a model of config cfg reads (checkpoint names and
+// shapes) without loading anything.
+func Plan(cfg Config) ([]weights.Spec, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	l := load.NewPlan()
+	build(l, cfg)
+	return l.Specs(), nil
+}
+
+// Load reads a LlamaModel folder onto be in dtype dt.
+func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
+	ck, err := weights.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	cfg, err := ReadConfig(ck.Dir())
+	if err != nil {
+		return nil, err
+	}
+	l := load.New(ck, be, dt)
+	m := build(l, cfg)
+	if err := l.Err(); err != nil {
+		l.Release()
+		return nil, err
+	}
+	return m, nil
+}
+
+// build reads the weights of cfg through l (a plan only records them).
+func build(l *load.Loader, cfg Config) *Model {
 	d, f := cfg.HiddenSize, cfg.IntermediateSize
 	qd, kvd := cfg.NumAttentionHeads*cfg.HeadDim, cfg.NumKeyValueHeads*cfg.HeadDim
-	l := load.New(ck, be, dt)
-	m := &Model{Config: cfg, dt: dt, loaded: l}
+	m := &Model{Config: cfg, dt: l.DType(), loaded: l}
 	m.embed = l.T("embed_tokens.weight", cfg.VocabSize, d)
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
 		p := fmt.Sprintf("layers.%d.", i)
@@ -104,11 +156,7 @@ func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
 		})
 	}
 	m.norm = l.T("norm.weight", d)
-	if err := l.Err(); err != nil {
-		l.Release()
-		return nil, err
-	}
-	return m, nil
+	return m
 }
 
 // interleaveRows loads a q or k projection with each head's output channels

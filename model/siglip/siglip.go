@@ -4,6 +4,7 @@ package siglip
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/framepack-go/framepack/model/internal/encoder"
 	"github.com/framepack-go/framepack/model/internal/load"
@@ -34,6 +35,58 @@ type Model struct {
 	loaded              *load.Loader
 }
 
+// ReadConfig reads and checks dir/config.json as Load does. Keys the model
+// does not use (architectures, torch_dtype, transformers_version, ...) are
+// ignored.
+func ReadConfig(dir string) (Config, error) {
+	var cfg Config
+	if err := weights.ReadConfig(dir, &cfg); err != nil {
+		return cfg, err
+	}
+	if cfg.NumChannels == 0 {
+		cfg.NumChannels = 3
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("siglip: %s: %w", filepath.Join(dir, "config.json"), err)
+	}
+	return cfg, nil
+}
+
+// Validate reports a config this implementation cannot run, naming the key.
+func (c Config) Validate() error {
+	switch {
+	case c.HiddenSize <= 0 || c.IntermediateSize <= 0 || c.NumHiddenLayers < 0 || c.NumChannels <= 0:
+		return fmt.Errorf("hidden_size %d, intermediate_size %d, num_hidden_layers %d, num_channels %d must be positive",
+			c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers, c.NumChannels)
+	case c.NumAttentionHeads <= 0 || c.HiddenSize%c.NumAttentionHeads != 0:
+		return fmt.Errorf("hidden_size %d is not a multiple of num_attention_heads %d", c.HiddenSize, c.NumAttentionHeads)
+	case c.PatchSize <= 0 || c.ImageSize < c.PatchSize:
+		return fmt.Errorf("image_size %d holds no patch of patch_size %d", c.ImageSize, c.PatchSize)
+	}
+	_, err := encoder.ParseAct(c.HiddenAct)
+	return err
+}
+
+// PatchesPerSide is floor(image_size / patch_size): the patch embedding is a
+// stride-patch_size convolution without padding, so when the image size is
+// not a multiple (384 and 14 in the released flux_redux_bfl encoder) the last
+// image_size mod patch_size pixel rows and columns are never read.
+func (c Config) PatchesPerSide() int { return c.ImageSize / c.PatchSize }
+
+// Tokens is the number of image tokens, PatchesPerSide² (729 released).
+func (c Config) Tokens() int { return c.PatchesPerSide() * c.PatchesPerSide() }
+
+// Plan lists the weights a model of config cfg reads (checkpoint names with
+// the "vision_model." prefix, and shapes) without loading anything.
+func Plan(cfg Config) ([]weights.Spec, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	l := load.NewPlan()
+	build(l, cfg, 0)
+	return l.Specs(), nil
+}
+
 // Load reads a SiglipVisionModel folder (names with or without the
 // "vision_model." prefix) onto be in dtype dt.
 func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
@@ -42,39 +95,31 @@ func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
 		return nil, err
 	}
 	defer ck.Close()
-	var cfg Config
-	if err := ck.Config(&cfg); err != nil {
+	cfg, err := ReadConfig(ck.Dir())
+	if err != nil {
 		return nil, err
 	}
-	if cfg.NumChannels == 0 {
-		cfg.NumChannels = 3
+	act, _ := encoder.ParseAct(cfg.HiddenAct)
+	m := build(load.New(ck, be, dt), cfg, act)
+	if err := m.loaded.Err(); err != nil {
+		m.loaded.Release()
+		return nil, err
 	}
-	switch {
-	case cfg.NumAttentionHeads <= 0 || cfg.HiddenSize%cfg.NumAttentionHeads != 0:
-		return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of num_attention_heads %d", dir, cfg.HiddenSize, cfg.NumAttentionHeads)
-	case cfg.PatchSize <= 0 || cfg.ImageSize%cfg.PatchSize != 0:
-		return nil, fmt.Errorf("%s: image_size %d is not a multiple of patch_size %d", dir, cfg.ImageSize, cfg.PatchSize)
-	}
-	act, err := encoder.ParseAct(cfg.HiddenAct)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", dir, err)
-	}
+	return m, nil
+}
+
+// build reads the weights of cfg through l (a plan only records them).
+func build(l *load.Loader, cfg Config, act encoder.Act) *Model {
 	d, f, p := cfg.HiddenSize, cfg.IntermediateSize, cfg.PatchSize
-	n := (cfg.ImageSize / p) * (cfg.ImageSize / p)
-	l := load.New(ck, be, dt)
 	l.Prefix = "vision_model."
 	m := &Model{Config: cfg, act: act, loaded: l}
 	m.patchW = l.T("embeddings.patch_embedding.weight", d, cfg.NumChannels, p, p)
 	m.patchB = l.T("embeddings.patch_embedding.bias", d)
-	m.pos = l.T("embeddings.position_embedding.weight", n, d)
+	m.pos = l.T("embeddings.position_embedding.weight", cfg.Tokens(), d)
 	m.layers = encoder.LoadLayers(l, "encoder.layers.", cfg.NumHiddenLayers, d, f)
 	m.postW = l.T("post_layernorm.weight", d)
 	m.postB = l.T("post_layernorm.bias", d)
-	if err := l.Err(); err != nil {
-		l.Release()
-		return nil, err
-	}
-	return m, nil
+	return m
 }
 
 // Close frees the weights.
@@ -83,12 +128,16 @@ func (m *Model) Close() { m.loaded.Release() }
 // Bytes is the memory the weights hold.
 func (m *Model) Bytes() int64 { return m.loaded.Bytes() }
 
-// Forward encodes pixel values (B, 3, image_size, image_size), already
-// normalised by the processor, to last_hidden_state (B, patches, hidden).
+// Forward encodes pixel values (B, 3, S, S), already normalised by the
+// processor, to last_hidden_state (B, Tokens, hidden). S is image_size or
+// any side with the same PatchesPerSide (the position table has Tokens
+// rows); the convolution reads the first PatchesPerSide·patch_size rows and
+// columns.
 func (m *Model) Forward(s *tensor.Scope, pixels *tensor.Tensor) *tensor.Tensor {
 	sh := pixels.Shape()
-	if len(sh) != 4 || sh[1] != m.NumChannels || sh[2] != m.ImageSize || sh[3] != m.ImageSize {
-		tensor.Fail("siglip", "pixel values %v, want (B, %d, %d, %d)", sh, m.NumChannels, m.ImageSize, m.ImageSize)
+	if len(sh) != 4 || sh[1] != m.NumChannels || sh[2] != sh[3] || sh[2]/m.PatchSize != m.PatchesPerSide() {
+		tensor.Fail("siglip", "pixel values %v, want (B, %d, S, S) with S/%d = %d patches a side (S = image_size %d)",
+			sh, m.NumChannels, m.PatchSize, m.PatchesPerSide(), m.ImageSize)
 	}
 	b, d := sh[0], m.HiddenSize
 	x := s.Conv2d(s.Cast(s.To(pixels), m.loaded.DType()), m.patchW, m.patchB, [2]int{m.PatchSize, m.PatchSize}, [2]int{})

@@ -19,12 +19,23 @@ type Loader struct {
 	Prefix string // prepended to every name
 	held   []*tensor.Tensor
 	err    error
+
+	plan  bool           // record names and shapes, load nothing
+	specs []weights.Spec // what a plan recorded
 }
 
 // New starts loading from ck onto be in dtype dt.
 func New(ck *weights.Checkpoint, be tensor.Backend, dt tensor.DType) *Loader {
 	return &Loader{ck: ck, be: be, dt: dt}
 }
+
+// NewPlan is a Loader that loads nothing: every call records the tensor's
+// name and shape and returns nil, so running a model's constructor on it
+// lists the weights the model reads (Specs) without allocating them.
+func NewPlan() *Loader { return &Loader{plan: true} }
+
+// Specs is what a plan recorded, in the order the model asked.
+func (l *Loader) Specs() []weights.Spec { return l.specs }
 
 // DType is the dtype tensors are loaded in.
 func (l *Loader) DType() tensor.DType { return l.dt }
@@ -39,6 +50,10 @@ func (l *Loader) As(name string, dt tensor.DType, shape ...int) *tensor.Tensor {
 	if l.err != nil {
 		return nil
 	}
+	if l.plan {
+		l.specs = append(l.specs, weights.Spec{Name: l.Prefix + name, Shape: append([]int(nil), shape...)})
+		return nil
+	}
 	t, err := l.ck.Load(l.be, l.Prefix+name, dt, shape...)
 	if err != nil {
 		l.err = err
@@ -50,7 +65,7 @@ func (l *Loader) As(name string, dt tensor.DType, shape ...int) *tensor.Tensor {
 
 // Opt loads name if the checkpoint has it, else returns nil.
 func (l *Loader) Opt(name string, shape ...int) *tensor.Tensor {
-	if l.err != nil || !l.ck.Has(l.Prefix+name) {
+	if l.err != nil || l.plan || !l.ck.Has(l.Prefix+name) {
 		return nil
 	}
 	return l.T(name, shape...)

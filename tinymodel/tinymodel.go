@@ -14,6 +14,21 @@
 //	tokenizer/       byte-level BPE tokenizer.json for the 300 ids (any UTF-8 text)
 //	tokenizer_2/     CLIP vocab.json + merges.txt for the 200 ids (printable ASCII only)
 //
+// Any bucket resolution framepack accepts works with it; Resolution (128)
+// is the one to use: a one-second video takes seconds on a CPU there, and
+// minutes at FramePack's 640. Its CLIP tokenizer knows printable ASCII
+// only, so prompts must be ASCII.
+//
+// Outside this module:
+//
+//	dir, temporary, err := tinymodel.Dir()
+//	if temporary {
+//		defer os.RemoveAll(dir)
+//	}
+//	p, err := framepack.Load(dir, framepack.Options{})
+//	req := framepack.DefaultRequest()
+//	req.Resolution = tinymodel.Resolution
+//
 // The tokenizer files are generated (gen_test.go; go test -run
 // TestTokenizerFiles -update rewrites them).
 package tinymodel
@@ -34,6 +49,10 @@ import (
 
 //go:embed model
 var files embed.FS
+
+// Resolution is the bucket resolution to run the tiny model at (see the
+// package comment); the command line's default without --models.
+const Resolution = 128
 
 // FS is the model folder as a file system.
 func FS() fs.FS {

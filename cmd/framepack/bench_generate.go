@@ -1,0 +1,462 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/framepack-go/framepack"
+	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/video"
+)
+
+func init() { benchCommands = append(benchCommands, newBenchGenerate) }
+
+type benchGenFlags struct {
+	models, image, prompt, out, device, preserve string
+	modes, teacache                              string
+	coldCache                                    bool
+	seconds                                      float64
+	resolution, steps, window                    int
+	seed                                         uint64
+
+	// The child's run (hidden flags): one mode, TeaCache on or off.
+	child   bool
+	mode    string
+	tcOn    bool
+	outFile string
+}
+
+func newBenchGenerate() *cobra.Command {
+	f := &benchGenFlags{}
+	def := framepack.DefaultRequest()
+	cmd := &cobra.Command{
+		Use:   "generate --models DIR [--modes nocap,20G,6G] [--teacache on,off]",
+		Short: "Time the whole job, from process start to the written video, per memory mode",
+		Long: `Run the whole job as a user runs it — a fresh process loads the models, encodes the prompt
+and the image, samples every section, decodes and writes the video — once per memory mode and
+TeaCache setting, and print one JSON line per run. Each run is a child process (this program
+again), so nothing is warm from an earlier run; its total_s counts from the child's process
+start (/proc/self/stat) to the written file.
+
+Modes: nocap (no --vram-limit: the device's default budget), or a --vram-limit value such as
+20G or 6G. The stages are disjoint: load_s (framepack.Load and every model's weights, the
+transformer's and VAE decoder's reloads included), text_s, image_s (VAE encode and SigLIP),
+sample_s (every section's sampling; sample_s_per_step divides by sections × steps), decode_s,
+write_s; other_s is the rest of total_s (process start-up, reading the image, unloading).
+compile_s is the GPU kernel compile time the backend logged, summed over modules, part of the
+stage that first needed them; kernels are cached on disk, so only a first run compiles
+(--cold-cache gives every run an empty cache). device_peak_gib is the engine allocator's peak during the job,
+rss_peak_gib the process's peak resident memory (VmHWM). load_gbps is each model's weight
+bytes in the compute dtype over its load time. latents_nonfinite counts NaN and ±Inf in the
+generated latents (0 unless the weights or the engine misbehave).`,
+		Example: `  framepack bench make-models --out /tmp/fp
+  framepack bench generate --models /tmp/fp --modes nocap,20G,6G --teacache on,off`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.child {
+				return runBenchGenChild(cmd.Context(), cmd.OutOrStdout(), f)
+			}
+			return runBenchGenParent(cmd.Context(), cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.models, "models", "", "model folder (required; e.g. one bench make-models wrote)")
+	fl.StringVar(&f.image, "image", filepath.Join("testdata", "images", "scene.png"), "start image")
+	fl.StringVar(&f.prompt, "prompt", "The girl dances gracefully, with clear movements, full of charm.", "prompt")
+	fl.Float64Var(&f.seconds, "seconds", def.Seconds, "video length in seconds")
+	fl.IntVar(&f.resolution, "resolution", def.Resolution, "bucket resolution (640: the test image's bucket is 544×704)")
+	fl.IntVar(&f.steps, "steps", def.Steps, "sampler steps per section")
+	fl.IntVar(&f.window, "window", def.LatentWindowSize, "latent window size")
+	fl.Uint64Var(&f.seed, "seed", def.Seed, "seed")
+	fl.StringVar(&f.modes, "modes", "nocap", "comma-separated memory modes: nocap, or --vram-limit values such as 20G, 6G")
+	fl.StringVar(&f.teacache, "teacache", "on", "comma-separated TeaCache settings: on, off")
+	fl.StringVar(&f.device, "device", framepack.DeviceAuto, "auto, cpu or gpu")
+	fl.StringVar(&f.preserve, "preserve", "", "--preserve for every run (default: the engine's)")
+	fl.StringVarP(&f.out, "out", "o", "", "folder for the videos (default: a temporary folder, removed after)")
+	fl.BoolVar(&f.coldCache, "cold-cache", false, "give each run an empty cache folder (XDG_CACHE_HOME): GPU kernels compiled and conv3d algorithms chosen afresh, as on a first run")
+	fl.BoolVar(&f.child, "child", false, "run one job in this process (what the parent runs)")
+	fl.StringVar(&f.mode, "mode", "nocap", "the child's memory mode")
+	fl.BoolVar(&f.tcOn, "tc", true, "the child's TeaCache")
+	fl.StringVar(&f.outFile, "video", "", "the child's output video")
+	for _, h := range []string{"child", "mode", "tc", "video"} {
+		fl.MarkHidden(h)
+	}
+	return cmd
+}
+
+// benchRun is one (mode, TeaCache) pair.
+type benchRun struct {
+	mode string
+	tc   bool
+}
+
+func (f *benchGenFlags) runs() ([]benchRun, error) {
+	var modes []string
+	for _, m := range strings.Split(f.modes, ",") {
+		m = strings.TrimSpace(m)
+		if m == "" {
+			continue
+		}
+		if m != "nocap" {
+			if _, err := memory.ParseSize(m, 1<<40); err != nil {
+				return nil, fmt.Errorf("--modes %q: %w", m, err)
+			}
+		}
+		modes = append(modes, m)
+	}
+	var tcs []bool
+	for _, s := range strings.Split(f.teacache, ",") {
+		switch strings.TrimSpace(s) {
+		case "on":
+			tcs = append(tcs, true)
+		case "off":
+			tcs = append(tcs, false)
+		case "":
+		default:
+			return nil, fmt.Errorf("--teacache %q: want on, off or on,off", s)
+		}
+	}
+	if len(modes) == 0 || len(tcs) == 0 {
+		return nil, errors.New("--modes and --teacache each need at least one value")
+	}
+	var out []benchRun
+	for _, m := range modes {
+		for _, tc := range tcs {
+			out = append(out, benchRun{m, tc})
+		}
+	}
+	return out, nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// runBenchGenParent runs each (mode, TeaCache) pair in a child process and
+// prints the child's JSON line, or a line with "error" when it failed.
+func runBenchGenParent(ctx context.Context, cmd *cobra.Command, f *benchGenFlags) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if f.models == "" {
+		return errors.New("bench generate: --models DIR is required (bench make-models writes one)")
+	}
+	if st, err := os.Stat(f.models); err != nil || !st.IsDir() {
+		return fmt.Errorf("bench generate: --models %s is not a folder", f.models)
+	}
+	if _, err := os.Stat(f.image); err != nil {
+		return fmt.Errorf("bench generate: --image: %w", err)
+	}
+	runs, err := f.runs()
+	if err != nil {
+		return fmt.Errorf("bench generate: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench generate: finding this program to run it again: %w", err)
+	}
+	out := f.out
+	if out == "" {
+		if out, err = os.MkdirTemp("", "framepack-bench-"); err != nil {
+			return fmt.Errorf("bench generate: %w", err)
+		}
+		defer os.RemoveAll(out)
+	} else if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("bench generate: %w", err)
+	}
+	failed := 0
+	for _, r := range runs {
+		args := []string{"bench", "generate", "--child", "--mode", r.mode, "--tc=" + strconv.FormatBool(r.tc),
+			"--video", filepath.Join(out, fmt.Sprintf("bench-%s-teacache-%s.mp4", r.mode, onOff(r.tc))),
+			"--models", f.models, "--image", f.image, "--prompt", f.prompt,
+			"--seconds", strconv.FormatFloat(f.seconds, 'g', -1, 64), "--resolution", strconv.Itoa(f.resolution),
+			"--steps", strconv.Itoa(f.steps), "--window", strconv.Itoa(f.window), "--seed", strconv.FormatUint(f.seed, 10),
+			"--device", f.device}
+		if f.preserve != "" {
+			args = append(args, "--preserve", f.preserve)
+		}
+		if v, _ := cmd.Flags().GetBool("verbose"); v {
+			args = append(args, "-v")
+		}
+		c := exec.CommandContext(ctx, self, args...)
+		cache := ""
+		if f.coldCache {
+			if cache, err = os.MkdirTemp("", "framepack-bench-cache-"); err != nil {
+				return fmt.Errorf("bench generate: %w", err)
+			}
+			c.Env = append(os.Environ(), "XDG_CACHE_HOME="+cache)
+		}
+		var stdout bytes.Buffer
+		c.Stdout, c.Stderr = &stdout, cmd.ErrOrStderr()
+		runErr := c.Run()
+		if cache != "" {
+			os.RemoveAll(cache)
+		}
+		line := lastJSONLine(stdout.Bytes())
+		if runErr != nil || line == nil {
+			failed++
+			why := "the child printed no result"
+			if runErr != nil {
+				why = runErr.Error()
+			}
+			if err := printResult(cmd.OutOrStdout(), benchResult{"bench": "generate", "impl": "framepack", "mode": r.mode,
+				"teacache": r.tc, "error": why}); err != nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			continue
+		}
+		var r benchResult
+		if err := json.Unmarshal(line, &r); err != nil {
+			return fmt.Errorf("bench generate: the child's line %s: %w", line, err)
+		}
+		r["cold_cache"] = f.coldCache
+		if err := printResult(cmd.OutOrStdout(), r); err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("bench generate: %d of %d runs failed", failed, len(runs))
+	}
+	return nil
+}
+
+// lastJSONLine is the last line of out that is a bench generate result.
+func lastJSONLine(out []byte) []byte {
+	var last []byte
+	for _, l := range bytes.Split(out, []byte("\n")) {
+		var r struct{ Bench string }
+		if json.Unmarshal(l, &r) == nil && r.Bench == "generate" {
+			last = l
+		}
+	}
+	return last
+}
+
+// compileTimer passes log records on, adding up the seconds of the GPU
+// backend's "compiled kernels" lines (the backend reports compile time
+// only there).
+type compileTimer struct {
+	slog.Handler
+	mu   *sync.Mutex
+	secs *float64
+}
+
+func (h compileTimer) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "gpu: compiled kernels") {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "seconds" {
+				h.mu.Lock()
+				switch a.Value.Kind() {
+				case slog.KindFloat64:
+					*h.secs += a.Value.Float64()
+				case slog.KindInt64:
+					*h.secs += float64(a.Value.Int64())
+				}
+				h.mu.Unlock()
+			}
+			return true
+		})
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h compileTimer) WithAttrs(as []slog.Attr) slog.Handler {
+	return compileTimer{h.Handler.WithAttrs(as), h.mu, h.secs}
+}
+
+func (h compileTimer) WithGroup(name string) slog.Handler {
+	return compileTimer{h.Handler.WithGroup(name), h.mu, h.secs}
+}
+
+// runBenchGenChild runs one job in this process and prints its JSON line.
+func runBenchGenChild(ctx context.Context, w io.Writer, f *benchGenFlags) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	start, err := processStart()
+	if err != nil {
+		return fmt.Errorf("bench generate: %w", err)
+	}
+	if f.outFile == "" {
+		return errors.New("bench generate --child: no --video path")
+	}
+	var compileMu sync.Mutex
+	var compileSecs float64
+	log := slog.New(compileTimer{slog.Default().Handler(), &compileMu, &compileSecs})
+
+	img, err := pipeline.LoadImage(f.image)
+	if err != nil {
+		return err
+	}
+	opts := framepack.Options{Device: f.device, Preserve: f.preserve, Logger: log}
+	if f.mode != "nocap" {
+		opts.VRAMLimit = f.mode
+	}
+	t := time.Now()
+	p, err := framepack.Load(f.models, opts)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	loadPipeline := time.Since(t)
+
+	req := framepack.DefaultRequest()
+	req.RGB = img
+	req.Prompt = f.prompt
+	req.Seconds, req.Resolution, req.Steps, req.LatentWindowSize, req.Seed = f.seconds, f.resolution, f.steps, f.window, f.seed
+	req.TeaCache = f.tcOn
+	res, err := p.Generate(ctx, req)
+	if err != nil {
+		return err
+	}
+	t = time.Now()
+	wrote, err := video.Write(ctx, f.outFile, res.Frames, video.Options{FPS: res.FPS, Log: log})
+	if err != nil {
+		return err
+	}
+	end := time.Now()
+	write := end.Sub(t)
+
+	r := benchGenResult(res, f.steps, loadPipeline, write)
+	r["mode"], r["teacache"] = f.mode, f.tcOn
+	r["seconds"], r["steps"] = f.seconds, f.steps
+	r["total_s"] = end.Sub(start).Seconds()
+	stages := 0.0
+	for _, k := range []string{"load_s", "text_s", "image_s", "sample_s", "decode_s", "write_s"} {
+		stages += r[k].(float64)
+	}
+	r["other_s"] = r["total_s"].(float64) - stages
+	compileMu.Lock()
+	r["compile_s"] = compileSecs
+	compileMu.Unlock()
+	r["device"] = p.Device()
+	r["pid"] = os.Getpid()
+	r["budget_cap_gib"] = gib(p.Budget().Cap)
+	r["rss_peak_gib"] = gib(peakRSS()) // 0 where /proc/self/status has no VmHWM
+	if filepath.Ext(wrote) != ".mp4" {
+		r["output"] = "png" // no ffmpeg: PNG frames (video.Write's fallback)
+	} else {
+		r["output"] = "mp4"
+	}
+	return printResult(w, r)
+}
+
+func gib(b int64) float64 { return float64(b) / (1 << 30) }
+
+// benchGenResult splits a job's times into disjoint stages: the model
+// loads are taken out of the stage times that include them (Result.Loads)
+// and, with framepack.Load's time, make load_s.
+func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.Duration) benchResult {
+	loads := map[string]time.Duration{}
+	byPart := map[string][2]float64{} // bytes, seconds
+	load := loadPipeline
+	for _, l := range res.Loads {
+		loads[l.Stage] += l.Time
+		load += l.Time
+		b := byPart[l.Part]
+		b[0] += float64(l.Bytes)
+		b[1] += l.Time.Seconds()
+		byPart[l.Part] = b
+	}
+	gbps := map[string]float64{}
+	for part, b := range byPart {
+		if b[1] > 0 {
+			gbps[part] = b[0] / 1e9 / b[1]
+		}
+	}
+	var sample, decode time.Duration
+	var sectionSample []float64
+	skipped := 0
+	for _, s := range res.Sections {
+		sample += s.Sample
+		decode += s.Decode
+		sectionSample = append(sectionSample, s.Sample.Seconds())
+		skipped += s.TeaCacheSkipped
+	}
+	text := res.TextEncode - loads[framepack.StageTextEncode]
+	image := res.VAEEncode + res.ImageEncode - loads[framepack.StageVAEEncode] - loads[framepack.StageImageEncode]
+	decode -= loads[framepack.StageDecode]
+	r := benchResult{
+		"bench": "generate", "impl": "framepack",
+		"width": res.Width, "height": res.Height, "frames": res.T, "sections": len(res.Sections),
+		"load_s": load.Seconds(), "text_s": text.Seconds(), "image_s": image.Seconds(),
+		"sample_s": sample.Seconds(), "decode_s": decode.Seconds(), "write_s": write.Seconds(),
+		"section_sample_s": sectionSample, "teacache_skipped_steps": skipped,
+		"device_peak_gib": gib(res.PeakBytes), "load_gbps": gbps,
+	}
+	// Random weights must still compute numbers: a NaN would give a
+	// video of black frames and a timing that means nothing.
+	nonFinite := 0
+	if res.Latents != nil {
+		for _, v := range tensor.Float32s(res.Latents) {
+			if v != v || v > math.MaxFloat32 || v < -math.MaxFloat32 {
+				nonFinite++
+			}
+		}
+	}
+	r["latents_nonfinite"] = nonFinite
+	if n := len(res.Sections) * steps; n > 0 {
+		r["sample_s_per_step"] = sample.Seconds() / float64(n)
+	}
+	return r
+}
+
+// processStart is when this process started: its start time in clock
+// ticks after boot (/proc/self/stat, field 22), against the time since
+// boot now (/proc/uptime). Linux's user-visible tick is fixed at 100 Hz
+// (USER_HZ), so the start is known to 10 ms.
+func processStart() (time.Time, error) {
+	now := time.Now()
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the process start time: %w", err)
+	}
+	// The command name (field 2) may hold spaces and parentheses: the
+	// fields after it start past the last ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	fields := strings.Fields(string(stat[i+1:]))
+	if i < 0 || len(fields) < 20 {
+		return time.Time{}, errors.New("the process start time: /proc/self/stat has too few fields")
+	}
+	ticks, err := strconv.ParseInt(fields[19], 10, 64) // field 22: starttime
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the process start time: /proc/self/stat starttime %q: %w", fields[19], err)
+	}
+	up, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the process start time: %w", err)
+	}
+	f := strings.Fields(string(up))
+	if len(f) == 0 {
+		return time.Time{}, errors.New("the process start time: /proc/uptime is empty")
+	}
+	uptime, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the process start time: /proc/uptime: %w", err)
+	}
+	age := uptime - float64(ticks)/100
+	return now.Add(-time.Duration(age * float64(time.Second))), nil
+}

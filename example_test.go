@@ -1,0 +1,132 @@
+package framepack_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/framepack-go/framepack"
+	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/tinymodel"
+)
+
+// quiet drops the pipeline's progress and memory lines (nil Options.Logger
+// means slog.Default()).
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// tinyRequest is a quick job on the built-in tiny model: a plain start
+// image, a 0.2-second video, 2 steps per section.
+func tinyRequest() framepack.Request {
+	req := framepack.DefaultRequest()
+	img := pipeline.NewRGB(160, 120)
+	for i := range img.Pix {
+		img.Pix[i] = uint8(i % 251)
+	}
+	req.RGB = img
+	req.Prompt = "A red kite flies over green hills."
+	req.Resolution = tinymodel.Resolution
+	req.Seconds = 0.2
+	req.LatentWindowSize = 3
+	req.Steps = 2
+	return req
+}
+
+// Load the built-in tiny model (random weights in the real architecture)
+// on the CPU. With real weights, pass the folder FramePack downloads.
+func ExampleLoad() {
+	dir, temporary, err := tinymodel.Dir()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if temporary {
+		defer os.RemoveAll(dir)
+	}
+	p, err := framepack.Load(dir, framepack.Options{Device: framepack.DeviceCPU, Logger: quiet})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close()
+	fmt.Println("prompt template tokens:", p.CropStart())
+	// Output: prompt template tokens: 150
+}
+
+// Generate a video, following its stages through Progress.
+func ExamplePipeline_Generate() {
+	dir, temporary, err := tinymodel.Dir()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if temporary {
+		defer os.RemoveAll(dir)
+	}
+	p, err := framepack.Load(dir, framepack.Options{Device: framepack.DeviceCPU, Logger: quiet})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close()
+
+	req := tinyRequest()
+	req.Progress = func(pr framepack.Progress) {
+		switch pr.Stage {
+		case framepack.StageSample:
+			fmt.Printf("section %d/%d step %d/%d\n", pr.Section, pr.Sections, pr.Step, pr.Steps)
+		case framepack.StageSectionDone:
+			fmt.Printf("section %d/%d done: %d frames so far\n", pr.Section, pr.Sections, pr.Frames)
+		default:
+			fmt.Println(pr.Stage)
+		}
+	}
+	res, err := p.Generate(context.Background(), req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%d frames of %d×%d at %d fps\n", res.T, res.W, res.H, res.FPS)
+	// Output:
+	// text encode
+	// vae encode
+	// image encode
+	// section 1/1 step 1/2
+	// section 1/1 step 2/2
+	// decode
+	// section 1/1 done: 13 frames so far
+	// 13 frames of 128×96 at 30 fps
+}
+
+// Cancel a generation through its context: Generate stops before the next
+// sampler step or stage and returns an error wrapping ctx.Err().
+func ExamplePipeline_Generate_cancel() {
+	dir, temporary, err := tinymodel.Dir()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if temporary {
+		defer os.RemoveAll(dir)
+	}
+	p, err := framepack.Load(dir, framepack.Options{Device: framepack.DeviceCPU, Logger: quiet})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req := tinyRequest()
+	req.Progress = func(pr framepack.Progress) {
+		if pr.Stage == framepack.StageSample && pr.Step == 1 {
+			cancel() // a user pressing stop after the first step
+		}
+	}
+	_, err = p.Generate(ctx, req)
+	fmt.Println(errors.Is(err, context.Canceled))
+	// Output: true
+}

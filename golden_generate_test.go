@@ -1,0 +1,194 @@
+package framepack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// goldenGenerateCases are the cases bench/reference/make_golden_generate.py
+// writes: FramePack's own worker() loop on the tiny model, TeaCache off and
+// on.
+var goldenGenerateCases = []string{"generate_i2v", "generate_i2v_teacache"}
+
+// TestGoldenGenerateI2V runs Generate on the CPU in float32 with each
+// generate case's settings and compares it with FramePack's worker() run on
+// the same model and image: the token ids and crop_start, the bucket crop,
+// the history latents after every section (real_history_latents), the final
+// pixels before their conversion to uint8, each section's padding, frames
+// and TeaCache skips.
+func TestGoldenGenerateI2V(t *testing.T) {
+	dir, err := golden.Dir()
+	if err != nil {
+		t.Skipf("golden: %v", err)
+	}
+	var missing []string
+	for _, n := range goldenGenerateCases {
+		if _, err := os.Stat(filepath.Join(dir, n, "case.json")); err != nil {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) == len(goldenGenerateCases) {
+		t.Skipf("golden: the cases %s are absent from %s (bench/reference/make_golden_generate.py writes them)",
+			strings.Join(missing, ", "), dir)
+	}
+	for _, n := range missing {
+		t.Logf("golden: the case %s is absent from %s", n, dir)
+	}
+	for _, c := range golden.Cases(t, "generate") {
+		t.Run(c.Name, func(t *testing.T) { goldenGenerate(t, c) })
+	}
+}
+
+// goldenSection is one entry of a generate case's section_info.
+type goldenSection struct {
+	Padding      int  `json:"latent_padding"`
+	Last         bool `json:"is_last_section"`
+	LatentFrames int  `json:"latent_frames"`
+	PixelFrames  int  `json:"pixel_frames"`
+	Computed     int  `json:"teacache_computed"`
+	Skipped      int  `json:"teacache_skipped"`
+}
+
+func goldenGenerate(t *testing.T, c *golden.Case) {
+	req := DefaultRequest()
+	var (
+		thresh                                 *float64
+		width, height, frames, sections, crop0 int
+		secs                                   []goldenSection
+	)
+	c.Param("prompt", &req.Prompt)
+	c.Param("negative_prompt", &req.NegativePrompt)
+	c.Param("seed", &req.Seed)
+	c.Param("seconds", &req.Seconds)
+	c.Param("latent_window_size", &req.LatentWindowSize)
+	c.Param("steps", &req.Steps)
+	c.Param("cfg", &req.CFG)
+	c.Param("gs", &req.GS)
+	c.Param("rs", &req.RS)
+	c.Param("resolution", &req.Resolution)
+	c.Param("teacache", &req.TeaCache)
+	c.Param("teacache_rel_l1_thresh", &thresh)
+	c.Param("width", &width)
+	c.Param("height", &height)
+	c.Param("frames", &frames)
+	c.Param("sections", &sections)
+	c.Param("section_info", &secs)
+	c.Param("crop_start", &crop0)
+	req.PosteriorMean = false // the reference samples the posterior with the seeded CPU generator
+	if len(secs) != sections {
+		t.Fatalf("case.json: %d entries in section_info for %d sections", len(secs), sections)
+	}
+
+	// The case names the tiny model by its place in the module; the
+	// embedded copy is the same files.
+	modelDir := c.ModelDir
+	if _, err := os.Stat(filepath.Join(modelDir, "transformer", "config.json")); modelDir == "" || err != nil {
+		modelDir = tinyDir(t)
+	}
+	opts := Options{Device: DeviceCPU, DType: tensor.F32, Logger: quietLogger(t)}
+	if thresh != nil {
+		opts.TeaCacheThreshold = float32(*thresh)
+	}
+	p, err := Load(modelDir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	// What the reference fed its text encoders.
+	if p.CropStart() != crop0 {
+		t.Errorf("crop_start %d, the reference's %d", p.CropStart(), crop0)
+	}
+	ids, err := p.llamaIDs(req.Prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref := c.Tensor("llama_input_ids").Int64s(); !slices.Equal(ids, ref) {
+		t.Errorf("LLaMA token ids differ from the reference's:\n got %v\nwant %v", ids, ref)
+	}
+	cids, err := p.clipTok.Encode(req.Prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref := c.Tensor("clip_input_ids").Int64s(); len(cids) > len(ref) || !slices.Equal(cids, ref[:len(cids)]) {
+		t.Errorf("CLIP token ids differ from the reference's (padded to %d):\n got %v\nwant %v", len(ref), cids, ref)
+	}
+
+	// The start image as recorded (the original), cropped here and by
+	// Generate as FramePack crops it.
+	im := c.Tensor("image")
+	if im.Rank() != 3 || im.Dim(2) != 3 {
+		t.Fatalf("image %v: want H×W×3", im.Shape())
+	}
+	rgb := &pipeline.RGB{W: im.Dim(1), H: im.Dim(0), Pix: append([]uint8(nil), im.HostBytes()...)}
+	bh, bw, err := pipeline.NearestBucket(rgb.H, rgb.W, req.Resolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bw != width || bh != height {
+		t.Fatalf("bucket %d×%d, the reference's %d×%d", bw, bh, width, height)
+	}
+	crop, err := pipeline.ResizeAndCenterCrop(rgb, bw, bh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := tensor.New(tensor.U8, bh, bw, 3)
+	copy(ct.HostBytes(), crop.Pix)
+	c.Compare(t, "image_cropped", ct)
+	req.RGB = rgb
+
+	history := map[int]*tensor.Tensor{}
+	var pixels *tensor.Tensor
+	req.Progress = func(pr Progress) {
+		if pr.Stage != StageSectionDone {
+			return
+		}
+		history[pr.Section] = hostCopy(pr.Latents)
+		if pr.Section == pr.Sections {
+			pixels = hostCopy(pr.Pixels)
+		}
+	}
+	res, err := p.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if res.Width != width || res.Height != height || res.T != frames {
+		t.Errorf("video %d×%d, %d frames; the reference's %d×%d, %d frames", res.Width, res.Height, res.T, width, height, frames)
+	}
+	if len(res.Sections) != sections {
+		t.Fatalf("%d sections, the reference's %d", len(res.Sections), sections)
+	}
+	for i, s := range res.Sections {
+		r := secs[i]
+		if s.Padding != r.Padding || s.LatentFrames != r.LatentFrames || s.Frames != r.PixelFrames {
+			t.Errorf("section %d: padding %d, %d latent frames, %d video frames; the reference's %d, %d, %d",
+				i+1, s.Padding, s.LatentFrames, s.Frames, r.Padding, r.LatentFrames, r.PixelFrames)
+		}
+		if req.TeaCache && (s.TeaCacheComputed != r.Computed || s.TeaCacheSkipped != r.Skipped) {
+			t.Errorf("section %d: TeaCache computed %d and skipped %d transformer calls; the reference %d and %d",
+				i+1, s.TeaCacheComputed, s.TeaCacheSkipped, r.Computed, r.Skipped)
+		}
+	}
+	for k := 1; k <= sections; k++ {
+		name := fmt.Sprintf("history_latents_section_%d", k)
+		if history[k] == nil {
+			t.Errorf("no history latents reported after section %d", k)
+			continue
+		}
+		c.Compare(t, name, history[k])
+	}
+	if pixels == nil {
+		t.Fatal("no pixels reported after the last section")
+	}
+	c.Compare(t, "pixels", pixels)
+}

@@ -1,0 +1,176 @@
+package hunyuan
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"testing"
+
+	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testdevice"
+	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
+)
+
+// deviceForStreaming is the test device, or the fake device where the test
+// device computes on host memory (nothing streams there).
+func deviceForStreaming(t *testing.T) tensor.Backend {
+	be := testdevice.Backend(t)
+	if hostBacked(be) {
+		return testdevice.NewFake()
+	}
+	return be
+}
+
+// TestStreamFromFileExact streams every block from the mapped checkpoint
+// (no host copy): the output must be the resident model's, bit for bit on
+// a device with the CPU's kernels, for the stored dtype (uploaded straight
+// from the mapping) and for bf16 (converted in chunks), over two passes
+// (the second reads the released pages back).
+func TestStreamFromFileExact(t *testing.T) {
+	c := golden.Cases(t, "transformer")[0]
+	be := deviceForStreaming(t)
+	in := caseInputs(c)
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
+		t.Run(dt.String(), func(t *testing.T) {
+			m0, err := Load(c.ModelDir, be, Options{DType: dt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := forward(t, m0, in).Float32s()
+			m0.Close()
+
+			m, err := Load(c.ModelDir, be, Options{DType: dt, HostBlocks: true, StreamFromFile: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			_, host := m.WeightBytes()
+			if !m.StreamsFromFile() || m.StreamedBlocks() != m.numBlocks() || host != 0 {
+				t.Fatalf("from file %v, %d of %d blocks streamed, %d B on the host; want every block from the file and no host copy",
+					m.StreamsFromFile(), m.StreamedBlocks(), m.numBlocks(), host)
+			}
+			for pass := 1; pass <= 2; pass++ {
+				got := forward(t, m, in).Float32s()
+				diff := 0
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						diff++
+					}
+				}
+				exact := be.Name() == "fake-device" || be.Name() == cpu.New().Name()
+				if r := relL2(got, want); diff > 0 && (exact || r > 1e-6) {
+					t.Errorf("pass %d: %d of %d values differ from the resident model (rel_l2 %.3g)", pass, diff, len(got), r)
+				}
+			}
+		})
+	}
+}
+
+// writeSynthetic writes a random transformer checkpoint of about 300 MB in
+// bf16 (4 double and 8 single blocks of width 768) and returns its folder
+// and file size.
+func writeSynthetic(t *testing.T) (string, int64) {
+	t.Helper()
+	cfg := FramePackI2V()
+	cfg.NumAttentionHeads, cfg.NumLayers, cfg.NumSingleLayers = 6, 4, 8
+	m, err := newModel(cfg, cpu.New(), Options{DType: tensor.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := map[string]*tensor.Tensor{}
+	add := func(p param) {
+		for _, src := range p.sources() {
+			h := tensor.New(tensor.BF16, p.sourceShape(src)...)
+			fillRandom(h, param{name: src.name, shape: h.Shape()}, 7)
+			ts[src.name] = h
+		}
+	}
+	for _, p := range m.globalParams() {
+		add(p)
+	}
+	for i := 0; i < m.numBlocks(); i++ {
+		for _, p := range m.blockParams(i, m.block(i)) {
+			add(p)
+		}
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "diffusion_pytorch_model.safetensors")
+	if err := weights.Save(file, ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, st.Size()
+}
+
+// peakRSSDuring is how far the resident set rose above its level before
+// fn: VmHWM after resetting it (clear_refs 5), else VmRSS sampled around
+// fn. The Go heap is collected and returned to the OS first, so earlier
+// garbage does not count.
+func peakRSSDuring(t *testing.T, fn func()) int64 {
+	t.Helper()
+	runtime.GC()
+	debug.FreeOSMemory()
+	before, _ := memory.ReadRSS()
+	if before < 0 {
+		t.Skip("no /proc/self/status: the resident set cannot be measured")
+	}
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Skipf("cannot reset the peak resident set: %v", err)
+	}
+	fn()
+	_, peak := memory.ReadRSS()
+	return peak - before
+}
+
+// TestLoadHoldsModelOnce loads a ~300 MB checkpoint with its blocks kept in
+// host memory for streaming (the fake device: "pinned" and "device" memory
+// are both this process's memory) and checks that the resident set rises
+// by at most 1.3× the file: the copy, not the copy plus the file's mapped
+// pages (2×). Streaming from the file instead holds about nothing beyond
+// the non-block weights.
+func TestLoadHoldsModelOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes and loads a 300 MB checkpoint")
+	}
+	dir, size := writeSynthetic(t)
+	be := testdevice.NewFake()
+	for _, c := range []struct {
+		name  string
+		opts  Options
+		bound float64
+	}{
+		{"pinned", Options{DType: tensor.BF16, HostBlocks: true}, 1.3},
+		{"resident", Options{DType: tensor.BF16}, 1.4}, // + one block of upload scratch
+		{"from-file", Options{DType: tensor.BF16, HostBlocks: true, StreamFromFile: true}, 0.4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var m *Model
+			var err error
+			rise := peakRSSDuring(t, func() { m, err = Load(dir, be, c.opts) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			dev, host := m.WeightBytes()
+			m.Close()
+			ratio := float64(rise) / float64(size)
+			t.Logf("%s: file %s; held %s on the device, %s on the host; peak RSS rose %s (%.2f× the file)",
+				c.name, memory.FormatBytes(size), memory.FormatBytes(dev), memory.FormatBytes(host), memory.FormatBytes(rise), ratio)
+			if ratio > c.bound {
+				t.Errorf("peak RSS rose %.2f× the file size, want ≤ %.2f× (a model held twice is ≥ 2×)", ratio, c.bound)
+			}
+		})
+	}
+}

@@ -1,0 +1,124 @@
+package llama
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/weights"
+)
+
+var releasedDir = filepath.Join("..", "..", "testdata", "released", "text_encoder")
+
+// The released hunyuanvideo-community text_encoder/config.json (old-style
+// rope_theta with rope_scaling null, head_dim, torch_dtype) loads through
+// ReadConfig (what Load uses) and plans the released shapes.
+func TestReleasedConfigLlama(t *testing.T) {
+	cfg, err := ReadConfig(releasedDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Theta() != 500000 {
+		t.Errorf("rope theta %v, want 500000", cfg.Theta())
+	}
+	specs, err := Plan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	shapes := map[string][]int{}
+	for _, s := range specs {
+		n += s.Numel()
+		shapes[s.Name] = s.Shape
+	}
+	for name, want := range map[string][]int{
+		"embed_tokens.weight":               {128320, 4096},
+		"layers.31.self_attn.k_proj.weight": {1024, 4096},
+		"layers.0.mlp.down_proj.weight":     {4096, 14336},
+		"norm.weight":                       {4096},
+	} {
+		if got := shapes[name]; fmtInts(got) != fmtInts(want) {
+			t.Errorf("%s: shape %v, want %v", name, got, want)
+		}
+	}
+	// Independently: embedding, 32 × (2 norms, q, k, v (8 KV heads of 128),
+	// o, gate, up, down), final norm.
+	v, d, f, kv, layers := int64(128320), int64(4096), int64(14336), int64(8*128), int64(32)
+	want := v*d + layers*(2*d+d*d+2*kv*d+d*d+3*d*f) + d
+	if n != want {
+		t.Errorf("%d parameters, want %d", n, want)
+	}
+	t.Logf("released config text_encoder: ok (LLaMA %d layers, hidden %d, %d/%d heads of %d, rope theta %g, embedding %d rows, %d tensors, %.3f B params)",
+		cfg.NumHiddenLayers, cfg.HiddenSize, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim, cfg.Theta(), cfg.VocabSize, len(specs), float64(n)/1e9)
+}
+
+func fmtInts(v []int) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// Newer transformers write rope_parameters instead of rope_theta; both load,
+// and a rope scaling, which the model does not do, is refused by name.
+func TestReleasedConfigLlamaRopeStyles(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(releasedDir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(f func(m map[string]any)) string {
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		f(m)
+		dir := t.TempDir()
+		b, _ := json.Marshal(m)
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	newStyle := edit(func(m map[string]any) {
+		delete(m, "rope_theta")
+		delete(m, "rope_scaling")
+		m["rope_parameters"] = map[string]any{"rope_theta": 500000.0, "rope_type": "default"}
+		m["dtype"] = "float16"
+		m["transformers_version"] = "5.0.0"
+	})
+	cfg, err := ReadConfig(newStyle)
+	if err != nil || cfg.Theta() != 500000 {
+		t.Errorf("rope_parameters: theta %v, %v", cfg.Theta(), err)
+	}
+	scaled := edit(func(m map[string]any) {
+		m["rope_scaling"] = map[string]any{"rope_type": "llama3", "factor": 8.0}
+	})
+	if _, err := ReadConfig(scaled); err == nil || !strings.Contains(err.Error(), "rope scaling") || !strings.Contains(err.Error(), "config.json") {
+		t.Errorf("rope_scaling llama3: %v", err)
+	}
+}
+
+// The plan is what the checkpoint holds.
+func TestPlanMatchesCheckpoint(t *testing.T) {
+	c := golden.Cases(t, "text_encoder.llama")[0]
+	cfg, err := ReadConfig(c.ModelDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, err := Plan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := weights.Open(c.ModelDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	if err := ck.Check(specs); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(ck.Names()); n != len(specs) {
+		t.Errorf("the checkpoint holds %d tensors, the plan %d", n, len(specs))
+	}
+}

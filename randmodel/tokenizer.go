@@ -1,0 +1,287 @@
+package randmodel
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/dlclark/regexp2"
+)
+
+// The tokenizers are small byte-level BPE vocabularies with the released
+// special-token ids. Every text tokenizes (every byte has a symbol); the
+// words of HunyuanVideo's prompt template and of a few prompts are whole
+// tokens, so the template takes about as many tokens as with the real
+// LLaMA-3 tokenizer (crop_start 95) and the text encoder does a real-sized
+// job.
+var corpus = []string{
+	// diffusers' DEFAULT_PROMPT_TEMPLATE for HunyuanVideo, which FramePack uses.
+	"<|start_header_id|>system<|end_header_id|>\n\nDescribe the video by detailing the following aspects: " +
+		"1. The main content and theme of the video.2. The color, shape, size, texture, quantity, text, and spatial " +
+		"relationships of the objects.3. Actions, events, behaviors temporal relationships, physical movement changes " +
+		"of the objects.4. background environment, light, style and atmosphere.5. camera angles, movements, and " +
+		"transitions used in the video:<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n",
+	"The girl dances gracefully, with clear movements, full of charm.",
+	"A character doing some simple body movements.",
+	"The man dances energetically, leaping mid-air with fluid arm swings and quick footwork.",
+	"A cat walks slowly across the room, looks at the camera and sits down.",
+}
+
+// LLaMA-3's pre-tokenizer regex (its tokenizer.json's Split pattern).
+const llamaPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+
+// llamaSpecials are LLaMA-3's 256 special tokens, ids 128000–128255: the
+// text markers and the chat-header ids FramePack's template uses
+// (<|start_header_id|> 128006, <|end_header_id|> 128007, <|eot_id|> 128009),
+// the rest reserved.
+func llamaSpecials() []string {
+	s := make([]string, 256)
+	named := map[int]string{0: "<|begin_of_text|>", 1: "<|end_of_text|>", 6: "<|start_header_id|>", 7: "<|end_header_id|>", 9: "<|eot_id|>"}
+	r := 0
+	for i := range s {
+		if n, ok := named[i]; ok {
+			s[i] = n
+			continue
+		}
+		s[i] = fmt.Sprintf("<|reserved_special_token_%d|>", r)
+		r++
+	}
+	return s
+}
+
+const (
+	llamaFirstSpecial = 128000
+	llamaBOS          = "<|begin_of_text|>"
+	llamaEOS          = "<|end_of_text|>"
+	clipBOS           = "<|startoftext|>"
+	clipEOS           = "<|endoftext|>"
+	clipBOSID         = 49406 // CLIP's ids; the end token must be the largest
+	clipEOSID         = 49407 // (the legacy eos_token_id 2 pools at argmax)
+)
+
+// tokenizerFiles returns tokenizer/ and tokenizer_2/'s files by path.
+func tokenizerFiles() (map[string][]byte, error) {
+	out := map[string][]byte{}
+	if err := llamaFiles(out); err != nil {
+		return nil, err
+	}
+	if err := clipFiles(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// bpeVocab builds a vocabulary in which each word is one token: the 256
+// byte symbols first (ids 0–255), then, word by word, each of its
+// prefixes, with the merge (prefix, next symbol) that makes it — so both
+// whole-word lookup and plain BPE merging reach the whole word.
+type bpeVocab struct {
+	vocab  map[string]int
+	merges []string
+	seen   map[string]bool
+}
+
+func newBPEVocab(symbols []string) *bpeVocab {
+	v := &bpeVocab{vocab: map[string]int{}, seen: map[string]bool{}}
+	for _, s := range symbols {
+		v.vocab[s] = len(v.vocab)
+	}
+	return v
+}
+
+func (v *bpeVocab) addWord(sym []string) {
+	prefix := sym[0]
+	for _, s := range sym[1:] {
+		merged := prefix + s
+		if m := prefix + " " + s; !v.seen[m] {
+			v.seen[m] = true
+			v.merges = append(v.merges, m)
+		}
+		if _, ok := v.vocab[merged]; !ok {
+			v.vocab[merged] = len(v.vocab)
+		}
+		prefix = merged
+	}
+}
+
+func llamaFiles(out map[string][]byte) error {
+	specials := llamaSpecials()
+	var symbols []string
+	for b := 0; b < 256; b++ {
+		symbols = append(symbols, string(byteToRune[b]))
+	}
+	v := newBPEVocab(symbols)
+	re := regexp2.MustCompile(llamaPattern, regexp2.Unicode)
+	for _, text := range corpus {
+		for _, part := range splitSpecial(text, specials[:10]) {
+			m, err := re.FindStringMatch(part)
+			for ; m != nil && err == nil; m, err = re.FindNextMatch(m) {
+				v.addWord(byteSymbols(m.String()))
+			}
+			if err != nil {
+				return fmt.Errorf("tokenizer corpus: %w", err)
+			}
+		}
+	}
+	if len(v.vocab) >= llamaFirstSpecial {
+		return fmt.Errorf("tokenizer: %d regular tokens reach the special ids", len(v.vocab))
+	}
+	var added []map[string]any
+	decoder := map[string]any{}
+	for i, s := range specials {
+		id := llamaFirstSpecial + i
+		// In the model's vocabulary too, so that every loader gives the
+		// added token this id rather than the next free one.
+		v.vocab[s] = id
+		added = append(added, map[string]any{"id": id, "content": s, "single_word": false, "lstrip": false,
+			"rstrip": false, "normalized": false, "special": true})
+		decoder[fmt.Sprint(id)] = map[string]any{"content": s, "single_word": false, "lstrip": false,
+			"rstrip": false, "normalized": false, "special": true}
+	}
+	bos := func(typeID int) map[string]any {
+		return map[string]any{"SpecialToken": map[string]any{"id": llamaBOS, "type_id": typeID}}
+	}
+	seq := func(id string, typeID int) map[string]any {
+		return map[string]any{"Sequence": map[string]any{"id": id, "type_id": typeID}}
+	}
+	doc := map[string]any{
+		"version":      "1.0",
+		"truncation":   nil,
+		"padding":      nil,
+		"added_tokens": added,
+		"normalizer":   nil,
+		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": llamaPattern}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
+		}},
+		"post_processor": map[string]any{"type": "TemplateProcessing",
+			"single":         []any{bos(0), seq("A", 0)},
+			"pair":           []any{bos(0), seq("A", 0), bos(1), seq("B", 1)},
+			"special_tokens": map[string]any{llamaBOS: map[string]any{"id": llamaBOS, "ids": []int{llamaFirstSpecial}, "tokens": []string{llamaBOS}}},
+		},
+		"decoder": map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
+			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "ignore_merges": true,
+			"vocab": v.vocab, "merges": v.merges},
+	}
+	var err error
+	if out["tokenizer/tokenizer.json"], err = marshal(doc); err != nil {
+		return err
+	}
+	if out["tokenizer/tokenizer_config.json"], err = marshal(map[string]any{
+		"add_bos_token": true, "add_eos_token": false, "added_tokens_decoder": decoder,
+		"bos_token": llamaBOS, "eos_token": llamaEOS, "pad_token": llamaEOS,
+		"clean_up_tokenization_spaces": true, "model_input_names": []string{"input_ids", "attention_mask"},
+		"model_max_length": 131072, "tokenizer_class": "PreTrainedTokenizerFast",
+	}); err != nil {
+		return err
+	}
+	out["tokenizer/special_tokens_map.json"], err = marshal(map[string]any{
+		"bos_token": special(llamaBOS), "eos_token": special(llamaEOS), "pad_token": special(llamaEOS),
+	})
+	return err
+}
+
+func special(s string) map[string]any {
+	return map[string]any{"content": s, "lstrip": false, "normalized": false, "rstrip": false, "single_word": false}
+}
+
+// CLIP's pre-tokenizer on lower-cased text.
+const clipPattern = `<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|\p{L}+|\p{N}|[^\s\p{L}\p{N}]+`
+
+func clipFiles(out map[string][]byte) error {
+	// CLIP's first 512 ids: the 256 byte symbols, then each with "</w>"
+	// (the last symbol of a word), as the real vocabulary has them.
+	var symbols []string
+	for b := 0; b < 256; b++ {
+		symbols = append(symbols, string(byteToRune[b]))
+	}
+	for b := 0; b < 256; b++ {
+		symbols = append(symbols, string(byteToRune[b])+"</w>")
+	}
+	v := newBPEVocab(symbols)
+	re := regexp2.MustCompile(clipPattern, regexp2.Unicode)
+	for _, text := range corpus {
+		for _, part := range splitSpecial(text, llamaSpecials()[:10]) {
+			m, err := re.FindStringMatch(strings.ToLower(part))
+			for ; m != nil && err == nil; m, err = re.FindNextMatch(m) {
+				w := byteSymbols(m.String())
+				w[len(w)-1] += "</w>"
+				v.addWord(w)
+			}
+			if err != nil {
+				return fmt.Errorf("tokenizer corpus: %w", err)
+			}
+		}
+	}
+	if len(v.vocab) >= clipBOSID {
+		return fmt.Errorf("tokenizer: %d CLIP tokens reach the special ids", len(v.vocab))
+	}
+	v.vocab[clipBOS] = clipBOSID
+	v.vocab[clipEOS] = clipEOSID
+	var err error
+	if out["tokenizer_2/vocab.json"], err = marshal(v.vocab); err != nil {
+		return err
+	}
+	out["tokenizer_2/merges.txt"] = []byte("#version: 0.2\n" + strings.Join(v.merges, "\n") + "\n")
+	decoder := map[string]any{}
+	for _, s := range []string{clipBOS, clipEOS} {
+		d := special(s)
+		d["special"] = true
+		decoder[fmt.Sprint(v.vocab[s])] = d
+	}
+	if out["tokenizer_2/tokenizer_config.json"], err = marshal(map[string]any{
+		"add_prefix_space": false, "added_tokens_decoder": decoder, "bos_token": clipBOS, "clean_up_tokenization_spaces": true,
+		"do_lower_case": true, "eos_token": clipEOS, "errors": "replace", "model_max_length": 77,
+		"pad_token": clipEOS, "tokenizer_class": "CLIPTokenizer", "unk_token": clipEOS,
+	}); err != nil {
+		return err
+	}
+	out["tokenizer_2/special_tokens_map.json"], err = marshal(map[string]any{
+		"bos_token": special(clipBOS), "eos_token": special(clipEOS), "pad_token": special(clipEOS), "unk_token": special(clipEOS),
+	})
+	return err
+}
+
+// splitSpecial drops the special tokens from text, returning the pieces
+// between them.
+func splitSpecial(text string, special []string) []string {
+	parts := []string{text}
+	for _, s := range special {
+		var next []string
+		for _, p := range parts {
+			next = append(next, strings.Split(p, s)...)
+		}
+		parts = next
+	}
+	var out []string
+	for _, p := range parts {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// byteToRune is GPT-2's reversible map from bytes to printable runes, the
+// alphabet of byte-level BPE vocabularies.
+var byteToRune = func() [256]rune {
+	var m [256]rune
+	n := 0
+	for b := 0; b < 256; b++ {
+		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
+			m[b] = rune(b)
+		} else {
+			m[b] = rune(256 + n)
+			n++
+		}
+	}
+	return m
+}()
+
+func byteSymbols(s string) []string {
+	out := make([]string, len(s))
+	for i := 0; i < len(s); i++ {
+		out[i] = string(byteToRune[s[i]])
+	}
+	return out
+}

@@ -1,0 +1,93 @@
+package weights
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// goodSpecs is what the shardedDir checkpoint holds.
+var goodSpecs = []Spec{{"a.weight", []int{2, 2}}, {"a.bias", []int{2}}, {"b", []int{4}}}
+
+// Check and Open report each bad real-size layout with one error naming the
+// file and the problem.
+func TestCheck(t *testing.T) {
+	if err := checkDir(t, shardedDir(t, goodIndex), goodSpecs); err != nil {
+		t.Fatalf("good checkpoint: %v", err)
+	}
+	rows := []struct {
+		name  string
+		setup func(t *testing.T) string
+		specs []Spec
+		want  []string
+	}{
+		{"index names a tensor twice", func(t *testing.T) string {
+			return shardedDir(t, `{"weight_map": {"a.weight": "model-00001-of-00002.safetensors",
+  "b": "model-00002-of-00002.safetensors", "a.weight": "model-00002-of-00002.safetensors"}}`)
+		}, goodSpecs, []string{"model.safetensors.index.json", `lists tensor "a.weight" twice`,
+			"model-00001-of-00002.safetensors and in model-00002-of-00002.safetensors"}},
+		{"tensor in two shards", func(t *testing.T) string {
+			d := shardedDir(t, goodIndex)
+			write(t, filepath.Join(d, "model-00002-of-00002.safetensors"), rawFile(
+				`{"b":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]},"a.bias":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}}`, make([]byte, 16)))
+			return d
+		}, goodSpecs, []string{`tensor "a.bias" is stored in two shards`, "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}},
+		{"shard of the wrong dtype", func(t *testing.T) string {
+			d := shardedDir(t, goodIndex)
+			write(t, filepath.Join(d, "model-00002-of-00002.safetensors"),
+				rawFile(`{"b":{"dtype":"I16","shape":[4],"data_offsets":[0,8]}}`, make([]byte, 8)))
+			return d
+		}, goodSpecs, []string{"model-00002-of-00002.safetensors", `tensor "b"`, "I16"}},
+		{"integer shard", func(t *testing.T) string {
+			d := shardedDir(t, goodIndex)
+			write(t, filepath.Join(d, "model-00002-of-00002.safetensors"),
+				rawFile(`{"b":{"dtype":"I64","shape":[4],"data_offsets":[0,32]}}`, make([]byte, 32)))
+			return d
+		}, goodSpecs, []string{"model-00002-of-00002.safetensors", `tensor "b" is I64, not a floating-point dtype`}},
+		{"fp8 shard", func(t *testing.T) string {
+			d := shardedDir(t, goodIndex)
+			write(t, filepath.Join(d, "model-00002-of-00002.safetensors"),
+				rawFile(`{"b":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}}`, make([]byte, 4)))
+			return d
+		}, goodSpecs, []string{"model-00002-of-00002.safetensors", `tensor "b"`, "F8_E4M3 is not supported"}},
+		{"shard truncated", func(t *testing.T) string {
+			d := shardedDir(t, goodIndex)
+			write(t, filepath.Join(d, "model-00002-of-00002.safetensors"),
+				rawFile(`{"b":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}}`, make([]byte, 4)))
+			return d
+		}, goodSpecs, []string{"model-00002-of-00002.safetensors", "truncated"}},
+		{"missing tensor", func(t *testing.T) string { return shardedDir(t, goodIndex) },
+			append(goodSpecs[:3:3], Spec{"c", []int{1}}, Spec{"d", []int{1}}), []string{`no tensor "c"`, "(and 1 more problem)"}},
+		{"wrong shape", func(t *testing.T) string { return shardedDir(t, goodIndex) },
+			[]Spec{{"b", []int{2, 2}}}, []string{"model-00002-of-00002.safetensors", `"b" has shape [4], want [2 2]`}},
+		{"index points to a missing shard", func(t *testing.T) string {
+			return shardedDir(t, `{"weight_map": {"a.weight": "model-00001-of-00002.safetensors", "b": "model-00003-of-00003.safetensors"}}`)
+		}, goodSpecs, []string{"model.safetensors.index.json", "shard model-00003-of-00003.safetensors", "missing"}},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			err := checkDir(t, r.setup(t), r.specs)
+			if err == nil {
+				t.Fatalf("no error; want one containing %q", r.want)
+			}
+			for _, w := range r.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if !strings.HasPrefix(err.Error(), "weights: ") || strings.Count(err.Error(), "weights: ") != 1 {
+				t.Errorf("error %q: want one error, saying where it comes from", err)
+			}
+		})
+	}
+}
+
+func checkDir(t *testing.T, dir string, specs []Spec) error {
+	t.Helper()
+	c, err := Open(dir)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Check(specs)
+}
