@@ -19,26 +19,12 @@ func (b *Backend) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) er
 
 // Conv3dPadded runs Conv3d on x padded by pad, through the chain (see
 // Chain.Conv3dPadded).
-func (b *Backend) Conv3dPadded(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad Padding) error {
+func (b *Backend) Conv3dPadded(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad tensor.Padding) error {
 	return b.chain.conv3dPadded(b.Backend, dst, x, w, bias, p, pad)
 }
 
 // Chain is the chain convolutions go through.
 func (b *Backend) Chain() *Chain { return b.chain }
-
-// HostBacked forwards the inner backend's answer.
-func (b *Backend) HostBacked() bool {
-	hb, ok := b.Backend.(tensor.HostBacked)
-	return ok && hb.HostBacked()
-}
-
-// Trim forwards to the inner backend when it has pools.
-func (b *Backend) Trim() error {
-	if t, ok := b.Backend.(interface{ Trim() error }); ok {
-		return t.Trim()
-	}
-	return nil
-}
 
 // Unwrap is the inner backend.
 func (b *Backend) Unwrap() tensor.Backend { return b.Backend }

@@ -455,18 +455,18 @@ func TestPaddedConv(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		x, w   []int
-		pad    convchain.Padding
+		pad    tensor.Padding
 		stride [3]int
 		zero   [3]int // the convolution's own zero padding
 		chunk  int64
 	}{
-		{"causal_k3", []int{1, 16, 5, 9, 11}, []int{32, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 0},
-		{"causal_k3_chunked", []int{1, 16, 7, 10, 6}, []int{16, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 30 << 10},
-		{"causal_stride2", []int{1, 16, 5, 12, 12}, []int{16, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{2, 2, 2}, [3]int{}, 0},
-		{"zeros_and_own_pad", []int{2, 8, 4, 7, 9}, []int{8, 8, 3, 3, 3}, convchain.Padding{Before: [3]int{1, 2, 0}, After: [3]int{2, 0, 1}, Mode: tensor.PadZeros}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0},
-		{"rgb_out", []int{1, 24, 3, 8, 8}, []int{3, 24, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 0},
-		{"causal_upsample", []int{1, 16, 4, 5, 7}, []int{16, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: [3]int{2, 2, 2}, CausalFirst: true}, [3]int{1, 1, 1}, [3]int{}, 0},
-		{"spatial_upsample_chunked", []int{1, 16, 5, 6, 5}, []int{16, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: [3]int{1, 2, 2}, CausalFirst: true}, [3]int{1, 1, 1}, [3]int{}, 40 << 10},
+		{"causal_k3", []int{1, 16, 5, 9, 11}, []int{32, 16, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 0},
+		{"causal_k3_chunked", []int{1, 16, 7, 10, 6}, []int{16, 16, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 30 << 10},
+		{"causal_stride2", []int{1, 16, 5, 12, 12}, []int{16, 16, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{2, 2, 2}, [3]int{}, 0},
+		{"zeros_and_own_pad", []int{2, 8, 4, 7, 9}, []int{8, 8, 3, 3, 3}, tensor.Padding{Before: [3]int{1, 2, 0}, After: [3]int{2, 0, 1}, Mode: tensor.PadZeros}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0},
+		{"rgb_out", []int{1, 24, 3, 8, 8}, []int{3, 24, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 0},
+		{"causal_upsample", []int{1, 16, 4, 5, 7}, []int{16, 16, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: [3]int{2, 2, 2}, CausalFirst: true}, [3]int{1, 1, 1}, [3]int{}, 0},
+		{"spatial_upsample_chunked", []int{1, 16, 5, 6, 5}, []int{16, 16, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: [3]int{1, 2, 2}, CausalFirst: true}, [3]int{1, 1, 1}, [3]int{}, 40 << 10},
 	} {
 		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 			for _, tier := range []string{"optimized", "gemm"} {

@@ -161,18 +161,10 @@ func searchOn(mode string, v hip.Vendor) (bool, error) {
 	return false, fmt.Errorf("conv3d search %q: want auto, on or off", mode)
 }
 
-// ChainOf finds the conv3d chain under be (through Unwrap() layers such as
-// a memory budget or a profiler); nil when there is none.
+// ChainOf finds the conv3d chain in be's layers; nil when there is none.
 func ChainOf(be tensor.Backend) *convchain.Chain {
-	for be != nil {
-		if cb, ok := be.(*convchain.Backend); ok {
-			return cb.Chain()
-		}
-		u, ok := be.(interface{ Unwrap() tensor.Backend })
-		if !ok {
-			return nil
-		}
-		be = u.Unwrap()
+	if cb, ok := tensor.As[*convchain.Backend](be); ok {
+		return cb.Chain()
 	}
 	return nil
 }

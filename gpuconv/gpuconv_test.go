@@ -90,16 +90,17 @@ func TestOptions(t *testing.T) {
 	}
 }
 
-// TestProfiledAndChainOf times ops on the CPU and finds a chain through a
-// budget and a profiler.
-func TestProfiledAndChainOf(t *testing.T) {
+// TestProfileHookAndChainOf times ops on the CPU through a Scope hook and
+// finds a chain through a budget and the hook's settings.
+func TestProfileHookAndChainOf(t *testing.T) {
 	c := cpu.New()
 	chain, err := convchain.New([]convchain.Tier{convchain.CPUTier(c)}, convchain.Options{CachePath: "off", Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := NewProfile()
-	be := memory.Budgeted(Profiled(convchain.Wrap(c, chain), p), memory.Budget{Device: "test", Cap: 1 << 30})
+	cb := convchain.Wrap(c, chain)
+	be := memory.Budgeted(tensor.WithSettings(cb, tensor.Settings{Hook: p.Hook(cb)}), memory.Budget{Device: "test", Cap: 1 << 30})
 	if ChainOf(be) != chain {
 		t.Fatal("ChainOf did not find the chain")
 	}

@@ -319,11 +319,11 @@ func (t *optimized) Run(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p 
 
 // RunPadded is Run on x padded by pad: the channels-last path packs x
 // through the padding, the others pad a copy first.
-func (t *optimized) RunPadded(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad convchain.Padding) error {
+func (t *optimized) RunPadded(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad tensor.Padding) error {
 	return t.run(plan, dst, x, &pad, w, bias, p)
 }
 
-func (t *optimized) run(plan *convchain.Plan, dst, x *tensor.Tensor, pad *convchain.Padding, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+func (t *optimized) run(plan *convchain.Plan, dst, x *tensor.Tensor, pad *tensor.Padding, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	k := convchain.KeyOf("", x, w, bias, p)
 	if pad != nil {
 		copy(k.X[:], pad.Shape(x.Shape()))
@@ -467,7 +467,7 @@ func (t *optimized) runNCDHW(alloc tensor.Backend, g geom, dt miopen.DType, lv *
 	})
 }
 
-func (t *optimized) runNDHWC(alloc tensor.Backend, g geom, dt miopen.DType, lv *live, tc int, dst, x *tensor.Tensor, pad *convchain.Padding, w, bias *tensor.Tensor) error {
+func (t *optimized) runNDHWC(alloc tensor.Backend, g geom, dt miopen.DType, lv *live, tc int, dst, x *tensor.Tensor, pad *tensor.Padding, w, bias *tensor.Tensor) error {
 	tdt := dst.DType()
 	kvol := g.kT * g.kH * g.kW
 	wl, err := scratch(alloc, tdt, int64(g.Cout)*int64(g.Cin)*int64(kvol))

@@ -259,7 +259,7 @@ func (p *randParams) get(name string, shape ...int) *tensor.Tensor {
 	t, err := tensor.Alloc(p.be, p.dt, shape...)
 	if err == nil {
 		hb, direct := t.Buffer().(*tensor.HostBuffer)
-		if direct && isHostBacked(p.be) { // fill in place
+		if direct && tensor.IsHostBacked(p.be) { // fill in place
 			host, _ := tensor.FromBytes(p.dt, hb.Data()[:t.Bytes()], shape...)
 			fillUniform(host, lo, hi, p.seed^h.Sum64())
 		} else {
@@ -320,11 +320,6 @@ func fillUniform(t *tensor.Tensor, lo, hi float32, seed uint64) {
 		}()
 	}
 	wg.Wait()
-}
-
-func isHostBacked(be tensor.Backend) bool {
-	hb, ok := be.(tensor.HostBacked)
-	return ok && hb.HostBacked()
 }
 
 func hasSuffix(s string, suffixes ...string) bool {

@@ -137,7 +137,7 @@ func TestRealConfig(t *testing.T) {
 		t.Skip("builds 246M random parameters")
 	}
 	cfg := DefaultConfig()
-	m := NewMeter(cpu.New(), 0)
+	m := meter()
 	v, err := RandomWeights(cfg, m, tensor.BF16, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -147,14 +147,14 @@ func TestRealConfig(t *testing.T) {
 	for _, w := range v.owned {
 		n += int64(w.Numel())
 	}
-	if n != 246478803 || v.WeightBytes() != 2*n || m.Live() != 2*n {
-		t.Errorf("%d parameters in %d B (%d B allocated), want 246,478,803 in bf16", n, v.WeightBytes(), m.Live())
+	if n != 246478803 || v.WeightBytes() != 2*n || m.Stats().InUse != 2*n {
+		t.Errorf("%d parameters in %d B (%d B allocated), want 246,478,803 in bf16", n, v.WeightBytes(), m.Stats().InUse)
 	}
 	shape := []int{1, 16, 2, 4, 4}
 	m.ResetPeak()
 	out := decode(t, v, randLatents(1, shape...), DefaultDecode())
 	checkFinite(t, out, 1, 3, 5, 32, 32)
-	measured, planned := m.Peak()-2*n, DecodePeak(cfg, shape, DefaultTiling(), tensor.BF16)
+	measured, planned := m.Stats().Peak-2*n, DecodePeak(cfg, shape, DefaultTiling(), tensor.BF16)
 	t.Logf("released config, bf16 %v: planned %d B, measured %d B", shape, planned, measured)
 	if measured > planned || planned-measured > int64(6*tensor.Numel(shape)) {
 		t.Errorf("peak model: planned %d, measured %d", planned, measured)
@@ -252,7 +252,7 @@ func TestGoldenDecodeThroughChain(t *testing.T) {
 			}
 			be := memory.Budgeted(convchain.Wrap(host, ch), memory.Budget{Device: "test", Cap: 1 << 40})
 			v := loadCase(t, c, be, tensor.F32)
-			if paddedConvOf(be) == nil {
+			if !readsPadded(be) {
 				t.Fatal("no Conv3dPadded under the budget")
 			}
 			z := c.Tensor("z")

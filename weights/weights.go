@@ -428,7 +428,7 @@ func (c *Checkpoint) Load(be tensor.Backend, name string, dt tensor.DType, shape
 	if err != nil {
 		return nil, fmt.Errorf("weights: %s: tensor %q (%s %v): %w", sh.path, e.name, dt, e.shape, err)
 	}
-	if hb, ok := t.Buffer().(*tensor.HostBuffer); ok && isHostBacked(be) {
+	if hb, ok := t.Buffer().(*tensor.HostBuffer); ok && tensor.IsHostBacked(be) {
 		convert(hb.Data()[:t.Bytes()], dt, data, e.dt)
 	} else if err := uploadConverted(be, t.Buffer(), dt, data, e.dt); err != nil {
 		tensor.Release(t)
@@ -506,11 +506,6 @@ func (c *Checkpoint) WillNeed(name string) error {
 		return fmt.Errorf("weights: %s: read-ahead of %q: %v", sh.path, e.name, err)
 	}
 	return nil
-}
-
-func isHostBacked(be tensor.Backend) bool {
-	hb, ok := be.(tensor.HostBacked)
-	return ok && hb.HostBacked()
 }
 
 func equalInts(a, b []int) bool {

@@ -163,7 +163,7 @@ func openBenchDevice(f *benchVAEFlags, log *slog.Logger) (*benchDevice, error) {
 			}
 			var inner tensor.Backend = chain
 			if prof != nil {
-				inner = gpuconv.Profiled(chain, prof)
+				inner = tensor.WithSettings(chain, tensor.Settings{Hook: prof.Hook(chain)})
 			}
 			return &benchDevice{be: memory.Budgeted(inner, b), gpu: g, prof: prof,
 				name:    fmt.Sprintf("%s (%s), %s", g.Device().Name, g.Device().Arch, g.BLAS()),
@@ -181,7 +181,7 @@ func openBenchDevice(f *benchVAEFlags, log *slog.Logger) (*benchDevice, error) {
 	}
 	var inner tensor.Backend = c
 	if prof != nil {
-		inner = gpuconv.Profiled(c, prof)
+		inner = tensor.WithSettings(c, tensor.Settings{Hook: prof.Hook(c)})
 	}
 	return &benchDevice{be: memory.Budgeted(inner, b), prof: prof, name: "CPU", close: func() {}}, nil
 }

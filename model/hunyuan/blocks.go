@@ -196,7 +196,7 @@ func (b *singleBlock) forward(s *tensor.Scope, k kernels, h, temb *tensor.Tensor
 	s.Free(y)
 	o := j.attend(s, q, kk, v)
 	s.Free(q, kk, v)
-	placeColumns(s, cat, 0, o)
+	s.PlaceColumns(cat, 0, o)
 	s.Free(o)
 
 	// 3. Modulation and residual connection
