@@ -26,11 +26,12 @@ package hip
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/framepack-go/framepack/internal/envconfig"
 )
 
 // Vendor is the platform behind a Device.
@@ -237,7 +238,8 @@ func loadLocked(v Vendor) error {
 // tried.
 func Open(ordinal int) (*Device, error) {
 	var order []Vendor
-	switch strings.ToLower(os.Getenv("FRAMEPACK_GPU")) {
+	gpu := envconfig.Read().GPU
+	switch gpu {
 	case "", "auto":
 		order = []Vendor{AMD, NVIDIA}
 	case "hip", "amd", "rocm":
@@ -245,9 +247,9 @@ func Open(ordinal int) (*Device, error) {
 	case "cuda", "nvidia":
 		order = []Vendor{NVIDIA}
 	case "none", "cpu", "off":
-		return nil, fmt.Errorf("%w: disabled by FRAMEPACK_GPU=%s", ErrNoGPU, os.Getenv("FRAMEPACK_GPU"))
+		return nil, fmt.Errorf("%w: disabled by %s=%s", ErrNoGPU, envconfig.GPU, gpu)
 	default:
-		return nil, fmt.Errorf("%w: FRAMEPACK_GPU=%q, want hip, cuda or none", ErrNoGPU, os.Getenv("FRAMEPACK_GPU"))
+		return nil, fmt.Errorf("%w: %s=%q, want hip, cuda or none", ErrNoGPU, envconfig.GPU, gpu)
 	}
 	openMu.Lock()
 	defer openMu.Unlock()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/miopen"
@@ -138,7 +137,7 @@ func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) er
 // tensorCoreAttention: NVIDIA sm_80+, bf16/f16, head dim 64 or 128, and no
 // request for the generic kernel.
 func (b *Backend) tensorCoreAttention(dt tensor.DType, D int) bool {
-	if b.dev.Vendor != hip.NVIDIA || b.dev.ComputeMajor < 8 || b.opts.GenericAttention || os.Getenv("FRAMEPACK_ATTN") == "generic" {
+	if b.dev.Vendor != hip.NVIDIA || b.dev.ComputeMajor < 8 || b.opts.GenericAttention {
 		return false
 	}
 	return (dt == tensor.BF16 || dt == tensor.F16) && (D == 64 || D == 128)
@@ -148,9 +147,6 @@ func (b *Backend) tensorCoreAttention(dt tensor.DType, D int) bool {
 // and no request for our own kernels.
 func (b *Backend) useFusedAttention(dt tensor.DType, D int) bool {
 	if b.dev.Vendor != hip.NVIDIA || b.opts.NoFusedAttention || b.opts.GenericAttention || attnNoFused {
-		return false
-	}
-	if a := os.Getenv("FRAMEPACK_ATTN"); a == "kernel" || a == "generic" {
 		return false
 	}
 	return (dt == tensor.BF16 || dt == tensor.F16) && D%8 == 0 && D <= 256

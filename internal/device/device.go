@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/gpuconv"
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/envconfig"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -258,7 +258,7 @@ func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 		hd.Close()
 		return nil, &configError{err}
 	}
-	g, err := gpu.New(gpu.Options{Limit: b.Cap, Log: log, RuntimeCompile: os.Getenv("FRAMEPACK_KERNELS") == "compile"})
+	g, err := gpu.New(gpu.Options{Limit: b.Cap, Log: log})
 	if err != nil {
 		hd.Close()
 		return nil, fmt.Errorf("opening the GPU backend on %s: %w", hd.Name, err)
@@ -277,7 +277,7 @@ func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 		return nil, &configError{fmt.Errorf("conv3d on %s: %w", hd.Name, err)}
 	}
 	return &Device{
-		Backend: memory.Budgeted(conv, b),
+		Backend: memory.Budgeted(withEnvSettings(conv), b),
 		Budget:  b,
 		GPU:     g,
 		Conv:    conv,
@@ -297,4 +297,12 @@ func (d *Device) Close() {
 		d.GPU.Close()
 		d.GPU.Device().Close()
 	}
+}
+
+// withEnvSettings carries FRAMEPACK_OP_BY_OP into the scopes made on be.
+func withEnvSettings(be tensor.Backend) tensor.Backend {
+	if envconfig.Read().OpByOp {
+		return tensor.WithSettings(be, tensor.Settings{OpByOp: true})
+	}
+	return be
 }
