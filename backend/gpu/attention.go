@@ -45,7 +45,7 @@ var attnNoFlash, attnNoFused = false, false
 
 func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) error {
 	dt := dst.DType()
-	s := fsfx(dt)
+	s := floatSuffix(dt)
 	if s == "" || q.DType() != dt || k.DType() != dt || v.DType() != dt {
 		return unsupported("attention", dt)
 	}
@@ -94,7 +94,7 @@ func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) er
 	if p.Causal {
 		causal = 1
 	}
-	st := i64s(int64(B), int64(Lq), int64(Lk), int64(Hq), int64(Hkv), int64(D), int64(max(p.FrameLen, 0)), int64(maskStride))
+	st := packInt64s(int64(B), int64(Lq), int64(Lk), int64(Hq), int64(Hkv), int64(D), int64(max(p.FrameLen, 0)), int64(maskStride))
 	st = binary.LittleEndian.AppendUint32(st, math.Float32bits(scale*math.Log2E))
 	st = binary.LittleEndian.AppendUint32(st, uint32(causal))
 	masked := p.Causal || p.FrameLen > 0 || p.KeyMask != nil || p.Mask != nil

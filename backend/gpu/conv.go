@@ -85,7 +85,7 @@ func (g gemmTier) Plan(k convchain.Key, _ *convchain.Plan) (*convchain.Plan, err
 func (g gemmTier) Run(_ *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	b := g.b
 	dt := dst.DType()
-	s := fsfx(dt)
+	s := floatSuffix(dt)
 	if s == "" || b.blas == nil {
 		return unsupported("conv3d gemm", dt)
 	}
@@ -108,8 +108,8 @@ func (g gemmTier) Run(_ *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tenso
 		cargs = append(cargs, fixed([]int{B, Cout, P})...)
 		cargs = append(cargs, fixed([]int{Cout * P, P, 1})...)
 		cargs = append(cargs, fixed([]int{0, 1, 0})...)
-		a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[3]).Struct(i64s(cargs...), 8)
-		if err := b.launch1("elementwise", fmt.Sprintf("copy_b%d", es), int64(dst.Numel()), 256, 1, a); err != nil {
+		a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[3]).Struct(packInt64s(cargs...), 8)
+		if err := b.launchLinear("elementwise", fmt.Sprintf("copy_b%d", es), int64(dst.Numel()), 256, 1, a); err != nil {
 			return err
 		}
 		beta = 1
@@ -125,7 +125,7 @@ func (g gemmTier) Run(_ *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tenso
 		for p0 := 0; p0 < P; p0 += pc {
 			n := min(pc, P-p0)
 			a := (&hip.Args{}).Ptr(col.ptr).Ptr(ps[1]).Struct(args, 8).I64(int64(bi)).I64(int64(p0)).I64(int64(n))
-			if err := b.launch1("conv", "im2col_"+s, int64(K)*int64(n), 256, 1, a); err != nil {
+			if err := b.launchLinear("conv", "im2col_"+s, int64(K)*int64(n), 256, 1, a); err != nil {
 				return err
 			}
 			m := rocblas.MatMul{M: Cout, N: n, K: K, A: ps[2], LDA: K, B: col.ptr, LDB: n,
