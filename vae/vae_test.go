@@ -8,6 +8,7 @@ import (
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -50,7 +51,7 @@ func caseTiling(c *golden.Case) Tiling {
 func TestGoldenDecode(t *testing.T) {
 	for _, c := range golden.Cases(t, "vae.decode") {
 		t.Run(c.Name, func(t *testing.T) {
-			v := loadCase(t, c, cpu.New(), tensor.F32)
+			v := loadCase(t, c, testdevice.Backend(t), tensor.F32)
 			c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DefaultDecode()))
 		})
 	}
@@ -59,7 +60,7 @@ func TestGoldenDecode(t *testing.T) {
 func TestGoldenDecodeTiled(t *testing.T) {
 	for _, c := range golden.Cases(t, "vae.decode_tiled") {
 		t.Run(c.Name, func(t *testing.T) {
-			v := loadCase(t, c, cpu.New(), tensor.F32)
+			v := loadCase(t, c, testdevice.Backend(t), tensor.F32)
 			z := c.Tensor("z")
 			var st DecodeStats
 			c.Compare(t, "sample", decode(t, v, z, DecodeOptions{Tiling: caseTiling(c), Stats: &st}))
@@ -74,7 +75,7 @@ func TestGoldenDecodeTiled(t *testing.T) {
 func TestGoldenEncode(t *testing.T) {
 	for _, c := range golden.Cases(t, "vae.encode") {
 		t.Run(c.Name, func(t *testing.T) {
-			v := loadCase(t, c, cpu.New(), tensor.F32)
+			v := loadCase(t, c, testdevice.Backend(t), tensor.F32)
 			s := tensor.NewScope(v.Backend())
 			defer s.Close()
 			var mean, logvar *tensor.Tensor
@@ -99,7 +100,7 @@ func TestGoldenDecodeHalf(t *testing.T) {
 				continue // f16 covers the frame-wise path; keep the test short
 			}
 			t.Run(c.Name+"/"+tc.dt.String(), func(t *testing.T) {
-				v := loadCase(t, c, cpu.New(), tc.dt)
+				v := loadCase(t, c, testdevice.Backend(t), tc.dt)
 				out := decode(t, v, c.Tensor("z"), DefaultDecode())
 				c.CompareWith(t, "sample", out, golden.Limit{RelL2: tc.lim, HasRelL2: true})
 			})
@@ -117,7 +118,7 @@ func TestGoldenEncodeHalf(t *testing.T) {
 			lim float64
 		}{{tensor.F16, 5e-3}, {tensor.BF16, 3e-2}} {
 			t.Run(c.Name+"/"+tc.dt.String(), func(t *testing.T) {
-				v := loadCase(t, c, cpu.New(), tc.dt)
+				v := loadCase(t, c, testdevice.Backend(t), tc.dt)
 				s := tensor.NewScope(v.Backend())
 				defer s.Close()
 				var mean *tensor.Tensor
