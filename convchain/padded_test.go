@@ -2,11 +2,14 @@ package convchain
 
 import (
 	"errors"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/tensor/backendtest"
 )
 
 // padTier pads itself: it records the input it was given and runs the CPU
@@ -168,5 +171,21 @@ func TestConv3dPaddedUpsample(t *testing.T) {
 				t.Fatalf("%v causal %v: element %d is %v, want %v", tc.f, tc.causal, i, got.Float32s()[i], v)
 			}
 		}
+	}
+}
+
+// TestChainOps runs the op suite through the chain's backend: its
+// convolutions, padded ones included, go through a tier that pads itself;
+// every other op is the inner backend's.
+func TestChainOps(t *testing.T) {
+	c := cpu.New()
+	ch, err := New([]Tier{&padTier{cpu: c}, CPUTier(c)}, Options{CachePath: "off", Faults: &Faults{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := Wrap(c, ch)
+	backendtest.Run(t, be)
+	if s := ch.Summary(); s[0].Convs == 0 {
+		t.Errorf("no convolution went through the chain: %v", s)
 	}
 }

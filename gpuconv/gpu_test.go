@@ -19,6 +19,7 @@ import (
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/tensor/backendtest"
 	"github.com/framepack-go/framepack/vae"
 )
 
@@ -510,4 +511,12 @@ func TestPaddedConv(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestChainOps runs the op suite's convolutions, padded ones included,
+// through the GPU's conv3d chain (whichever tier takes each shape) against
+// the CPU backend.
+func TestChainOps(t *testing.T) {
+	g := newGPU(t)
+	backendtest.Run(t, wrapped(t, g, Options{}), backendtest.Select("conv3d", "conv3d_padded")...)
 }
