@@ -131,7 +131,7 @@ func New(be *gpu.Backend, cpu tensor.Backend, o Options) (*convchain.Backend, er
 	device := be.Device().Name + " " + be.Device().Arch
 	if t, err := newOptimized(be, opt); err == nil {
 		tiers = append(tiers, t)
-		device += " " + t.h.Lib().Vendor().String() + " " + t.h.Lib().Version()
+		device += " " + t.h.Lib().Name() + " " + t.h.Lib().Version()
 	} else {
 		o.Log.Info("conv3d: no vendor convolution library; the chain starts at the GEMM tier", "why", err)
 	}

@@ -294,7 +294,7 @@ func (t *optimized) Plan(k convchain.Key, searched *convchain.Plan) (*convchain.
 			id = uint64(p.Algo)
 		}
 		data, _ := json.Marshal(planData{ID: id, Layout: layoutName(l), Given: lv.given})
-		alg := fmt.Sprintf("%v %s %s", t.h.Lib().Vendor(), layoutName(l), p)
+		alg := fmt.Sprintf("%s %s %s", t.h.Lib().Name(), layoutName(l), p)
 		if l == miopen.NDHWC && lv.frames < g.To {
 			alg += fmt.Sprintf(", %d of %d frames a chunk", lv.frames, g.To)
 		}

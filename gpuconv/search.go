@@ -65,7 +65,7 @@ func searchOptimized(ctx context.Context, req convchain.SearchRequest) (*convcha
 			id = uint64(p.Algo)
 		}
 		data, _ := json.Marshal(planData{ID: id, Layout: layoutName(l), Given: true})
-		return &convchain.Plan{Algorithm: fmt.Sprintf("%v %s %s", t.h.Lib().Vendor(), layoutName(l), p),
+		return &convchain.Plan{Algorithm: fmt.Sprintf("%s %s %s", t.h.Lib().Name(), layoutName(l), p),
 			Workspace: p.WorkspaceBytes, Data: data}, nil
 	}
 	return nil, errors.Join(errs...)

@@ -31,25 +31,27 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/framepack-go/framepack/internal/dynlib"
 	"github.com/framepack-go/framepack/internal/envconfig"
 )
 
 // Vendor is the platform behind a Device.
-type Vendor int
+type Vendor = dynlib.Vendor
 
 const (
-	AMD    Vendor = 1 // HIP runtime + hiprtc
-	NVIDIA Vendor = 2 // CUDA driver API + NVRTC
+	AMD    = dynlib.AMD    // HIP runtime + hiprtc
+	NVIDIA = dynlib.NVIDIA // CUDA driver API + NVRTC
 )
 
-func (v Vendor) String() string {
+// Platform names v with its runtime: "AMD (HIP)", "NVIDIA (CUDA)".
+func Platform(v Vendor) string {
 	switch v {
 	case AMD:
 		return "AMD (HIP)"
 	case NVIDIA:
 		return "NVIDIA (CUDA)"
 	}
-	return fmt.Sprintf("vendor(%d)", int(v))
+	return v.String()
 }
 
 // ErrOutOfMemory is wrapped by errors of allocations the driver refused.
@@ -372,7 +374,7 @@ func (d *Device) String() string {
 	if d.Integrated {
 		kind = "integrated"
 	}
-	return fmt.Sprintf("%s %q (%s, %s, %.1f GiB, %d compute units)", d.Vendor, d.Name, d.Arch, kind,
+	return fmt.Sprintf("%s %q (%s, %s, %.1f GiB, %d compute units)", Platform(d.Vendor), d.Name, d.Arch, kind,
 		float64(d.TotalMem)/(1<<30), d.Multiprocessors)
 }
 

@@ -26,7 +26,10 @@ func (l *Lib) Path() string { return l.path }
 // Version is the library's version.
 func (l *Lib) Version() string { return l.version }
 
-func (l *Lib) String() string { return fmt.Sprintf("%v %s (%s)", l.vendor, l.version, l.path) }
+func (l *Lib) String() string { return fmt.Sprintf("%s %s (%s)", l.Name(), l.version, l.path) }
+
+// Name is the library's name: MIOpen or cuDNN.
+func (l *Lib) Name() string { return libs.Libraries[l.vendor].Name }
 
 // Handle is a library handle bound to one stream, with its cache of plans.
 // A Handle is not safe for concurrent use.

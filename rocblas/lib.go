@@ -24,7 +24,7 @@ func (l *Lib) Path() string { return l.path }
 func (l *Lib) Version() string { return l.version }
 
 func (l *Lib) String() string {
-	return fmt.Sprintf("%v %s (%s)", l.vendor, l.version, l.path)
+	return fmt.Sprintf("%s %s (%s)", libs.Libraries[l.vendor].Name, l.version, l.path)
 }
 
 // Handle is a library handle bound to one stream. A Handle is not safe for
