@@ -28,3 +28,18 @@ func (b *Backend) Chain() *Chain { return b.chain }
 
 // Unwrap is the inner backend.
 func (b *Backend) Unwrap() tensor.Backend { return b.Backend }
+
+// ChainOf finds the conv3d chain in be's layers; nil when there is none.
+func ChainOf(be tensor.Backend) *Chain {
+	if cb, ok := tensor.As[*Backend](be); ok {
+		return cb.Chain()
+	}
+	return nil
+}
+
+// LogSummary logs the chain's one line per tier, when be has a chain.
+func LogSummary(be tensor.Backend) {
+	if c := ChainOf(be); c != nil {
+		c.LogSummary()
+	}
+}

@@ -18,7 +18,7 @@ import (
 //   - "naive": framepack's direct kernel, correct for every shape.
 
 // ConvTiers returns the backend's own tiers of the conv3d chain, fastest
-// first. The vendor library tier (MIOpen / cuDNN) is package gpuconv's,
+// first. The vendor library tier (MIOpen / cuDNN) is in conv_vendor.go,
 // which reads its input channels-last and through the causal padding.
 func (b *Backend) ConvTiers() []convchain.Tier {
 	var ts []convchain.Tier

@@ -170,7 +170,7 @@ func (b *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 }
 
 // Conv3d runs framepack's direct kernel: correct for every shape, slow. The
-// engine wraps the backend in the conv3d chain (package gpuconv), whose
+// engine wraps the backend in the conv3d chain (WithConvChain, convchain.go), whose
 // vendor library and GEMM tiers run first.
 func (b *Backend) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	if _, err := convArgs(dst, x, w, bias, p); err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/convchain"
-	"github.com/framepack-go/framepack/gpuconv"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/internal/envconfig"
 	"github.com/framepack-go/framepack/memory"
@@ -40,7 +39,7 @@ type Options struct {
 	Preserve string
 	// Conv configures the conv3d chain on a GPU (vendor library, GEMM,
 	// naive kernel, CPU); its Log defaults to Log.
-	Conv gpuconv.Options
+	Conv gpu.ConvOptions
 	// Log receives the device line and, for Auto, why the CPU was chosen;
 	// nil means slog.Default().
 	Log *slog.Logger
@@ -86,7 +85,7 @@ func ParseChoice(s string) (string, error) {
 // checkOptions checks the flags' syntax before a device is opened; whether
 // the sizes fit the device is checked against its budget.
 func checkOptions(o Options) error {
-	if _, err := gpuconv.ParseLayout(string(o.Conv.Layout)); err != nil {
+	if _, err := gpu.ParseLayout(string(o.Conv.Layout)); err != nil {
 		return err
 	}
 	for _, f := range []struct{ name, v string }{{"--vram-limit", o.VRAMLimit}, {"--preserve", o.Preserve}} {
@@ -271,7 +270,7 @@ func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 	if co.Log == nil {
 		co.Log = log
 	}
-	conv, err := gpuconv.New(g, host, co)
+	conv, err := g.WithConvChain(host, co)
 	if err != nil {
 		closeGPU()
 		return nil, &configError{fmt.Errorf("conv3d on %s: %w", hd.Name, err)}

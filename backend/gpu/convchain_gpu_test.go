@@ -1,7 +1,6 @@
-package gpuconv
+package gpu
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,9 +13,7 @@ import (
 	"time"
 
 	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/convchain"
-	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/tensor/backendtest"
@@ -30,20 +27,6 @@ func TestMain(m *testing.M) {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// newGPU opens the GPU backend or skips the test.
-func newGPU(t testing.TB) *gpu.Backend {
-	t.Helper()
-	b, err := gpu.New(gpu.Options{Log: quiet})
-	if err != nil {
-		if errors.Is(err, hip.ErrNoGPU) {
-			t.Skipf("no GPU: %v", err)
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
-
 // only makes every tier but keep fail with an error.
 func only(keep string) *convchain.Faults {
 	f := &convchain.Faults{Conv3d: map[string]convchain.Fault{}}
@@ -55,13 +38,13 @@ func only(keep string) *convchain.Faults {
 	return f
 }
 
-func wrapped(t testing.TB, g *gpu.Backend, o Options) *convchain.Backend {
+func wrapped(t testing.TB, g *Backend, o ConvOptions) *convchain.Backend {
 	t.Helper()
 	if o.Log == nil {
 		o.Log = quiet
 	}
 	o.CachePath = "off"
-	b, err := New(g, cpu.New(), o)
+	b, err := g.WithConvChain(cpu.New(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +185,7 @@ func (r *convRun) run(t testing.TB, be tensor.Backend) float64 {
 // TestTiersAlone runs each tier alone (the others fail by injected faults)
 // on VAE-like shapes in f32, f16 and bf16 against the CPU.
 func TestTiersAlone(t *testing.T) {
-	g := newGPU(t)
+	g := newGPU(t, Options{Log: quiet})
 	for _, tier := range []string{"optimized", "gemm", "naive", "cpu"} {
 		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 			for i, c := range vaeLike {
@@ -215,7 +198,7 @@ func TestTiersAlone(t *testing.T) {
 						if layout != LayoutAuto && tier != "optimized" {
 							continue
 						}
-						be := wrapped(t, g, Options{Faults: only(tier), ChunkBytes: c.chunkBytes, Layout: layout})
+						be := wrapped(t, g, ConvOptions{Faults: only(tier), ChunkBytes: c.chunkBytes, Layout: layout})
 						r := newConvRun(t, c, dt, uint64(i))
 						e := r.run(t, be)
 						s := be.Chain().Summary()
@@ -242,7 +225,7 @@ func TestTiersAlone(t *testing.T) {
 // TestFaultsOnRealTiers injects each fault into the real tiers: the chain
 // moves on and the output stays the CPU's.
 func TestFaultsOnRealTiers(t *testing.T) {
-	g := newGPU(t)
+	g := newGPU(t, Options{Log: quiet})
 	c := vaeLike[0]
 	for _, tc := range []struct {
 		faults string
@@ -263,7 +246,7 @@ func TestFaultsOnRealTiers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			be := wrapped(t, g, Options{Faults: f, SearchDeadline: 3 * time.Second})
+			be := wrapped(t, g, ConvOptions{Faults: f, SearchDeadline: 3 * time.Second})
 			r := newConvRun(t, c, tensor.F16, 11)
 			start := time.Now()
 			var e float64
@@ -307,7 +290,7 @@ func caseTiling(c *golden.Case) vae.Tiling {
 // chain, without faults and with each fault on the real tiers, in f32
 // (golden tolerance) and, without faults, in f16 and bf16 (the CPU's bounds).
 func TestGoldenDecodeGPU(t *testing.T) {
-	g := newGPU(t)
+	g := newGPU(t, Options{Log: quiet})
 	cases := golden.Cases(t, "vae.decode")
 	cases = append(cases, golden.Cases(t, "vae.decode_tiled")...)
 	for _, faults := range []string{"", "conv3d.optimized=hang", "conv3d.optimized=error", "conv3d.optimized=oom",
@@ -326,7 +309,7 @@ func TestGoldenDecodeGPU(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					be := wrapped(t, g, Options{Faults: f, SearchDeadline: time.Second})
+					be := wrapped(t, g, ConvOptions{Faults: f, SearchDeadline: time.Second})
 					v, err := vae.Load(c.ModelDir, be, vae.Options{DType: dt})
 					if err != nil {
 						t.Fatal(err)
@@ -370,7 +353,7 @@ func TestConvSpeed(t *testing.T) {
 	if os.Getenv("FRAMEPACK_CONV_SPEED") == "" {
 		t.Skip("FRAMEPACK_CONV_SPEED=1 times the VAE's convolutions")
 	}
-	g := newGPU(t)
+	g := newGPU(t, Options{Log: quiet})
 	shapes := []struct {
 		name string
 		x, w []int
@@ -396,15 +379,15 @@ func TestConvSpeed(t *testing.T) {
 			name string
 			be   tensor.Backend
 		}{
-			{"ndhwc", wrapped(t, g, Options{Layout: LayoutNDHWC})},
-			{"ncdhw", wrapped(t, g, Options{Layout: LayoutNCDHW})},
+			{"ndhwc", wrapped(t, g, ConvOptions{Layout: LayoutNDHWC})},
+			{"ncdhw", wrapped(t, g, ConvOptions{Layout: LayoutNCDHW})},
 			{"gpu.Conv3d", g},
 		}
 		if sh.gemm {
 			paths = append(paths, struct {
 				name string
 				be   tensor.Backend
-			}{"gemm", wrapped(t, g, Options{Faults: only("gemm")})})
+			}{"gemm", wrapped(t, g, ConvOptions{Faults: only("gemm")})})
 		}
 		x, w, b := upload(t, g, hx), upload(t, g, hw), upload(t, g, hb)
 		dst, err := tensor.Alloc(g, tensor.F16, out...)
@@ -452,7 +435,7 @@ func TestConvSpeed(t *testing.T) {
 // optimized tier, which packs through the padding, and on the GEMM tier,
 // which gets a padded copy, against the CPU's Pad then Conv3d.
 func TestPaddedConv(t *testing.T) {
-	g := newGPU(t)
+	g := newGPU(t, Options{Log: quiet})
 	for _, tc := range []struct {
 		name   string
 		x, w   []int
@@ -491,7 +474,7 @@ func TestPaddedConv(t *testing.T) {
 					if err := c.Conv3d(want, px, hw, hb, p); err != nil {
 						t.Fatal(err)
 					}
-					be := wrapped(t, g, Options{Faults: only(tier), ChunkBytes: tc.chunk})
+					be := wrapped(t, g, ConvOptions{Faults: only(tier), ChunkBytes: tc.chunk})
 					x, w, b := upload(t, be, hx), upload(t, be, hw), upload(t, be, hb)
 					dst, err := tensor.Alloc(be, dt, out...)
 					if err != nil {
@@ -517,6 +500,6 @@ func TestPaddedConv(t *testing.T) {
 // through the GPU's conv3d chain (whichever tier takes each shape) against
 // the CPU backend.
 func TestChainOps(t *testing.T) {
-	g := newGPU(t)
-	backendtest.Run(t, wrapped(t, g, Options{}), backendtest.Select("conv3d", "conv3d_padded")...)
+	g := newGPU(t, Options{Log: quiet})
+	backendtest.Run(t, wrapped(t, g, ConvOptions{}), backendtest.Select("conv3d", "conv3d_padded")...)
 }

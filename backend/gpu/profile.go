@@ -1,4 +1,4 @@
-package gpuconv
+package gpu
 
 import (
 	"fmt"
@@ -114,7 +114,7 @@ func (p *Profile) Lines() []ProfileLine {
 // for be before and after each. Set it on the backend outside the conv3d
 // chain to see the chain's convolutions whole; the optimized tier adds its
 // own phases (conv3d.pack, conv3d.library, conv3d.unpack) when
-// Options.Profile is set.
+// ConvOptions.Profile is set.
 func (p *Profile) Hook(be tensor.Backend) tensor.Hook {
 	return func(op tensor.Op, run func() error) error { return p.time(op.Class, be, op.Flops, run) }
 }
