@@ -125,36 +125,14 @@ func TestPrecompiledKernels(t *testing.T) {
 	}
 }
 
-var convCases = []struct {
-	x, w        []int
-	stride, pad [3]int
-	withBias    bool
-}{
-	{[]int{1, 3, 5, 7, 9}, []int{4, 3, 3, 3, 3}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, true},
-	{[]int{2, 2, 3, 9, 8}, []int{5, 2, 1, 3, 3}, [3]int{1, 2, 2}, [3]int{0, 1, 1}, false},
-	{[]int{1, 4, 2, 5, 5}, []int{3, 4, 1, 1, 1}, [3]int{1, 1, 1}, [3]int{0, 0, 0}, true},
-	{[]int{1, 16, 3, 17, 19}, []int{8, 16, 3, 3, 3}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, true},
-}
-
 // testConvTiers runs every conv3d tier of the chain (vendor library, GEMM,
 // naive kernel) directly.
 func testConvTiers(e *backendtest.Env) {
 	g := e.Got.(*Backend)
 	for _, tier := range g.ConvTiers() {
-		for _, c := range convCases {
+		for _, c := range backendtest.ConvCases {
 			for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
-				x := e.Pair(e.Rand(dt, -1, 1, c.x...))
-				w := e.Pair(e.Rand(dt, -1, 1, c.w...))
-				var b [2]*tensor.Tensor
-				if c.withBias {
-					b = e.Pair(e.Rand(dt, -1, 1, c.w[0]))
-				}
-				out := []int{c.x[0], c.w[0], 0, 0, 0}
-				for i := 0; i < 3; i++ {
-					out[2+i] = (c.x[2+i]+2*c.pad[i]-c.w[2+i])/c.stride[i] + 1
-				}
-				o := e.Out(dt, out...)
-				p := tensor.ConvParams{Stride: c.stride, Padding: c.pad}
+				x, w, b, o, p := c.Inputs(e, dt)
 				if err := e.Ref.Conv3d(o[0], x[0], w[0], b[0], p); err != nil {
 					e.T.Fatal(err)
 				}
@@ -168,7 +146,7 @@ func testConvTiers(e *backendtest.Env) {
 					e.T.Errorf("tier %s (%s) on %v: %v", tier.Name(), plan.Algorithm, k, err)
 					continue
 				}
-				e.Compare(fmt.Sprintf("conv3d tier %s (%s) %s x%v w%v", tier.Name(), plan.Algorithm, dt, c.x, c.w), o, 20, 1)
+				e.Compare(fmt.Sprintf("conv3d tier %s (%s) %s x%v w%v", tier.Name(), plan.Algorithm, dt, c.X, c.W), o, 20, 1)
 			}
 		}
 	}

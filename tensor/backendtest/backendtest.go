@@ -731,31 +731,42 @@ func Linear(e *Env) {
 	}
 }
 
+// ConvCase is one convolution of the conv3d cases.
+type ConvCase struct {
+	X, W        []int
+	Stride, Pad [3]int
+	WithBias    bool
+}
+
+// ConvCases are odd shapes, strides, paddings and 1×1×1 kernels.
+var ConvCases = []ConvCase{
+	{[]int{1, 3, 5, 7, 9}, []int{4, 3, 3, 3, 3}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, true},
+	{[]int{2, 2, 3, 9, 8}, []int{5, 2, 1, 3, 3}, [3]int{1, 2, 2}, [3]int{0, 1, 1}, false},
+	{[]int{1, 4, 2, 5, 5}, []int{3, 4, 1, 1, 1}, [3]int{1, 1, 1}, [3]int{0, 0, 0}, true},
+	{[]int{1, 16, 3, 17, 19}, []int{8, 16, 3, 3, 3}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, true},
+}
+
+// Inputs are c's input, weight and bias (or nil) in dt on both backends,
+// its output (poisoned) and its parameters.
+func (c ConvCase) Inputs(e *Env, dt tensor.DType) (x, w, b, o [2]*tensor.Tensor, p tensor.ConvParams) {
+	x = e.Pair(e.Rand(dt, -1, 1, c.X...))
+	w = e.Pair(e.Rand(dt, -1, 1, c.W...))
+	if c.WithBias {
+		b = e.Pair(e.Rand(dt, -1, 1, c.W[0]))
+	}
+	out := []int{c.X[0], c.W[0], 0, 0, 0}
+	for i := 0; i < 3; i++ {
+		out[2+i] = (c.X[2+i]+2*c.Pad[i]-c.W[2+i])/c.Stride[i] + 1
+	}
+	return x, w, b, e.Out(dt, out...), tensor.ConvParams{Stride: c.Stride, Padding: c.Pad}
+}
+
 func Conv3d(e *Env) {
-	for _, c := range []struct {
-		x, w        []int
-		stride, pad [3]int
-		withBias    bool
-	}{
-		{[]int{1, 3, 5, 7, 9}, []int{4, 3, 3, 3, 3}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, true},
-		{[]int{2, 2, 3, 9, 8}, []int{5, 2, 1, 3, 3}, [3]int{1, 2, 2}, [3]int{0, 1, 1}, false},
-		{[]int{1, 4, 2, 5, 5}, []int{3, 4, 1, 1, 1}, [3]int{1, 1, 1}, [3]int{0, 0, 0}, true},
-	} {
+	for _, c := range ConvCases {
 		for _, dt := range floats {
-			x := e.Pair(e.Rand(dt, -1, 1, c.x...))
-			w := e.Pair(e.Rand(dt, -1, 1, c.w...))
-			var b [2]*tensor.Tensor
-			if c.withBias {
-				b = e.Pair(e.Rand(dt, -1, 1, c.w[0]))
-			}
-			out := []int{c.x[0], c.w[0], 0, 0, 0}
-			for i := 0; i < 3; i++ {
-				out[2+i] = (c.x[2+i]+2*c.pad[i]-c.w[2+i])/c.stride[i] + 1
-			}
-			o := e.Out(dt, out...)
-			p := tensor.ConvParams{Stride: c.stride, Padding: c.pad}
+			x, w, b, o, p := c.Inputs(e, dt)
 			e.Run("conv3d", func(i int) error { return e.Backend(i).Conv3d(o[i], x[i], w[i], b[i], p) })
-			e.Compare(fmt.Sprintf("conv3d %s x%v w%v %+v", dt, c.x, c.w, p), o, 20, 1)
+			e.Compare(fmt.Sprintf("conv3d %s x%v w%v %+v", dt, c.X, c.W, p), o, 20, 1)
 		}
 	}
 }
