@@ -14,6 +14,7 @@ import (
 	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/internal/device"
+	"github.com/framepack-go/framepack/internal/envconfig"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/model/hunyuan"
 	"github.com/framepack-go/framepack/tensor"
@@ -113,7 +114,7 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 	inner := tensor.Backend(d.CPU)
 	if d.GPU != nil {
 		prof = &eventProfile{g: d.GPU}
-		inner = tensor.WithSettings(d.GPU, tensor.Settings{Hook: prof.hook, OpByOp: f.opByOp})
+		inner = tensor.WithSettings(d.GPU, tensor.Settings{Hook: prof.hook, OpByOp: f.opByOp || envconfig.Read().OpByOp})
 	}
 
 	img, txt := cfg.Tokens(sec)
