@@ -59,13 +59,8 @@ func searchOptimized(ctx context.Context, req convchain.SearchRequest) (*convcha
 			errs = append(errs, fmt.Errorf("%s: %w", layoutName(l), err))
 			continue
 		}
-		id := p.SolutionID
-		if t.vendor == miopen.NVIDIA {
-			id = uint64(p.Algo)
-		}
-		data, _ := json.Marshal(planData{ID: id, Layout: layoutName(l), Given: true})
 		return &convchain.Plan{Algorithm: fmt.Sprintf("%s %s %s", t.h.Lib().Name(), layoutName(l), p),
-			Workspace: p.WorkspaceBytes, Data: data}, nil
+			Workspace: p.WorkspaceBytes, Data: t.remembered(p, l, true)}, nil
 	}
 	return nil, errors.Join(errs...)
 }

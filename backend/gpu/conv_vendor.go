@@ -56,6 +56,17 @@ type planData struct {
 	Given  bool   `json:"given,omitempty"` // ID was chosen by a search
 }
 
+// remembered is the planData of p in layout l: cuDNN's plans are
+// algorithms, MIOpen's solutions.
+func (t *optimized) remembered(p miopen.Plan, l miopen.Layout, given bool) []byte {
+	id := p.SolutionID
+	if t.vendor == miopen.NVIDIA {
+		id = uint64(p.Algo)
+	}
+	data, _ := json.Marshal(planData{ID: id, Layout: layoutName(l), Given: given})
+	return data
+}
+
 // live is the in-process form of a plan.
 type live struct {
 	layout miopen.Layout
@@ -288,11 +299,7 @@ func (t *optimized) Plan(k convchain.Key, searched *convchain.Plan) (*convchain.
 			errs = append(errs, fmt.Errorf("%s: %w", layoutName(l), err))
 			continue
 		}
-		id := p.SolutionID
-		if t.vendor == miopen.NVIDIA {
-			id = uint64(p.Algo)
-		}
-		data, _ := json.Marshal(planData{ID: id, Layout: layoutName(l), Given: lv.given})
+		data := t.remembered(p, l, lv.given)
 		alg := fmt.Sprintf("%s %s %s", t.h.Lib().Name(), layoutName(l), p)
 		if l == miopen.NDHWC && lv.frames < g.To {
 			alg += fmt.Sprintf(", %d of %d frames a chunk", lv.frames, g.To)
