@@ -127,8 +127,8 @@ func parseTiling(s string) (vae.Tiling, bool, error) {
 	return vae.Tiling{}, false, fmt.Errorf("--tiling %q: want framewise, spatial:TILE:STRIDE, none or auto", s)
 }
 
-// benchDevice is the bench's compute backend: budget(profiler(chain(gpu)))
-// or budget(cpu).
+// benchDevice is the bench's compute backend: budget(chain(gpu)) or budget(cpu), with
+// the profile's Hook in its settings under --profile.
 type benchDevice struct {
 	be      *memory.Backend
 	gpu     *gpu.Backend
