@@ -294,6 +294,10 @@ func bstrides(from, out []int) []int {
 	return st
 }
 
+// The cases below, one an op, are the entries of Cases; a backend's own
+// test may run one alone (backend/gpu runs Attention under each of its
+// attention paths).
+
 var allTypes = []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.I64, tensor.I32, tensor.U8, tensor.Bool}
 
 func Fill(e *Env) {
