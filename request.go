@@ -10,7 +10,6 @@ import (
 	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/video"
-	gt "gorgonia.org/tensor"
 )
 
 // Request is one generation job. Start from DefaultRequest: its values are
@@ -150,15 +149,6 @@ type ModelLoad struct {
 	Stage string
 	Time  time.Duration
 	Bytes int64 // the weights in the compute dtype
-}
-
-// Dense is the frames as a gorgonia uint8 array (T, H, W, 3) sharing
-// their memory; nil for a nil Result or one without frames.
-func (r *Result) Dense() *gt.Dense {
-	if r == nil || r.T <= 0 || r.H <= 0 || r.W <= 0 || len(r.Pix) != r.T*r.H*r.W*3 {
-		return nil
-	}
-	return gt.New(gt.WithShape(r.T, r.H, r.W, 3), gt.WithBacking(r.Pix))
 }
 
 // FPS is the frame rate FramePack generates and writes at.

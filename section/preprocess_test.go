@@ -4,8 +4,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -47,11 +47,11 @@ func TestGoldenPreprocess(t *testing.T) {
 		}
 		c.Compare(t, "pixel_values", px)
 
-		s := tensor.NewScope(cpu.New())
+		s := tensor.NewScope(testdevice.Backend(t))
 		var prev, app *tensor.Tensor
 		if err := tensor.Catch(func() {
-			prev = tensor.ToHost(PreviewLatents(s, c.Tensor("latents")))
-			app = tensor.ToHost(SoftAppend(s, c.Tensor("append_a"), c.Tensor("append_b"), 3))
+			prev = tensor.ToHost(PreviewLatents(s, s.To(c.Tensor("latents"))))
+			app = tensor.ToHost(SoftAppend(s, s.To(c.Tensor("append_a")), s.To(c.Tensor("append_b")), 3))
 		}); err != nil {
 			t.Fatal(err)
 		}

@@ -101,7 +101,7 @@ func (s *RandomSource) Make(w Weight) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("random weight %s: %w", w.Name, err)
 	}
-	if hb, ok := t.Buffer().(*tensor.HostBuffer); ok && isHostBacked(s.Be) {
+	if hb, ok := t.Buffer().(*tensor.HostBuffer); ok && tensor.IsHostBacked(s.Be) {
 		err = s.Fill(w, hb.Data()[:t.Bytes()])
 	} else {
 		host := make([]byte, t.Bytes())

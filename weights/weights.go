@@ -460,7 +460,7 @@ func (c *Checkpoint) put(be tensor.Backend, dst tensor.Buffer, off int64, name s
 		dt = e.dt
 	}
 	n := int64(len(data)/e.dt.Size()) * int64(dt.Size())
-	if hb, ok := dst.(*tensor.HostBuffer); ok && isHostBacked(be) {
+	if hb, ok := dst.(*tensor.HostBuffer); ok && tensor.IsHostBacked(be) {
 		convertThrough(hb.Data()[off:off+n], dt, round, data, e.dt)
 	} else if err := uploadConverted(be, dst, off, dt, round, data, e.dt); err != nil {
 		return fmt.Errorf("weights: %s: tensor %q: upload: %w", sh.path, e.name, err)
@@ -565,11 +565,6 @@ func (c *Checkpoint) WillNeed(name string) error {
 		return fmt.Errorf("weights: %s: read-ahead of %q: %v", sh.path, e.name, err)
 	}
 	return nil
-}
-
-func isHostBacked(be tensor.Backend) bool {
-	hb, ok := be.(tensor.HostBacked)
-	return ok && hb.HostBacked()
 }
 
 // closest returns up to k names nearest to name by edit distance.

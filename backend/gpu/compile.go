@@ -173,9 +173,9 @@ func (b *Backend) fn(mod, name string) (*hip.Function, error) {
 	return f, nil
 }
 
-// launch1 runs a kernel over n work items in blocks of bs threads, each
+// launchLinear runs a kernel over n work items in blocks of bs threads, each
 // thread covering per items.
-func (b *Backend) launch1(mod, name string, n int64, bs, per int, a *hip.Args) error {
+func (b *Backend) launchLinear(mod, name string, n int64, bs, per int, a *hip.Args) error {
 	if n <= 0 {
 		return nil
 	}

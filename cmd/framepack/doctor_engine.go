@@ -35,10 +35,10 @@ func doctorGPU(w io.Writer) error {
 	for _, v := range []hip.Vendor{hip.AMD, hip.NVIDIA} {
 		rep, err := hip.Load(v)
 		if err != nil {
-			fmt.Fprintf(w, "  %-14s not available: %v\n", v.String()+":", err)
+			fmt.Fprintf(w, "  %-14s not available: %v\n", hip.Platform(v)+":", err)
 			continue
 		}
-		fmt.Fprintf(w, "  %-14s %v\n", v.String()+":", rep.Libraries)
+		fmt.Fprintf(w, "  %-14s %v\n", hip.Platform(v)+":", rep.Libraries)
 		if len(rep.MissingOptional) > 0 {
 			fmt.Fprintf(w, "  %-14s optional entry points missing: %v\n", "", rep.MissingOptional)
 		}

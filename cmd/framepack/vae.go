@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/framepack-go/framepack/gpuconv"
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/sampler"
@@ -206,7 +206,7 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	}
 	defer d.Close()
 	defer v.Close()
-	defer gpuconv.LogSummary(d.Backend)
+	defer convchain.LogSummary(d.Backend)
 	cfg := v.Config()
 	if z.Dim(1) != cfg.LatentChannels {
 		return fmt.Errorf("latents %v: the VAE takes %d channels", z.Shape(), cfg.LatentChannels)
@@ -328,7 +328,7 @@ func runVAEEncode(f *vaeFlags, im *section.RGB, sample bool, seed uint64) error 
 	}
 	defer d.Close()
 	defer v.Close()
-	defer gpuconv.LogSummary(d.Backend)
+	defer convchain.LogSummary(d.Backend)
 	log.Info(fmt.Sprintf("vae encode: %dx%d image → latents (1, %d, 1, %d, %d)", im.W, im.H, v.Config().LatentChannels,
 		im.H/v.Config().SpatialCompressionRatio, im.W/v.Config().SpatialCompressionRatio))
 	start := time.Now()

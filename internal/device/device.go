@@ -8,15 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/convchain"
-	"github.com/framepack-go/framepack/gpuconv"
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/envconfig"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -40,7 +39,7 @@ type Options struct {
 	Preserve string
 	// Conv configures the conv3d chain on a GPU (vendor library, GEMM,
 	// naive kernel, CPU); its Log defaults to Log.
-	Conv gpuconv.Options
+	Conv gpu.ConvOptions
 	// Log receives the device line and, for Auto, why the CPU was chosen;
 	// nil means slog.Default().
 	Log *slog.Logger
@@ -74,7 +73,7 @@ func (d *Device) IsGPU() bool { return d.GPU != nil }
 
 // ConvScratch is what the conv3d chain may take on a GPU beside any plan:
 // the optimized tier's workspace and room for the GEMM tier's chunks.
-const ConvScratch = gpuconv.DefaultChunkBytes + 64*memory.MiB
+const ConvScratch = gpu.DefaultChunkBytes + 64*memory.MiB
 
 // DecodeRoom is the memory a VAE decode plans its tiles in (vae.VAE.Plan):
 // what the cap leaves for activations once, on a GPU, ConvScratch is set
@@ -101,7 +100,7 @@ func ParseChoice(s string) (string, error) {
 // checkOptions checks the flags' syntax before a device is opened; whether
 // the sizes fit the device is checked against its budget.
 func checkOptions(o Options) error {
-	if _, err := gpuconv.ParseLayout(string(o.Conv.Layout)); err != nil {
+	if _, err := gpu.ParseLayout(string(o.Conv.Layout)); err != nil {
 		return err
 	}
 	for _, f := range []struct{ name, v string }{{"--vram-limit", o.VRAMLimit}, {"--preserve", o.Preserve}} {
@@ -273,7 +272,7 @@ func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 		hd.Close()
 		return nil, &configError{err}
 	}
-	g, err := gpu.New(gpu.Options{Limit: b.Cap, Log: log, RuntimeCompile: os.Getenv("FRAMEPACK_KERNELS") == "compile"})
+	g, err := gpu.New(gpu.Options{Limit: b.Cap, Log: log})
 	if err != nil {
 		hd.Close()
 		return nil, fmt.Errorf("opening the GPU backend on %s: %w", hd.Name, err)
@@ -286,13 +285,13 @@ func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 	if co.Log == nil {
 		co.Log = log
 	}
-	conv, err := gpuconv.New(g, host, co)
+	conv, err := g.WithConvChain(host, co)
 	if err != nil {
 		closeGPU()
 		return nil, &configError{fmt.Errorf("conv3d on %s: %w", hd.Name, err)}
 	}
 	return &Device{
-		Backend: memory.Budgeted(conv, b),
+		Backend: memory.Budgeted(withEnvSettings(conv), b),
 		Budget:  b,
 		GPU:     g,
 		Conv:    conv,
@@ -312,4 +311,12 @@ func (d *Device) Close() {
 		d.GPU.Close()
 		d.GPU.Device().Close()
 	}
+}
+
+// withEnvSettings carries FRAMEPACK_OP_BY_OP into the scopes made on be.
+func withEnvSettings(be tensor.Backend) tensor.Backend {
+	if envconfig.Read().OpByOp {
+		return tensor.WithSettings(be, tensor.Settings{OpByOp: true})
+	}
+	return be
 }

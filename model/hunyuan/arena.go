@@ -16,9 +16,9 @@ type arena struct {
 	ws    []weights.Weight // the block's weights, in the order loadBlock asks
 	offs  []int64
 	size  int64
-	dev   *tensor.Tensor     // U8 storage on the backend while resident
-	host  *tensor.HostBuffer // host storage of a streamed block
-	pinIt pinnedUploader     // set when host is pinned memory from it
+	dev   *tensor.Tensor        // U8 storage on the backend while resident
+	host  *tensor.HostBuffer    // host storage of a streamed block
+	pinIt tensor.PinnedUploader // set when host is pinned memory from it
 	// mapped: streamed from the checkpoint's mapping (Options.StreamFromFile),
 	// no storage of its own outside a use.
 	mapped bool
@@ -85,12 +85,6 @@ func (a *arena) free() {
 	a.host, a.pinIt = nil, nil
 }
 
-// hostBacked reports whether host tensors are usable on be without a copy.
-func hostBacked(be tensor.Backend) bool {
-	hb, ok := be.(tensor.HostBacked)
-	return ok && hb.HostBacked()
-}
-
 // loadBlock reads the weights of block i (the double blocks first) through
 // p into blk, a *doubleBlock or *singleBlock.
 func (m *Model) loadBlock(p *weights.Builder, i int, blk any) {
@@ -121,10 +115,10 @@ func (m *Model) makeBlocks(src weights.Filler) error {
 	if keep == AutoKeep {
 		keep = m.autoKeep()
 	}
-	pin, pinned := find[pinnedUploader](m.be)
+	pin, pinned := tensor.As[tensor.PinnedUploader](m.be)
 	// From the file: only where the blocks have a file and a host copy
 	// would be a second one (a host-backed backend computes on host memory).
-	mapped := m.opts.StreamFromFile && m.file != nil && !hostBacked(m.be)
+	mapped := m.opts.StreamFromFile && m.file != nil && !tensor.IsHostBacked(m.be)
 	var scratch []byte // host bytes of a resident block on a device
 	var kept int64
 	m.arenas = make([]*arena, m.numBlocks())
@@ -178,7 +172,7 @@ func (m *Model) makeBlocks(src weights.Filler) error {
 			return fmt.Errorf("hunyuan: block %d weights (%d MiB): %w", i, a.size>>20, err)
 		}
 		a.dev = dev
-		if hb, ok := dev.Buffer().(*tensor.HostBuffer); ok && hostBacked(m.be) {
+		if hb, ok := dev.Buffer().(*tensor.HostBuffer); ok && tensor.IsHostBacked(m.be) {
 			if err := fillAll(hb.Data()); err != nil {
 				return err
 			}
@@ -203,7 +197,7 @@ func (m *Model) makeBlocks(src weights.Filler) error {
 // autoKeep is the room the backend's budget leaves for resident block
 // weights beside its preserved amount, 0 without a budget.
 func (m *Model) autoKeep() int64 {
-	if mb, ok := find[*memory.Backend](m.be); ok {
+	if mb, ok := tensor.As[*memory.Backend](m.be); ok {
 		return max(0, mb.Available()-mb.Budget().Preserve)
 	}
 	return 0
@@ -242,7 +236,7 @@ func (m *Model) acquire(i int, prefetch bool) *use {
 		u.dev = dev
 		return u
 	}
-	if a.dev != nil || a.host == nil || hostBacked(m.be) {
+	if a.dev != nil || a.host == nil || tensor.IsHostBacked(m.be) {
 		return u
 	}
 	dev, err := tensor.Alloc(m.be, tensor.U8, int(a.size))

@@ -197,7 +197,7 @@ func (b *singleBlock) forward(s *tensor.Scope, ops kernels, h, temb *tensor.Tens
 	s.Free(y)
 	o := j.attend(s, q, k, v)
 	s.Free(q, k, v)
-	placeColumns(s, cat, 0, o)
+	s.PlaceColumns(cat, 0, o)
 	s.Free(o)
 
 	// 3. Modulation and residual connection

@@ -84,7 +84,7 @@ func (m *Model) Forward(s *tensor.Scope, in *Inputs) *tensor.Tensor {
 
 	// norm_out: AdaLayerNormContinuous, chunked [scale, shift].
 	mod := adaChunks(cs, &m.normOut, temb, 2)
-	img = kernelsFor(cs.Backend()).lnModulate(cs, img, mod[1], mod[0])
+	img = kernelsFor(cs).lnModulate(cs, img, mod[1], mod[0])
 	img = cs.Slice(img, 1, img.Dim(1)-originalContextLength, img.Dim(1))
 
 	// high_quality_fp32_output_for_inference: proj_out in f32.
@@ -208,7 +208,7 @@ func (m *Model) runBlocks(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joi
 	u := m.acquire(0, false)
 	defer u.release()
 	c := adaChunks(ms, &u.block().(*doubleBlock).Norm1, temb, 6)
-	mod := kernelsFor(ms.Backend()).lnModulate(ms, img, c[0], c[1])
+	mod := kernelsFor(ms).lnModulate(ms, img, c[0], c[1])
 	ms.Keep(mod)
 	ms.Close()
 	u.release()
@@ -233,7 +233,7 @@ func (m *Model) runBlocks(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joi
 // single blocks on the joined [image | text] stream. img itself is left
 // to the caller.
 func (m *Model) blocksForward(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joint) *tensor.Tensor {
-	ops := kernelsFor(s.Backend())
+	ops := kernelsFor(s)
 	var cur, next *use
 	defer func() { cur.release(); next.release() }()
 	x, c, h := img, txt, (*tensor.Tensor)(nil)

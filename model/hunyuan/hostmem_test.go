@@ -21,7 +21,7 @@ import (
 // device computes on host memory (nothing streams there).
 func deviceForStreaming(t *testing.T) tensor.Backend {
 	be := testdevice.Backend(t)
-	if hostBacked(be) {
+	if tensor.IsHostBacked(be) {
 		return testdevice.NewFake()
 	}
 	return be

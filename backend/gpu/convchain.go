@@ -1,5 +1,6 @@
-// Package gpuconv puts a GPU backend's 3-D convolutions on the conv3d
-// fallback chain (package convchain) with the real tiers, fastest first:
+// The GPU's 3-D convolutions on the conv3d fallback chain (package
+// convchain, the device-independent policy), with the real tiers, fastest
+// first:
 //
 //   - optimized: the vendor library (cuDNN on NVIDIA, MIOpen on AMD) through
 //     package miopen, channels-last (NDHWC) where the channel counts suit the
@@ -15,7 +16,8 @@
 // the chain's deadline; by default only on AMD, whose heuristics often end
 // in the naive solver, while cuDNN's heuristics are used as they are. What
 // works for each shape is remembered on disk by the chain.
-package gpuconv
+
+package gpu
 
 import (
 	"fmt"
@@ -23,7 +25,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/tensor"
@@ -64,8 +65,8 @@ const (
 // DefaultChunkBytes bounds the optimized tier's scratch memory.
 const DefaultChunkBytes = 512 << 20
 
-// Options configure Wrap.
-type Options struct {
+// ConvOptions configure Wrap.
+type ConvOptions struct {
 	// Layout of the optimized tier (LayoutAuto by default).
 	Layout Layout
 	// ChunkBytes bounds the channels-last scratch tensors and the
@@ -88,26 +89,17 @@ type Options struct {
 	Profile *Profile
 }
 
-func (o *Options) chunkBytes() int64 {
+func (o *ConvOptions) chunkBytes() int64 {
 	if o.ChunkBytes > 0 {
 		return o.ChunkBytes
 	}
 	return DefaultChunkBytes
 }
 
-// Wrap returns be with its Conv3d on the conv3d chain; every other kernel
-// is be's. cpu is the last tier's backend. The result is a
-// *convchain.Backend (Chain reaches the chain, for its summary).
-func Wrap(be *gpu.Backend, cpu tensor.Backend, o Options) (tensor.Backend, error) {
-	b, err := New(be, cpu, o)
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-// New is Wrap with the concrete result.
-func New(be *gpu.Backend, cpu tensor.Backend, o Options) (*convchain.Backend, error) {
+// WithConvChain returns be with its Conv3d (and Conv3dPadded) on the conv3d
+// chain; every other kernel is be's. cpu is the last tier's backend. Chain
+// on the result reaches the chain, for its summary.
+func (be *Backend) WithConvChain(cpu tensor.Backend, o ConvOptions) (*convchain.Backend, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
@@ -131,15 +123,11 @@ func New(be *gpu.Backend, cpu tensor.Backend, o Options) (*convchain.Backend, er
 	device := be.Device().Name + " " + be.Device().Arch
 	if t, err := newOptimized(be, opt); err == nil {
 		tiers = append(tiers, t)
-		device += " " + t.h.Lib().Vendor().String() + " " + t.h.Lib().Version()
+		device += " " + t.h.Lib().Name() + " " + t.h.Lib().Version()
 	} else {
 		o.Log.Info("conv3d: no vendor convolution library; the chain starts at the GEMM tier", "why", err)
 	}
-	for _, t := range be.ConvTiers() {
-		if n := t.Name(); n == "gemm" || n == "naive" {
-			tiers = append(tiers, t)
-		}
-	}
+	tiers = append(tiers, be.ConvTiers()...)
 	tiers = append(tiers, convchain.CPUTier(cpu))
 	chain, err := convchain.New(tiers, convchain.Options{Device: device, CachePath: o.CachePath,
 		SearchDeadline: o.SearchDeadline, Exhaustive: o.Exhaustive, NoSearch: !search, Faults: faults, Log: o.Log})
@@ -159,27 +147,4 @@ func searchOn(mode string, v hip.Vendor) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("conv3d search %q: want auto, on or off", mode)
-}
-
-// ChainOf finds the conv3d chain under be (through Unwrap() layers such as
-// a memory budget or a profiler); nil when there is none.
-func ChainOf(be tensor.Backend) *convchain.Chain {
-	for be != nil {
-		if cb, ok := be.(*convchain.Backend); ok {
-			return cb.Chain()
-		}
-		u, ok := be.(interface{ Unwrap() tensor.Backend })
-		if !ok {
-			return nil
-		}
-		be = u.Unwrap()
-	}
-	return nil
-}
-
-// LogSummary logs the chain's one line per tier, when be has a chain.
-func LogSummary(be tensor.Backend) {
-	if c := ChainOf(be); c != nil {
-		c.LogSummary()
-	}
 }

@@ -1,7 +1,6 @@
-package gpuconv
+package gpu
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,11 +13,10 @@ import (
 	"time"
 
 	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/convchain"
-	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/tensor/backendtest"
 	"github.com/framepack-go/framepack/vae"
 )
 
@@ -28,20 +26,6 @@ func TestMain(m *testing.M) {
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// newGPU opens the GPU backend or skips the test.
-func newGPU(t testing.TB) *gpu.Backend {
-	t.Helper()
-	b, err := gpu.New(gpu.Options{Log: quiet})
-	if err != nil {
-		if errors.Is(err, hip.ErrNoGPU) {
-			t.Skipf("no GPU: %v", err)
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
 
 // only makes every tier but keep fail with an error.
 func only(keep string) *convchain.Faults {
@@ -54,13 +38,13 @@ func only(keep string) *convchain.Faults {
 	return f
 }
 
-func wrapped(t testing.TB, g *gpu.Backend, o Options) *convchain.Backend {
+func wrapped(t testing.TB, g *Backend, o ConvOptions) *convchain.Backend {
 	t.Helper()
 	if o.Log == nil {
 		o.Log = quiet
 	}
 	o.CachePath = "off"
-	b, err := New(g, cpu.New(), o)
+	b, err := g.WithConvChain(cpu.New(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +185,7 @@ func (r *convRun) run(t testing.TB, be tensor.Backend) float64 {
 // TestTiersAlone runs each tier alone (the others fail by injected faults)
 // on VAE-like shapes in f32, f16 and bf16 against the CPU.
 func TestTiersAlone(t *testing.T) {
-	g := newGPU(t)
+	g := newGPU(t, Options{Log: quiet})
 	for _, tier := range []string{"optimized", "gemm", "naive", "cpu"} {
 		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 			for i, c := range vaeLike {
@@ -214,7 +198,7 @@ func TestTiersAlone(t *testing.T) {
 						if layout != LayoutAuto && tier != "optimized" {
 							continue
 						}
-						be := wrapped(t, g, Options{Faults: only(tier), ChunkBytes: c.chunkBytes, Layout: layout})
+						be := wrapped(t, g, ConvOptions{Faults: only(tier), ChunkBytes: c.chunkBytes, Layout: layout})
 						r := newConvRun(t, c, dt, uint64(i))
 						e := r.run(t, be)
 						s := be.Chain().Summary()
@@ -241,7 +225,7 @@ func TestTiersAlone(t *testing.T) {
 // TestFaultsOnRealTiers injects each fault into the real tiers: the chain
 // moves on and the output stays the CPU's.
 func TestFaultsOnRealTiers(t *testing.T) {
-	g := newGPU(t)
+	g := newGPU(t, Options{Log: quiet})
 	c := vaeLike[0]
 	for _, tc := range []struct {
 		faults string
@@ -262,7 +246,7 @@ func TestFaultsOnRealTiers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			be := wrapped(t, g, Options{Faults: f, SearchDeadline: 3 * time.Second})
+			be := wrapped(t, g, ConvOptions{Faults: f, SearchDeadline: 3 * time.Second})
 			r := newConvRun(t, c, tensor.F16, 11)
 			start := time.Now()
 			var e float64
@@ -306,7 +290,7 @@ func caseTiling(c *golden.Case) vae.Tiling {
 // chain, without faults and with each fault on the real tiers, in f32
 // (golden tolerance) and, without faults, in f16 and bf16 (the CPU's bounds).
 func TestGoldenDecodeGPU(t *testing.T) {
-	g := newGPU(t)
+	g := newGPU(t, Options{Log: quiet})
 	cases := golden.Cases(t, "vae.decode")
 	cases = append(cases, golden.Cases(t, "vae.decode_tiled")...)
 	for _, faults := range []string{"", "conv3d.optimized=hang", "conv3d.optimized=error", "conv3d.optimized=oom",
@@ -325,7 +309,7 @@ func TestGoldenDecodeGPU(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					be := wrapped(t, g, Options{Faults: f, SearchDeadline: time.Second})
+					be := wrapped(t, g, ConvOptions{Faults: f, SearchDeadline: time.Second})
 					v, err := vae.Load(c.ModelDir, be, vae.Options{DType: dt})
 					if err != nil {
 						t.Fatal(err)
@@ -369,7 +353,7 @@ func TestConvSpeed(t *testing.T) {
 	if os.Getenv("FRAMEPACK_CONV_SPEED") == "" {
 		t.Skip("FRAMEPACK_CONV_SPEED=1 times the VAE's convolutions")
 	}
-	g := newGPU(t)
+	g := newGPU(t, Options{Log: quiet})
 	shapes := []struct {
 		name string
 		x, w []int
@@ -395,15 +379,15 @@ func TestConvSpeed(t *testing.T) {
 			name string
 			be   tensor.Backend
 		}{
-			{"ndhwc", wrapped(t, g, Options{Layout: LayoutNDHWC})},
-			{"ncdhw", wrapped(t, g, Options{Layout: LayoutNCDHW})},
+			{"ndhwc", wrapped(t, g, ConvOptions{Layout: LayoutNDHWC})},
+			{"ncdhw", wrapped(t, g, ConvOptions{Layout: LayoutNCDHW})},
 			{"gpu.Conv3d", g},
 		}
 		if sh.gemm {
 			paths = append(paths, struct {
 				name string
 				be   tensor.Backend
-			}{"gemm", wrapped(t, g, Options{Faults: only("gemm")})})
+			}{"gemm", wrapped(t, g, ConvOptions{Faults: only("gemm")})})
 		}
 		x, w, b := upload(t, g, hx), upload(t, g, hw), upload(t, g, hb)
 		dst, err := tensor.Alloc(g, tensor.F16, out...)
@@ -451,22 +435,22 @@ func TestConvSpeed(t *testing.T) {
 // optimized tier, which packs through the padding, and on the GEMM tier,
 // which gets a padded copy, against the CPU's Pad then Conv3d.
 func TestPaddedConv(t *testing.T) {
-	g := newGPU(t)
+	g := newGPU(t, Options{Log: quiet})
 	for _, tc := range []struct {
 		name   string
 		x, w   []int
-		pad    convchain.Padding
+		pad    tensor.Padding
 		stride [3]int
 		zero   [3]int // the convolution's own zero padding
 		chunk  int64
 	}{
-		{"causal_k3", []int{1, 16, 5, 9, 11}, []int{32, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 0},
-		{"causal_k3_chunked", []int{1, 16, 7, 10, 6}, []int{16, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 30 << 10},
-		{"causal_stride2", []int{1, 16, 5, 12, 12}, []int{16, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{2, 2, 2}, [3]int{}, 0},
-		{"zeros_and_own_pad", []int{2, 8, 4, 7, 9}, []int{8, 8, 3, 3, 3}, convchain.Padding{Before: [3]int{1, 2, 0}, After: [3]int{2, 0, 1}, Mode: tensor.PadZeros}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0},
-		{"rgb_out", []int{1, 24, 3, 8, 8}, []int{3, 24, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 0},
-		{"causal_upsample", []int{1, 16, 4, 5, 7}, []int{16, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: [3]int{2, 2, 2}, CausalFirst: true}, [3]int{1, 1, 1}, [3]int{}, 0},
-		{"spatial_upsample_chunked", []int{1, 16, 5, 6, 5}, []int{16, 16, 3, 3, 3}, convchain.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: [3]int{1, 2, 2}, CausalFirst: true}, [3]int{1, 1, 1}, [3]int{}, 40 << 10},
+		{"causal_k3", []int{1, 16, 5, 9, 11}, []int{32, 16, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 0},
+		{"causal_k3_chunked", []int{1, 16, 7, 10, 6}, []int{16, 16, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 30 << 10},
+		{"causal_stride2", []int{1, 16, 5, 12, 12}, []int{16, 16, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{2, 2, 2}, [3]int{}, 0},
+		{"zeros_and_own_pad", []int{2, 8, 4, 7, 9}, []int{8, 8, 3, 3, 3}, tensor.Padding{Before: [3]int{1, 2, 0}, After: [3]int{2, 0, 1}, Mode: tensor.PadZeros}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0},
+		{"rgb_out", []int{1, 24, 3, 8, 8}, []int{3, 24, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 0},
+		{"causal_upsample", []int{1, 16, 4, 5, 7}, []int{16, 16, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: [3]int{2, 2, 2}, CausalFirst: true}, [3]int{1, 1, 1}, [3]int{}, 0},
+		{"spatial_upsample_chunked", []int{1, 16, 5, 6, 5}, []int{16, 16, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: [3]int{1, 2, 2}, CausalFirst: true}, [3]int{1, 1, 1}, [3]int{}, 40 << 10},
 	} {
 		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 			for _, tier := range []string{"optimized", "gemm"} {
@@ -490,7 +474,7 @@ func TestPaddedConv(t *testing.T) {
 					if err := c.Conv3d(want, px, hw, hb, p); err != nil {
 						t.Fatal(err)
 					}
-					be := wrapped(t, g, Options{Faults: only(tier), ChunkBytes: tc.chunk})
+					be := wrapped(t, g, ConvOptions{Faults: only(tier), ChunkBytes: tc.chunk})
 					x, w, b := upload(t, be, hx), upload(t, be, hw), upload(t, be, hb)
 					dst, err := tensor.Alloc(be, dt, out...)
 					if err != nil {
@@ -510,4 +494,12 @@ func TestPaddedConv(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestChainOps runs the op suite's convolutions, padded ones included,
+// through the GPU's conv3d chain (whichever tier takes each shape) against
+// the CPU backend.
+func TestChainOps(t *testing.T) {
+	g := newGPU(t, Options{Log: quiet})
+	backendtest.Run(t, wrapped(t, g, ConvOptions{}), backendtest.Select("conv3d", "conv3d_padded")...)
 }

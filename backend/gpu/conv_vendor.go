@@ -1,4 +1,4 @@
-package gpuconv
+package gpu
 
 import (
 	"encoding/json"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/miopen"
@@ -19,7 +18,7 @@ import (
 // In channels-last layout (NDHWC, the libraries' fast path) the input is
 // packed a chunk of output frames at a time into an NDHWC scratch tensor,
 // convolved, and unpacked into the NCDHW output with the bias added in the
-// same pass: the scratch memory stays within Options.ChunkBytes whatever the
+// same pass: the scratch memory stays within ConvOptions.ChunkBytes whatever the
 // convolution's size, and temporal zero padding is done by the packing. In
 // NCDHW layout the library reads and writes the engine's tensors directly
 // and the bias is a separate pass. Scratch tensors and the library's
@@ -28,14 +27,14 @@ import (
 // tier gives up.
 type optimized struct {
 	*handle
-	o *Options
+	o *ConvOptions
 }
 
 // handle is a GPU backend's library handle and layout kernels, shared by
 // every chain on that backend (the handle is not safe for concurrent use:
 // mu guards it).
 type handle struct {
-	be     *gpu.Backend
+	be     *Backend
 	dev    *hip.Device
 	h      *miopen.Handle
 	lk     *layoutKernels
@@ -46,7 +45,7 @@ type handle struct {
 
 var (
 	handlesMu sync.Mutex
-	handles   = map[*gpu.Backend]*handle{}
+	handles   = map[*Backend]*handle{}
 )
 
 // planData is what the tier remembers of a plan: the layout and, when a
@@ -55,6 +54,17 @@ type planData struct {
 	ID     uint64 `json:"id"`
 	Layout string `json:"layout"`
 	Given  bool   `json:"given,omitempty"` // ID was chosen by a search
+}
+
+// remembered is the planData of p in layout l: cuDNN's plans are
+// algorithms, MIOpen's solutions.
+func (t *optimized) remembered(p miopen.Plan, l miopen.Layout, given bool) []byte {
+	id := p.SolutionID
+	if t.vendor == miopen.NVIDIA {
+		id = uint64(p.Algo)
+	}
+	data, _ := json.Marshal(planData{ID: id, Layout: layoutName(l), Given: given})
+	return data
 }
 
 // live is the in-process form of a plan.
@@ -66,7 +76,7 @@ type live struct {
 	frames int // output frames per chunk (NDHWC) at the default bound
 }
 
-func newOptimized(be *gpu.Backend, o *Options) (*optimized, error) {
+func newOptimized(be *Backend, o *ConvOptions) (*optimized, error) {
 	handlesMu.Lock()
 	defer handlesMu.Unlock()
 	if h := handles[be]; h != nil {
@@ -84,7 +94,7 @@ func newOptimized(be *gpu.Backend, o *Options) (*optimized, error) {
 // passed over).
 const workspaceLimit = 1 << 30
 
-func openHandle(be *gpu.Backend) (*handle, error) {
+func openHandle(be *Backend) (*handle, error) {
 	dev := be.Device()
 	v := miopen.AMD
 	if dev.Vendor == hip.NVIDIA {
@@ -105,7 +115,7 @@ func openHandle(be *gpu.Backend) (*handle, error) {
 	}
 	h.SetWorkspaceLimit(workspaceLimit)
 	return &handle{be: be, dev: dev, h: h, vendor: v, given: map[miopen.ConvDesc]bool{},
-		lk: &layoutKernels{dev: dev, stream: be.Stream()}}, nil
+		lk: &layoutKernels{b: be}}, nil
 }
 
 func (t *optimized) Name() string { return "optimized" }
@@ -119,7 +129,7 @@ func libDType(dt string) (miopen.DType, error) {
 	case "bf16":
 		return miopen.BF16, nil
 	}
-	return 0, fmt.Errorf("gpuconv: conv3d on %s: %w", dt, tensor.ErrUnsupported)
+	return 0, fmt.Errorf("gpu: conv3d on %s: %w", dt, tensor.ErrUnsupported)
 }
 
 // geom is a key's convolution in numbers.
@@ -144,7 +154,7 @@ func geomOf(k convchain.Key) (geom, error) {
 	g.Ho = (g.H+2*g.pad[1]-g.kH)/g.st[1] + 1
 	g.Wo = (g.W+2*g.pad[2]-g.kW)/g.st[2] + 1
 	if g.To <= 0 || g.Ho <= 0 || g.Wo <= 0 || k.W[1] != g.Cin {
-		return geom{}, fmt.Errorf("gpuconv: conv3d %s: bad shapes", k)
+		return geom{}, fmt.Errorf("gpu: conv3d %s: bad shapes", k)
 	}
 	return g, nil
 }
@@ -227,7 +237,7 @@ func parseLayout(s string) (miopen.Layout, error) {
 	case "ncdhw", "":
 		return miopen.NCDHW, nil
 	}
-	return 0, fmt.Errorf("gpuconv: unknown layout %q in a remembered plan", s)
+	return 0, fmt.Errorf("gpu: unknown layout %q in a remembered plan", s)
 }
 
 // libPlan plans d on the handle: with the searched algorithm when given
@@ -261,7 +271,7 @@ func (t *optimized) Plan(k convchain.Key, searched *convchain.Plan) (*convchain.
 	var pd planData
 	if searched != nil && len(searched.Data) > 0 {
 		if err := json.Unmarshal(searched.Data, &pd); err != nil {
-			return nil, fmt.Errorf("gpuconv: remembered conv3d plan: %w", err)
+			return nil, fmt.Errorf("gpu: remembered conv3d plan: %w", err)
 		}
 		l, err := parseLayout(pd.Layout)
 		if err != nil {
@@ -289,12 +299,8 @@ func (t *optimized) Plan(k convchain.Key, searched *convchain.Plan) (*convchain.
 			errs = append(errs, fmt.Errorf("%s: %w", layoutName(l), err))
 			continue
 		}
-		id := p.SolutionID
-		if t.vendor == miopen.NVIDIA {
-			id = uint64(p.Algo)
-		}
-		data, _ := json.Marshal(planData{ID: id, Layout: layoutName(l), Given: lv.given})
-		alg := fmt.Sprintf("%v %s %s", t.h.Lib().Vendor(), layoutName(l), p)
+		data := t.remembered(p, l, lv.given)
+		alg := fmt.Sprintf("%s %s %s", t.h.Lib().Name(), layoutName(l), p)
 		if l == miopen.NDHWC && lv.frames < g.To {
 			alg += fmt.Sprintf(", %d of %d frames a chunk", lv.frames, g.To)
 		}
@@ -319,11 +325,11 @@ func (t *optimized) Run(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p 
 
 // RunPadded is Run on x padded by pad: the channels-last path packs x
 // through the padding, the others pad a copy first.
-func (t *optimized) RunPadded(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad convchain.Padding) error {
+func (t *optimized) RunPadded(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad tensor.Padding) error {
 	return t.run(plan, dst, x, &pad, w, bias, p)
 }
 
-func (t *optimized) run(plan *convchain.Plan, dst, x *tensor.Tensor, pad *convchain.Padding, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+func (t *optimized) run(plan *convchain.Plan, dst, x *tensor.Tensor, pad *tensor.Padding, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	k := convchain.KeyOf("", x, w, bias, p)
 	if pad != nil {
 		copy(k.X[:], pad.Shape(x.Shape()))
@@ -380,7 +386,7 @@ func (t *optimized) run(plan *convchain.Plan, dst, x *tensor.Tensor, pad *convch
 // maxChunkBytes bounds the scratch of a chunk when the budget has room.
 const maxChunkBytes = 4 << 30
 
-// chunkLimit is the scratch bound of a run: Options.ChunkBytes when set,
+// chunkLimit is the scratch bound of a run: ConvOptions.ChunkBytes when set,
 // else DefaultChunkBytes, raised to a quarter of what the budget still has
 // free (at most maxChunkBytes): fewer, larger chunks re-pack fewer halo
 // frames and keep the library busier.
@@ -439,7 +445,7 @@ func (t *optimized) forward(alloc tensor.Backend, d miopen.ConvDesc, lv *live, x
 			return err
 		}
 		defer tensor.Release(ws)
-		wsp = gpu.Ptr(ws)
+		wsp = Ptr(ws)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -454,7 +460,7 @@ func (t *optimized) forward(alloc tensor.Backend, d miopen.ConvDesc, lv *live, x
 func (t *optimized) runNCDHW(alloc tensor.Backend, g geom, dt miopen.DType, lv *live, dst, x, w, bias *tensor.Tensor) error {
 	d := g.desc(dt, miopen.NCDHW, 0)
 	err := t.o.Profile.time("conv3d.library", t.be, g.flops(g.To), func() error {
-		return t.forward(alloc, d, lv, gpu.Ptr(x), gpu.Ptr(w), gpu.Ptr(dst))
+		return t.forward(alloc, d, lv, Ptr(x), Ptr(w), Ptr(dst))
 	})
 	if err != nil || bias == nil {
 		return err
@@ -467,7 +473,7 @@ func (t *optimized) runNCDHW(alloc tensor.Backend, g geom, dt miopen.DType, lv *
 	})
 }
 
-func (t *optimized) runNDHWC(alloc tensor.Backend, g geom, dt miopen.DType, lv *live, tc int, dst, x *tensor.Tensor, pad *convchain.Padding, w, bias *tensor.Tensor) error {
+func (t *optimized) runNDHWC(alloc tensor.Backend, g geom, dt miopen.DType, lv *live, tc int, dst, x *tensor.Tensor, pad *tensor.Padding, w, bias *tensor.Tensor) error {
 	tdt := dst.DType()
 	kvol := g.kT * g.kH * g.kW
 	wl, err := scratch(alloc, tdt, int64(g.Cout)*int64(g.Cin)*int64(kvol))
@@ -488,14 +494,14 @@ func (t *optimized) runNDHWC(alloc tensor.Backend, g geom, dt miopen.DType, lv *
 	pr := t.o.Profile
 	// w (K, C, kvol) → (K, kvol, C): a pack with K "batches" of one frame.
 	if err := pr.time("conv3d.pack", t.be, 0, func() error {
-		return t.lk.pack(tdt, gpu.Ptr(wl), gpu.Ptr(w), g.Cout, g.Cin, 1, kvol, 0, 1)
+		return t.lk.pack(tdt, Ptr(wl), Ptr(w), g.Cout, g.Cin, 1, kvol, 0, 1)
 	}); err != nil {
 		return err
 	}
 	S, So := g.H*g.W, g.Ho*g.Wo
 	var bp uintptr
 	if bias != nil {
-		bp = gpu.Ptr(bias)
+		bp = Ptr(bias)
 	}
 	for to0 := 0; to0 < g.To; to0 += tc {
 		n := min(tc, g.To-to0)
@@ -508,20 +514,20 @@ func (t *optimized) runNDHWC(alloc tensor.Backend, g geom, dt miopen.DType, lv *
 					Tu: us[2] - pad.Before[0] - pad.After[0], Hu: us[3] - pad.Before[1] - pad.After[1], Wu: us[4] - pad.Before[2] - pad.After[2],
 					up: pad.Upsample, causal: pad.CausalFirst, Tp: g.T, Hp: g.H, Wp: g.W,
 					before: pad.Before, zt: g.pad[0], replicate: pad.Mode == tensor.PadReplicate}
-				return t.lk.packpad(tdt, gpu.Ptr(xc), gpu.Ptr(x), pg, ti0+g.pad[0], in)
+				return t.lk.packpad(tdt, Ptr(xc), Ptr(x), pg, ti0+g.pad[0], in)
 			}
-			return t.lk.pack(tdt, gpu.Ptr(xc), gpu.Ptr(x), g.B, g.Cin, g.T, S, ti0, in)
+			return t.lk.pack(tdt, Ptr(xc), Ptr(x), g.B, g.Cin, g.T, S, ti0, in)
 		}); err != nil {
 			return err
 		}
 		d := g.desc(dt, miopen.NDHWC, n)
 		if err := pr.time("conv3d.library", t.be, g.flops(n), func() error {
-			return t.forward(alloc, d, lv, gpu.Ptr(xc), gpu.Ptr(wl), gpu.Ptr(yc))
+			return t.forward(alloc, d, lv, Ptr(xc), Ptr(wl), Ptr(yc))
 		}); err != nil {
 			return err
 		}
 		if err := pr.time("conv3d.unpack", t.be, 0, func() error {
-			return t.lk.unpack(tdt, gpu.Ptr(dst), gpu.Ptr(yc), bp, g.B, g.Cout, g.To, So, to0, n)
+			return t.lk.unpack(tdt, Ptr(dst), Ptr(yc), bp, g.B, g.Cout, g.To, So, to0, n)
 		}); err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package testdevice
+package cpu
 
 import (
 	"fmt"
@@ -7,11 +7,18 @@ import (
 	"github.com/framepack-go/framepack/tensor"
 )
 
-// The fake device has the fused kernels backend/gpu has, written plainly on
-// the host, so the model's fused path runs (and is checked against the
-// golden cases) without a GPU. They follow the GPU kernels' rounding.
+// Fused is the reference of backend/gpu's fused kernels (tensor.FusedKernels),
+// written plainly on host tensors with the GPU kernels' rounding, as llm.c
+// keeps a CPU reference beside each kernel. The CPU backend itself runs
+// these ops op by op (Scope's fallback); the CPU posing as a device
+// (internal/testdevice) has these, so the model's fused path runs and is
+// checked against the golden cases without a GPU, and the op suite
+// (tensor/backendtest) compares every backend's fused kernels with them.
+type Fused struct{}
 
-func vals(t *tensor.Tensor) []float32 {
+var _ tensor.FusedKernels = Fused{}
+
+func fusedVals(t *tensor.Tensor) []float32 {
 	if t == nil {
 		return nil
 	}
@@ -19,7 +26,7 @@ func vals(t *tensor.Tensor) []float32 {
 	return append([]float32(nil), h.ToFloat32()...)
 }
 
-func store(t *tensor.Tensor, v []float32) {
+func fusedStore(t *tensor.Tensor, v []float32) {
 	h, _ := tensor.FromBytes(t.DType(), t.Buffer().(*tensor.HostBuffer).Data()[:t.Bytes()], t.Numel())
 	switch t.DType() {
 	case tensor.F32:
@@ -31,8 +38,8 @@ func store(t *tensor.Tensor, v []float32) {
 	}
 }
 
-func (f *Fake) LayerNormModulate(dst, x, shift, scale *tensor.Tensor, eps float32) error {
-	xs, sh, sc := vals(x), vals(shift), vals(scale)
+func (Fused) LayerNormModulate(dst, x, shift, scale *tensor.Tensor, eps float32) error {
+	xs, sh, sc := fusedVals(x), fusedVals(shift), fusedVals(scale)
 	r := tensor.Rounder(dst.DType())
 	l, d := x.Dim(1), x.Dim(2)
 	out := make([]float32, len(xs))
@@ -54,12 +61,12 @@ func (f *Fake) LayerNormModulate(dst, x, shift, scale *tensor.Tensor, eps float3
 			out[row*d+j] = p + sh[b*d+j]
 		}
 	}
-	store(dst, out)
+	fusedStore(dst, out)
 	return nil
 }
 
-func (f *Fake) GatedAdd(dst, x, y, bias, gate *tensor.Tensor) error {
-	xs, ys, bs, gs := vals(x), vals(y), vals(bias), vals(gate)
+func (Fused) GatedAdd(dst, x, y, bias, gate *tensor.Tensor) error {
+	xs, ys, bs, gs := fusedVals(x), fusedVals(y), fusedVals(bias), fusedVals(gate)
 	r := tensor.Rounder(dst.DType())
 	l, d := x.Dim(1), x.Dim(2)
 	out := make([]float32, len(xs))
@@ -70,23 +77,23 @@ func (f *Fake) GatedAdd(dst, x, y, bias, gate *tensor.Tensor) error {
 		}
 		out[i] = xs[i] + r(g*gs[(i/(l*d))*d+i%d])
 	}
-	store(dst, out)
+	fusedStore(dst, out)
 	return nil
 }
 
-func (f *Fake) QKNormRoPE(q, k, v, src, bias *tensor.Tensor, rowOff int, cols [3]int, wq, wk, cos, sin *tensor.Tensor, eps float32) error {
+func (Fused) QKNormRoPE(q, k, v, src, bias *tensor.Tensor, rowOff int, cols [3]int, wq, wk, cos, sin *tensor.Tensor, eps float32) error {
 	b, lj, h, dh := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
 	ls, s := src.Dim(1), src.Dim(2)
-	ss, bs, cs, sn := vals(src), vals(bias), vals(cos), vals(sin)
-	outs := [3][]float32{vals(q), vals(k), vals(v)}
-	ws := [2][]float32{vals(wq), vals(wk)}
+	ss, bs, cs, sn := fusedVals(src), fusedVals(bias), fusedVals(cos), fusedVals(sin)
+	outs := [3][]float32{fusedVals(q), fusedVals(k), fusedVals(v)}
+	ws := [2][]float32{fusedVals(wq), fusedVals(wk)}
 	r := tensor.Rounder(q.DType())
 	cstride := 0
 	if cos != nil && cos.Numel() == b*lj*dh {
 		cstride = lj * dh
 	}
 	if rowOff+ls > lj {
-		return fmt.Errorf("fake: rows %d+%d of %d", rowOff, ls, lj)
+		return fmt.Errorf("cpu: rows %d+%d of %d", rowOff, ls, lj)
 	}
 	in := make([]float32, dh)
 	for bi := 0; bi < b; bi++ {
@@ -127,16 +134,16 @@ func (f *Fake) QKNormRoPE(q, k, v, src, bias *tensor.Tensor, rowOff int, cols [3
 		}
 	}
 	for i, t := range []*tensor.Tensor{q, k, v} {
-		store(t, outs[i])
+		fusedStore(t, outs[i])
 	}
 	return nil
 }
 
-func (f *Fake) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, src, bias *tensor.Tensor, srcCol, cols int) error {
+func (Fused) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, src, bias *tensor.Tensor, srcCol, cols int) error {
 	if op != tensor.OpGELUTanh && op != tensor.OpSiLU {
-		return fmt.Errorf("fake: activate_columns %s: %w", op, tensor.ErrUnsupported)
+		return fmt.Errorf("cpu: activate_columns %s: %w", op, tensor.ErrUnsupported)
 	}
-	ds, xs, bs := vals(dst), vals(src), vals(bias)
+	ds, xs, bs := fusedVals(dst), fusedVals(src), fusedVals(bias)
 	r := tensor.Rounder(dst.DType())
 	w, xw := dst.Dim(-1), src.Dim(-1)
 	for row := 0; row < len(xs)/xw; row++ {
@@ -154,6 +161,6 @@ func (f *Fake) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int
 			ds[row*w+dstCol+c] = v
 		}
 	}
-	store(dst, ds)
+	fusedStore(dst, ds)
 	return nil
 }

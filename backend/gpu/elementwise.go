@@ -11,8 +11,8 @@ import (
 
 const maxRank = 6 // kernels' strided views (kernels/prelude.hip MAXR)
 
-// sfx is a dtype's kernel-name suffix.
-func sfx(dt tensor.DType) string {
+// dtypeSuffix is a dtype's kernel-name suffix.
+func dtypeSuffix(dt tensor.DType) string {
 	switch dt {
 	case tensor.F32, tensor.F16, tensor.BF16, tensor.I64, tensor.I32, tensor.U8, tensor.Bool:
 		return dt.String()
@@ -20,16 +20,16 @@ func sfx(dt tensor.DType) string {
 	return ""
 }
 
-// fsfx is the suffix of a compute dtype (f32, f16, bf16), "" otherwise.
-func fsfx(dt tensor.DType) string {
+// floatSuffix is the suffix of a compute dtype (f32, f16, bf16), "" otherwise.
+func floatSuffix(dt tensor.DType) string {
 	if dt == tensor.F32 || dt == tensor.F16 || dt == tensor.BF16 {
 		return dt.String()
 	}
 	return ""
 }
 
-// wsfx is the element-size suffix of dtype-agnostic kernels.
-func wsfx(dt tensor.DType) string {
+// widthSuffix is the element-size suffix of dtype-agnostic kernels.
+func widthSuffix(dt tensor.DType) string {
 	switch dt.Size() {
 	case 1, 2, 4, 8:
 		return fmt.Sprintf("b%d", dt.Size())
@@ -37,8 +37,8 @@ func wsfx(dt tensor.DType) string {
 	return ""
 }
 
-// i64s packs a kernel struct of 64-bit fields.
-func i64s(vals ...int64) []byte {
+// packInt64s packs a kernel struct of 64-bit fields.
+func packInt64s(vals ...int64) []byte {
 	out := make([]byte, 8*len(vals))
 	for i, v := range vals {
 		binary.LittleEndian.PutUint64(out[8*i:], uint64(v))
@@ -90,7 +90,7 @@ func forLeading(sh []int, st [][]int, fn func(offs []int, sh []int, st [][]int) 
 // ---- Fill / Cast / Copy ----
 
 func (b *Backend) Fill(dst *tensor.Tensor, v float64) error {
-	s := sfx(dst.DType())
+	s := dtypeSuffix(dst.DType())
 	if s == "" {
 		return unsupported("fill", dst.DType())
 	}
@@ -100,14 +100,14 @@ func (b *Backend) Fill(dst *tensor.Tensor, v float64) error {
 	}
 	n := int64(dst.Numel())
 	a := (&hip.Args{}).Ptr(p).I64(n).U64(math.Float64bits(v))
-	return b.launch1("elementwise", "fill_"+s, n, 256, 1, a)
+	return b.launchLinear("elementwise", "fill_"+s, n, 256, 1, a)
 }
 
 func (b *Backend) Cast(dst, src *tensor.Tensor) error {
 	if dst.Numel() != src.Numel() {
 		return fmt.Errorf("gpu: cast of %v into %v", src, dst)
 	}
-	ss, ds := sfx(src.DType()), sfx(dst.DType())
+	ss, ds := dtypeSuffix(src.DType()), dtypeSuffix(dst.DType())
 	if ss == "" || ds == "" {
 		return fmt.Errorf("gpu: cast %s to %s: %w", src.DType(), dst.DType(), tensor.ErrUnsupported)
 	}
@@ -120,7 +120,7 @@ func (b *Backend) Cast(dst, src *tensor.Tensor) error {
 	if dst.DType() == src.DType() {
 		return b.d2d(pd, ps, n*int64(dst.DType().Size()))
 	}
-	return b.launch1("elementwise", "cast_"+ss+"_"+ds, n, 256, 1, (&hip.Args{}).Ptr(pd).Ptr(ps).I64(n))
+	return b.launchLinear("elementwise", "cast_"+ss+"_"+ds, n, 256, 1, (&hip.Args{}).Ptr(pd).Ptr(ps).I64(n))
 }
 
 func (b *Backend) d2d(dst, src uintptr, n int64) error {
@@ -146,7 +146,7 @@ func (b *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Tens
 	if err := tensor.CheckView(sOff, sSt, shape, src.Numel()); err != nil {
 		return fmt.Errorf("gpu: %w", err)
 	}
-	ws := wsfx(dst.DType())
+	ws := widthSuffix(dst.DType())
 	if ws == "" {
 		return unsupported("copy", dst.DType())
 	}
@@ -166,8 +166,8 @@ func (b *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Tens
 		args = append(args, fixed(sh)...)
 		args = append(args, fixed(st[0])...)
 		args = append(args, fixed(st[1])...)
-		a := (&hip.Args{}).Ptr(pd).Ptr(ps).Struct(i64s(args...), 8)
-		return b.launch1("elementwise", "copy_"+ws, n, 256, 1, a)
+		a := (&hip.Args{}).Ptr(pd).Ptr(ps).Struct(packInt64s(args...), 8)
+		return b.launchLinear("elementwise", "copy_"+ws, n, 256, 1, a)
 	})
 }
 
@@ -177,7 +177,7 @@ func (b *Backend) Unary(op tensor.UnaryOp, dst, src *tensor.Tensor, x, y float32
 	if dst.DType() != src.DType() || dst.Numel() != src.Numel() {
 		return fmt.Errorf("gpu: %s of %v into %v", op, src, dst)
 	}
-	s := fsfx(dst.DType())
+	s := floatSuffix(dst.DType())
 	if s == "" {
 		return unsupported(op.String(), dst.DType())
 	}
@@ -191,7 +191,7 @@ func (b *Backend) Unary(op tensor.UnaryOp, dst, src *tensor.Tensor, x, y float32
 	pd, ps := p[0], p[1]
 	n := int64(dst.Numel())
 	a := (&hip.Args{}).Ptr(pd).Ptr(ps).I64(n).I32(int32(op)).F32(x).F32(y)
-	return b.launch1("elementwise", "unary_"+s, n, 256, 16/dst.DType().Size(), a)
+	return b.launchLinear("elementwise", "unary_"+s, n, 256, 16/dst.DType().Size(), a)
 }
 
 func (b *Backend) Binary(op tensor.BinaryOp, dst, x *tensor.Tensor, xSt []int, y *tensor.Tensor, ySt []int) error {
@@ -202,7 +202,7 @@ func (b *Backend) Binary(op tensor.BinaryOp, dst, x *tensor.Tensor, xSt []int, y
 	if op > tensor.OpMin {
 		return fmt.Errorf("gpu: binary %s: %w", op, tensor.ErrUnsupported)
 	}
-	s := fsfx(dt)
+	s := floatSuffix(dt)
 	per := 1
 	switch {
 	case s != "":
@@ -239,228 +239,16 @@ func (b *Backend) Binary(op tensor.BinaryOp, dst, x *tensor.Tensor, xSt []int, y
 		args = append(args, fixed(st[1])...)
 		args = append(args, fixed(st[2])...)
 		a := (&hip.Args{}).Ptr(pd+uintptr(offs[0])*es).Ptr(px+uintptr(offs[1])*es).Ptr(py+uintptr(offs[2])*es).
-			Struct(i64s(args...), 8)
-		return b.launch1("elementwise", "binary_"+s, n, 256, per, a)
+			Struct(packInt64s(args...), 8)
+		return b.launchLinear("elementwise", "binary_"+s, n, 256, per, a)
 	})
-}
-
-// ---- normalisation ----
-
-func (b *Backend) checkAffine(op string, dt tensor.DType, n int, ts ...*tensor.Tensor) error {
-	for _, t := range ts {
-		if t == nil {
-			continue
-		}
-		if t.DType() != dt {
-			return fmt.Errorf("gpu: %s: parameter %v, input %s", op, t, dt)
-		}
-		if t.Numel() != n {
-			return fmt.Errorf("gpu: %s: parameter %v for %d channels", op, t, n)
-		}
-	}
-	return nil
-}
-
-func (b *Backend) GroupNorm(dst, x, w, bias *tensor.Tensor, groups int, eps float32, silu bool) error {
-	dt := dst.DType()
-	s := fsfx(dt)
-	if s == "" || x.DType() != dt {
-		return unsupported("group_norm", dt)
-	}
-	if x.Rank() < 2 || x.Numel() != dst.Numel() || groups <= 0 || x.Dim(1)%groups != 0 {
-		return fmt.Errorf("gpu: group_norm of %v in %d groups into %v", x, groups, dst)
-	}
-	B, C := x.Dim(0), x.Dim(1)
-	if err := b.checkAffine("group_norm", dt, C, w, bias); err != nil {
-		return err
-	}
-	if x.Numel() == 0 {
-		return nil
-	}
-	S := x.Numel() / (B * C)
-	gsize := int64(C/groups) * int64(S)
-	chunk := int64(16384)
-	nchunks := (gsize + chunk - 1) / chunk
-	BG := int64(B * groups)
-	if nchunks > 65535*64 || BG > 65535 {
-		return fmt.Errorf("gpu: group_norm of %v: %w", x, tensor.ErrUnsupported)
-	}
-	p, err := b.ptrs(dst, x, w, bias)
-	if err != nil {
-		return err
-	}
-	pd, px, pw, pb := p[0], p[1], p[2], p[3]
-	part, err := b.alloc.alloc(BG * nchunks * 3 * 4)
-	if err != nil {
-		return err
-	}
-	defer b.alloc.free(part)
-	stats, err := b.alloc.alloc(BG * 2 * 4)
-	if err != nil {
-		return err
-	}
-	defer b.alloc.free(stats)
-	a := (&hip.Args{}).Ptr(px).Ptr(part.ptr).I64(gsize).I64(chunk)
-	if err := b.launch("norm", "gn_stats_"+s, hip.Dim3{uint32(nchunks), uint32(BG)}, hip.Dim3{256}, 0, a); err != nil {
-		return err
-	}
-	a = (&hip.Args{}).Ptr(part.ptr).Ptr(stats.ptr).I64(BG).I64(nchunks).F32(eps)
-	if err := b.launch1("norm", "gn_finalize", BG, 256, 1, a); err != nil {
-		return err
-	}
-	n := int64(x.Numel())
-	sl := int32(0)
-	if silu {
-		sl = 1
-	}
-	e := 16 / dt.Size()
-	vec, per := int32(0), 1
-	if S%e == 0 {
-		vec, per = 1, e
-	}
-	a = (&hip.Args{}).Ptr(pd).Ptr(px).Ptr(pw).Ptr(pb).Ptr(stats.ptr).I64(n).I64(int64(S)).I64(int64(C)).I64(int64(groups)).
-		I32(sl).I32(vec)
-	return b.launch1("norm", "gn_apply_"+s, n, 256, per, a)
-}
-
-// rows checks a last-axis op and returns (rows, row length).
-func rows(op string, dst, x *tensor.Tensor) (int, int, error) {
-	if x.Rank() == 0 || dst.Numel() != x.Numel() || dst.DType() != x.DType() {
-		return 0, 0, fmt.Errorf("gpu: %s of %v into %v", op, x, dst)
-	}
-	d := x.Dim(-1)
-	if d == 0 {
-		return 0, 0, nil
-	}
-	return x.Numel() / d, d, nil
-}
-
-// shortRow is the longest row the 32-lanes-per-row kernels take.
-const shortRow = 1024
-
-// shortRows runs a 32-lanes-per-row kernel (8 rows per block).
-func (b *Backend) shortRows(name string, nrows int, a *hip.Args) error {
-	return b.launch1("norm", name, int64(nrows)*32, 256, 1, a)
-}
-
-// rowLaunch runs a one-block-per-row kernel.
-func (b *Backend) rowLaunch(name string, nrows int, a *hip.Args) error {
-	if nrows == 0 {
-		return nil
-	}
-	if nrows > 1<<31-1 {
-		return fmt.Errorf("gpu: %s: %d rows exceed one launch", name, nrows)
-	}
-	return b.launch("norm", name, hip.Dim3{uint32(nrows)}, hip.Dim3{256}, 0, a)
-}
-
-func (b *Backend) LayerNorm(dst, x, w, bias *tensor.Tensor, eps float32) error {
-	s := fsfx(dst.DType())
-	if s == "" {
-		return unsupported("layer_norm", dst.DType())
-	}
-	n, d, err := rows("layer_norm", dst, x)
-	if err != nil {
-		return err
-	}
-	if err := b.checkAffine("layer_norm", dst.DType(), d, w, bias); err != nil {
-		return err
-	}
-	ps, err := b.ptrs(dst, x, w, bias)
-	if err != nil {
-		return err
-	}
-	if d <= shortRow {
-		a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).I64(int64(n)).I64(int64(d)).F32(eps)
-		return b.shortRows("layernorm_rows_"+s, n, a)
-	}
-	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).I64(int64(d)).F32(eps)
-	return b.rowLaunch("layernorm_"+s, n, a)
-}
-
-func (b *Backend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
-	s := fsfx(dst.DType())
-	if s == "" {
-		return unsupported("rms_norm", dst.DType())
-	}
-	n, d, err := rows("rms_norm", dst, x)
-	if err != nil {
-		return err
-	}
-	if err := b.checkAffine("rms_norm", dst.DType(), d, w); err != nil {
-		return err
-	}
-	ps, err := b.ptrs(dst, x, w)
-	if err != nil {
-		return err
-	}
-	if d <= shortRow {
-		a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).I64(int64(n)).I64(int64(d)).F32(eps)
-		return b.shortRows("rmsnorm_rows_"+s, n, a)
-	}
-	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).I64(int64(d)).F32(eps)
-	return b.rowLaunch("rmsnorm_"+s, n, a)
-}
-
-func (b *Backend) Softmax(dst, x *tensor.Tensor) error {
-	s := fsfx(dst.DType())
-	if s == "" {
-		return unsupported("softmax", dst.DType())
-	}
-	n, d, err := rows("softmax", dst, x)
-	if err != nil {
-		return err
-	}
-	ps, err := b.ptrs(dst, x)
-	if err != nil {
-		return err
-	}
-	if d <= shortRow {
-		return b.shortRows("softmax_rows_"+s, n, (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(int64(n)).I64(int64(d)))
-	}
-	return b.rowLaunch("softmax_"+s, n, (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(int64(d)))
-}
-
-func (b *Backend) Reduce(op tensor.ReduceOp, dst, src *tensor.Tensor) error {
-	s := fsfx(dst.DType())
-	if s == "" || src.DType() != dst.DType() {
-		return unsupported("reduce", dst.DType())
-	}
-	if op > tensor.ReduceAbsMean {
-		return fmt.Errorf("gpu: reduce %d: %w", op, tensor.ErrUnsupported)
-	}
-	if src.Rank() != 2 || dst.Numel() != src.Dim(0) {
-		return fmt.Errorf("gpu: reduce of %v into %v", src, dst)
-	}
-	if src.Dim(1) == 0 {
-		return fmt.Errorf("gpu: reduce over an empty axis of %v", src)
-	}
-	ps, err := b.ptrs(dst, src)
-	if err != nil {
-		return err
-	}
-	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(int64(src.Dim(1))).I32(int32(op))
-	return b.rowLaunch("reduce_"+s, src.Dim(0), a)
-}
-
-// ptrs resolves several tensors' addresses (nil tensors give 0).
-func (b *Backend) ptrs(ts ...*tensor.Tensor) ([]uintptr, error) {
-	out := make([]uintptr, len(ts))
-	for i, t := range ts {
-		p, err := b.ptr(t)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = p
-	}
-	return out, nil
 }
 
 // ---- RoPE ----
 
 func (b *Backend) RoPE(dst, x, cos, sin *tensor.Tensor) error {
 	dt := dst.DType()
-	s := fsfx(dt)
+	s := floatSuffix(dt)
 	if s == "" || x.DType() != dt || cos.DType() != tensor.F32 || sin.DType() != tensor.F32 {
 		return unsupported("rope", dt)
 	}
@@ -477,7 +265,7 @@ func (b *Backend) RoPE(dst, x, cos, sin *tensor.Tensor) error {
 	}
 	pairs := int64(x.Numel() / 2)
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).I64(pairs).I64(int64(L)).I64(int64(H)).I64(int64(D))
-	return b.launch1("elementwise", "rope_"+s, pairs, 256, 1, a)
+	return b.launchLinear("elementwise", "rope_"+s, pairs, 256, 1, a)
 }
 
 // ---- resampling ----
@@ -490,7 +278,7 @@ func (b *Backend) Pad(dst, src *tensor.Tensor, before []int, mode tensor.PadMode
 	if mode != tensor.PadZeros && mode != tensor.PadReplicate {
 		return fmt.Errorf("gpu: pad mode %d: %w", mode, tensor.ErrUnsupported)
 	}
-	ws := wsfx(dst.DType())
+	ws := widthSuffix(dst.DType())
 	if ws == "" {
 		return unsupported("pad", dst.DType())
 	}
@@ -533,8 +321,8 @@ func (b *Backend) Pad(dst, src *tensor.Tensor, before []int, mode tensor.PadMode
 	args = append(args, fixed(dsh)...)
 	args = append(args, fixed(ssh)...)
 	args = append(args, fixed(bfs)...)
-	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Struct(i64s(args...), 8)
-	return b.launch1("elementwise", "pad_"+ws, n, 256, 1, a)
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Struct(packInt64s(args...), 8)
+	return b.launchLinear("elementwise", "pad_"+ws, n, 256, 1, a)
 }
 
 func (b *Backend) UpsampleNearest(dst, src *tensor.Tensor, scale [3]int) error {
@@ -552,7 +340,7 @@ func (b *Backend) UpsampleNearest(dst, src *tensor.Tensor, scale [3]int) error {
 			return fmt.Errorf("gpu: upsample of %v by %v into %v", src, scale, dst)
 		}
 	}
-	ws := wsfx(dst.DType())
+	ws := widthSuffix(dst.DType())
 	if ws == "" {
 		return unsupported("upsample", dst.DType())
 	}
@@ -563,12 +351,12 @@ func (b *Backend) UpsampleNearest(dst, src *tensor.Tensor, scale [3]int) error {
 	n := int64(dst.Numel())
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(n).I64(int64(ss[r-3])).I64(int64(ss[r-2])).I64(int64(ss[r-1])).
 		I32(int32(scale[0])).I32(int32(scale[1])).I32(int32(scale[2]))
-	return b.launch1("elementwise", "upsample_"+ws, n, 256, 1, a)
+	return b.launchLinear("elementwise", "upsample_"+ws, n, 256, 1, a)
 }
 
 func (b *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
 	dt := dst.DType()
-	s := fsfx(dt)
+	s := floatSuffix(dt)
 	if s == "" || src.DType() != dt {
 		return unsupported("avg_pool3d", dt)
 	}
@@ -593,7 +381,7 @@ func (b *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
 	n := int64(dst.Numel())
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(n).I64(int64(ss[r-3])).I64(int64(ss[r-2])).I64(int64(ss[r-1])).
 		I32(int32(kernel[0])).I32(int32(kernel[1])).I32(int32(kernel[2]))
-	return b.launch1("elementwise", "avgpool_"+s, n, 256, 1, a)
+	return b.launchLinear("elementwise", "avgpool_"+s, n, 256, 1, a)
 }
 
 func (b *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
@@ -608,7 +396,7 @@ func (b *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
 	if ids.DType() != tensor.I64 && ids.DType() != tensor.I32 {
 		return fmt.Errorf("gpu: embedding ids of %s: %w", ids.DType(), tensor.ErrUnsupported)
 	}
-	ws := wsfx(dst.DType())
+	ws := widthSuffix(dst.DType())
 	if ws == "" {
 		return unsupported("embedding", dst.DType())
 	}
@@ -624,7 +412,7 @@ func (b *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
 	}
 	total := int64(n) * int64(D)
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).I64(int64(n)).I64(int64(D)).I64(int64(V)).Ptr(b.errFlag)
-	if err := b.launch1("elementwise", "embedding_"+ws+"_"+ids.DType().String(), total, 256, 1, a); err != nil {
+	if err := b.launchLinear("elementwise", "embedding_"+ws+"_"+ids.DType().String(), total, 256, 1, a); err != nil {
 		return err
 	}
 	// Ids live on the device: checking them costs one synchronisation,

@@ -1,4 +1,4 @@
-package gpuconv
+package gpu
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/miopen"
 	"github.com/framepack-go/framepack/tensor"
@@ -38,12 +37,12 @@ func searchOptimized(ctx context.Context, req convchain.SearchRequest) (*convcha
 		data, _ := json.Marshal(planData{Layout: "gemm"})
 		return &convchain.Plan{Algorithm: "1×1×1 as one GEMM per batch", Data: data}, nil
 	}
-	be, err := gpu.New(gpu.Options{NoBLAS: true, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	be, err := New(Options{NoBLAS: true, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return nil, err
 	}
 	defer be.Close()
-	o := &Options{}
+	o := &ConvOptions{}
 	t, err := newOptimized(be, o)
 	if err != nil {
 		return nil, err
@@ -60,13 +59,8 @@ func searchOptimized(ctx context.Context, req convchain.SearchRequest) (*convcha
 			errs = append(errs, fmt.Errorf("%s: %w", layoutName(l), err))
 			continue
 		}
-		id := p.SolutionID
-		if t.vendor == miopen.NVIDIA {
-			id = uint64(p.Algo)
-		}
-		data, _ := json.Marshal(planData{ID: id, Layout: layoutName(l), Given: true})
-		return &convchain.Plan{Algorithm: fmt.Sprintf("%v %s %s", t.h.Lib().Vendor(), layoutName(l), p),
-			Workspace: p.WorkspaceBytes, Data: data}, nil
+		return &convchain.Plan{Algorithm: fmt.Sprintf("%s %s %s", t.h.Lib().Name(), layoutName(l), p),
+			Workspace: p.WorkspaceBytes, Data: t.remembered(p, l, true)}, nil
 	}
 	return nil, errors.Join(errs...)
 }
@@ -91,7 +85,7 @@ func (t *optimized) search(d miopen.ConvDesc) (miopen.Plan, error) {
 		if err := t.be.Fill(b, 0x3c); err != nil { // small non-zero values in every dtype
 			return miopen.Plan{}, err
 		}
-		ptrs = append(ptrs, gpu.Ptr(b))
+		ptrs = append(ptrs, Ptr(b))
 	}
 	if err := t.be.Sync(); err != nil {
 		return miopen.Plan{}, err

@@ -1,4 +1,4 @@
-package gpuconv
+package gpu
 
 import (
 	"strings"
@@ -74,15 +74,15 @@ func TestOptions(t *testing.T) {
 	if _, err := searchOn("sometimes", hip.AMD); err == nil {
 		t.Error("searchOn accepted a bad mode")
 	}
-	o := &Options{}
+	o := &ConvOptions{}
 	if o.chunkBytes() != DefaultChunkBytes {
 		t.Error("default chunk")
 	}
-	order := (&optimized{o: &Options{}}).layouts(geom{Cin: 128, Cout: 3})
+	order := (&optimized{o: &ConvOptions{}}).layouts(geom{Cin: 128, Cout: 3})
 	if len(order) != 2 || order[0] != miopen.NDHWC {
 		t.Errorf("auto tries %v, want channels-last then NCDHW", order)
 	}
-	if order := (&optimized{o: &Options{Layout: LayoutNCDHW}}).layouts(geom{}); len(order) != 1 || order[0] != miopen.NCDHW {
+	if order := (&optimized{o: &ConvOptions{Layout: LayoutNCDHW}}).layouts(geom{}); len(order) != 1 || order[0] != miopen.NCDHW {
 		t.Errorf("ncdhw tries %v", order)
 	}
 	if !(geom{kT: 1, kH: 1, kW: 1, st: [3]int{1, 1, 1}}).pointwise() || (geom{kT: 1, kH: 1, kW: 1, st: [3]int{1, 2, 2}}).pointwise() {
@@ -90,20 +90,21 @@ func TestOptions(t *testing.T) {
 	}
 }
 
-// TestProfiledAndChainOf times ops on the CPU and finds a chain through a
-// budget and a profiler.
-func TestProfiledAndChainOf(t *testing.T) {
+// TestProfileHookAndChainOf times ops on the CPU through a Scope hook and
+// finds a chain through a budget and the hook's settings.
+func TestProfileHookAndChainOf(t *testing.T) {
 	c := cpu.New()
 	chain, err := convchain.New([]convchain.Tier{convchain.CPUTier(c)}, convchain.Options{CachePath: "off", Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := NewProfile()
-	be := memory.Budgeted(Profiled(convchain.Wrap(c, chain), p), memory.Budget{Device: "test", Cap: 1 << 30})
-	if ChainOf(be) != chain {
+	cb := convchain.Wrap(c, chain)
+	be := memory.Budgeted(tensor.WithSettings(cb, tensor.Settings{Hook: p.Hook(cb)}), memory.Budget{Device: "test", Cap: 1 << 30})
+	if convchain.ChainOf(be) != chain {
 		t.Fatal("ChainOf did not find the chain")
 	}
-	if ChainOf(c) != nil {
+	if convchain.ChainOf(c) != nil {
 		t.Fatal("a chain on the bare CPU backend")
 	}
 	s := tensor.NewScope(be)
