@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
-	"embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -23,9 +22,6 @@ import (
 // never used.
 
 //go:generate go run ./internal/gen
-
-//go:embed precompiled
-var precompiled embed.FS
 
 // ManifestFile is the manifest's name inside the precompiled folder.
 const ManifestFile = "manifest.json"
@@ -55,6 +51,13 @@ type Artifact struct {
 	// SHA256 is the hash of the uncompressed artifact.
 	SHA256 string `json:"sha256"`
 }
+
+// CubinSuffix marks a target key that holds machine code: "sm_90.cubin"
+// is the sm_90 PTX assembled by ptxas (on a machine with the CUDA toolkit;
+// the generator imports it while the PTX it came from is current). The
+// driver loads a cubin without compiling, where PTX costs a JIT compile on
+// a machine's first run.
+const CubinSuffix = ".cubin"
 
 // NVIDIATargets and AMDTargets are the architectures kernels ship for. An
 // NVIDIA GPU newer than the newest listed loads the newest PTX, which its
@@ -168,13 +171,19 @@ func NVIDIATarget(module string, major, minor int) (string, bool) {
 	ma := m.Modules[module]
 	cc := major*10 + minor
 	exact := fmt.Sprintf("sm_%d", cc)
+	if _, ok := ma.Targets[exact+CubinSuffix]; ok {
+		return exact + CubinSuffix, true
+	}
 	if _, ok := ma.Targets[exact]; ok {
 		return exact, true
 	}
 	best, bestCC := "", 0
 	for t, a := range ma.Targets {
 		var v int
-		if _, err := fmt.Sscanf(t, "sm_%d", &v); err != nil || a.Kind != "ptx" {
+		if a.Kind != "ptx" || strings.HasSuffix(t, CubinSuffix) {
+			continue
+		}
+		if _, err := fmt.Sscanf(t, "sm_%d", &v); err != nil {
 			continue
 		}
 		if v <= cc && v > bestCC {
@@ -209,7 +218,7 @@ func Summary() string {
 			if kinds[a.Kind] == nil {
 				kinds[a.Kind] = map[string]bool{}
 			}
-			kinds[a.Kind][t] = true
+			kinds[a.Kind][strings.TrimSuffix(t, CubinSuffix)] = true
 		}
 	}
 	if len(kinds) == 0 {

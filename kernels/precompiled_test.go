@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -31,6 +32,17 @@ func TestPrecompiledCurrent(t *testing.T) {
 		if h != ma.SourceSHA256 {
 			t.Errorf("%s: precompiled from another source (run go generate ./kernels)", mod)
 			continue
+		}
+		for tg := range ma.Targets {
+			if !strings.HasSuffix(tg, CubinSuffix) {
+				continue
+			}
+			code, kind, ok, err := Precompiled(mod, tg)
+			if err != nil || !ok || kind != "cubin" {
+				t.Errorf("%s %s: unreadable cubin (%v)", mod, tg, err)
+			} else if err := checkArtifact(code, kind, tg); err != nil {
+				t.Errorf("%s %s: %v", mod, tg, err)
+			}
 		}
 		for _, tg := range append(append([]string{}, NVIDIATargets...), AMDTargets...) {
 			code, kind, ok, err := Precompiled(mod, tg)
@@ -85,16 +97,20 @@ func TestTargetChoice(t *testing.T) {
 		t.Skip("no precompiled kernels")
 	}
 	mod := Modules()[0]
+	want90 := "sm_90"
+	if _, ok := m.Modules[mod].Targets["sm_90"+CubinSuffix]; ok {
+		want90 += CubinSuffix
+	}
 	for _, c := range []struct {
 		major, minor int
 		want         string
 		ok           bool
 	}{
-		{9, 0, "sm_90", true},
+		{9, 0, want90, true},
 		{8, 9, "sm_89", true},
 		{8, 7, "sm_86", true}, // Orin: the sm_86 PTX, compiled forward by the driver
 		{10, 0, "sm_90", true},
-		{12, 0, "sm_90", true},
+		{12, 0, "sm_90", true}, // the newest PTX, never a cubin of another arch
 		{7, 5, "", false},
 	} {
 		got, ok := NVIDIATarget(mod, c.major, c.minor)

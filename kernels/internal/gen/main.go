@@ -30,9 +30,10 @@ func main() {
 	out := flag.String("out", "precompiled", "output folder")
 	clang := flag.String("clang", "clang++-19", "the clang driver")
 	force := flag.Bool("force", false, "rebuild every module")
+	cubins := flag.String("cubins", "", "a folder of <module>.<target>.<ptx sha256[:16]>.cubin files assembled by ptxas from the shipped PTX, to ship beside it")
 	jobs := flag.Int("j", runtime.NumCPU(), "parallel compiles")
 	flag.Parse()
-	if err := run(*out, *clang, *force, *jobs); err != nil {
+	if err := run(*out, *clang, *force, *jobs, *cubins); err != nil {
 		fmt.Fprintln(os.Stderr, "kernels/gen:", err)
 		os.Exit(1)
 	}
@@ -40,7 +41,7 @@ func main() {
 
 type job struct{ module, target, kind string }
 
-func run(out, clang string, force bool, jobs int) error {
+func run(out, clang string, force bool, jobs int, cubins string) error {
 	ver, err := exec.Command(clang, "--version").Output()
 	if err != nil {
 		return fmt.Errorf("%s --version: %w (apt-get install clang-19 lld-19)", clang, err)
@@ -145,7 +146,51 @@ func run(out, clang string, force bool, jobs int) error {
 			os.Remove(filepath.Join(out, e.Name()))
 		}
 	}
+	if cubins != "" {
+		if err := importCubins(out, cubins, &man); err != nil {
+			return err
+		}
+	}
 	return writeManifest(out, man)
+}
+
+// importCubins ships the cubins in dir that were assembled from the PTX the
+// manifest lists now (their names carry its hash), as "<target>.cubin".
+func importCubins(out, dir string, man *kernels.Manifest) error {
+	n := 0
+	for m, ma := range man.Modules {
+		for _, t := range kernels.NVIDIATargets {
+			ptx, ok := ma.Targets[t]
+			if !ok || ptx.Kind != "ptx" {
+				continue
+			}
+			code, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%s.%s.%s.cubin", m, t, ptx.SHA256[:16])))
+			if os.IsNotExist(err) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if len(code) < 64 || string(code[:4]) != "\x7fELF" {
+				return fmt.Errorf("%s %s: the cubin is not an ELF file", m, t)
+			}
+			var z bytes.Buffer
+			zw, _ := gzip.NewWriterLevel(&z, gzip.BestCompression)
+			zw.Write(code)
+			if err := zw.Close(); err != nil {
+				return err
+			}
+			key := t + kernels.CubinSuffix
+			if err := writeAtomic(filepath.Join(out, kernels.ArtifactName(m, key)), z.Bytes()); err != nil {
+				return err
+			}
+			sum := sha256.Sum256(code)
+			ma.Targets[key] = kernels.Artifact{Kind: "cubin", SHA256: hex.EncodeToString(sum[:])}
+			n++
+		}
+	}
+	fmt.Printf("imported %d cubins\n", n)
+	return nil
 }
 
 func writeManifest(out string, m kernels.Manifest) error {
