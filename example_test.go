@@ -9,7 +9,7 @@ import (
 	"os"
 
 	"github.com/framepack-go/framepack"
-	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tinymodel"
 )
 
@@ -21,7 +21,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // image, a 0.2-second video, 2 steps per section.
 func tinyRequest() framepack.Request {
 	req := framepack.DefaultRequest()
-	img := pipeline.NewRGB(160, 120)
+	img := section.NewRGB(160, 120)
 	for i := range img.Pix {
 		img.Pix[i] = uint8(i % 251)
 	}

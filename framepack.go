@@ -42,7 +42,7 @@ import (
 	"github.com/framepack-go/framepack/model/hunyuan"
 	"github.com/framepack-go/framepack/model/llama"
 	"github.com/framepack-go/framepack/model/siglip"
-	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/tokenizer"
 	"github.com/framepack-go/framepack/vae"
@@ -197,7 +197,7 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 	if p.clipTok, err = tokenizer.LoadCLIP(p.paths[PartTokenizer2]); err != nil {
 		return nil, err
 	}
-	if p.cropStart, err = cropStart(p.llamaTok); err != nil {
+	if p.cropStart, err = section.CropStart(p.llamaTok); err != nil {
 		return nil, err
 	}
 	if err := p.readConfigs(); err != nil {
@@ -367,7 +367,7 @@ func (p *Pipeline) readConfigs() error {
 	}
 	p.sigSize = sc.ImageSize
 	if fe := p.paths[PartFeatureExtractor]; fe != "" {
-		size, err := pipeline.ReadSigLIPProcessor(fe)
+		size, err := section.ReadSigLIPProcessor(fe)
 		if err != nil {
 			return fmt.Errorf("model part %s: %w", PartFeatureExtractor, err)
 		}
@@ -389,7 +389,7 @@ func (p *Pipeline) readConfigs() error {
 		return fmt.Errorf("the image encoder's hidden size %d is not the transformer's image_proj_dim %d", sc.HiddenSize, tc.ImageProjDim)
 	case p.vaeCfg.LatentChannels != tc.InChannels || tc.InChannels != 16:
 		return fmt.Errorf("the VAE's %d latent channels do not match the transformer's %d (FramePack needs 16)", p.vaeCfg.LatentChannels, tc.InChannels)
-	case lc.NumHiddenLayers+1+llamaHiddenState < 1:
+	case lc.NumHiddenLayers+1+section.LlamaHiddenState < 1:
 		return fmt.Errorf("the text encoder has %d layers; FramePack takes hidden_states[-3]", lc.NumHiddenLayers)
 	}
 	return nil

@@ -11,8 +11,8 @@ import (
 	"github.com/framepack-go/framepack/model/hunyuan"
 	"github.com/framepack-go/framepack/model/llama"
 	"github.com/framepack-go/framepack/model/siglip"
-	"github.com/framepack-go/framepack/pipeline"
 	"github.com/framepack-go/framepack/sampler"
+	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae"
 	"github.com/framepack-go/framepack/video"
@@ -121,7 +121,7 @@ func (j *job) placeFor(part string) tensor.Backend {
 	return p.be
 }
 
-func (j *job) run(img *pipeline.RGB) error {
+func (j *job) run(img *section.RGB) error {
 	p, req := j.p, j.req
 
 	// Text: LLaMA (templated, hidden_states[-3]) and CLIP (pooled), the
@@ -135,14 +135,14 @@ func (j *job) run(img *pipeline.RGB) error {
 		return err
 	}
 	j.res.TextEncode = time.Since(t)
-	p.log.Info(fmt.Sprintf("text: %d prompt tokens encoded in %s", pos.tokens, j.res.TextEncode.Round(time.Millisecond)))
+	p.log.Info(fmt.Sprintf("text: %d prompt tokens encoded in %s", pos.Tokens, j.res.TextEncode.Round(time.Millisecond)))
 
 	// The start image, cropped to its bucket.
-	bh, bw, err := pipeline.NearestBucket(img.H, img.W, req.Resolution)
+	bh, bw, err := section.NearestBucket(img.H, img.W, req.Resolution)
 	if err != nil {
 		return err
 	}
-	crop, err := pipeline.ResizeAndCenterCrop(img, bw, bh)
+	crop, err := section.ResizeAndCenterCrop(img, bw, bh)
 	if err != nil {
 		return fmt.Errorf("framepack: cropping the image: %w", err)
 	}
@@ -173,7 +173,7 @@ func (j *job) run(img *pipeline.RGB) error {
 }
 
 // encodeText runs the two text encoders, each loaded for this stage only.
-func (j *job) encodeText() (pos, neg textCond, err error) {
+func (j *job) encodeText() (pos, neg section.Prompt, err error) {
 	p, req := j.p, j.req
 	realCFG := req.CFG != 1
 
@@ -186,9 +186,9 @@ func (j *job) encodeText() (pos, neg textCond, err error) {
 	}
 	j.memory("text encoder loaded (" + memory.FormatBytes(lm.Bytes()) + ")")
 	s := tensor.NewScope(be)
-	pos, err = p.encodeLlama(lm, s, req.Prompt)
+	err = section.EncodeLlama(s, lm, p.llamaTok, p.cropStart, req.Prompt, &pos)
 	if err == nil && realCFG {
-		neg, err = p.encodeLlama(lm, s, req.NegativePrompt)
+		err = section.EncodeLlama(s, lm, p.llamaTok, p.cropStart, req.NegativePrompt, &neg)
 	}
 	s.Close()
 	if uerr := j.unload(PartTextEncoder); err == nil {
@@ -207,9 +207,9 @@ func (j *job) encodeText() (pos, neg textCond, err error) {
 	}
 	j.memory("text_encoder_2 loaded (" + memory.FormatBytes(cm.Bytes()) + ")")
 	s = tensor.NewScope(be)
-	err = p.encodeCLIP(cm, s, req.Prompt, &pos)
+	err = section.EncodeCLIP(s, cm, p.clipTok, req.Prompt, &pos)
 	if err == nil && realCFG {
-		err = p.encodeCLIP(cm, s, req.NegativePrompt, &neg)
+		err = section.EncodeCLIP(s, cm, p.clipTok, req.NegativePrompt, &neg)
 	}
 	s.Close()
 	if uerr := j.unload(PartTextEncoder2); err == nil {
@@ -219,14 +219,14 @@ func (j *job) encodeText() (pos, neg textCond, err error) {
 		return pos, neg, fmt.Errorf("framepack: %w", err)
 	}
 	if !realCFG {
-		neg = pos.zerosLike()
+		neg = pos.ZerosLike()
 	}
 	j.memory("text encoders unloaded")
 	for _, c := range []struct {
 		what string
 		v    []float32
-	}{{"the text encoder's prompt embeddings", pos.embeds}, {"text_encoder_2's pooled prompt", pos.pooled},
-		{"the text encoder's negative prompt embeddings", neg.embeds}, {"text_encoder_2's pooled negative prompt", neg.pooled}} {
+	}{{"the text encoder's prompt embeddings", pos.Embeds}, {"text_encoder_2's pooled prompt", pos.Pooled},
+		{"the text encoder's negative prompt embeddings", neg.Embeds}, {"text_encoder_2's pooled negative prompt", neg.Pooled}} {
 		if len(c.v) > 0 {
 			if err := tensor.NonFiniteError("framepack: text encode produced non-finite values in "+c.what, tensor.FromFloat32(c.v, len(c.v))); err != nil {
 				return pos, neg, err
@@ -236,10 +236,10 @@ func (j *job) encodeText() (pos, neg textCond, err error) {
 	return pos, neg, nil
 }
 
-// encodeImage is FramePack's vae_encode: the posterior of the cropped
-// image, sampled (or its mean), times the scaling factor: (1, 16, 1, h, w)
-// f32 on the host.
-func (j *job) encodeImage(crop *pipeline.RGB) (*tensor.Tensor, error) {
+// encodeImage is FramePack's vae_encode of the cropped image (the
+// posterior sampled with the seed, or its mean): (1, 16, 1, h, w) f32 on
+// the host.
+func (j *job) encodeImage(crop *section.RGB) (*tensor.Tensor, error) {
 	p := j.p
 	be := j.placeFor(PartVAE)
 	v, err := load(j, PartVAE, be, func(be tensor.Backend, _ bool) (*vae.VAE, error) {
@@ -249,38 +249,25 @@ func (j *job) encodeImage(crop *pipeline.RGB) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("framepack: loading the VAE encoder: %w", err)
 	}
 	j.memory("vae encoder loaded (" + memory.FormatBytes(v.WeightBytes()) + ")")
+	// A fixed tiling applies to the encode too, as FramePack's low-VRAM
+	// mode (enable_tiling) tiles both.
+	til := vae.DefaultTiling()
+	if p.opts.VAETiling != nil {
+		til = *p.opts.VAETiling
+	}
+	var rng vae.Randn
+	if !j.req.PosteriorMean {
+		rng = sampler.NewTorchGenerator(j.req.Seed)
+	}
 	s := tensor.NewScope(be)
-	defer s.Close()
-	var z *tensor.Tensor
-	err = tensor.Catch(func() {
-		// A fixed tiling applies to the encode too, as FramePack's
-		// low-VRAM mode (enable_tiling) tiles both.
-		til := vae.DefaultTiling()
-		if p.opts.VAETiling != nil {
-			til = *p.opts.VAETiling
-		}
-		mean, logvar := v.EncodeWith(s, pipeline.VAEPixels(crop), til)
-		if j.req.PosteriorMean {
-			z = tensor.ToHost(vae.Mode(mean, logvar))
-		} else {
-			z = vae.Sample(mean, logvar, sampler.NewTorchGenerator(j.req.Seed))
-		}
-	})
+	var start *tensor.Tensor
+	err = tensor.Catch(func() { start = section.VAEEncode(s, v, crop, til, rng) })
+	s.Close()
 	if err != nil {
 		return nil, fmt.Errorf("framepack: VAE encode: %w", err)
 	}
-	start := hostCopy(z)
-	sf := v.ScalingFactor()
-	s.Close()
 	if err := j.unload(PartVAE); err != nil {
 		return nil, err
-	}
-	// vae_encode returns the sample times the scaling factor in the VAE's
-	// dtype: round both steps there.
-	round := roundTo(p.dt.vae)
-	data := start.Float32s()
-	for i, x := range data {
-		data[i] = round(round(x) * sf)
 	}
 	if err := tensor.NonFiniteError("framepack: vae encode produced non-finite start latents", start); err != nil {
 		return nil, err
@@ -290,7 +277,7 @@ func (j *job) encodeImage(crop *pipeline.RGB) (*tensor.Tensor, error) {
 
 // encodeSigLIP is hf_clip_vision_encode: SigLIP's last hidden state of the
 // cropped image, (1, patches, hidden) on the host.
-func (j *job) encodeSigLIP(crop *pipeline.RGB) (*tensor.Tensor, error) {
+func (j *job) encodeSigLIP(crop *section.RGB) (*tensor.Tensor, error) {
 	p := j.p
 	be := j.placeFor(PartImageEncoder)
 	m, err := load(j, PartImageEncoder, be, func(be tensor.Backend, _ bool) (*siglip.Model, error) {
@@ -300,7 +287,7 @@ func (j *job) encodeSigLIP(crop *pipeline.RGB) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("framepack: loading the image encoder: %w", err)
 	}
 	j.memory("image encoder loaded (" + memory.FormatBytes(m.Bytes()) + ")")
-	px, err := pipeline.SigLIPPixels(crop, p.sigSize)
+	px, err := section.SigLIPPixels(crop, p.sigSize)
 	if err != nil {
 		return nil, fmt.Errorf("framepack: image encoder preprocessing: %w", err)
 	}
@@ -326,17 +313,6 @@ func hostCopy(t *tensor.Tensor) *tensor.Tensor {
 		v = append([]float32(nil), v...)
 	}
 	return tensor.FromFloat32(v, t.Shape()...)
-}
-
-// roundTo rounds an f32 value to dt's precision (identity for f32).
-func roundTo(dt tensor.DType) func(float32) float32 {
-	switch dt {
-	case tensor.F16:
-		return tensor.RoundF16
-	case tensor.BF16:
-		return tensor.RoundBF16
-	}
-	return func(x float32) float32 { return x }
 }
 
 // keepLoaded is whether the transformer (as loaded) and the VAE decoder
@@ -420,212 +396,215 @@ func (j *job) loadDecoder() (*vae.VAE, error) {
 	return v, nil
 }
 
-// sections is FramePack's section loop (demo_gradio.py worker()).
-func (j *job) sections(start *tensor.Tensor, pos, neg textCond, imageEmb *tensor.Tensor, h, w int) error {
+// sectionLoop is the state FramePack's section loop (demo_gradio.py worker())
+// carries from one section to the next.
+type sectionLoop struct {
+	plan    section.Plan
+	start   *tensor.Tensor       // the start image's latent
+	image   *tensor.Tensor       // SigLIP's image embedding
+	pos     section.Text         // the prompt's conditioning (the negative is in tr)
+	tr      *section.Transformer // the velocity model, its inputs set per section
+	opts    section.SampleOptions
+	rnd     *sampler.TorchGenerator // the sections' noise, one stream
+	history *section.History
+	keep    bool          // the transformer and the VAE decoder stay loaded
+	video   *tensor.Scope // the video so far, on the host
+	pixels  *tensor.Tensor
+}
+
+// sections is FramePack's section loop: each section sampled, prepended to
+// the history latents, decoded and soft-appended before the video so far.
+func (j *job) sections(start *tensor.Tensor, pos, neg section.Prompt, imageEmb *tensor.Tensor, h, w int) error {
 	p, req := j.p, j.req
-	lws := req.LatentWindowSize
-	plan, err := pipeline.NewPlan(req.Seconds, lws)
+	plan, err := section.NewPlan(req.Seconds, req.LatentWindowSize)
 	if err != nil {
 		return fmt.Errorf("framepack: %w", err)
 	}
-	n := plan.Sections
 	p.log.Info(fmt.Sprintf("sections: %d of %d latent frames for %.2f s → %d frames at %d fps; paddings %v",
-		n, lws, req.Seconds, plan.VideoFrames(), FPS, plan.Paddings))
+		plan.Sections, plan.WindowSize, req.Seconds, plan.VideoFrames(), FPS, plan.Paddings))
 
 	d := p.trCfg.TextEmbedDim
-	posE, posM := pos.padded(d)
-	negE, negM := neg.padded(d)
-	tr := &pipeline.Transformer{
-		Cond: hunyuan.Inputs{
-			EncoderHiddenStates:  posE,
-			EncoderAttentionMask: posM,
-			PooledProjections:    tensor.FromFloat32(pos.pooled, 1, len(pos.pooled)),
-			ImageEmbeddings:      imageEmb,
+	l := &sectionLoop{
+		plan:  plan,
+		start: start,
+		image: imageEmb,
+		pos:   pos.Padded(d),
+		tr:    &section.Transformer{Negative: neg.Padded(d)},
+		opts: section.SampleOptions{
+			Config: sampler.Config{Steps: req.Steps, Guidance: sampler.Guidance{
+				CFG: req.CFG, Rescale: req.RS, Distilled: req.GS, BF16: p.dt.transformer == tensor.BF16}},
+			TeaCache:       req.TeaCache,
+			TeaCacheThresh: p.opts.TeaCacheThreshold,
 		},
-		Negative: pipeline.Text{Embeds: negE, Mask: negM, Pooled: tensor.FromFloat32(neg.pooled, 1, len(neg.pooled))},
+		rnd:     sampler.NewTorchGenerator(req.Seed),
+		history: section.NewHistory(h, w),
+		keep:    true,
+		video:   tensor.NewScope(p.host),
 	}
-	opts := pipeline.SampleOptions{
-		Config: sampler.Config{Steps: req.Steps, Guidance: sampler.Guidance{
-			CFG: req.CFG, Rescale: req.RS, Distilled: req.GS, BF16: p.dt.transformer == tensor.BF16}},
-		TeaCache:       req.TeaCache,
-		TeaCacheThresh: p.opts.TeaCacheThreshold,
-	}
-	keep := true
+	defer l.video.Close()
 
-	rnd := sampler.NewTorchGenerator(req.Seed)
-	history := pipeline.NewHistory(h, w)
-	hs := tensor.NewScope(p.host) // the video so far, on the host
-	defer hs.Close()
-	var pixels *tensor.Tensor
-
-	for i := range n {
+	for i := range plan.Sections {
 		sec := plan.Section(i)
-		section := i + 1
-		st := SectionStats{Index: section, Padding: sec.Padding}
-		if err := j.ctx.Err(); err != nil {
-			return fmt.Errorf("framepack: cancelled before section %d: %w", section, err)
-		}
-
-		in := &tr.Cond
-		var err error
-		if in.CleanLatents, in.CleanLatents2x, in.CleanLatents4x, err = history.Context(start); err != nil {
-			return fmt.Errorf("framepack: section %d: %w", section, err)
-		}
-		in.LatentIndices, in.CleanLatentIndices = sec.LatentIndices, sec.CleanIndices
-		in.CleanLatent2xIndices, in.CleanLatent4xIndices = sec.Clean2xIndices, sec.Clean4xIndices
-
-		j.cur = ""
-		model, err := j.loadTransformer()
-		if err != nil {
+		st := SectionStats{Index: i + 1, Padding: sec.Padding}
+		if err := j.sample(l, sec, &st); err != nil {
 			return err
 		}
-		if i == 0 {
-			if keep = j.keepLoaded(model); !keep {
-				p.log.Info("memory: the transformer and the VAE decoder do not both fit the budget; each is loaded for its stage only")
-			}
-		}
-		tr.Model = model
-		shape := []int{1, 16, lws, h, w}
-		noise := tensor.FromFloat32(rnd.Randn(shape...), shape...)
-
-		t := time.Now()
-		frames := max(0, history.Generated*4-3)
-		cb := func(s sampler.Step) error {
-			j.progress(Progress{Stage: StageSample, Section: section, Sections: n, Step: s.Index + 1, Steps: s.Steps,
-				Frames: frames, Denoised: s.Denoised})
-			return nil
-		}
-		// Out of memory while sampling: the Manager evicts every other
-		// model, trims the pools and samples the section again
-		// (SampleSection starts afresh, TeaCache included).
-		var gen *tensor.Tensor
-		err = j.mm.Run(memory.Attempt{Op: fmt.Sprintf("sampling section %d", section), Keep: []string{PartTransformer}, Run: func() error {
-			ss := tensor.NewScope(p.be)
-			defer ss.Close()
-			out, err := pipeline.SampleSection(j.ctx, ss, tr, ss.To(noise), opts, cb)
-			if err == nil {
-				gen = hostCopy(out)
-				// Checked on the host copy made anyway: a NaN here would
-				// otherwise decode into a black video.
-				err = tensor.NonFiniteError("sampling produced non-finite latents", gen)
-			}
+		if err := j.decodeSection(l, sec, &st); err != nil {
 			return err
-		}})
-		if err == nil {
-			before := history.Generated
-			err = history.Add(gen, start, sec.Last)
-			st.LatentFrames = history.Generated - before
 		}
-		if err != nil {
-			return fmt.Errorf("framepack: section %d of %d: %w", section, n, err)
-		}
-		st.Sample = time.Since(t)
-		if req.TeaCache {
-			st.TeaCacheComputed, st.TeaCacheSkipped = model.TeaCacheStats()
-		}
-
-		if !keep {
-			if err := j.unload(PartTransformer); err != nil {
-				return err
-			}
-		}
-		if err := j.ctx.Err(); err != nil {
-			return fmt.Errorf("framepack: cancelled before decoding section %d: %w", section, err)
-		}
-		j.cur = StageDecode
-		j.progress(Progress{Stage: StageDecode, Section: section, Sections: n, Frames: frames})
-		t = time.Now()
-		nz, overlap := plan.DecodeLatents(i)
-		pixels, st.DecodeTiling, err = j.decode(hs, history.Newest(nz), pixels, overlap)
-		if err != nil {
-			return fmt.Errorf("framepack: section %d of %d: %w", section, n, err)
-		}
-		if !keep {
-			if err := j.unload(PartVAE); err != nil {
-				return err
-			}
-		}
-		st.Decode = time.Since(t)
-		st.Frames = pixels.Dim(2)
 		j.res.Sections = append(j.res.Sections, st)
 		if j.req.Progress != nil {
-			j.progress(Progress{Stage: StageSectionDone, Section: section, Sections: n, Frames: st.Frames,
-				Latents: history.Newest(0), Pixels: pixels})
+			j.progress(Progress{Stage: StageSectionDone, Section: st.Index, Sections: plan.Sections, Frames: st.Frames,
+				Latents: l.history.Newest(0), Pixels: l.pixels})
 		}
 		tc := ""
 		if req.TeaCache {
 			tc = fmt.Sprintf(" (TeaCache: %d computed, %d skipped)", st.TeaCacheComputed, st.TeaCacheSkipped)
 		}
 		p.log.Info(fmt.Sprintf("section %d/%d (padding %d): sampled in %s%s, decoded in %s (%s); %d latent frames, %d video frames",
-			section, n, sec.Padding, st.Sample.Round(time.Millisecond), tc, st.Decode.Round(time.Millisecond), st.DecodeTiling, history.Generated, st.Frames))
+			st.Index, plan.Sections, sec.Padding, st.Sample.Round(time.Millisecond), tc, st.Decode.Round(time.Millisecond),
+			st.DecodeTiling, l.history.Generated, st.Frames))
 	}
 
-	f, err := video.FromPixels(pixels)
+	f, err := video.FromPixels(l.pixels)
 	if err != nil {
 		return fmt.Errorf("framepack: %w", err)
 	}
 	j.res.Frames = f
-	j.res.Latents = history.Newest(0)
+	j.res.Latents = l.history.Newest(0)
 	return nil
 }
 
-// decode is FramePack's per-section decode of z, the newest history
+// sample samples one section (sample_hunyuan) conditioned on the start
+// image and the history, and prepends its latents to the history.
+func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) error {
+	p, n := j.p, l.plan.Sections
+	if err := j.ctx.Err(); err != nil {
+		return fmt.Errorf("framepack: cancelled before section %d: %w", st.Index, err)
+	}
+	clean, clean2x, clean4x, err := l.history.Context(l.start)
+	if err != nil {
+		return fmt.Errorf("framepack: section %d: %w", st.Index, err)
+	}
+	l.tr.Cond = sec.Inputs(l.pos, l.image, clean, clean2x, clean4x)
+
+	j.cur = ""
+	model, err := j.loadTransformer()
+	if err != nil {
+		return err
+	}
+	if sec.Index == 0 {
+		if l.keep = j.keepLoaded(model); !l.keep {
+			p.log.Info("memory: the transformer and the VAE decoder do not both fit the budget; each is loaded for its stage only")
+		}
+	}
+	l.tr.Model = model
+	noise := section.SectionNoise(l.rnd, l.plan.WindowSize, l.history.Latents.Dim(3), l.history.Latents.Dim(4))
+
+	t := time.Now()
+	frames := max(0, l.history.Generated*4-3)
+	cb := func(s sampler.Step) error {
+		j.progress(Progress{Stage: StageSample, Section: st.Index, Sections: n, Step: s.Index + 1, Steps: s.Steps,
+			Frames: frames, Denoised: s.Denoised})
+		return nil
+	}
+	// Out of memory while sampling: the Manager evicts every other model,
+	// trims the pools and samples the section again (SampleSection starts
+	// afresh, TeaCache included).
+	var gen *tensor.Tensor
+	err = j.mm.Run(memory.Attempt{Op: fmt.Sprintf("sampling section %d", st.Index), Keep: []string{PartTransformer}, Run: func() error {
+		ss := tensor.NewScope(p.be)
+		defer ss.Close()
+		out, err := section.SampleSection(j.ctx, ss, l.tr, ss.To(noise), l.opts, cb)
+		if err == nil {
+			gen = hostCopy(out)
+			// Checked on the host copy made anyway: a NaN here would
+			// otherwise decode into a black video.
+			err = tensor.NonFiniteError("sampling produced non-finite latents", gen)
+		}
+		return err
+	}})
+	if err == nil {
+		before := l.history.Generated
+		err = l.history.Add(gen, l.start, sec.Last)
+		st.LatentFrames = l.history.Generated - before
+	}
+	if err != nil {
+		return fmt.Errorf("framepack: section %d of %d: %w", st.Index, n, err)
+	}
+	st.Sample = time.Since(t)
+	if j.req.TeaCache {
+		st.TeaCacheComputed, st.TeaCacheSkipped = model.TeaCacheStats()
+	}
+	if !l.keep {
+		return j.unload(PartTransformer)
+	}
+	return nil
+}
+
+// decodeSection is FramePack's per-section decode: the newest history
 // latents (all of them after the first section, then the newest 2·lws, +1
-// on the last: pipeline.Plan.DecodeLatents), whose pixels are soft-appended
-// before the video so far with overlap frames. Pixels stay unclamped, in
-// the VAE's dtype, on the host.
-func (j *job) decode(hs *tensor.Scope, z, prev *tensor.Tensor, overlap int) (*tensor.Tensor, string, error) {
-	p := j.p
+// on the last: section.Plan.DecodeLatents) decoded, their pixels
+// soft-appended before the video so far. Pixels stay unclamped, in the
+// VAE's dtype, on the host.
+func (j *job) decodeSection(l *sectionLoop, sec section.Section, st *SectionStats) error {
+	p, n := j.p, l.plan.Sections
+	if err := j.ctx.Err(); err != nil {
+		return fmt.Errorf("framepack: cancelled before decoding section %d: %w", st.Index, err)
+	}
+	j.cur = StageDecode
+	j.progress(Progress{Stage: StageDecode, Section: st.Index, Sections: n, Frames: max(0, (l.history.Generated-st.LatentFrames)*4-3)})
+	t := time.Now()
 	dec, err := j.loadDecoder()
 	if err != nil {
-		return nil, "", err
+		return fmt.Errorf("framepack: section %d of %d: %w", st.Index, n, err)
 	}
-	// vae_decode: latents / scaling factor (f32), then the VAE's dtype.
-	// (z is the history's copy.)
-	sf := dec.ScalingFactor()
-	zs := z.Float32s()
-	for i := range zs {
-		zs[i] /= sf
-	}
+	nz, overlap := l.plan.DecodeLatents(sec.Index)
+	z, prev := l.history.Newest(nz), l.pixels
 	// Out of memory even at the smallest tiling: the Manager evicts every
 	// other model (the transformer, kept in high-VRAM mode), trims the
 	// pools and decodes again, planning the tiling afresh.
-	var out *tensor.Tensor
 	var stats vae.DecodeStats
 	err = j.mm.Run(memory.Attempt{Op: "VAE decode", Keep: []string{PartVAE}, Run: func() error {
 		var opts vae.DecodeOptions
 		if p.opts.VAETiling != nil {
 			opts.Tiling = *p.opts.VAETiling
 		} else {
+			room, err := p.dev.DecodeRoom()
+			if err != nil {
+				return err
+			}
 			var peak int64
-			opts, peak = vae.PlanDecode(p.vaeCfg, z.Shape(), p.be.Available(), p.dt.vae)
-			if peak > p.be.Available() {
+			if opts, peak = dec.Plan(z.Shape(), room); peak > room {
 				p.log.Warn(fmt.Sprintf("memory: the smallest decode tiling needs %s, more than the %s free; trying it anyway",
-					memory.FormatBytes(peak), memory.FormatBytes(p.be.Available())))
+					memory.FormatBytes(peak), memory.FormatBytes(room)))
 			}
 		}
 		opts.Stats = &stats
 		opts.Log = func(format string, args ...any) { p.log.Warn(fmt.Sprintf(format, args...)) }
-
-		ds := tensor.NewScope(p.be)
-		defer ds.Close()
-		cur := dec.Decode(ds, z, opts) // f32, host, owned by no scope
-		cs := hs.Child()
+		cs := l.video.Child()
 		defer cs.Close()
-		cur = cs.Cast(cs.To(cur), p.dt.vae)
-		if prev == nil {
-			out = cur
-		} else {
-			out = pipeline.SoftAppend(cs, cur, prev, overlap)
+		cur := section.VAEDecode(cs, dec, z, opts)
+		if prev != nil {
+			cur = section.SoftAppend(cs, cur, prev, overlap)
 		}
-		cs.Keep(out)
+		cs.Keep(cur)
+		l.pixels = cur
 		return nil
 	}})
 	if err != nil {
-		return nil, "", fmt.Errorf("VAE decode: %w", err)
+		return fmt.Errorf("framepack: section %d of %d: VAE decode: %w", st.Index, n, err)
 	}
-	if prev != nil && prev != out {
-		hs.Free(prev)
+	if prev != nil && prev != l.pixels {
+		l.video.Free(prev)
 	}
-	return out, stats.Tiling.String(), nil
+	if !l.keep {
+		if err := j.unload(PartVAE); err != nil {
+			return err
+		}
+	}
+	st.Decode = time.Since(t)
+	st.DecodeTiling = stats.Tiling.String()
+	st.Frames = l.pixels.Dim(2)
+	return nil
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -108,7 +108,7 @@ func goldenGenerate(t *testing.T, c *golden.Case) {
 	if p.CropStart() != crop0 {
 		t.Errorf("crop_start %d, the reference's %d", p.CropStart(), crop0)
 	}
-	ids, err := p.llamaIDs(req.Prompt)
+	ids, err := section.LlamaIDs(p.llamaTok, p.cropStart, req.Prompt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,15 +129,15 @@ func goldenGenerate(t *testing.T, c *golden.Case) {
 	if im.Rank() != 3 || im.Dim(2) != 3 {
 		t.Fatalf("image %v: want H×W×3", im.Shape())
 	}
-	rgb := &pipeline.RGB{W: im.Dim(1), H: im.Dim(0), Pix: append([]uint8(nil), im.HostBytes()...)}
-	bh, bw, err := pipeline.NearestBucket(rgb.H, rgb.W, req.Resolution)
+	rgb := &section.RGB{W: im.Dim(1), H: im.Dim(0), Pix: append([]uint8(nil), im.HostBytes()...)}
+	bh, bw, err := section.NearestBucket(rgb.H, rgb.W, req.Resolution)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if bw != width || bh != height {
 		t.Fatalf("bucket %d×%d, the reference's %d×%d", bw, bh, width, height)
 	}
-	crop, err := pipeline.ResizeAndCenterCrop(rgb, bw, bh)
+	crop, err := section.ResizeAndCenterCrop(rgb, bw, bh)
 	if err != nil {
 		t.Fatal(err)
 	}

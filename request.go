@@ -7,10 +7,9 @@ import (
 	"time"
 
 	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/video"
-	gt "gorgonia.org/tensor"
 )
 
 // Request is one generation job. Start from DefaultRequest: its values are
@@ -18,7 +17,7 @@ import (
 type Request struct {
 	// The start frame: Image, or RGB (exactly one).
 	Image image.Image
-	RGB   *pipeline.RGB
+	RGB   *section.RGB
 
 	// Prompt conditions both text encoders (LLaMA through the template,
 	// CLIP raw); NegativePrompt is encoded only when CFG ≠ 1.
@@ -27,7 +26,7 @@ type Request struct {
 	// so a seed gives the reference's noise.
 	Seed uint64
 	// Seconds is the target length (0 < Seconds ≤ 120); the video has
-	// pipeline.NewPlan(Seconds, LatentWindowSize)'s VideoFrames() frames.
+	// section.NewPlan(Seconds, LatentWindowSize)'s VideoFrames() frames.
 	Seconds float64
 	// LatentWindowSize is the latent frames per section (1–33; 9).
 	LatentWindowSize int
@@ -39,7 +38,7 @@ type Request struct {
 	// TeaCache skips transformer blocks on steps whose input barely moved.
 	TeaCache bool
 	// Resolution is the bucket resolution (640, FramePack's; smaller for
-	// quick runs, see pipeline.Buckets).
+	// quick runs, see section.Buckets).
 	Resolution int
 	// PosteriorMean takes the VAE posterior's mean as the start latent
 	// instead of a sample. FramePack samples with PyTorch's unseeded CUDA
@@ -93,17 +92,17 @@ type Progress struct {
 
 // PreviewRGB is FramePack's live preview of p.Denoised: the latent frames
 // side by side at latent resolution through the fixed latent-to-RGB map.
-func (p Progress) PreviewRGB() (*pipeline.RGB, error) {
+func (p Progress) PreviewRGB() (*section.RGB, error) {
 	if p.Denoised == nil {
 		return nil, fmt.Errorf("no latents to preview at stage %q", p.Stage)
 	}
 	s := tensor.NewScope(cpu.New())
 	defer s.Close()
-	var im *pipeline.RGB
+	var im *section.RGB
 	var perr error
 	if err := tensor.Catch(func() {
 		x := s.To(tensor.ToHost(p.Denoised))
-		im, perr = pipeline.PreviewImage(tensor.ToHost(pipeline.PreviewLatents(s, x)))
+		im, perr = section.PreviewImage(tensor.ToHost(section.PreviewLatents(s, x)))
 	}); err != nil {
 		return nil, err
 	}
@@ -152,22 +151,17 @@ type ModelLoad struct {
 	Bytes int64 // the weights in the compute dtype
 }
 
-// Dense is the frames as a gorgonia uint8 array (T, H, W, 3) sharing
-// their memory; nil for a nil Result or one without frames.
-func (r *Result) Dense() *gt.Dense {
-	if r == nil || r.T <= 0 || r.H <= 0 || r.W <= 0 || len(r.Pix) != r.T*r.H*r.W*3 {
-		return nil
-	}
-	return gt.New(gt.WithShape(r.T, r.H, r.W, 3), gt.WithBacking(r.Pix))
-}
-
 // FPS is the frame rate FramePack generates and writes at.
-const FPS = pipeline.FPS
+const FPS = section.FPS
 
-// Resolution limits (pipeline.Buckets).
+// PromptTemplate is HunyuanVideo's prompt template for the LLaMA text
+// encoder; {} is the prompt.
+const PromptTemplate = section.PromptTemplate
+
+// Resolution limits (section.Buckets).
 const (
-	MinResolution = pipeline.MinResolution
-	MaxResolution = pipeline.MaxResolution
+	MinResolution = section.MinResolution
+	MaxResolution = section.MaxResolution
 )
 
 // Maximums Generate accepts.
@@ -184,8 +178,8 @@ func (r *Request) Validate() error {
 }
 
 // validate checks a request and returns its start image.
-func (r *Request) validate() (*pipeline.RGB, error) {
-	var img *pipeline.RGB
+func (r *Request) validate() (*section.RGB, error) {
+	var img *section.RGB
 	switch {
 	case r.Image != nil && r.RGB != nil:
 		return nil, fmt.Errorf("request: set Image or RGB, not both")
@@ -199,10 +193,10 @@ func (r *Request) validate() (*pipeline.RGB, error) {
 		if b.Dx() <= 0 || b.Dy() <= 0 {
 			return nil, fmt.Errorf("request: the image has no pixels (%d×%d)", b.Dx(), b.Dy())
 		}
-		if int64(b.Dx())*int64(b.Dy()) > pipeline.MaxImagePixels {
-			return nil, fmt.Errorf("request: a %d×%d image is too large (limit %d megapixels)", b.Dx(), b.Dy(), pipeline.MaxImagePixels/1000000)
+		if int64(b.Dx())*int64(b.Dy()) > section.MaxImagePixels {
+			return nil, fmt.Errorf("request: a %d×%d image is too large (limit %d megapixels)", b.Dx(), b.Dy(), section.MaxImagePixels/1000000)
 		}
-		img = pipeline.FromImage(r.Image)
+		img = section.FromImage(r.Image)
 	default:
 		return nil, fmt.Errorf("request: no start image")
 	}
@@ -221,7 +215,7 @@ func (r *Request) validate() (*pipeline.RGB, error) {
 	case !finite(r.RS) || r.RS < 0 || r.RS > 1:
 		return nil, fmt.Errorf("request: CFG rescale (rs) must be in 0–1, have %v", r.RS)
 	}
-	bh, bw, err := pipeline.NearestBucket(img.H, img.W, r.Resolution)
+	bh, bw, err := section.NearestBucket(img.H, img.W, r.Resolution)
 	if err != nil {
 		return nil, fmt.Errorf("request: %w", err)
 	}

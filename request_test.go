@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/section"
 )
 
 func TestRequestValidate(t *testing.T) {
-	img := pipeline.NewRGB(64, 48)
+	img := section.NewRGB(64, 48)
 	ok := DefaultRequest()
 	ok.RGB = img
 	if err := ok.Validate(); err != nil {
@@ -24,8 +24,8 @@ func TestRequestValidate(t *testing.T) {
 		{"no image", func(r *Request) { r.RGB = nil }, "no start image"},
 		{"two images", func(r *Request) { r.Image = image.NewRGBA(image.Rect(0, 0, 4, 4)) }, "not both"},
 		{"empty image", func(r *Request) { r.RGB = nil; r.Image = image.NewRGBA(image.Rect(0, 0, 0, 4)) }, "no pixels"},
-		{"short RGB", func(r *Request) { r.RGB = &pipeline.RGB{W: 4, H: 4, Pix: make([]uint8, 3)} }, "RGB image"},
-		{"thin image", func(r *Request) { r.RGB = pipeline.NewRGB(4000, 1) }, "aspect ratio"},
+		{"short RGB", func(r *Request) { r.RGB = &section.RGB{W: 4, H: 4, Pix: make([]uint8, 3)} }, "RGB image"},
+		{"thin image", func(r *Request) { r.RGB = section.NewRGB(4000, 1) }, "aspect ratio"},
 		{"zero seconds", func(r *Request) { r.Seconds = 0 }, "seconds"},
 		{"long", func(r *Request) { r.Seconds = 120.5 }, "seconds"},
 		{"NaN seconds", func(r *Request) { r.Seconds = math.NaN() }, "seconds"},

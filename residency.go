@@ -69,7 +69,7 @@ func (p *part) Place(st memory.State, _ int64) error {
 			p.m = nil
 			held := p.ram.Held(p.name)
 			p.ram.Set(p.name, 0, "")
-			if held > 0 || hostBacked(p.be) {
+			if held > 0 || tensor.IsHostBacked(p.be) {
 				// A model in Go memory leaves the resident set only when
 				// the heap is collected and returned: do it before the
 				// next stage's model comes in.
@@ -89,7 +89,7 @@ func (p *part) chargeHost() {
 	switch {
 	case p.be != tensor.Backend(p.mb):
 		p.ram.Set(p.name, p.bytes, "heap")
-	case hostBacked(p.mb):
+	case tensor.IsHostBacked(p.mb):
 		// The CPU as the device: the device budget, unified with the
 		// host's, counts it.
 	default:
@@ -98,11 +98,6 @@ func (p *part) chargeHost() {
 			p.ram.Set(p.name, host, "pinned")
 		}
 	}
-}
-
-func hostBacked(be tensor.Backend) bool {
-	hb, ok := be.(tensor.HostBacked)
-	return ok && hb.HostBacked()
 }
 
 // newManager registers the pipeline's models, in stage order, with a

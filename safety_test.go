@@ -68,10 +68,6 @@ func TestPipelineAfterCloseAndZero(t *testing.T) {
 	if _, err := loadTiny(t).Generate(nil, req); err == nil || !strings.Contains(err.Error(), "context") {
 		t.Errorf("Generate(nil, req): %v", err)
 	}
-	var r *Result
-	if r.Dense() != nil || (&Result{}).Dense() != nil {
-		t.Error("Dense of a nil or empty Result is not nil")
-	}
 }
 
 func TestLoadRefusesBadTeaCacheThreshold(t *testing.T) {

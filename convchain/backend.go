@@ -19,26 +19,27 @@ func (b *Backend) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) er
 
 // Conv3dPadded runs Conv3d on x padded by pad, through the chain (see
 // Chain.Conv3dPadded).
-func (b *Backend) Conv3dPadded(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad Padding) error {
+func (b *Backend) Conv3dPadded(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad tensor.Padding) error {
 	return b.chain.conv3dPadded(b.Backend, dst, x, w, bias, p, pad)
 }
 
 // Chain is the chain convolutions go through.
 func (b *Backend) Chain() *Chain { return b.chain }
 
-// HostBacked forwards the inner backend's answer.
-func (b *Backend) HostBacked() bool {
-	hb, ok := b.Backend.(tensor.HostBacked)
-	return ok && hb.HostBacked()
-}
+// Unwrap is the inner backend.
+func (b *Backend) Unwrap() tensor.Backend { return b.Backend }
 
-// Trim forwards to the inner backend when it has pools.
-func (b *Backend) Trim() error {
-	if t, ok := b.Backend.(interface{ Trim() error }); ok {
-		return t.Trim()
+// ChainOf finds the conv3d chain in be's layers; nil when there is none.
+func ChainOf(be tensor.Backend) *Chain {
+	if cb, ok := tensor.As[*Backend](be); ok {
+		return cb.Chain()
 	}
 	return nil
 }
 
-// Unwrap is the inner backend.
-func (b *Backend) Unwrap() tensor.Backend { return b.Backend }
+// LogSummary logs the chain's one line per tier, when be has a chain.
+func LogSummary(be tensor.Backend) {
+	if c := ChainOf(be); c != nil {
+		c.LogSummary()
+	}
+}

@@ -3,12 +3,12 @@ package convchain
 import (
 	"fmt"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/framepack-go/framepack/internal/envconfig"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -28,7 +28,7 @@ import (
 // for example FRAMEPACK_FAULTS=conv3d.optimized=hang,conv3d.gemm=error,alloc.nth=57.
 // Tier names are those of the chain (optimized, gemm, naive, cpu). A run
 // with conv3d faults neither reads nor writes the remembered choices.
-const FaultsEnv = "FRAMEPACK_FAULTS"
+const FaultsEnv = envconfig.Faults
 
 // Fault is what an injected fault makes a tier do.
 type Fault string
@@ -101,7 +101,7 @@ func ParseFaults(s string) (*Faults, error) {
 }
 
 // FaultsFromEnv parses $FRAMEPACK_FAULTS.
-func FaultsFromEnv() (*Faults, error) { return ParseFaults(os.Getenv(FaultsEnv)) }
+func FaultsFromEnv() (*Faults, error) { return ParseFaults(envconfig.Read().Faults) }
 
 // Any reports whether any fault is set.
 func (f *Faults) Any() bool { return f != nil && (len(f.Conv3d) > 0 || f.AllocNth > 0) }

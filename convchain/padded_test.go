@@ -2,11 +2,14 @@ package convchain
 
 import (
 	"errors"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/tensor/backendtest"
 )
 
 // padTier pads itself: it records the input it was given and runs the CPU
@@ -22,7 +25,7 @@ func (*padTier) Plan(Key, *Plan) (*Plan, error) { return &Plan{}, nil }
 func (t *padTier) Run(_ *Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	return t.cpu.Conv3d(dst, x, w, bias, p)
 }
-func (t *padTier) RunPadded(_ *Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad Padding) error {
+func (t *padTier) RunPadded(_ *Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad tensor.Padding) error {
 	t.padded = append(t.padded, x.Shape())
 	if t.fail {
 		return errors.New("padTier fails")
@@ -48,7 +51,7 @@ func TestConv3dPadded(t *testing.T) {
 		return tensor.FromFloat32(v, shape...)
 	}
 	x, w, b := rnd(1, 3, 4, 5, 6), rnd(2, 3, 3, 3, 3), rnd(2)
-	pad := Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}
+	pad := tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}
 	px := tensor.New(tensor.F32, 1, 3, 6, 7, 8)
 	if err := c.Pad(px, x, pad.Before[:], pad.Mode); err != nil {
 		t.Fatal(err)
@@ -144,7 +147,7 @@ func TestConv3dPaddedUpsample(t *testing.T) {
 		f      [3]int
 		causal bool
 	}{{[3]int{2, 2, 2}, true}, {[3]int{1, 2, 2}, false}, {[3]int{2, 1, 3}, false}} {
-		pad := Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: tc.f, CausalFirst: tc.causal}
+		pad := tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: tc.f, CausalFirst: tc.causal}
 		up := upsampleRef(x, tc.f, tc.causal)
 		px := tensor.New(tensor.F32, pad.Shape(x.Shape())...)
 		if err := c.Pad(px, up, pad.Before[:], pad.Mode); err != nil {
@@ -168,5 +171,21 @@ func TestConv3dPaddedUpsample(t *testing.T) {
 				t.Fatalf("%v causal %v: element %d is %v, want %v", tc.f, tc.causal, i, got.Float32s()[i], v)
 			}
 		}
+	}
+}
+
+// TestChainOps runs the op suite through the chain's backend: its
+// convolutions, padded ones included, go through a tier that pads itself;
+// every other op is the inner backend's.
+func TestChainOps(t *testing.T) {
+	c := cpu.New()
+	ch, err := New([]Tier{&padTier{cpu: c}, CPUTier(c)}, Options{CachePath: "off", Faults: &Faults{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := Wrap(c, ch)
+	backendtest.Run(t, be)
+	if s := ch.Summary(); s[0].Convs == 0 {
+		t.Errorf("no convolution went through the chain: %v", s)
 	}
 }

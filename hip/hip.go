@@ -26,29 +26,32 @@ package hip
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/framepack-go/framepack/internal/dynlib"
+	"github.com/framepack-go/framepack/internal/envconfig"
 )
 
 // Vendor is the platform behind a Device.
-type Vendor int
+type Vendor = dynlib.Vendor
 
 const (
-	AMD    Vendor = 1 // HIP runtime + hiprtc
-	NVIDIA Vendor = 2 // CUDA driver API + NVRTC
+	AMD    = dynlib.AMD    // HIP runtime + hiprtc
+	NVIDIA = dynlib.NVIDIA // CUDA driver API + NVRTC
 )
 
-func (v Vendor) String() string {
+// Platform names v with its runtime: "AMD (HIP)", "NVIDIA (CUDA)".
+func Platform(v Vendor) string {
 	switch v {
 	case AMD:
 		return "AMD (HIP)"
 	case NVIDIA:
 		return "NVIDIA (CUDA)"
 	}
-	return fmt.Sprintf("vendor(%d)", int(v))
+	return v.String()
 }
 
 // ErrOutOfMemory is wrapped by errors of allocations the driver refused.
@@ -237,7 +240,8 @@ func loadLocked(v Vendor) error {
 // tried.
 func Open(ordinal int) (*Device, error) {
 	var order []Vendor
-	switch strings.ToLower(os.Getenv("FRAMEPACK_GPU")) {
+	gpu := envconfig.Read().GPU
+	switch gpu {
 	case "", "auto":
 		order = []Vendor{AMD, NVIDIA}
 	case "hip", "amd", "rocm":
@@ -245,9 +249,9 @@ func Open(ordinal int) (*Device, error) {
 	case "cuda", "nvidia":
 		order = []Vendor{NVIDIA}
 	case "none", "cpu", "off":
-		return nil, fmt.Errorf("%w: disabled by FRAMEPACK_GPU=%s", ErrNoGPU, os.Getenv("FRAMEPACK_GPU"))
+		return nil, fmt.Errorf("%w: disabled by %s=%s", ErrNoGPU, envconfig.GPU, gpu)
 	default:
-		return nil, fmt.Errorf("%w: FRAMEPACK_GPU=%q, want hip, cuda or none", ErrNoGPU, os.Getenv("FRAMEPACK_GPU"))
+		return nil, fmt.Errorf("%w: %s=%q, want hip, cuda or none", ErrNoGPU, envconfig.GPU, gpu)
 	}
 	openMu.Lock()
 	defer openMu.Unlock()
@@ -370,7 +374,7 @@ func (d *Device) String() string {
 	if d.Integrated {
 		kind = "integrated"
 	}
-	return fmt.Sprintf("%s %q (%s, %s, %.1f GiB, %d compute units)", d.Vendor, d.Name, d.Arch, kind,
+	return fmt.Sprintf("%s %q (%s, %s, %.1f GiB, %d compute units)", Platform(d.Vendor), d.Name, d.Arch, kind,
 		float64(d.TotalMem)/(1<<30), d.Multiprocessors)
 }
 

@@ -15,11 +15,22 @@
 #define FP_CUDA 1
 #endif
 
-#if defined(FP_AMD) && !defined(__HIPCC_RTC__)
-// Offline compile without the HIP headers.
+#if (defined(FP_AMD) && !defined(__HIPCC_RTC__)) || (defined(FP_CUDA) && !defined(__CUDACC_RTC__))
+// Offline compile (clang) without the HIP or CUDA headers.
 #define __global__ __attribute__((global))
 #define __device__ __attribute__((device))
 #define __shared__ __attribute__((shared))
+#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
+#endif
+
+#if defined(FP_CUDA) && !defined(__CUDACC_RTC__)
+// clang's CUDA path without the CUDA SDK (the kernels shipped as PTX): NVVM
+// builtins for what the CUDA headers would declare, and our own math, as
+// there is no libdevice.
+#define FP_CUDA_OFFLINE 1
+#ifndef FP_OWN_MATH
+#define FP_OWN_MATH 1
+#endif
 #endif
 
 #define DI static __device__ inline __attribute__((always_inline))
@@ -53,6 +64,33 @@ DI float shfl_xor(float v, int m) {
 #define FP_EXP2(x) __builtin_exp2f(x)
 #define FP_DSQRT(x) __builtin_sqrt(x)
 #define FP_OWN_MATH 1
+#elif defined(FP_CUDA_OFFLINE)
+#define TID ((int)__nvvm_read_ptx_sreg_tid_x())
+#define BIDX ((long long)__nvvm_read_ptx_sreg_ctaid_x())
+#define BIDY ((long long)__nvvm_read_ptx_sreg_ctaid_y())
+#define BIDZ ((long long)__nvvm_read_ptx_sreg_ctaid_z())
+#define BOUNDS(n) __launch_bounds__(n)
+#define fp_sync() __syncthreads()
+#define __syncwarp() __nvvm_bar_warp_sync(0xffffffffu)
+#define __any_sync(mask, p) __nvvm_vote_any_sync(mask, p)
+DI float U2F(unsigned int u) { return __builtin_bit_cast(float, u); }
+DI unsigned int F2U(float f) { return __builtin_bit_cast(unsigned int, f); }
+DI float shfl_xor(float v, int m) { return __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, m, 0x1f); }
+// ldexp for the exponents fexp produces (−150…128): two exact powers of two.
+DI float fp_ldexp(float x, int e) {
+	int h = e / 2;
+	return x * U2F((unsigned int)(h + 127) << 23) * U2F((unsigned int)(e - h + 127) << 23);
+}
+#define FP_FMA(a, b, c) __builtin_fmaf(a, b, c)
+#define FP_RINT(x) __builtin_rintf(x)
+#define FP_LDEXP(x, e) fp_ldexp(x, e)
+#define FP_SQRT(x) __nvvm_sqrt_rn_f(x)
+#define FP_FABS(x) __builtin_fabsf(x)
+#define FP_FLOOR(x) __builtin_floorf(x)
+#define FP_TRUNC(x) __builtin_truncf(x)
+#define FP_EXP2(x) __nvvm_ex2_approx_f(x)
+#define FP_DSQRT(x) __nvvm_sqrt_rn_d(x)
+#define fmaxf(a, b) __builtin_fmaxf(a, b)
 #else
 #define TID ((int)threadIdx.x)
 #define BIDX ((long long)blockIdx.x)

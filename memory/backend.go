@@ -214,21 +214,9 @@ func (m *Backend) ResetPeak() {
 	m.mu.Unlock()
 }
 
-// Trim returns the inner backend's cached pool memory to the driver, when
-// the inner backend has pools (interface{ Trim() error }).
-func (m *Backend) Trim() error {
-	if t, ok := m.Backend.(interface{ Trim() error }); ok {
-		return t.Trim()
-	}
-	return nil
-}
-
-// HostBacked forwards the inner backend's answer, so host tensors stay
-// usable without a copy on a budgeted CPU backend.
-func (m *Backend) HostBacked() bool {
-	hb, ok := m.Backend.(tensor.HostBacked)
-	return ok && hb.HostBacked()
-}
+// Trim returns the cached pool memory of the layers under the budget to
+// the driver, when one has pools.
+func (m *Backend) Trim() error { return tensor.Trim(m.Backend) }
 
 // Unwrap is the inner backend.
 func (m *Backend) Unwrap() tensor.Backend { return m.Backend }

@@ -8,6 +8,7 @@ import (
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/memory/memtest"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/tensor/backendtest"
 )
 
 func testBudget(cp int64) Budget {
@@ -167,5 +168,15 @@ func TestRoom(t *testing.T) {
 	room, err := mb.Room(576 * MiB)
 	if room != 0 || !errors.Is(err, tensor.ErrOutOfMemory) || !strings.Contains(err.Error(), "4.0 MiB in use, 576.0 MiB set aside") {
 		t.Fatalf("Room(576 MiB) under an 8 MiB cap = %s, %v", FormatBytes(room), err)
+	}
+}
+
+// TestBudgetedOps runs the op suite through a budget: every kernel is the
+// inner backend's, on buffers the budget counted.
+func TestBudgetedOps(t *testing.T) {
+	mb := Budgeted(cpu.New(), Budget{Device: "test", Cap: 1 << 40})
+	backendtest.Run(t, mb)
+	if st := mb.Stats(); st.Allocs == 0 {
+		t.Error("the suite allocated nothing through the budget")
 	}
 }

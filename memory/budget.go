@@ -1,7 +1,7 @@
 // Package memory keeps framepack inside a device memory budget: a hard cap
 // that the engine's allocations never exceed (Budgeted), memory preserved
 // for activations while weights stream, model residency with complete
-// unload and eviction (Manager, WeightSet), an out-of-memory policy that
+// unload and eviction (Manager), an out-of-memory policy that
 // evicts, trims, shrinks and falls back to the CPU (Manager.Run), and
 // budgets for integrated GPUs drawn from system memory (UnifiedBudget).
 package memory

@@ -34,19 +34,5 @@ func (f *FailingAlloc) Alloc(n int64) (tensor.Buffer, error) {
 // included.
 func (f *FailingAlloc) Allocs() int { return int(f.count.Load()) }
 
-// Trim forwards to the inner backend when it has pools.
-func (f *FailingAlloc) Trim() error {
-	if t, ok := f.Backend.(interface{ Trim() error }); ok {
-		return t.Trim()
-	}
-	return nil
-}
-
-// HostBacked forwards the inner backend's answer.
-func (f *FailingAlloc) HostBacked() bool {
-	hb, ok := f.Backend.(tensor.HostBacked)
-	return ok && hb.HostBacked()
-}
-
 // Unwrap is the inner backend.
 func (f *FailingAlloc) Unwrap() tensor.Backend { return f.Backend }

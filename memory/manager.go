@@ -93,26 +93,6 @@ func (m *Manager) Load(name string, keep ...string) error {
 	return nil
 }
 
-// LoadExclusive moves every other model off the device, then makes name
-// resident (FramePack's load_model_as_complete).
-func (m *Manager) LoadExclusive(name string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	md, err := m.get(name)
-	if err != nil {
-		return err
-	}
-	for _, o := range m.order {
-		if o != name && m.mb.Held(o) > 0 {
-			if err := m.move(m.models[o], OnHost, 0); err != nil {
-				return err
-			}
-		}
-	}
-	m.trim("load " + name)
-	return m.move(md, Resident, 0)
-}
-
 // LoadPreserving places name as FramePack places the transformer: resident
 // when it fits with the preserved amount still free, otherwise streamed
 // with the part kept on the device filling the budget up to the preserved
@@ -158,14 +138,6 @@ func (m *Manager) leave(name string, st State) error {
 	}
 	m.trim(st.String() + " " + name)
 	return nil
-}
-
-// Report logs the device's accounting for a stage ("text encode",
-// "sample", "decode") and returns it.
-func (m *Manager) Report(stage string) Stats {
-	s := m.mb.Stats()
-	m.log.Debug("memory: "+stage+": "+s.String(), "stage", stage, "cap", s.Cap, "in_use", s.InUse, "peak", s.Peak)
-	return s
 }
 
 // move places md in st and checks that leaving the device freed every

@@ -22,91 +22,61 @@ func newSim(devTotal, cp, pres int64) (*memtest.Device, *Backend, *Manager, *byt
 	return dev, mb, NewManager(mb, log), &logBuf
 }
 
-// weightSet registers a model of groups of the given byte sizes.
-func weightSet(t testing.TB, mb *Backend, owner string, sizes ...int64) *WeightSet {
-	ws := NewWeightSet(mb, owner)
-	for i, n := range sizes {
-		if err := ws.Add(fmt.Sprintf("%s.%d", owner, i), "weight", memtest.HostTensor(tensor.U8, int(n))); err != nil {
-			t.Fatal(err)
+// model is a Placeable of weight groups of the given byte sizes, charged
+// to its owner: Resident puts every group on the device, Streamed the
+// longest prefix within the limit (less when the budget refuses more), as
+// FramePack fills a model module by module; OnHost and Unloaded none. A
+// failed move leaves the groups where they were.
+type model struct {
+	mb    *Backend
+	owner string
+	sizes []int64
+	dev   []*tensor.Tensor
+}
+
+func newModel(mb *Backend, owner string, sizes ...int64) *model {
+	return &model{mb: mb, owner: owner, sizes: sizes}
+}
+
+func (m *model) DeviceBytes() int64 {
+	var n int64
+	for _, s := range m.sizes {
+		n += s
+	}
+	return n
+}
+
+func (m *model) Place(st State, limit int64) error {
+	keep := 0
+	switch st {
+	case Resident:
+		keep = len(m.sizes)
+	case Streamed:
+		for cum := int64(0); keep < len(m.sizes) && cum+m.sizes[keep] <= limit; keep++ {
+			cum += m.sizes[keep]
 		}
 	}
-	return ws
+	m.shrink(keep) // free first, so that a move never holds both
+	had := len(m.dev)
+	for len(m.dev) < keep {
+		t, err := tensor.Alloc(m.mb, tensor.U8, int(m.sizes[len(m.dev)]))
+		if err != nil {
+			if st == Streamed && errors.Is(err, tensor.ErrOutOfMemory) {
+				break // keep less; the rest streams
+			}
+			m.shrink(had)
+			return fmt.Errorf("%s: uploading group %d: %w", m.owner, len(m.dev), err)
+		}
+		m.mb.Charge(m.owner, t)
+		m.dev = append(m.dev, t)
+	}
+	return nil
 }
 
-func TestWeightSetStreaming(t *testing.T) {
-	_, mb, _, _ := newSim(8*GiB, 4*GiB, GiB)
-	ws := weightSet(t, mb, "m", GiB, GiB, GiB, GiB)
-	if ws.DeviceBytes() != 4*GiB || ws.State() != OnHost {
-		t.Fatal("new set")
-	}
-	if _, err := ws.Acquire("m.0"); err == nil {
-		t.Fatal("Acquire on the host must fail")
-	}
-	// Keep 2.5 GiB: two groups stay, two stream.
-	if err := ws.Place(Streamed, 5*GiB/2); err != nil {
-		t.Fatal(err)
-	}
-	if mb.Held("m") != 2*GiB {
-		t.Fatalf("kept %s", FormatBytes(mb.Held("m")))
-	}
-	// 2 GiB in use, 1 GiB preserved: 1 GiB of room, so acquiring group 1
-	// uploads group 2 ahead.
-	g1, err := ws.Acquire("m.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mb.Held("m") != 3*GiB {
-		t.Fatalf("prefetch: held %s", FormatBytes(mb.Held("m")))
-	}
-	g1.Release() // kept
-	g2, _ := ws.Acquire("m.2")
-	// No room beside the preserved amount for group 3 now.
-	if mb.Held("m") != 3*GiB {
-		t.Fatalf("no prefetch expected: held %s", FormatBytes(mb.Held("m")))
-	}
-	if g2.T("weight").Bytes() != GiB {
-		t.Fatal("group tensor")
-	}
-	err = tensor.Catch(func() { g2.T("nope") })
-	if err == nil || !strings.Contains(err.Error(), "group m.2 has no weight nope") {
-		t.Fatalf("missing weight: %v", err)
-	}
-	g2.Release() // streamed: freed
-	if mb.Held("m") != 2*GiB {
-		t.Fatalf("after release: held %s", FormatBytes(mb.Held("m")))
-	}
-	g3, _ := ws.Acquire("m.3")
-	if err := ws.Place(OnHost, 0); err == nil {
-		t.Fatal("moving while a group is in use must fail")
-	}
-	g3.Release()
-	if err := ws.Place(Resident, 0); err != nil || mb.Held("m") != 4*GiB {
-		t.Fatalf("resident: %v, held %s", err, FormatBytes(mb.Held("m")))
-	}
-	// Streamed from resident frees the tail.
-	if err := ws.Place(Streamed, GiB); err != nil || mb.Held("m") != GiB {
-		t.Fatalf("streamed 1 GiB: %v, held %s", err, FormatBytes(mb.Held("m")))
-	}
-	if err := ws.Place(Unloaded, 0); err != nil || mb.Held("m") != 0 || mb.Stats().InUse != 0 {
-		t.Fatalf("unloaded: %v, %v", err, mb)
-	}
-	if err := ws.Place(Resident, 0); err == nil || !strings.Contains(err.Error(), "unloaded") {
-		t.Fatalf("placing an unloaded set: %v", err)
-	}
-	if err := ws.Add("x", "y", memtest.HostTensor(tensor.U8, 1)); err == nil {
-		t.Fatal("Add after unload")
-	}
-}
-
-func TestWeightSetResidentRollsBack(t *testing.T) {
-	_, mb, _, _ := newSim(8*GiB, 3*GiB, GiB)
-	ws := weightSet(t, mb, "m", GiB, GiB, GiB, GiB)
-	err := ws.Place(Resident, 0)
-	if !errors.Is(err, tensor.ErrOutOfMemory) || !strings.Contains(err.Error(), "uploading group m.3") {
-		t.Fatalf("4 GiB under a 3 GiB cap: %v", err)
-	}
-	if mb.Held("m") != 0 || ws.State() != OnHost {
-		t.Fatal("a failed Resident move left weights on the device")
+func (m *model) shrink(n int) {
+	for len(m.dev) > n {
+		tensor.Release(m.dev[len(m.dev)-1])
+		m.dev = m.dev[:len(m.dev)-1]
 	}
 }
 
@@ -116,7 +86,7 @@ func TestManagerEvictsLeastRecentlyUsed(t *testing.T) {
 		name string
 		size int64
 	}{{"a", 4 * GiB}, {"b", 3 * GiB}, {"c", 5 * GiB}} {
-		if err := mgr.Add(m.name, weightSet(t, mb, m.name, m.size), OnHost); err != nil {
+		if err := mgr.Add(m.name, newModel(mb, m.name, m.size), OnHost); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -133,26 +103,22 @@ func TestManagerEvictsLeastRecentlyUsed(t *testing.T) {
 	if !strings.Contains(logBuf.String(), "b resident → on host, freed 3.0 GiB") {
 		t.Fatalf("log:\n%s", logBuf)
 	}
-	err := mgr.Add("huge", weightSet(t, mb, "huge", 11*GiB), OnHost)
+	err := mgr.Add("huge", newModel(mb, "huge", 11*GiB), OnHost)
 	must(t, err)
 	err = mgr.Load("huge")
 	if !errors.Is(err, tensor.ErrOutOfMemory) || !strings.Contains(err.Error(), "needs 11.0 GiB") {
 		t.Fatalf("loading a model larger than the cap: %v", err)
 	}
-	must(t, mgr.LoadExclusive("b"))
-	if mb.Held("a")+mb.Held("c") != 0 || mb.Held("b") != 3*GiB {
-		t.Fatalf("exclusive: %v", mb)
-	}
-	if mgr.Add("b", weightSet(t, mb, "b2", 1), OnHost) == nil {
+	if mgr.Add("b", newModel(mb, "b2", 1), OnHost) == nil {
 		t.Fatal("duplicate registration")
 	}
 }
 
 func TestLoadPreserving(t *testing.T) {
 	_, mb, mgr, logBuf := newSim(24*GiB, 20*GiB, 6*GiB)
-	must(t, mgr.Add("vae", weightSet(t, mb, "vae", GiB/2), OnHost))
-	must(t, mgr.Add("small", weightSet(t, mb, "small", 4*GiB, 4*GiB, 4*GiB), OnHost))
-	must(t, mgr.Add("big", weightSet(t, mb, "big", 4*GiB, 4*GiB, 4*GiB, 4*GiB, 4*GiB), OnHost))
+	must(t, mgr.Add("vae", newModel(mb, "vae", GiB/2), OnHost))
+	must(t, mgr.Add("small", newModel(mb, "small", 4*GiB, 4*GiB, 4*GiB), OnHost))
+	must(t, mgr.Add("big", newModel(mb, "big", 4*GiB, 4*GiB, 4*GiB, 4*GiB, 4*GiB), OnHost))
 	must(t, mgr.Load("vae"))
 	must(t, mgr.LoadPreserving("small")) // 12 GiB + 6 preserved + 0.5 vae fits in 20
 	if mgr.State("small") != Resident || mgr.State("vae") != Resident {
@@ -207,8 +173,8 @@ func TestUnloadDetectsLeftoverBytes(t *testing.T) {
 
 func TestRunPolicy(t *testing.T) {
 	_, mb, mgr, logBuf := newSim(24*GiB, 20*GiB, 6*GiB)
-	must(t, mgr.Add("transformer", weightSet(t, mb, "transformer", 7*GiB, 7*GiB), OnHost))
-	must(t, mgr.Add("vae", weightSet(t, mb, "vae", GiB/2), OnHost))
+	must(t, mgr.Add("transformer", newModel(mb, "transformer", 7*GiB, 7*GiB), OnHost))
+	must(t, mgr.Add("vae", newModel(mb, "vae", GiB/2), OnHost))
 	must(t, mgr.Load("transformer"))
 	must(t, mgr.Load("vae"))
 

@@ -27,9 +27,8 @@ func (s State) String() string {
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
 
-// Placeable is a model whose weights the Manager places. WeightSet is the
-// ready-made implementation; a model may implement it itself, charging its
-// device allocations to its name with Backend.Charge so that the Manager
+// Placeable is a model whose weights the Manager places. It charges its
+// device allocations to its name with Backend.Charge, so that the Manager
 // can check a complete unload.
 type Placeable interface {
 	// DeviceBytes is what the weights take on the device when resident.

@@ -11,36 +11,32 @@ import (
 )
 
 // The models of FramePack I2V at their real sizes (spec §3.10, §4.7, §5):
-// one host tensor per group, groups as the forward pass meets them.
+// one group per module, in the order the forward pass meets them.
 // The transformer takes trBytes per parameter (2 for bf16, 1 for fp8).
-func framePackModels(t *testing.T, mb *Backend, trBytes int64) map[string]*WeightSet {
+func framePackModels(mb *Backend, trBytes int64) map[string]*model {
 	bytesPer := int64(2) // fp16
-	add := func(ws *WeightSet, group string, params int64) {
-		if err := ws.Add(group, "w", memtest.HostTensor(tensor.U8, int(params*bytesPer))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m := map[string]*WeightSet{}
+	add := func(m *model, _ string, params int64) { m.sizes = append(m.sizes, params*bytesPer) }
+	m := map[string]*model{}
 	// LLaMA 3 8B text encoder, fp16: embed_tokens, 32 layers, norm.
-	llama := NewWeightSet(mb, "text_encoder")
+	llama := newModel(mb, "text_encoder")
 	add(llama, "embed_tokens", 128256*4096)
 	for i := range 32 {
 		add(llama, fmt.Sprintf("layers.%d", i), 218_112_000)
 	}
 	add(llama, "norm", 4096)
 	m["text_encoder"] = llama
-	clip := NewWeightSet(mb, "text_encoder_2")
+	clip := newModel(mb, "text_encoder_2")
 	add(clip, "all", 123_060_480)
 	m["text_encoder_2"] = clip
-	siglip := NewWeightSet(mb, "image_encoder")
+	siglip := newModel(mb, "image_encoder")
 	add(siglip, "all", 428_225_600)
 	m["image_encoder"] = siglip
-	vae := NewWeightSet(mb, "vae")
+	vae := newModel(mb, "vae")
 	add(vae, "all", 246_478_803)
 	m["vae"] = vae
 	// The packed HunyuanVideo transformer: 25.7 GB in bf16.
 	bytesPer = trBytes
-	tr := NewWeightSet(mb, "transformer")
+	tr := newModel(mb, "transformer")
 	add(tr, "embedders", 199_680+14_361_600+309_175_296+32_262_144+38_940_672)
 	for i := range 20 {
 		add(tr, fmt.Sprintf("transformer_blocks.%d", i), 339_831_296)
@@ -53,26 +49,18 @@ func framePackModels(t *testing.T, mb *Backend, trBytes int64) map[string]*Weigh
 	return m
 }
 
-// forward runs ws group by group as a model's forward pass does, with act
-// allocating the activations of one group in a scope.
-func forward(t *testing.T, mb *Backend, ws *WeightSet, act func(s *tensor.Scope, group string)) {
+// forward runs m's forward pass, group by group, with act allocating the
+// activations of one group in a scope.
+func forward(t *testing.T, mb *Backend, m *model, act func(s *tensor.Scope)) {
 	t.Helper()
 	root := tensor.NewScope(mb)
 	defer root.Close()
-	for _, name := range ws.Groups() {
-		g, err := ws.Acquire(name)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+	for i := range m.sizes {
 		s := root.Child()
-		err = tensor.Catch(func() {
-			act(s, name)
-			_ = g.T("w")
-		})
+		err := tensor.Catch(func() { act(s) })
 		s.Close()
-		g.Release()
 		if err != nil {
-			t.Fatalf("%s: %v", name, err)
+			t.Fatalf("%s group %d: %v", m.owner, i, err)
 		}
 	}
 }
@@ -96,7 +84,7 @@ func simulate(t *testing.T, trBytes int64, trState State) {
 	mb := Budgeted(dev, b)
 	var logBuf strings.Builder
 	mgr := NewManager(mb, testLogger(&logBuf))
-	models := framePackModels(t, mb, trBytes)
+	models := framePackModels(mb, trBytes)
 	for _, name := range []string{"text_encoder", "text_encoder_2", "image_encoder", "vae", "transformer"} {
 		must(t, mgr.Add(name, models[name], OnHost))
 	}
@@ -110,23 +98,26 @@ func simulate(t *testing.T, trBytes int64, trState State) {
 	if mgr.State("text_encoder") != Streamed {
 		t.Fatalf("LLaMA should stream under a 20 GiB cap, is %v", mgr.State("text_encoder"))
 	}
-	forward(t, mb, models["text_encoder"], func(s *tensor.Scope, _ string) {
+	forward(t, mb, models["text_encoder"], func(s *tensor.Scope) {
 		alloc(s, 256*4096*bf16*4)
 		alloc(s, 256*14336*bf16*2)
 	})
-	forward(t, mb, models["text_encoder_2"], func(s *tensor.Scope, _ string) { alloc(s, 77*768*bf16*8) })
-	mgr.Report("text encode")
+	forward(t, mb, models["text_encoder_2"], func(s *tensor.Scope) { alloc(s, 77*768*bf16*8) })
+	must(t, mgr.Unload("text_encoder"))
+	must(t, mgr.Unload("text_encoder_2"))
 
-	// VAE encode of a 640×640 image, then SigLIP.
-	must(t, mgr.LoadExclusive("vae"))
-	forward(t, mb, models["vae"], func(s *tensor.Scope, _ string) {
+	// VAE encode of a 640×640 image, then SigLIP, each unloaded after its
+	// stage.
+	must(t, mgr.Load("vae"))
+	forward(t, mb, models["vae"], func(s *tensor.Scope) {
 		for range 6 {
 			alloc(s, 128*640*640*bf16)
 		}
 	})
-	must(t, mgr.LoadExclusive("image_encoder"))
-	forward(t, mb, models["image_encoder"], func(s *tensor.Scope, _ string) { alloc(s, 729*1152*bf16*8) })
-	mgr.Report("image encode")
+	must(t, mgr.Unload("vae"))
+	must(t, mgr.Load("image_encoder"))
+	forward(t, mb, models["image_encoder"], func(s *tensor.Scope) { alloc(s, 729*1152*bf16*8) })
+	must(t, mgr.Unload("image_encoder"))
 
 	// Sampling: the transformer filled up to the preserved amount, the rest
 	// streamed; ~20k tokens of hidden state per block.
@@ -138,18 +129,19 @@ func simulate(t *testing.T, trBytes int64, trState State) {
 	hidden := int64(tokens * 3072 * bf16)
 	for step := range 2 { // two sampling steps are enough to exercise the streaming
 		_ = step
-		forward(t, mb, models["transformer"], func(s *tensor.Scope, _ string) {
+		forward(t, mb, models["transformer"], func(s *tensor.Scope) {
 			for range 6 { // norm, q, k, v, attention out, residual
 				alloc(s, hidden)
 			}
 			alloc(s, 4*hidden) // MLP
 		})
 	}
-	mgr.Report("sample")
 
-	// Decode: the VAE alone on the device; temporal tiles of 5 latent
-	// frames decode to 17 frames of 640×640, up to ~6.8 GiB of activations.
-	must(t, mgr.LoadExclusive("vae"))
+	// Decode: the transformer unloaded first, the VAE alone on the device;
+	// temporal tiles of 5 latent frames decode to 17 frames of 640×640, up
+	// to ~6.8 GiB of activations.
+	must(t, mgr.Unload("transformer"))
+	must(t, mgr.Load("vae"))
 	if held := mb.Held("transformer"); held != 0 {
 		t.Fatalf("the transformer holds %s at decode", FormatBytes(held))
 	}
@@ -162,7 +154,7 @@ func simulate(t *testing.T, trBytes int64, trState State) {
 		return nil
 	}})
 	must(t, decodeErr)
-	st := mgr.Report("decode")
+	st := mb.Stats()
 
 	if st.Peak > b.Cap || dev.Peak() > b.Cap {
 		t.Fatalf("peak %s (device %s) above the %s cap", FormatBytes(st.Peak), FormatBytes(dev.Peak()), FormatBytes(b.Cap))
@@ -174,10 +166,9 @@ func simulate(t *testing.T, trBytes int64, trState State) {
 		t.Fatalf("%d allocations refused", st.Refused)
 	}
 	for _, want := range []string{
-		"memory: text encode: device sim 24 GiB: cap 20.0 GiB",
 		"memory: transformer on host → " + trState.String(),
-		"memory: transformer " + trState.String() + " → on host, freed",
-		"memory: decode: device sim 24 GiB: cap 20.0 GiB, in use 470.1 MiB",
+		"memory: transformer " + trState.String() + " → unloaded, freed",
+		"memory: vae unloaded → resident, uploaded 470.1 MiB; device sim 24 GiB: cap 20.0 GiB, in use 470.1 MiB",
 		"text_encoder 0 B, text_encoder_2 0 B, image_encoder 0 B, vae 470.1 MiB, transformer 0 B",
 	} {
 		if !strings.Contains(logBuf.String(), want) {

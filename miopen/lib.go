@@ -26,7 +26,10 @@ func (l *Lib) Path() string { return l.path }
 // Version is the library's version.
 func (l *Lib) Version() string { return l.version }
 
-func (l *Lib) String() string { return fmt.Sprintf("%v %s (%s)", l.vendor, l.version, l.path) }
+func (l *Lib) String() string { return fmt.Sprintf("%s %s (%s)", l.Name(), l.version, l.path) }
+
+// Name is the library's name: MIOpen or cuDNN.
+func (l *Lib) Name() string { return libs.Libraries[l.vendor].Name }
 
 // Handle is a library handle bound to one stream, with its cache of plans.
 // A Handle is not safe for concurrent use.
@@ -92,12 +95,7 @@ var libs = &dynlib.Loader[Vendor, *Lib]{
 
 // EnvPath names the environment variable that points a vendor's loader at
 // one library file, bypassing the search.
-func EnvPath(v Vendor) string {
-	if v == AMD {
-		return libs.Libraries[AMD].Env
-	}
-	return libs.Libraries[NVIDIA].Env
-}
+func EnvPath(v Vendor) string { return libs.Libraries[v].Env }
 
 // Open loads MIOpen, or cuDNN when MIOpen is absent. A caller that knows its
 // platform should use OpenVendor.
@@ -105,11 +103,6 @@ func Open() (*Lib, error) { return dynlib.First([]Vendor{AMD, NVIDIA}, OpenVendo
 
 // OpenVendor loads the given vendor's library. The error names every file
 // tried and why each failed.
-func OpenVendor(v Vendor) (*Lib, error) {
-	if v != AMD && v != NVIDIA {
-		return nil, fmt.Errorf("miopen: unknown vendor %d", int(v))
-	}
-	return libs.Open(v)
-}
+func OpenVendor(v Vendor) (*Lib, error) { return libs.Open(v) }
 
 var errClosed = errors.New("miopen: handle is closed")

@@ -36,22 +36,12 @@ import (
 )
 
 // Vendor names the library family behind a Lib.
-type Vendor int
+type Vendor = dynlib.Vendor
 
 const (
-	AMD    Vendor = iota + 1 // MIOpen
-	NVIDIA                   // cuDNN
+	AMD    = dynlib.AMD    // MIOpen
+	NVIDIA = dynlib.NVIDIA // cuDNN
 )
-
-func (v Vendor) String() string {
-	switch v {
-	case AMD:
-		return "AMD (MIOpen)"
-	case NVIDIA:
-		return "NVIDIA (cuDNN)"
-	}
-	return fmt.Sprintf("vendor(%d)", int(v))
-}
 
 // DType is the element type of input, weight and output; accumulation is
 // f32 for all three.

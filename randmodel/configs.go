@@ -1,6 +1,7 @@
 package randmodel
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -73,12 +74,20 @@ func preprocessorFor(cs []*component) map[string]any {
 		if c.folder != "image_encoder" {
 			continue
 		}
-		switch n := c.config["image_size"].(type) {
+		var n int
+		switch v := c.config["image_size"].(type) {
 		case int:
-			out["size"] = map[string]int{"height": n, "width": n}
-		case float64:
-			out["size"] = map[string]int{"height": int(n), "width": int(n)}
+			n = v
+		case json.Number:
+			i, err := v.Int64()
+			if err != nil {
+				continue
+			}
+			n = int(i)
+		default:
+			continue
 		}
+		out["size"] = map[string]int{"height": n, "width": n}
 	}
 	return out
 }
@@ -94,8 +103,12 @@ func tinyConfigs() (map[string]map[string]any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tiny %s config: %w", part, err)
 		}
+		// json.Number keeps each number as written (1.0 stays a float for
+		// transformers' typed config fields, 64 an int).
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
 		var m map[string]any
-		if err := json.Unmarshal(raw, &m); err != nil {
+		if err := dec.Decode(&m); err != nil {
 			return nil, fmt.Errorf("tiny %s config: %w", part, err)
 		}
 		out[part] = m
@@ -113,13 +126,4 @@ func tinyConfigs() (map[string]map[string]any, error) {
 		out["text_encoder_2"][k] = rel["text_encoder_2"][k]
 	}
 	return out, nil
-}
-
-// decode re-reads a config map as the struct that decides the tensors.
-func decode(cfg map[string]any, v any) error {
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(raw, v)
 }

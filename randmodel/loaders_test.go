@@ -54,8 +54,8 @@ func writeComponent(t *testing.T, c *component) string {
 // and loads it through this project's loaders, which check every shape.
 func TestDistinctDimsLoad(t *testing.T) {
 	be := cpu.New()
-	mk := func(folder, weights, dtype string, shard int64, cfg map[string]any, tensors func() ([]tensorSpec, error)) *component {
-		ts, err := tensors()
+	mk := func(folder, weights, dtype string, shard int64, cfg map[string]any) *component {
+		ts, err := loaderTensors(folder, cfg)
 		if err != nil {
 			t.Fatalf("%s: %v", folder, err)
 		}
@@ -67,11 +67,7 @@ func TestDistinctDimsLoad(t *testing.T) {
 		"num_attention_heads": 3, "num_layers": 2, "num_refiner_layers": 1, "num_single_layers": 3, "out_channels": 16,
 		"patch_size": 2, "patch_size_t": 1, "pooled_projection_dim": 24, "qk_norm": "rms_norm", "rope_axes_dim": []int{4, 6, 6},
 		"rope_theta": 256.0, "text_embed_dim": 40}
-	var tc transformerConfig
-	if err := decode(tr, &tc); err != nil {
-		t.Fatal(err)
-	}
-	c := mk("transformer", "diffusion_pytorch_model", "BF16", 100_000, tr, func() ([]tensorSpec, error) { return transformerTensors(tc) })
+	c := mk("transformer", "diffusion_pytorch_model", "BF16", 100_000, tr)
 	if m, err := hunyuan.Load(writeComponent(t, c), be, hunyuan.Options{DType: tensor.F32}); err != nil {
 		t.Errorf("transformer: %v", err)
 	} else {
@@ -81,11 +77,7 @@ func TestDistinctDimsLoad(t *testing.T) {
 	ll := map[string]any{"architectures": []string{"LlamaModel"}, "hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2,
 		"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 50, "rms_norm_eps": 1e-5,
 		"rope_theta": 500000.0, "rope_scaling": nil, "max_position_embeddings": 64, "hidden_act": "silu", "model_type": "llama"}
-	var lc llamaConfig
-	if err := decode(ll, &lc); err != nil {
-		t.Fatal(err)
-	}
-	c = mk("text_encoder", "model", "F16", 10_000, ll, func() ([]tensorSpec, error) { return llamaTensors(lc) })
+	c = mk("text_encoder", "model", "F16", 10_000, ll)
 	if m, err := llama.Load(writeComponent(t, c), be, tensor.F32); err != nil {
 		t.Errorf("text_encoder: %v", err)
 	} else {
@@ -95,11 +87,7 @@ func TestDistinctDimsLoad(t *testing.T) {
 	cl := map[string]any{"architectures": []string{"CLIPTextModel"}, "hidden_size": 36, "intermediate_size": 56, "num_hidden_layers": 2,
 		"num_attention_heads": 3, "vocab_size": 70, "max_position_embeddings": 77, "hidden_act": "quick_gelu", "layer_norm_eps": 1e-5,
 		"eos_token_id": 2, "bos_token_id": 0, "pad_token_id": 1, "model_type": "clip_text_model"}
-	var cc encoderConfig
-	if err := decode(cl, &cc); err != nil {
-		t.Fatal(err)
-	}
-	c = mk("text_encoder_2", "model", "F16", 0, cl, func() ([]tensorSpec, error) { return clipTensors(cc) })
+	c = mk("text_encoder_2", "model", "F16", 0, cl)
 	if m, err := clip.Load(writeComponent(t, c), be, tensor.F32); err != nil {
 		t.Errorf("text_encoder_2: %v", err)
 	} else {
@@ -109,11 +97,7 @@ func TestDistinctDimsLoad(t *testing.T) {
 	sg := map[string]any{"architectures": []string{"SiglipVisionModel"}, "hidden_size": 40, "intermediate_size": 72, "num_hidden_layers": 2,
 		"num_attention_heads": 4, "image_size": 30, "patch_size": 7, "num_channels": 3, "layer_norm_eps": 1e-6,
 		"hidden_act": "gelu_pytorch_tanh", "model_type": "siglip_vision_model"}
-	var sc encoderConfig
-	if err := decode(sg, &sc); err != nil {
-		t.Fatal(err)
-	}
-	c = mk("image_encoder", "model", "BF16", 0, sg, func() ([]tensorSpec, error) { return siglipTensors(sc) })
+	c = mk("image_encoder", "model", "BF16", 0, sg)
 	if m, err := siglip.Load(writeComponent(t, c), be, tensor.F32); err != nil {
 		t.Errorf("image_encoder: %v", err)
 	} else {
@@ -137,11 +121,7 @@ func TestDistinctDimsLoad(t *testing.T) {
 		"out_channels": 3, "scaling_factor": 0.476986, "spatial_compression_ratio": 8, "temporal_compression_ratio": 4,
 		"down_block_types": []string{"HunyuanVideoDownBlock3D", "HunyuanVideoDownBlock3D", "HunyuanVideoDownBlock3D", "HunyuanVideoDownBlock3D"},
 		"up_block_types":   []string{"HunyuanVideoUpBlock3D", "HunyuanVideoUpBlock3D", "HunyuanVideoUpBlock3D", "HunyuanVideoUpBlock3D"}}
-	var vc vaeConfig
-	if err := decode(va, &vc); err != nil {
-		t.Fatal(err)
-	}
-	c = mk("vae", "diffusion_pytorch_model", "F16", 0, va, func() ([]tensorSpec, error) { return vaeTensors(vc) })
+	c = mk("vae", "diffusion_pytorch_model", "F16", 0, va)
 	if v, err := vae.Load(writeComponent(t, c), be, vae.Options{DType: tensor.F32}); err != nil {
 		t.Errorf("vae: %v", err)
 	} else {

@@ -15,6 +15,7 @@
 package randmodel
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +23,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+
+	"github.com/framepack-go/framepack/internal/atomicfile"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // Size chooses the model dimensions.
@@ -65,7 +69,7 @@ type component struct {
 	weightsName string // "model" or "diffusion_pytorch_model"
 	dtype       string // safetensors dtype: "BF16" or "F16"
 	maxShard    int64  // 0: one file
-	tensors     []tensorSpec
+	tensors     []weights.Spec
 }
 
 // shard sizes as save_pretrained wrote the released folders: diffusers'
@@ -104,33 +108,7 @@ func components(size Size) ([]*component, error) {
 	for _, c := range cs {
 		c.config = cfgs[c.folder]
 		var err error
-		switch c.folder {
-		case "transformer":
-			var tc transformerConfig
-			if err = decode(c.config, &tc); err == nil {
-				c.tensors, err = transformerTensors(tc)
-			}
-		case "text_encoder":
-			var lc llamaConfig
-			if err = decode(c.config, &lc); err == nil {
-				c.tensors, err = llamaTensors(lc)
-			}
-		case "text_encoder_2":
-			var ec encoderConfig
-			if err = decode(c.config, &ec); err == nil {
-				c.tensors, err = clipTensors(ec)
-			}
-		case "image_encoder":
-			var ec encoderConfig
-			if err = decode(c.config, &ec); err == nil {
-				c.tensors, err = siglipTensors(ec)
-			}
-		case "vae":
-			var vc vaeConfig
-			if err = decode(c.config, &vc); err == nil {
-				c.tensors, err = vaeTensors(vc)
-			}
-		}
+		c.tensors, err = loaderTensors(c.folder, c.config)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", c.folder, err)
 		}
@@ -176,7 +154,7 @@ func Write(ctx context.Context, dir string, opts Options) (Summary, error) {
 			keep[f.path] = true
 			sum.WeightBytes += f.size
 			for _, t := range f.tensors {
-				sum.Params += t.numel()
+				sum.Params += t.Numel()
 			}
 		}
 		if c.maxShard > 0 {
@@ -239,8 +217,8 @@ func index(files []*shardFile) ([]byte, error) {
 	wm := map[string]string{}
 	for _, f := range files {
 		for _, t := range f.tensors {
-			total += 2 * t.numel()
-			wm[t.name] = filepath.Base(f.path)
+			total += 2 * t.Numel()
+			wm[t.Name] = filepath.Base(f.path)
 		}
 	}
 	return marshal(map[string]any{"metadata": map[string]any{"total_size": total}, "weight_map": wm})
@@ -253,10 +231,50 @@ func marshal(v any) ([]byte, error) {
 	enc := json.NewEncoder(&sb)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	if err := enc.Encode(pyFloats(v)); err != nil {
 		return nil, err
 	}
 	return []byte(sb.String()), nil
+}
+
+// pyFloat is a float64 written as Python writes one: with a decimal point
+// even when integral (1.0, 500000.0). transformers' typed config classes
+// refuse an int where the released config has a float.
+type pyFloat float64
+
+func (f pyFloat) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(float64(f))
+	if err == nil && !bytes.ContainsAny(b, ".eE") {
+		b = append(b, '.', '0')
+	}
+	return b, err
+}
+
+// pyFloats returns v with every float64 inside maps and slices as a pyFloat.
+func pyFloats(v any) any {
+	switch x := v.(type) {
+	case float64:
+		return pyFloat(x)
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = pyFloats(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = pyFloats(e)
+		}
+		return out
+	case []float64:
+		out := make([]pyFloat, len(x))
+		for i, e := range x {
+			out[i] = pyFloat(e)
+		}
+		return out
+	}
+	return v
 }
 
 // writeAtomic writes path through a temporary file and a rename.
@@ -264,27 +282,7 @@ func writeAtomic(path string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("creating %s: %w", path, err)
-	}
-	// CreateTemp makes the file 0600; model files are for every user.
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
+	if err := atomicfile.WriteFile(path, b, 0o644); err != nil { // model files are for every user
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil

@@ -20,10 +20,10 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack"
-	"github.com/framepack-go/framepack/tinymodel"
-	"github.com/framepack-go/framepack/pipeline"
 	"github.com/framepack-go/framepack/randmodel"
+	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/tokenizer"
 )
 
@@ -405,7 +405,7 @@ func TestTinyGenerates(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	img, err := pipeline.LoadImage(filepath.Join("..", "testdata", "images", "scene.png"))
+	img, err := section.LoadImage(filepath.Join("..", "testdata", "images", "scene.png"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/dlclark/regexp2"
+
+	"github.com/framepack-go/framepack/tokenizer"
 )
 
 // The tokenizers are small byte-level BPE vocabularies with the released
@@ -25,9 +27,6 @@ var corpus = []string{
 	"The man dances energetically, leaping mid-air with fluid arm swings and quick footwork.",
 	"A cat walks slowly across the room, looks at the camera and sits down.",
 }
-
-// LLaMA-3's pre-tokenizer regex (its tokenizer.json's Split pattern).
-const llamaPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 
 // llamaSpecials are LLaMA-3's 256 special tokens, ids 128000–128255: the
 // text markers and the chat-header ids FramePack's template uses
@@ -107,15 +106,15 @@ func llamaFiles(out map[string][]byte) error {
 	specials := llamaSpecials()
 	var symbols []string
 	for b := 0; b < 256; b++ {
-		symbols = append(symbols, string(byteToRune[b]))
+		symbols = append(symbols, string(tokenizer.ByteRune(byte(b))))
 	}
 	v := newBPEVocab(symbols)
-	re := regexp2.MustCompile(llamaPattern, regexp2.Unicode)
+	re := regexp2.MustCompile(tokenizer.LlamaPattern, regexp2.Unicode)
 	for _, text := range corpus {
 		for _, part := range splitSpecial(text, specials[:10]) {
 			m, err := re.FindStringMatch(part)
 			for ; m != nil && err == nil; m, err = re.FindNextMatch(m) {
-				v.addWord(byteSymbols(m.String()))
+				v.addWord(tokenizer.ByteLevel(m.String()))
 			}
 			if err != nil {
 				return fmt.Errorf("tokenizer corpus: %w", err)
@@ -150,7 +149,7 @@ func llamaFiles(out map[string][]byte) error {
 		"added_tokens": added,
 		"normalizer":   nil,
 		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": llamaPattern}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": tokenizer.LlamaPattern}, "behavior": "Isolated", "invert": false},
 			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
 		}},
 		"post_processor": map[string]any{"type": "TemplateProcessing",
@@ -193,10 +192,10 @@ func clipFiles(out map[string][]byte) error {
 	// (the last symbol of a word), as the real vocabulary has them.
 	var symbols []string
 	for b := 0; b < 256; b++ {
-		symbols = append(symbols, string(byteToRune[b]))
+		symbols = append(symbols, string(tokenizer.ByteRune(byte(b))))
 	}
 	for b := 0; b < 256; b++ {
-		symbols = append(symbols, string(byteToRune[b])+"</w>")
+		symbols = append(symbols, string(tokenizer.ByteRune(byte(b)))+"</w>")
 	}
 	v := newBPEVocab(symbols)
 	re := regexp2.MustCompile(clipPattern, regexp2.Unicode)
@@ -204,7 +203,7 @@ func clipFiles(out map[string][]byte) error {
 		for _, part := range splitSpecial(text, llamaSpecials()[:10]) {
 			m, err := re.FindStringMatch(strings.ToLower(part))
 			for ; m != nil && err == nil; m, err = re.FindNextMatch(m) {
-				w := byteSymbols(m.String())
+				w := tokenizer.ByteLevel(m.String())
 				w[len(w)-1] += "</w>"
 				v.addWord(w)
 			}
@@ -258,30 +257,6 @@ func splitSpecial(text string, special []string) []string {
 		if p != "" {
 			out = append(out, p)
 		}
-	}
-	return out
-}
-
-// byteToRune is GPT-2's reversible map from bytes to printable runes, the
-// alphabet of byte-level BPE vocabularies.
-var byteToRune = func() [256]rune {
-	var m [256]rune
-	n := 0
-	for b := 0; b < 256; b++ {
-		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
-			m[b] = rune(b)
-		} else {
-			m[b] = rune(256 + n)
-			n++
-		}
-	}
-	return m
-}()
-
-func byteSymbols(s string) []string {
-	out := make([]string, len(s))
-	for i := 0; i < len(s); i++ {
-		out[i] = string(byteToRune[s[i]])
 	}
 	return out
 }

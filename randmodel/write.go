@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,20 +13,21 @@ import (
 	"sync/atomic"
 
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
-// chunkElems is how many values one job generates and writes. The values
-// of a chunk depend only on the seed, the tensor's name and the chunk's
-// index, so the output does not depend on the number of workers; 2 Mi
-// values (4 MiB of bf16/f16) keep each worker's buffer small and each
-// write large.
-const chunkElems = 1 << 21
+// chunkElems is how many values one job generates and writes: one chunk of
+// weights.FillRandom, whose values depend only on the seed, the tensor's
+// name and the chunk's index, so the output does not depend on the number
+// of workers; 2 Mi values (4 MiB of bf16/f16) keep each worker's buffer
+// small and each write large.
+const chunkElems = weights.RandomChunk
 
 // shardFile is one safetensors file being written.
 type shardFile struct {
 	path    string // final path
 	dtype   string // "BF16" or "F16"
-	tensors []tensorSpec
+	tensors []weights.Spec
 	offsets []int64 // data offset of each tensor
 	header  []byte  // the 8-byte length, the JSON header, padding
 	size    int64   // the whole file
@@ -50,14 +49,14 @@ type job struct {
 // maxShard; one larger than maxShard gets a shard of its own).
 func plan(dir string, c *component) ([]*shardFile, error) {
 	elemSize := int64(2)
-	var groups [][]tensorSpec
+	var groups [][]weights.Spec
 	if c.maxShard <= 0 {
-		groups = [][]tensorSpec{c.tensors}
+		groups = [][]weights.Spec{c.tensors}
 	} else {
-		var cur []tensorSpec
+		var cur []weights.Spec
 		var size int64
 		for _, t := range c.tensors {
-			b := t.numel() * elemSize
+			b := t.Numel() * elemSize
 			if len(cur) > 0 && size+b > c.maxShard {
 				groups = append(groups, cur)
 				cur, size = nil, 0
@@ -88,7 +87,7 @@ func plan(dir string, c *component) ([]*shardFile, error) {
 // each aligned as written (2-byte values, so no gaps), the header padded
 // with spaces to 8 bytes so the data can be mapped in place.
 func (f *shardFile) layout() error {
-	sort.Slice(f.tensors, func(i, j int) bool { return f.tensors[i].name < f.tensors[j].name })
+	sort.Slice(f.tensors, func(i, j int) bool { return f.tensors[i].Name < f.tensors[j].Name })
 	type entry struct {
 		DType   string  `json:"dtype"`
 		Shape   []int   `json:"shape"`
@@ -98,9 +97,9 @@ func (f *shardFile) layout() error {
 	var off int64
 	f.offsets = make([]int64, len(f.tensors))
 	for i, t := range f.tensors {
-		n := t.numel() * 2
+		n := t.Numel() * 2
 		f.offsets[i] = off
-		hdr[t.name] = entry{DType: f.dtype, Shape: t.shape, Offsets: []int64{off, off + n}}
+		hdr[t.Name] = entry{DType: f.dtype, Shape: t.Shape, Offsets: []int64{off, off + n}}
 		off += n
 	}
 	js, err := json.Marshal(hdr)
@@ -152,8 +151,8 @@ func writeShards(ctx context.Context, files []*shardFile, seed uint64, workers i
 		}
 		n := int64(0)
 		for i, t := range f.tensors {
-			for c, from := int64(0), int64(0); from < t.numel(); c, from = c+1, from+chunkElems {
-				jobs = append(jobs, job{f: f, t: i, chunk: c, from: from, to: min(from+chunkElems, t.numel())})
+			for c, from := int64(0), int64(0); from < t.Numel(); c, from = c+1, from+chunkElems {
+				jobs = append(jobs, job{f: f, t: i, chunk: c, from: from, to: min(from+chunkElems, t.Numel())})
 				n++
 			}
 		}
@@ -226,82 +225,10 @@ func (f *shardFile) finish() error {
 }
 
 // fill writes the values of chunk c of tensor t into b (2-byte values).
-func fill(b []byte, dtype string, t tensorSpec, seed uint64, c int64) {
-	n := len(b) / 2
-	bf16 := dtype == "BF16"
-	half := halfBF16
-	if !bf16 {
-		half = halfF16
+func fill(b []byte, dtype string, t weights.Spec, seed uint64, c int64) {
+	dt := tensor.BF16
+	if dtype == "F16" {
+		dt = tensor.F16
 	}
-	switch t.init {
-	case initZeros:
-		clear(b)
-		return
-	case initOnes:
-		binary.LittleEndian.PutUint16(b, half(1))
-		for i := 1; i < n; i++ {
-			copy(b[2*i:2*i+2], b[:2])
-		}
-		return
-	}
-	h := fnv.New64a()
-	h.Write([]byte(t.name))
-	x := seed ^ h.Sum64() ^ uint64(c)*0xd1342543de82ef95
-	// The loops below are written out per case (splitmix64 inline, the
-	// dtype chosen outside the loop): the writer must generate at disk speed.
-	const golden = 0x9e3779b97f4a7c15
-	switch {
-	case t.init == initNormal:
-		// The sum of four 16-bit uniforms (Irwin–Hall): mean 2, variance
-		// 1/3, so (sum − 2)·√3 has the normal's mean and variance, with
-		// its tails cut at ±3.46σ; one random word per value.
-		k := float32(math.Sqrt(3)) * t.scale / 65536
-		for i := 0; i < n; i++ {
-			x += golden
-			z := x
-			z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-			z = (z ^ z>>27) * 0x94d049bb133111eb
-			z ^= z >> 31
-			s := int64(z&0xffff) + int64(z>>16&0xffff) + int64(z>>32&0xffff) + int64(z>>48) - 2*65535
-			v := float32(s) * k
-			if bf16 {
-				binary.LittleEndian.PutUint16(b[2*i:], halfBF16(v))
-			} else {
-				binary.LittleEndian.PutUint16(b[2*i:], halfF16(v))
-			}
-		}
-	case t.init == initUniform:
-		k := t.scale / (1 << 23)
-		for i := 0; i < n; i++ {
-			x += golden
-			z := x
-			z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-			z = (z ^ z>>27) * 0x94d049bb133111eb
-			z ^= z >> 31
-			v := float32(int64(z>>40)-(1<<23)) * k
-			if bf16 {
-				binary.LittleEndian.PutUint16(b[2*i:], halfBF16(v))
-			} else {
-				binary.LittleEndian.PutUint16(b[2*i:], halfF16(v))
-			}
-		}
-	}
-}
-
-// halfBF16 rounds a finite f32 to bfloat16 (nearest even).
-func halfBF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
-}
-
-// halfF16 rounds f to IEEE half (nearest even): the normal range by bit
-// arithmetic, the rest (subnormals, overflow) through the exact converter.
-func halfF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	a := b & 0x7fffffff
-	if a < 0x38800000 || a >= 0x477ff000 { // below 2⁻¹⁴, or rounds to ∞
-		return tensor.F16FromF32(f)
-	}
-	a -= 112 << 23 // rebias the exponent from 127 to 15
-	return uint16(b>>16)&0x8000 | uint16((a+0xfff+(a>>13)&1)>>13)
+	weights.FillRandom(b, dt, t, seed, c)
 }

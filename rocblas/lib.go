@@ -24,7 +24,7 @@ func (l *Lib) Path() string { return l.path }
 func (l *Lib) Version() string { return l.version }
 
 func (l *Lib) String() string {
-	return fmt.Sprintf("%v %s (%s)", l.vendor, l.version, l.path)
+	return fmt.Sprintf("%s %s (%s)", libs.Libraries[l.vendor].Name, l.version, l.path)
 }
 
 // Handle is a library handle bound to one stream. A Handle is not safe for
@@ -68,12 +68,7 @@ var libs = &dynlib.Loader[Vendor, *Lib]{
 
 // EnvPath names the environment variable that points a vendor's loader at
 // one library file, bypassing the search.
-func EnvPath(v Vendor) string {
-	if v == AMD {
-		return libs.Libraries[AMD].Env
-	}
-	return libs.Libraries[NVIDIA].Env
-}
+func EnvPath(v Vendor) string { return libs.Libraries[v].Env }
 
 // Open loads rocBLAS, or cuBLAS when rocBLAS is absent. A caller that knows
 // its platform (the hip package reports it) should use OpenVendor.
@@ -81,11 +76,6 @@ func Open() (*Lib, error) { return dynlib.First([]Vendor{AMD, NVIDIA}, OpenVendo
 
 // OpenVendor loads the given vendor's library. The error names every file
 // tried and why each failed.
-func OpenVendor(v Vendor) (*Lib, error) {
-	if v != AMD && v != NVIDIA {
-		return nil, fmt.Errorf("rocblas: unknown vendor %d", int(v))
-	}
-	return libs.Open(v)
-}
+func OpenVendor(v Vendor) (*Lib, error) { return libs.Open(v) }
 
 var errClosed = errors.New("rocblas: handle is closed")

@@ -26,22 +26,12 @@ import (
 )
 
 // Vendor names the library family behind a Lib.
-type Vendor int
+type Vendor = dynlib.Vendor
 
 const (
-	AMD    Vendor = iota + 1 // rocBLAS
-	NVIDIA                   // cuBLAS
+	AMD    = dynlib.AMD    // rocBLAS
+	NVIDIA = dynlib.NVIDIA // cuBLAS
 )
-
-func (v Vendor) String() string {
-	switch v {
-	case AMD:
-		return "AMD (rocBLAS)"
-	case NVIDIA:
-		return "NVIDIA (cuBLAS)"
-	}
-	return fmt.Sprintf("vendor(%d)", int(v))
-}
 
 // DType is an element type of a GEMM operand.
 type DType = dynlib.DType

@@ -3,6 +3,7 @@ package sampler
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -90,7 +91,7 @@ func NewDenoiser(m Model, g Guidance) (Denoiser, error) {
 // velocity runs the model and checks what it returns.
 func velocity(s *tensor.Scope, m Model, x *tensor.Tensor, t, g float32, negative bool) *tensor.Tensor {
 	v := m.Velocity(s, x, t, g, negative)
-	if v == nil || !sameShape(v.Shape(), x.Shape()) {
+	if v == nil || !slices.Equal(v.Shape(), x.Shape()) {
 		var have []int
 		if v != nil {
 			have = v.Shape()
@@ -117,16 +118,4 @@ func rescaleCFG(s *tensor.Scope, cfg, pos *tensor.Tensor, rs float64) *tensor.Te
 // product by a scalar rounds exactly as torch's does.
 func scalar(s *tensor.Scope, v float32) *tensor.Tensor {
 	return s.Full(tensor.F32, float64(v), 1)
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

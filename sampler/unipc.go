@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -132,7 +133,7 @@ func weighted(s *tensor.Scope, ts []*tensor.Tensor, w []float32) *tensor.Tensor 
 }
 
 func checkPrediction(m, x *tensor.Tensor) {
-	if m == nil || !sameShape(m.Shape(), x.Shape()) || m.DType() != tensor.F32 {
+	if m == nil || !slices.Equal(m.Shape(), x.Shape()) || m.DType() != tensor.F32 {
 		tensor.Fail("sampler", "denoiser returned %v for latents %v", m, x)
 	}
 }

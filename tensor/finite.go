@@ -5,7 +5,6 @@ import (
 	"math"
 	"runtime"
 	"sync"
-	"unsafe"
 )
 
 // NonFinite counts the NaN and the ±Inf elements of t (0, 0 for integer
@@ -30,7 +29,7 @@ func NonFinite(t *Tensor) (nan, inf int) {
 		// the bits, in parallel: the pixels of a 640 section are 42 M values.
 		nan, inf = nonFinite32(h.Float32s())
 	case F64:
-		for _, x := range asFloat64s(h.HostBytes()) {
+		for _, x := range ViewAs[float64](h.HostBytes()) {
 			if x-x != 0 {
 				count(x != x)
 			}
@@ -58,13 +57,6 @@ func NonFiniteError(what string, t *Tensor) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %d NaN and %d Inf of %d values %v", what, nan, inf, t.Numel(), t.shape)
-}
-
-func asFloat64s(b []byte) []float64 {
-	if len(b) < 8 {
-		return nil
-	}
-	return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8)
 }
 
 // nonFinite32 counts NaN and Inf in v from the bits, over the cores for

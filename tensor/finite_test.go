@@ -22,7 +22,7 @@ func TestNonFinite(t *testing.T) {
 			case BF16:
 				x.Uint16s()[i] = BF16FromF32(float32(v))
 			case F64:
-				asFloat64s(x.HostBytes())[i] = v
+				ViewAs[float64](x.HostBytes())[i] = v
 			}
 		}
 		var wantNaN, wantInf int
@@ -36,7 +36,7 @@ func TestNonFinite(t *testing.T) {
 			case BF16:
 				got = float64(F32FromBF16(x.Uint16s()[i]))
 			case F64:
-				got = asFloat64s(x.HostBytes())[i]
+				got = ViewAs[float64](x.HostBytes())[i]
 			}
 			if math.IsNaN(got) {
 				wantNaN++

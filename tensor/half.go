@@ -67,3 +67,15 @@ func NarrowBF16(dst []uint16, src []float32) {
 		dst[i] = BF16FromF32(f)
 	}
 }
+
+// Rounder is the rounding of an f32 value to dt's precision: RoundF16,
+// RoundBF16, or the identity for f32 (and any other dtype).
+func Rounder(dt DType) func(float32) float32 {
+	switch dt {
+	case F16:
+		return RoundF16
+	case BF16:
+		return RoundBF16
+	}
+	return func(f float32) float32 { return f }
+}

@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // ---- casts and copies ----
@@ -15,7 +16,7 @@ func (s *Scope) Cast(t *Tensor, dt DType) *Tensor {
 	}
 	out := s.Empty(dt, t.shape...)
 	if t.Numel() > 0 {
-		s.run("cast", s.be.Cast(out, t))
+		s.run("cast", nil, func() error { return s.be.Cast(out, t) })
 	}
 	return out
 }
@@ -32,7 +33,7 @@ func (s *Scope) copyView(dst *Tensor, dOff int, dSt []int, src *Tensor, sOff int
 	if Numel(shape) == 0 {
 		return
 	}
-	s.run("copy", s.be.Copy(dst, dOff, dSt, src, sOff, sSt, shape))
+	s.run("copy", nil, func() error { return s.be.Copy(dst, dOff, dSt, src, sOff, sSt, shape) })
 }
 
 // Permute reorders the axes of t (a copy): out axis i is t's axis perm[i].
@@ -224,7 +225,8 @@ func (s *Scope) binary(op BinaryOp, a, b *Tensor) *Tensor {
 	}
 	out := s.Empty(a.dtype, shape...)
 	if out.Numel() > 0 {
-		s.run(name, s.be.Binary(op, out, a, broadcastStrides(name, a.shape, shape), b, broadcastStrides(name, b.shape, shape)))
+		as, bs := broadcastStrides(name, a.shape, shape), broadcastStrides(name, b.shape, shape)
+		s.run(name, func() Op { return Op{Class: "binary " + name} }, func() error { return s.be.Binary(op, out, a, as, b, bs) })
 	}
 	return out
 }
@@ -243,7 +245,7 @@ func (s *Scope) unary(op UnaryOp, t *Tensor, a, b float32) *Tensor {
 	}
 	out := s.Empty(t.dtype, t.shape...)
 	if out.Numel() > 0 {
-		s.run(op.String(), s.be.Unary(op, out, t, a, b))
+		s.run(op.String(), func() Op { return Op{Class: "unary " + op.String()} }, func() error { return s.be.Unary(op, out, t, a, b) })
 	}
 	return out
 }
@@ -277,6 +279,12 @@ func (s *Scope) Clamp(t *Tensor, lo, hi float32) *Tensor {
 // transposing either first when asked. Leading axes must match, or b may be
 // 2-D (shared by every batch).
 func (s *Scope) MatMul(a, b *Tensor, transA, transB bool) *Tensor {
+	return s.ScaledMatMul(a, b, transA, transB, 1)
+}
+
+// ScaledMatMul is alpha·MatMul(a, b, transA, transB), the scale applied in
+// the GEMM (attention scores without a separate pass).
+func (s *Scope) ScaledMatMul(a, b *Tensor, transA, transB bool, alpha float32) *Tensor {
 	s.check("matmul", a.dtype, a, b)
 	if len(a.shape) < 2 || len(b.shape) < 2 {
 		s.failf("matmul", "needs rank ≥ 2, have %v and %v", a.shape, b.shape)
@@ -295,13 +303,14 @@ func (s *Scope) MatMul(a, b *Tensor, transA, transB bool) *Tensor {
 	}
 	batchA := Numel(a.shape[:ra-2])
 	batchB := Numel(b.shape[:rb-2])
-	if batchB != 1 && !sameShape(a.shape[:ra-2], b.shape[:rb-2]) {
+	if batchB != 1 && !slices.Equal(a.shape[:ra-2], b.shape[:rb-2]) {
 		s.failf("matmul", "batch axes differ: %v and %v", a.shape, b.shape)
 	}
 	shape := append(cloneInts(a.shape[:ra-2]), m, n)
 	out := s.Empty(a.dtype, shape...)
 	if out.Numel() > 0 {
-		s.run("matmul", s.be.MatMul(out, a, b, MatMulParams{Batch: batchA, M: m, N: n, K: k, TransA: transA, TransB: transB, Alpha: 1}))
+		p := MatMulParams{Batch: batchA, M: m, N: n, K: k, TransA: transA, TransB: transB, Alpha: alpha}
+		s.run("matmul", p.op, func() error { return s.be.MatMul(out, a, b, p) })
 	}
 	return out
 }
@@ -325,7 +334,16 @@ func (s *Scope) Linear(x, w, bias *Tensor) *Tensor {
 	out := s.Empty(x.dtype, shape...)
 	if out.Numel() > 0 {
 		m := x.Numel() / max(k, 1)
-		s.run("linear", s.be.Linear(out.Reshape(m, w.shape[0]), x.Reshape(m, k), w, bias))
+		describe := func() Op {
+			// The blocks' GEMMs (thousands of rows) apart from the embedders'
+			// and modulations' small ones.
+			o := Op{Class: "linear", Flops: 2 * float64(out.Numel()) * float64(k)}
+			if m < 1024 {
+				o.Class = "linear (small M)"
+			}
+			return o
+		}
+		s.run("linear", describe, func() error { return s.be.Linear(out.Reshape(m, w.shape[0]), x.Reshape(m, k), w, bias) })
 	}
 	return out
 }
@@ -354,7 +372,8 @@ func (s *Scope) Conv3d(x, w, bias *Tensor, stride, padding [3]int) *Tensor {
 	}
 	out := s.Empty(x.dtype, shape...)
 	if out.Numel() > 0 {
-		s.run("conv3d", s.be.Conv3d(out, x, w, bias, ConvParams{Stride: stride, Padding: padding}))
+		p := ConvParams{Stride: stride, Padding: padding}
+		s.run("conv3d", func() Op { return convOp(out, w, p) }, func() error { return s.be.Conv3d(out, x, w, bias, p) })
 	}
 	return out
 }
@@ -382,7 +401,13 @@ func (s *Scope) groupNorm(x, w, b *Tensor, groups int, eps float32, silu bool) *
 	}
 	out := s.Empty(x.dtype, x.shape...)
 	if out.Numel() > 0 {
-		s.run("group_norm", s.be.GroupNorm(out, x, w, b, groups, eps, silu))
+		describe := func() Op {
+			if silu {
+				return Op{Class: "group_norm+silu"}
+			}
+			return Op{Class: "group_norm"}
+		}
+		s.run("group_norm", describe, func() error { return s.be.GroupNorm(out, x, w, b, groups, eps, silu) })
 	}
 	return out
 }
@@ -406,7 +431,7 @@ func (s *Scope) LayerNorm(x, w, b *Tensor, eps float32) *Tensor {
 	}
 	out := s.Empty(x.dtype, x.shape...)
 	if out.Numel() > 0 {
-		s.run("layer_norm", s.be.LayerNorm(out, x, w, b, eps))
+		s.run("layer_norm", nil, func() error { return s.be.LayerNorm(out, x, w, b, eps) })
 	}
 	return out
 }
@@ -420,7 +445,7 @@ func (s *Scope) RMSNorm(x, w *Tensor, eps float32) *Tensor {
 	}
 	out := s.Empty(x.dtype, x.shape...)
 	if out.Numel() > 0 {
-		s.run("rms_norm", s.be.RMSNorm(out, x, w, eps))
+		s.run("rms_norm", nil, func() error { return s.be.RMSNorm(out, x, w, eps) })
 	}
 	return out
 }
@@ -430,7 +455,7 @@ func (s *Scope) Softmax(x *Tensor) *Tensor {
 	s.check("softmax", x.dtype, x)
 	out := s.Empty(x.dtype, x.shape...)
 	if out.Numel() > 0 {
-		s.run("softmax", s.be.Softmax(out, x))
+		s.run("softmax", nil, func() error { return s.be.Softmax(out, x) })
 	}
 	return out
 }
@@ -442,13 +467,13 @@ func (s *Scope) Softmax(x *Tensor) *Tensor {
 func (s *Scope) Attention(q, k, v *Tensor, p AttnParams) *Tensor {
 	s.check("attention", q.dtype, q, k, v)
 	s.check("attention", F32, p.KeyMask, p.Mask)
-	if len(q.shape) != 4 || len(k.shape) != 4 || !sameShape(k.shape, v.shape) {
+	if len(q.shape) != 4 || len(k.shape) != 4 || !slices.Equal(k.shape, v.shape) {
 		s.failf("attention", "q %v, k %v, v %v: want (B, L, H, D)", q.shape, k.shape, v.shape)
 	}
 	if q.shape[0] != k.shape[0] || q.shape[3] != k.shape[3] || k.shape[2] == 0 || q.shape[2]%k.shape[2] != 0 {
 		s.failf("attention", "q %v does not fit k %v", q.shape, k.shape)
 	}
-	if p.KeyMask != nil && !sameShape(p.KeyMask.shape, []int{q.shape[0], k.shape[1]}) {
+	if p.KeyMask != nil && !slices.Equal(p.KeyMask.shape, []int{q.shape[0], k.shape[1]}) {
 		s.failf("attention", "key mask %v, want (%d, %d)", p.KeyMask.shape, q.shape[0], k.shape[1])
 	}
 	if p.Mask != nil {
@@ -462,7 +487,10 @@ func (s *Scope) Attention(q, k, v *Tensor, p AttnParams) *Tensor {
 	}
 	out := s.Empty(q.dtype, q.shape...)
 	if out.Numel() > 0 {
-		s.run("attention", s.be.Attention(out, q, k, v, p))
+		describe := func() Op {
+			return Op{Class: "attention", Flops: 4 * float64(q.shape[0]) * float64(q.shape[1]) * float64(k.shape[1]) * float64(q.shape[2]) * float64(q.shape[3])}
+		}
+		s.run("attention", describe, func() error { return s.be.Attention(out, q, k, v, p) })
 	}
 	return out
 }
@@ -475,12 +503,12 @@ func (s *Scope) RoPE(x, cos, sin *Tensor) *Tensor {
 		s.failf("rope", "input %v: want (B, L, H, D) with even D", x.shape)
 	}
 	want := []int{x.shape[1], x.shape[3]}
-	if !sameShape(cos.shape, want) || !sameShape(sin.shape, want) {
+	if !slices.Equal(cos.shape, want) || !slices.Equal(sin.shape, want) {
 		s.failf("rope", "cos %v / sin %v, want %v", cos.shape, sin.shape, want)
 	}
 	out := s.Empty(x.dtype, x.shape...)
 	if out.Numel() > 0 {
-		s.run("rope", s.be.RoPE(out, x, cos, sin))
+		s.run("rope", nil, func() error { return s.be.RoPE(out, x, cos, sin) })
 	}
 	return out
 }
@@ -496,7 +524,7 @@ func (s *Scope) ReduceLast(op ReduceOp, x *Tensor) *Tensor {
 	}
 	k := x.shape[r-1]
 	out := s.Empty(x.dtype, x.shape[:r-1]...)
-	s.run("reduce", s.be.Reduce(op, out.Reshape(out.Numel()), x.Reshape(out.Numel(), k)))
+	s.run("reduce", nil, func() error { return s.be.Reduce(op, out.Reshape(out.Numel()), x.Reshape(out.Numel(), k)) })
 	return out
 }
 
@@ -535,7 +563,7 @@ func (s *Scope) Pad(x *Tensor, before, after []int, mode PadMode) *Tensor {
 	}
 	out := s.Empty(x.dtype, shape...)
 	if out.Numel() > 0 {
-		s.run("pad", s.be.Pad(out, x, before, mode))
+		s.run("pad", nil, func() error { return s.be.Pad(out, x, before, mode) })
 	}
 	return out
 }
@@ -556,7 +584,7 @@ func (s *Scope) UpsampleNearest(x *Tensor, scale [3]int) *Tensor {
 	}
 	out := s.Empty(x.dtype, shape...)
 	if out.Numel() > 0 {
-		s.run("upsample", s.be.UpsampleNearest(out, x, scale))
+		s.run("upsample", nil, func() error { return s.be.UpsampleNearest(out, x, scale) })
 	}
 	return out
 }
@@ -578,7 +606,7 @@ func (s *Scope) AvgPool3d(x *Tensor, kernel [3]int) *Tensor {
 	}
 	out := s.Empty(x.dtype, shape...)
 	if out.Numel() > 0 {
-		s.run("avg_pool3d", s.be.AvgPool3d(out, x, kernel))
+		s.run("avg_pool3d", nil, func() error { return s.be.AvgPool3d(out, x, kernel) })
 	}
 	return out
 }
@@ -595,7 +623,22 @@ func (s *Scope) Embedding(table, ids *Tensor) *Tensor {
 	shape := append(cloneInts(ids.shape), table.shape[1])
 	out := s.Empty(table.dtype, shape...)
 	if out.Numel() > 0 {
-		s.run("embedding", s.be.Embedding(out.Reshape(ids.Numel(), table.shape[1]), table, ids.Reshape(ids.Numel())))
+		s.run("embedding", nil, func() error {
+			return s.be.Embedding(out.Reshape(ids.Numel(), table.shape[1]), table, ids.Reshape(ids.Numel()))
+		})
 	}
 	return out
+}
+
+func (p MatMulParams) op() Op {
+	return Op{Class: "matmul", Flops: 2 * float64(max(p.Batch, 1)) * float64(p.M) * float64(p.N) * float64(p.K)}
+}
+
+// convOp names a convolution by channels, kernel and stride for a Hook.
+func convOp(dst, w *Tensor, p ConvParams) Op {
+	class := fmt.Sprintf("conv3d %d→%d k%d", w.shape[1], w.shape[0], w.shape[2])
+	if p.Stride != [3]int{1, 1, 1} && p.Stride != [3]int{} {
+		class += fmt.Sprintf(" s%v", p.Stride)
+	}
+	return Op{Class: class, Flops: 2 * float64(dst.Numel()) * float64(w.Numel()/max(w.shape[0], 1))}
 }

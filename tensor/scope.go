@@ -15,6 +15,7 @@ type Scope struct {
 	mu     sync.Mutex
 	owned  map[Buffer]struct{}
 	closed bool
+	st     Settings // the backend's (WithSettings), found once per root
 }
 
 // HostBacked is implemented by backends whose buffers are *HostBuffer, so
@@ -22,14 +23,16 @@ type Scope struct {
 type HostBacked interface{ HostBacked() bool }
 
 // NewScope starts a root scope on be.
-func NewScope(be Backend) *Scope { return &Scope{be: be, owned: map[Buffer]struct{}{}} }
+func NewScope(be Backend) *Scope {
+	return &Scope{be: be, owned: map[Buffer]struct{}{}, st: settingsOf(be)}
+}
 
 // Backend is the scope's backend.
 func (s *Scope) Backend() Backend { return s.be }
 
 // Child starts a nested scope on the same backend.
 func (s *Scope) Child() *Scope {
-	return &Scope{be: s.be, parent: s, owned: map[Buffer]struct{}{}}
+	return &Scope{be: s.be, parent: s, owned: map[Buffer]struct{}{}, st: s.st}
 }
 
 // Close frees every buffer still owned by the scope.
@@ -112,7 +115,20 @@ func (s *Scope) failf(op, format string, args ...any) {
 	panic(&OpError{Op: op, Err: fmt.Errorf(format, args...)})
 }
 
-func (s *Scope) run(op string, err error) {
+// run launches one kernel, through the backend's Hook when it has one; op
+// names it in errors and, unless describe (called only for a hook) says
+// more, to the hook.
+func (s *Scope) run(op string, describe func() Op, fn func() error) {
+	var err error
+	if s.st.Hook == nil {
+		err = fn()
+	} else {
+		o := Op{Class: op}
+		if describe != nil {
+			o = describe()
+		}
+		err = s.st.Hook(o, fn)
+	}
 	if err != nil {
 		s.fail(op, err)
 	}
@@ -157,7 +173,7 @@ func (s *Scope) Zeros(dt DType, shape ...int) *Tensor { return s.Full(dt, 0, sha
 func (s *Scope) Full(dt DType, v float64, shape ...int) *Tensor {
 	t := s.Empty(dt, shape...)
 	if t.Numel() > 0 {
-		s.run("fill", s.be.Fill(t, v))
+		s.run("fill", nil, func() error { return s.be.Fill(t, v) })
 	}
 	return t
 }
@@ -170,11 +186,13 @@ func (s *Scope) To(t *Tensor) *Tensor {
 		return t
 	}
 	if t.OnHost() {
-		if hb, ok := s.be.(HostBacked); ok && hb.HostBacked() {
+		if IsHostBacked(s.be) {
 			return &Tensor{shape: t.shape, dtype: t.dtype, buf: t.buf, be: s.be}
 		}
 		out := s.Empty(t.dtype, t.shape...)
-		s.run("upload", s.be.Upload(out.buf, 0, t.HostBytes()))
+		if err := s.be.Upload(out.buf, 0, t.HostBytes()); err != nil {
+			s.fail("upload", err)
+		}
 		return out
 	}
 	host := ToHost(t)
@@ -210,7 +228,7 @@ func (s *Scope) check(op string, dt DType, ts ...*Tensor) {
 		if t.freed {
 			s.failf(op, "use of a freed tensor %v", t.shape)
 		}
-		if t.be != s.be && !(t.OnHost() && isHostBacked(s.be)) {
+		if t.be != s.be && !(t.OnHost() && IsHostBacked(s.be)) {
 			s.failf(op, "%v is not on %s (use Scope.To)", t, s.be.Name())
 		}
 		if dt != Invalid && t.dtype != dt {
@@ -219,19 +237,9 @@ func (s *Scope) check(op string, dt DType, ts ...*Tensor) {
 	}
 }
 
-func isHostBacked(be Backend) bool {
-	hb, ok := be.(HostBacked)
+// IsHostBacked reports whether host tensors are usable on be without a
+// copy: what the first layer of be that answers HostBacked says.
+func IsHostBacked(be Backend) bool {
+	hb, ok := As[HostBacked](be)
 	return ok && hb.HostBacked()
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

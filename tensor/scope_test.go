@@ -8,7 +8,6 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/tensor"
-	gt "gorgonia.org/tensor"
 )
 
 // counting wraps the CPU backend and tracks live buffers, so tests can see
@@ -300,19 +299,5 @@ func TestReshapeAndViews(t *testing.T) {
 		if _, err := tensor.ParseDType(n); err != nil {
 			t.Error(err)
 		}
-	}
-}
-
-func TestDenseExchange(t *testing.T) {
-	s := tensor.NewScope(cpu.New())
-	defer s.Close()
-	x := s.Cast(s.To(tensor.FromFloat32([]float32{1.5, -2, 3.25}, 3)), tensor.BF16)
-	d := tensor.ToDense(x)
-	if got := d.Data().([]float32); got[0] != 1.5 || got[2] != 3.25 {
-		t.Errorf("ToDense %v", got)
-	}
-	back, err := tensor.FromDense(gt.New(gt.WithShape(2), gt.WithBacking([]float64{0.5, 4})))
-	if err != nil || back.Float32s()[1] != 4 {
-		t.Errorf("FromDense: %v %v", back, err)
 	}
 }

@@ -8,7 +8,6 @@ package tensor
 import (
 	"fmt"
 	"strings"
-	"unsafe"
 )
 
 // Buffer is storage owned by a backend. The CPU backend's buffers are
@@ -48,10 +47,7 @@ func (h *HostBuffer) Data() []byte {
 	if h.raw != nil {
 		return h.raw
 	}
-	if len(h.words) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&h.words[0])), h.n)
+	return BytesOf(h.words)[:h.n]
 }
 
 // Tensor is an n-dimensional array with contiguous row-major storage.
@@ -80,11 +76,7 @@ func FromFloat32(data []float32, shape ...int) *Tensor {
 	if n := checkedNumel(shape); n != len(data) {
 		panic(fmt.Sprintf("tensor.FromFloat32: %d values for shape %v", len(data), shape))
 	}
-	var b []byte
-	if len(data) > 0 {
-		b = unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), len(data)*4)
-	}
-	return &Tensor{shape: cloneInts(shape), dtype: F32, buf: HostBufferOf(b)}
+	return &Tensor{shape: cloneInts(shape), dtype: F32, buf: HostBufferOf(BytesOf(data))}
 }
 
 // FromInt64 wraps data as a host i64 tensor without copying.
@@ -92,11 +84,7 @@ func FromInt64(data []int64, shape ...int) *Tensor {
 	if n := checkedNumel(shape); n != len(data) {
 		panic(fmt.Sprintf("tensor.FromInt64: %d values for shape %v", len(data), shape))
 	}
-	var b []byte
-	if len(data) > 0 {
-		b = unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), len(data)*8)
-	}
-	return &Tensor{shape: cloneInts(shape), dtype: I64, buf: HostBufferOf(b)}
+	return &Tensor{shape: cloneInts(shape), dtype: I64, buf: HostBufferOf(BytesOf(data))}
 }
 
 // FromBytes wraps raw little-endian element bytes as a host tensor.
@@ -133,11 +121,7 @@ func (t *Tensor) HostBytes() []byte {
 // Float32s is the storage of a host f32 tensor (no copy).
 func (t *Tensor) Float32s() []float32 {
 	t.mustHost(F32)
-	b := t.HostBytes()
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), t.Numel())
+	return ViewAs[float32](t.HostBytes())
 }
 
 // Uint16s is the storage of a host f16 or bf16 tensor (no copy).
@@ -145,31 +129,19 @@ func (t *Tensor) Uint16s() []uint16 {
 	if t.dtype != F16 && t.dtype != BF16 {
 		panic(fmt.Sprintf("tensor: Uint16s of a %s tensor", t.dtype))
 	}
-	b := t.HostBytes()
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), t.Numel())
+	return ViewAs[uint16](t.HostBytes())
 }
 
 // Int64s is the storage of a host i64 tensor (no copy).
 func (t *Tensor) Int64s() []int64 {
 	t.mustHost(I64)
-	b := t.HostBytes()
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*int64)(unsafe.Pointer(&b[0])), t.Numel())
+	return ViewAs[int64](t.HostBytes())
 }
 
 // Int32s is the storage of a host i32 tensor (no copy).
 func (t *Tensor) Int32s() []int32 {
 	t.mustHost(I32)
-	b := t.HostBytes()
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), t.Numel())
+	return ViewAs[int32](t.HostBytes())
 }
 
 // Uint8s is the storage of a host u8 or bool tensor (no copy).

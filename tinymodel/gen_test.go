@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/dlclark/regexp2"
+
+	"github.com/framepack-go/framepack/tokenizer"
 )
 
 // The tiny tokenizers are generated from this corpus (TestTokenizerFiles
@@ -36,9 +38,8 @@ var corpus = []string{
 // map, as LLaMA-3's tokenizer.json has them), then whole words, then the
 // special tokens the prompt template and padding need.
 const (
-	llamaVocab   = 300
-	llamaBOS     = "<|begin_of_text|>"
-	llamaPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	llamaVocab = 300
+	llamaBOS   = "<|begin_of_text|>"
 )
 
 var llamaSpecial = []string{llamaBOS, "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<pad>"}
@@ -72,18 +73,18 @@ func GenerateTokenizers() (map[string][]byte, error) {
 }
 
 func llamaTokenizer() ([]byte, error) {
-	re := regexp2.MustCompile(llamaPattern, regexp2.Unicode)
+	re := regexp2.MustCompile(tokenizer.LlamaPattern, regexp2.Unicode)
 	var words [][]string
 	for _, text := range corpus {
 		for _, part := range splitSpecial(text, llamaSpecial) {
 			for m, _ := re.FindStringMatch(part); m != nil; m, _ = re.FindNextMatch(m) {
-				words = append(words, byteSymbols(m.String()))
+				words = append(words, tokenizer.ByteLevel(m.String()))
 			}
 		}
 	}
 	vocab := map[string]int{}
 	for b := 0; b < 256; b++ {
-		vocab[string(byteToRune[b])] = b
+		vocab[string(tokenizer.ByteRune(byte(b)))] = b
 	}
 	// LLaMA-3's BPE looks a whole pre-token up in the vocabulary before
 	// merging (ignore_merges), so the ids go to the words that save the
@@ -106,7 +107,7 @@ func llamaTokenizer() ([]byte, error) {
 		"added_tokens": added,
 		"normalizer":   nil,
 		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": llamaPattern}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": tokenizer.LlamaPattern}, "behavior": "Isolated", "invert": false},
 			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
 		}},
 		"post_processor": map[string]any{"type": "TemplateProcessing",
@@ -151,7 +152,7 @@ func clipTokenizer() (vocabJSON, mergesTxt []byte, err error) {
 	for _, text := range corpus {
 		for _, part := range splitSpecial(text, llamaSpecial) {
 			for m, _ := re.FindStringMatch(strings.ToLower(part)); m != nil; m, _ = re.FindNextMatch(m) {
-				w := byteSymbols(m.String())
+				w := tokenizer.ByteLevel(m.String())
 				w[len(w)-1] += "</w>"
 				words = append(words, w)
 			}
@@ -257,30 +258,6 @@ func splitSpecial(text string, special []string) []string {
 		if p != "" {
 			out = append(out, p)
 		}
-	}
-	return out
-}
-
-// byteToRune is GPT-2's reversible map from bytes to printable runes, the
-// alphabet of byte-level BPE vocabularies.
-var byteToRune = func() [256]rune {
-	var m [256]rune
-	n := 0
-	for b := 0; b < 256; b++ {
-		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
-			m[b] = rune(b)
-		} else {
-			m[b] = rune(256 + n)
-			n++
-		}
-	}
-	return m
-}()
-
-func byteSymbols(s string) []string {
-	out := make([]string, len(s))
-	for i := 0; i < len(s); i++ {
-		out[i] = string(byteToRune[s[i]])
 	}
 	return out
 }

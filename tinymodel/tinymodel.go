@@ -41,10 +41,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"sort"
 	"sync"
+
+	"github.com/framepack-go/framepack/internal/atomicfile"
 )
 
 //go:embed model
@@ -86,26 +87,12 @@ func writeFile(src fs.FS, p, dst string) error {
 		return err
 	}
 	defer in.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+path.Base(p)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("tinymodel: %w", err)
-	}
-	if _, err := io.Copy(tmp, in); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return fmt.Errorf("tinymodel: writing %s: %w", dst, err)
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("tinymodel: writing %s: %w", dst, err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		os.Remove(tmp.Name())
+	err = atomicfile.Write(dst, 0o644, func(f *os.File) error {
+		_, err := io.Copy(f, in)
 		return err
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("tinymodel: %w", err)
+	})
+	if err != nil {
+		return fmt.Errorf("tinymodel: writing %s: %w", dst, err)
 	}
 	return nil
 }

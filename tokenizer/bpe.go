@@ -61,8 +61,12 @@ var byteToRune = func() [256]rune {
 	return m
 }()
 
-// byteLevel maps the UTF-8 bytes of s to one symbol per byte.
-func byteLevel(s string) []string {
+// ByteRune is the printable rune that byte-level BPE vocabularies (GPT-2's,
+// LLaMA-3's, CLIP's) spell byte b with.
+func ByteRune(b byte) rune { return byteToRune[b] }
+
+// ByteLevel maps the UTF-8 bytes of s to one symbol per byte (ByteRune).
+func ByteLevel(s string) []string {
 	out := make([]string, len(s))
 	for i := 0; i < len(s); i++ {
 		out[i] = string(byteToRune[s[i]])
@@ -70,7 +74,7 @@ func byteLevel(s string) []string {
 	return out
 }
 
-// decodeByteLevel inverts byteLevel.
+// decodeByteLevel inverts ByteLevel.
 func decodeByteLevel(s string) string {
 	inv := make(map[rune]byte, 256)
 	for b, r := range byteToRune {

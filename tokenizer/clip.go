@@ -97,7 +97,7 @@ func (t *CLIP) Encode(text string) ([]int64, error) {
 				toks = append(toks, t.vocab[w])
 				continue
 			}
-			sym := byteLevel(w)
+			sym := ByteLevel(w)
 			sym[len(sym)-1] += "</w>"
 			for _, s := range bpe(sym, t.ranks, true) {
 				id, ok := t.vocab[s]

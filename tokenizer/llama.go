@@ -11,6 +11,11 @@ import (
 	"github.com/dlclark/regexp2"
 )
 
+// LlamaPattern is LLaMA-3's pre-tokenizer regex, as its tokenizer.json's
+// Split step has it (Llama reads the pattern from the file; this copy is
+// for writing such files).
+const LlamaPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+
 // Llama is a Hugging Face byte-level BPE tokenizer (tokenizer.json) as
 // LLaMA-3 ships it: added tokens split out first, a regex pre-tokenizer,
 // byte-level BPE with whole-word lookup (ignore_merges), and the template's
@@ -316,7 +321,7 @@ func (t *Llama) Encode(text string) ([]int64, error) {
 }
 
 func (t *Llama) word(w string) ([]int64, error) {
-	sym := byteLevel(w)
+	sym := ByteLevel(w)
 	if t.ignoreMerges {
 		if id, ok := t.vocab[strings.Join(sym, "")]; ok {
 			return []int64{id}, nil

@@ -9,9 +9,6 @@ import (
 	"testing"
 )
 
-// llamaPattern is the LLaMA-3 pre-tokenizer regex as its tokenizer.json has it.
-const llamaPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
-
 // writeLlama writes a small tokenizer.json: every byte symbol, a few merges,
 // two added tokens and a BOS template.
 func writeLlama(t *testing.T, ignoreMerges bool) string {
@@ -34,7 +31,7 @@ func writeLlamaMerges(t *testing.T, ignoreMerges bool, merges []string) string {
 			{"id": 401, "content": "<|eot_id|>"},
 		},
 		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": llamaPattern}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": LlamaPattern}, "behavior": "Isolated", "invert": false},
 			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false},
 		}},
 		"post_processor": map[string]any{"type": "TemplateProcessing", "single": []any{
@@ -225,7 +222,7 @@ func TestCLIPCleaning(t *testing.T) {
 	}
 	word := func(s string) []int64 {
 		var ids []int64
-		sym := byteLevel(s)
+		sym := ByteLevel(s)
 		sym[len(sym)-1] += "</w>"
 		for _, x := range sym {
 			ids = append(ids, tok.vocab[x])

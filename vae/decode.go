@@ -82,7 +82,7 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 		if !errors.Is(err, tensor.ErrOutOfMemory) || opts.NoRetry {
 			panic(err)
 		}
-		next, ok := shrinkTiling(&v.cfg, z.Shape(), til, v.dt, paddedConvOf(v.be) != nil)
+		next, ok := shrinkTiling(&v.cfg, z.Shape(), til, v.dt, readsPadded(v.be))
 		if !ok {
 			panic(&tensor.OpError{Op: "vae.decode", Err: fmt.Errorf("out of memory at the smallest tiling (%s): %w", til, err)})
 		}

@@ -4,8 +4,8 @@ import (
 	"math"
 	"testing"
 
-	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/sampler"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -14,7 +14,7 @@ import (
 func goldenModel(t *testing.T) *VAE {
 	t.Helper()
 	cs := golden.Cases(t, "vae.encode")
-	return loadCase(t, cs[0], cpu.New(), tensor.F32)
+	return loadCase(t, cs[0], testdevice.Backend(t), tensor.F32)
 }
 
 func encode(t *testing.T, v *VAE, x *tensor.Tensor, til Tiling) (mean, logvar *video) {

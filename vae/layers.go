@@ -3,19 +3,13 @@ package vae
 import (
 	"math"
 
-	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // Every forward below consumes its input: it frees the input (when the
 // scope owns it) as soon as the input is dead, so a decode holds only what it
 // still needs. Callers that need a tensor afterwards must not pass it.
-
-// params builds the weights of a model: it returns the tensor name (with the
-// given shape) from a checkpoint or a generator.
-type params interface {
-	get(name string, shape ...int) *tensor.Tensor
-}
 
 // causalConv is HunyuanVideoCausalConv3d: replicate padding of kT−1 frames in
 // front and k/2 pixels on each side, then an unpadded convolution. A plain
@@ -27,16 +21,16 @@ type causalConv struct {
 	causal bool
 }
 
-func newCausalConv(p params, name string, cin, cout, k int, stride [3]int) *causalConv {
+func newCausalConv(p *weights.Builder, name string, cin, cout, k int, stride [3]int) *causalConv {
 	return &causalConv{
-		w: p.get(name+".conv.weight", cout, cin, k, k, k), b: p.get(name+".conv.bias", cout),
+		w: p.Get(name+".conv.weight", cout, cin, k, k, k), b: p.Get(name+".conv.bias", cout),
 		k: k, stride: stride, causal: true,
 	}
 }
 
-func newPlainConv(p params, name string, cin, cout int) *causalConv {
+func newPlainConv(p *weights.Builder, name string, cin, cout int) *causalConv {
 	return &causalConv{
-		w: p.get(name+".weight", cout, cin, 1, 1, 1), b: p.get(name+".bias", cout),
+		w: p.Get(name+".weight", cout, cin, 1, 1, 1), b: p.Get(name+".bias", cout),
 		k: 1, stride: [3]int{1, 1, 1},
 	}
 }
@@ -45,77 +39,32 @@ func (c *causalConv) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 	return c.run(s, x, true)
 }
 
-// run is forward; consume says whether x is freed. A backend that can
-// convolve through the causal padding (the GPU's conv3d chain) gets x
-// itself; otherwise the padded copy is made here.
+// run is forward; consume says whether x is freed. The causal padding goes
+// through Scope.Conv3dPadded: a backend that convolves through a padding
+// (the GPU's conv3d chain) reads x itself, others get a padded copy.
 func (c *causalConv) run(s *tensor.Scope, x *tensor.Tensor, consume bool) *tensor.Tensor {
 	if c.causal && c.k > 1 {
-		if pc := paddedConvOf(s.Backend()); pc != nil {
-			return c.runPadded(s, pc, x, consume, c.padding())
-		}
+		return s.Conv3dPadded(x, c.w, c.b, c.stride, c.padding(), consume)
 	}
-	in := x
-	if c.causal && c.k > 1 {
-		h := c.k / 2
-		in = s.Pad(x, []int{c.k - 1, h, h}, []int{0, h, h}, tensor.PadReplicate)
-		if consume {
-			s.Free(x)
-		}
-	}
-	y := s.Conv3d(in, c.w, c.b, c.stride, [3]int{})
-	if in != x || consume {
-		s.Free(in)
-	}
-	return y
-}
-
-// paddedConv convolves a padded input without a padded copy
-// (convchain.Backend.Conv3dPadded).
-type paddedConv interface {
-	Conv3dPadded(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad convchain.Padding) error
-}
-
-// paddedConvOf finds a paddedConv in be or under it (through Unwrap layers:
-// a memory budget, a profiler); nil when there is none.
-func paddedConvOf(be tensor.Backend) paddedConv {
-	for be != nil {
-		if pc, ok := be.(paddedConv); ok {
-			return pc
-		}
-		u, ok := be.(interface{ Unwrap() tensor.Backend })
-		if !ok {
-			return nil
-		}
-		be = u.Unwrap()
-	}
-	return nil
-}
-
-// padding is the causal padding: kT−1 frames in front, k/2 pixels each
-// side, replicated.
-func (c *causalConv) padding() convchain.Padding {
-	h := c.k / 2
-	return convchain.Padding{Before: [3]int{c.k - 1, h, h}, After: [3]int{0, h, h}, Mode: tensor.PadReplicate}
-}
-
-// runPadded convolves the input pad makes from x through pc.
-func (c *causalConv) runPadded(s *tensor.Scope, pc paddedConv, x *tensor.Tensor, consume bool, pad convchain.Padding) *tensor.Tensor {
-	if x.Rank() != 5 || x.DType() != c.w.DType() || x.Dim(1) != c.w.Dim(1) {
-		tensor.Fail("conv3d", "input %v %s for weight %v %s", x.Shape(), x.DType(), c.w.Shape(), c.w.DType())
-	}
-	in := pad.Shape(x.Shape())
-	shape := []int{x.Dim(0), c.w.Dim(0), 0, 0, 0}
-	for i := 0; i < 3; i++ {
-		shape[2+i] = (in[2+i]-c.k)/c.stride[i] + 1
-	}
-	y := s.Empty(x.DType(), shape...)
-	if err := pc.Conv3dPadded(y, x, c.w, c.b, tensor.ConvParams{Stride: c.stride}, pad); err != nil {
-		panic(&tensor.OpError{Op: "conv3d", Err: err})
-	}
+	y := s.Conv3d(x, c.w, c.b, c.stride, [3]int{})
 	if consume {
 		s.Free(x)
 	}
 	return y
+}
+
+// readsPadded reports whether be convolves through a padding without a
+// padded copy (what the peak-memory model must assume).
+func readsPadded(be tensor.Backend) bool {
+	_, ok := tensor.As[tensor.PaddedConv](be)
+	return ok
+}
+
+// padding is the causal padding: kT−1 frames in front, k/2 pixels each
+// side, replicated.
+func (c *causalConv) padding() tensor.Padding {
+	h := c.k / 2
+	return tensor.Padding{Before: [3]int{c.k - 1, h, h}, After: [3]int{0, h, h}, Mode: tensor.PadReplicate}
 }
 
 // groupNorm is an affine GroupNorm (eps 1e-6).
@@ -124,8 +73,8 @@ type groupNorm struct {
 	groups int
 }
 
-func newGroupNorm(p params, name string, ch, groups int) groupNorm {
-	return groupNorm{w: p.get(name+".weight", ch), b: p.get(name+".bias", ch), groups: groups}
+func newGroupNorm(p *weights.Builder, name string, ch, groups int) groupNorm {
+	return groupNorm{w: p.Get(name+".weight", ch), b: p.Get(name+".bias", ch), groups: groups}
 }
 
 // resnet is HunyuanVideoResnetBlockCausal3D:
@@ -136,7 +85,7 @@ type resnet struct {
 	shortcut     *causalConv // 1×1×1 causal conv when channels change
 }
 
-func newResnet(p params, name string, cin, cout, groups int) *resnet {
+func newResnet(p *weights.Builder, name string, cin, cout, groups int) *resnet {
 	r := &resnet{
 		norm1: newGroupNorm(p, name+".norm1", cin, groups),
 		conv1: newCausalConv(p, name+".conv1", cin, cout, 3, [3]int{1, 1, 1}),
@@ -178,13 +127,13 @@ type attention struct {
 	qb, kb, vb, outb *tensor.Tensor
 }
 
-func newAttention(p params, name string, ch, groups int) *attention {
+func newAttention(p *weights.Builder, name string, ch, groups int) *attention {
 	return &attention{
 		norm: newGroupNorm(p, name+".group_norm", ch, groups),
-		q:    p.get(name+".to_q.weight", ch, ch), qb: p.get(name+".to_q.bias", ch),
-		k: p.get(name+".to_k.weight", ch, ch), kb: p.get(name+".to_k.bias", ch),
-		v: p.get(name+".to_v.weight", ch, ch), vb: p.get(name+".to_v.bias", ch),
-		out: p.get(name+".to_out.0.weight", ch, ch), outb: p.get(name+".to_out.0.bias", ch),
+		q:    p.Get(name+".to_q.weight", ch, ch), qb: p.Get(name+".to_q.bias", ch),
+		k: p.Get(name+".to_k.weight", ch, ch), kb: p.Get(name+".to_k.bias", ch),
+		v: p.Get(name+".to_v.weight", ch, ch), vb: p.Get(name+".to_v.bias", ch),
+		out: p.Get(name+".to_out.0.weight", ch, ch), outb: p.Get(name+".to_out.0.bias", ch),
 	}
 }
 
@@ -218,7 +167,7 @@ func (a *attention) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 // C = 512 is beyond attention kernels' head sizes. The scores of one frame,
 // HW × (f+1)·HW, are the largest temporary.
 func frameCausalAttention(s *tensor.Scope, q, k, v *tensor.Tensor, t, hw int) *tensor.Tensor {
-	b, l, c := q.Dim(0), q.Dim(1), q.Dim(2)
+	l, c := q.Dim(1), q.Dim(2)
 	scale := float32(1 / math.Sqrt(float64(c)))
 	outs := make([]*tensor.Tensor, t)
 	for f := 0; f < t; f++ {
@@ -231,11 +180,7 @@ func frameCausalAttention(s *tensor.Scope, q, k, v *tensor.Tensor, t, hw int) *t
 		if n < l {
 			kf, vf = s.Slice(k, 1, 0, n), s.Slice(v, 1, 0, n)
 		}
-		sc := s.Empty(q.DType(), b, hw, n)
-		err := s.Backend().MatMul(sc, qf, kf, tensor.MatMulParams{Batch: b, M: hw, N: n, K: c, TransB: true, Alpha: scale})
-		if err != nil {
-			panic(&tensor.OpError{Op: "matmul", Err: err})
-		}
+		sc := s.ScaledMatMul(qf, kf, false, true, scale)
 		if qf != q {
 			s.Free(qf)
 		}
@@ -264,7 +209,7 @@ type midBlock struct {
 	attn       *attention // nil without mid_block_add_attention
 }
 
-func newMidBlock(p params, name string, ch, groups int, addAttn bool) *midBlock {
+func newMidBlock(p *weights.Builder, name string, ch, groups int, addAttn bool) *midBlock {
 	m := &midBlock{res0: newResnet(p, name+".resnets.0", ch, ch, groups)}
 	if addAttn {
 		m.attn = newAttention(p, name+".attentions.0", ch, groups)
@@ -299,12 +244,12 @@ func (u *upsample) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 	if u.temporal {
 		tm = 2
 	}
-	if pc := paddedConvOf(s.Backend()); pc != nil && u.conv.causal && u.conv.k > 1 {
+	if readsPadded(s.Backend()) && u.conv.causal && u.conv.k > 1 {
 		// The convolution reads x through the upsample and the padding:
 		// neither the upsampled frames nor their padded copy are made.
 		pad := u.conv.padding()
 		pad.Upsample, pad.CausalFirst = [3]int{tm, sp, sp}, true
-		return u.conv.runPadded(s, pc, x, true, pad)
+		return s.Conv3dPadded(x, u.conv.w, u.conv.b, u.conv.stride, pad, true)
 	}
 	var up *tensor.Tensor
 	if t == 1 || tm == 1 {

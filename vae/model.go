@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // encoder is HunyuanVideoEncoder3D followed by quant_conv.
@@ -21,7 +22,7 @@ type downBlock struct {
 	down    *causalConv // nil in the last block
 }
 
-func newEncoder(p params, c *Config) *encoder {
+func newEncoder(p *weights.Builder, c *Config) *encoder {
 	g := c.NormNumGroups
 	ch := c.BlockOutChannels
 	e := &encoder{convIn: newCausalConv(p, "encoder.conv_in", c.InChannels, ch[0], 3, [3]int{1, 1, 1})}
@@ -91,7 +92,7 @@ type upBlock struct {
 	up      *upsample // nil in the last block
 }
 
-func newDecoder(p params, c *Config) *decoder {
+func newDecoder(p *weights.Builder, c *Config) *decoder {
 	g := c.NormNumGroups
 	ch := c.BlockOutChannels
 	last := ch[len(ch)-1]

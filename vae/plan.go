@@ -254,7 +254,7 @@ func (v *VAE) DecodePeak(latentShape []int, til Tiling) int64 {
 	if v == nil {
 		return 0
 	}
-	return decodePeak(v.cfg, latentShape, til, v.dt, paddedConvOf(v.be) != nil)
+	return decodePeak(v.cfg, latentShape, til, v.dt, readsPadded(v.be))
 }
 
 func decodePeak(cfg Config, latentShape []int, til Tiling, dt tensor.DType, fusedPad bool) int64 {
@@ -351,7 +351,7 @@ func (v *VAE) Plan(latentShape []int, budget int64) (DecodeOptions, int64) {
 	if v == nil {
 		return DecodeOptions{}, 0
 	}
-	return planDecode(v.cfg, latentShape, budget, v.dt, paddedConvOf(v.be) != nil)
+	return planDecode(v.cfg, latentShape, budget, v.dt, readsPadded(v.be))
 }
 
 // shrinkTiling is the largest tiling of the ladder predicted to need less

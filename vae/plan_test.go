@@ -3,9 +3,11 @@ package vae
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -62,17 +64,17 @@ func TestDecodePeakModel(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			m := NewMeter(cpu.New(), 0)
+			m := meter()
 			v, err := RandomWeights(cfg, m, tc.dt, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer v.Close()
-			base := m.Live()
+			base := m.Stats().InUse
 			m.ResetPeak()
 			z := randLatents(1, tc.shape...)
 			out := decode(t, v, z, DecodeOptions{Tiling: tc.til})
-			measured := m.Peak() - base
+			measured := m.Stats().Peak - base
 			planned := DecodePeak(cfg, tc.shape, tc.til, tc.dt)
 			zBytes := int64(z.Numel()) * int64(4+tc.dt.Size())
 			t.Logf("%s %v %s: planned %d B, measured %d B (%.3f)", tc.dt, tc.shape, tc.til, planned, measured, float64(measured)/float64(planned))
@@ -82,27 +84,15 @@ func TestDecodePeakModel(t *testing.T) {
 			if planned-measured > zBytes {
 				t.Errorf("the model over-estimates by %d B (more than the latents' %d B)", planned-measured, zBytes)
 			}
-			if m.Live() != base {
-				t.Errorf("the decode left %d B allocated", m.Live()-base)
+			if m.Stats().InUse != base {
+				t.Errorf("the decode left %d B allocated", m.Stats().InUse-base)
 			}
 			want := []int{1, 3, cfg.SampleFrames(tc.shape[2]), 8 * tc.shape[3], 8 * tc.shape[4]}
-			if got := out.Shape(); !equalShape(got, want) {
+			if got := out.Shape(); !slices.Equal(got, want) {
 				t.Errorf("output %v, want %v", got, want)
 			}
 		})
 	}
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestPlanRealSection prints the plan for one FramePack section at 544×704
@@ -155,7 +145,7 @@ func PlanDecodeDefault(t *testing.T, cfg Config, shape []int, budget int64) Tili
 func TestPlannedDecodeFits(t *testing.T) {
 	cfg := smallConfig()
 	shape := []int{1, 16, 6, 6, 8}
-	m := NewMeter(cpu.New(), 0)
+	m := meter()
 	v, err := RandomWeights(cfg, m, tensor.F32, 5)
 	if err != nil {
 		t.Fatal(err)
@@ -167,15 +157,15 @@ func TestPlannedDecodeFits(t *testing.T) {
 	if planned > budget || !opts.Spatial {
 		t.Fatalf("plan %s at %d for a budget of %d", opts.Tiling, planned, budget)
 	}
-	base := m.Live()
-	m.SetCap(base + budget)
+	base := m.Stats().InUse
+	setCap(m, base+budget)
 	m.ResetPeak()
 	var st DecodeStats
 	opts.Stats = &st
 	decode(t, v, randLatents(2, shape...), opts)
-	t.Logf("budget %d B: %s, planned %d B, measured %d B, %d tiles", budget, opts.Tiling, planned, m.Peak()-base, st.Tiles)
-	if st.Retries != 0 || m.Failures() != 0 {
-		t.Errorf("%d retries, %d refused allocations", st.Retries, m.Failures())
+	t.Logf("budget %d B: %s, planned %d B, measured %d B, %d tiles", budget, opts.Tiling, planned, m.Stats().Peak-base, st.Tiles)
+	if st.Retries != 0 || m.Stats().Refused != 0 {
+		t.Errorf("%d retries, %d refused allocations", st.Retries, m.Stats().Refused)
 	}
 }
 
@@ -185,7 +175,7 @@ func TestPlannedDecodeFits(t *testing.T) {
 func TestDecodeRetriesSmallerTiles(t *testing.T) {
 	cfg := smallConfig()
 	shape := []int{1, 16, 2, 6, 8}
-	m := NewMeter(cpu.New(), 0)
+	m := meter()
 	v, err := RandomWeights(cfg, m, tensor.F32, 9)
 	if err != nil {
 		t.Fatal(err)
@@ -194,28 +184,28 @@ func TestDecodeRetriesSmallerTiles(t *testing.T) {
 	z := randLatents(4, shape...)
 	forced := DefaultTiling() // untiled in space
 	need := DecodePeak(cfg, shape, forced, tensor.F32)
-	base := m.Live()
-	m.SetCap(base + need/2)
+	base := m.Stats().InUse
+	setCap(m, base+need/2)
 	var st DecodeStats
 	var logs []string
 	out := decode(t, v, z, DecodeOptions{Tiling: forced, Stats: &st, Log: func(f string, a ...any) {
 		logs = append(logs, f)
 	}})
-	t.Logf("cap %d B (forced tiling needs %d): finished at %s after %d retries, %d refused allocations", need/2, need, st.Tiling, st.Retries, m.Failures())
-	if st.Retries == 0 || m.Failures() == 0 || len(logs) != st.Retries {
-		t.Fatalf("no retry: %+v, %d failures, %d log lines", st, m.Failures(), len(logs))
+	t.Logf("cap %d B (forced tiling needs %d): finished at %s after %d retries, %d refused allocations", need/2, need, st.Tiling, st.Retries, m.Stats().Refused)
+	if st.Retries == 0 || m.Stats().Refused == 0 || len(logs) != st.Retries {
+		t.Fatalf("no retry: %+v, %d failures, %d log lines", st, m.Stats().Refused, len(logs))
 	}
-	if m.Live() != base {
-		t.Errorf("the failed attempts left %d B allocated", m.Live()-base)
+	if m.Stats().InUse != base {
+		t.Errorf("the failed attempts left %d B allocated", m.Stats().InUse-base)
 	}
-	m.SetCap(0)
+	setCap(m, 0)
 	want := decode(t, v, z, DecodeOptions{Tiling: st.Tiling, NoRetry: true})
 	if d := relL2(out.Float32s(), want.Float32s()); d != 0 {
 		t.Errorf("retried result differs from the decode at %s: rel_l2 %g", st.Tiling, d)
 	}
 
 	// NoRetry gives the out-of-memory error instead.
-	m.SetCap(base + need/2)
+	setCap(m, base+need/2)
 	s := tensor.NewScope(m)
 	defer s.Close()
 	err = tensor.Catch(func() { v.Decode(s, z, DecodeOptions{Tiling: forced, NoRetry: true}) })
@@ -223,7 +213,7 @@ func TestDecodeRetriesSmallerTiles(t *testing.T) {
 		t.Fatal("NoRetry decode above the cap succeeded")
 	}
 	// A cap below even the smallest tiling fails with a clear error.
-	m.SetCap(base + 1024)
+	setCap(m, base+1024)
 	err = tensor.Catch(func() { v.Decode(s, z, DefaultDecode()) })
 	if err == nil {
 		t.Fatal("decode with 1 KiB succeeded")
@@ -261,4 +251,20 @@ func TestDecodePath(t *testing.T) {
 			t.Errorf("%s on %dx%dx%d: %d tiles, want %d", tc.til, tc.t, tc.h, tc.w, n, tc.boxes)
 		}
 	}
+}
+
+// meter is the CPU behind a memory budget that counts live bytes and their
+// peak, with no cap until setCap sets one.
+func meter() *memory.Backend {
+	return memory.Budgeted(cpu.New(), memory.Budget{Device: "test", Cap: noCap})
+}
+
+const noCap = 1 << 50
+
+// setCap caps m's live bytes at c (≤ 0: no cap).
+func setCap(m *memory.Backend, c int64) {
+	if c <= 0 {
+		c = noCap
+	}
+	m.SetBudget(memory.Budget{Device: "test", Cap: c})
 }

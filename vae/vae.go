@@ -3,12 +3,8 @@ package vae
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"math"
 	"path/filepath"
-	"runtime"
 	"sort"
-	"sync"
 
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -49,13 +45,7 @@ func Load(dir string, be tensor.Backend, opts Options) (*VAE, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &ckptParams{ck: ck, be: be, dt: dt}
-	v := build(cfg, be, dt, p, opts)
-	if p.err != nil {
-		v.Close()
-		return nil, fmt.Errorf("vae: %w", p.err)
-	}
-	return v, nil
+	return build(cfg, be, weights.FromCheckpoint(ck, be, dt), opts)
 }
 
 // ReadConfig reads and checks dir/config.json as Load does: absent keys take
@@ -78,16 +68,16 @@ func Plan(cfg Config) ([]weights.Spec, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("vae: config: %w", err)
 	}
-	var specs []weights.Spec
-	p := nameParams{specs: &specs}
+	p := weights.NewPlan()
 	newEncoder(p, &cfg)
 	newDecoder(p, &cfg)
-	return specs, nil
+	return p.Specs(), nil
 }
 
 // RandomWeights builds a VAE of config cfg with deterministic random
-// weights (PyTorch's default initialisation: uniform ±1/√fan_in for convs
-// and linears, GroupNorm 1 and 0), for benchmarks and shape tests.
+// weights (weights.FillRandom's initialisation: convs uniform in ±1/√fan_in,
+// linears normal(0, 0.02), GroupNorm 1 and 0, biases 0), for benchmarks and shape
+// tests.
 func RandomWeights(cfg Config, be tensor.Backend, dt tensor.DType, seed uint64) (*VAE, error) {
 	return RandomWeightsWith(cfg, be, Options{DType: dt}, seed)
 }
@@ -103,13 +93,7 @@ func RandomWeightsWith(cfg Config, be tensor.Backend, opts Options, seed uint64)
 	if err != nil {
 		return nil, err
 	}
-	p := &randParams{be: be, dt: dt, seed: seed}
-	v := build(cfg, be, dt, p, opts)
-	if p.err != nil {
-		v.Close()
-		return nil, fmt.Errorf("vae: %w", p.err)
-	}
-	return v, nil
+	return build(cfg, be, weights.Random(be, dt, seed), opts)
 }
 
 func computeDType(dt tensor.DType) (tensor.DType, error) {
@@ -122,21 +106,21 @@ func computeDType(dt tensor.DType) (tensor.DType, error) {
 	return 0, fmt.Errorf("vae: compute dtype %s is not f32, f16 or bf16", dt)
 }
 
-func build(cfg Config, be tensor.Backend, dt tensor.DType, p params, opts Options) *VAE {
-	v := &VAE{cfg: cfg, be: be, dt: dt}
+// build makes the encoder and decoder from p's weights.
+func build(cfg Config, be tensor.Backend, p *weights.Builder, opts Options) (*VAE, error) {
+	v := &VAE{cfg: cfg, be: be, dt: p.DType()}
 	if !opts.NoEncoder {
 		v.enc = newEncoder(p, &v.cfg)
 	}
 	if !opts.NoDecoder {
 		v.dec = newDecoder(p, &v.cfg)
 	}
-	switch q := p.(type) {
-	case *ckptParams:
-		v.owned = q.loaded
-	case *randParams:
-		v.owned = q.loaded
+	if err := p.Err(); err != nil {
+		p.Release()
+		return nil, fmt.Errorf("vae: %w", err)
 	}
-	return v
+	v.owned = p.Held()
+	return v, nil
 }
 
 // Close frees the weights. Closing twice or closing a nil VAE does
@@ -199,143 +183,6 @@ func (v *VAE) WeightBytes() int64 {
 	return n
 }
 
-// ckptParams loads weights from a checkpoint, converting to the compute
-// dtype; the first failure is kept and later calls return placeholders.
-type ckptParams struct {
-	ck     *weights.Checkpoint
-	be     tensor.Backend
-	dt     tensor.DType
-	err    error
-	loaded []*tensor.Tensor
-}
-
-func (p *ckptParams) get(name string, shape ...int) *tensor.Tensor {
-	if p.err != nil {
-		return placeholder(p.dt)
-	}
-	t, err := p.ck.Load(p.be, name, p.dt, shape...)
-	if err != nil {
-		p.err = err
-		return placeholder(p.dt)
-	}
-	p.loaded = append(p.loaded, t)
-	return t
-}
-
-// placeholder stands in for a weight that failed to load (Load then fails).
-func placeholder(dt tensor.DType) *tensor.Tensor { return tensor.New(dt, 0) }
-
-// randParams makes random weights; each tensor's values depend only on the
-// seed and its name.
-type randParams struct {
-	be     tensor.Backend
-	dt     tensor.DType
-	seed   uint64
-	err    error
-	loaded []*tensor.Tensor
-}
-
-func (p *randParams) get(name string, shape ...int) *tensor.Tensor {
-	if p.err != nil {
-		return placeholder(p.dt)
-	}
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	var lo, hi float32 // uniform in [lo, hi)
-	switch {
-	case hasSuffix(name, "norm1.weight", "norm2.weight", "group_norm.weight", "conv_norm_out.weight"):
-		lo, hi = 1, 1
-	case hasSuffix(name, "norm1.bias", "norm2.bias", "group_norm.bias", "conv_norm_out.bias"):
-	default:
-		// A bias is bounded by its weight's fan-in in PyTorch, which is not
-		// known here; 1/√(channels) keeps the same scale.
-		fanIn := shape[0]
-		if len(shape) > 1 {
-			fanIn = tensor.Numel(shape[1:])
-		}
-		hi = float32(1 / math.Sqrt(float64(fanIn)))
-		lo = -hi
-	}
-	t, err := tensor.Alloc(p.be, p.dt, shape...)
-	if err == nil {
-		hb, direct := t.Buffer().(*tensor.HostBuffer)
-		if direct && isHostBacked(p.be) { // fill in place
-			host, _ := tensor.FromBytes(p.dt, hb.Data()[:t.Bytes()], shape...)
-			fillUniform(host, lo, hi, p.seed^h.Sum64())
-		} else {
-			host := tensor.New(p.dt, shape...)
-			fillUniform(host, lo, hi, p.seed^h.Sum64())
-			if err = p.be.Upload(t.Buffer(), 0, host.HostBytes()); err != nil {
-				tensor.Release(t)
-			}
-		}
-	}
-	if err != nil {
-		p.err = fmt.Errorf("random weight %s: %w", name, err)
-		return placeholder(p.dt)
-	}
-	p.loaded = append(p.loaded, t)
-	return t
-}
-
-// fillUniform fills a host f32/f16/bf16 tensor with uniform values in
-// [lo, hi), in parallel chunks each seeded from seed and its index.
-func fillUniform(t *tensor.Tensor, lo, hi float32, seed uint64) {
-	const chunk = 1 << 16
-	n := t.Numel()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.NumCPU())
-	for c0 := 0; c0 < n; c0 += chunk {
-		c1 := min(c0+chunk, n)
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			x := seed ^ uint64(c0)*0x9e3779b97f4a7c15
-			next := func() float32 { // splitmix64 → [0, 1)
-				x += 0x9e3779b97f4a7c15
-				z := x
-				z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-				z = (z ^ z>>27) * 0x94d049bb133111eb
-				z ^= z >> 31
-				return float32(z>>40) / (1 << 24)
-			}
-			switch t.DType() {
-			case tensor.F32:
-				v := t.Float32s()[c0:c1]
-				for i := range v {
-					v[i] = lo + (hi-lo)*next()
-				}
-			case tensor.F16:
-				v := t.Uint16s()[c0:c1]
-				for i := range v {
-					v[i] = tensor.F16FromF32(lo + (hi-lo)*next())
-				}
-			case tensor.BF16:
-				v := t.Uint16s()[c0:c1]
-				for i := range v {
-					v[i] = tensor.BF16FromF32(lo + (hi-lo)*next())
-				}
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-func isHostBacked(be tensor.Backend) bool {
-	hb, ok := be.(tensor.HostBacked)
-	return ok && hb.HostBacked()
-}
-
-func hasSuffix(s string, suffixes ...string) bool {
-	for _, x := range suffixes {
-		if len(s) >= len(x) && s[len(s)-len(x):] == x {
-			return true
-		}
-	}
-	return false
-}
-
 // paramNames lists the weight names a config uses, sorted (for tests and
 // diagnostics).
 func paramNames(cfg Config) []string {
@@ -346,14 +193,6 @@ func paramNames(cfg Config) []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-// nameParams records the weights asked for.
-type nameParams struct{ specs *[]weights.Spec }
-
-func (p nameParams) get(name string, shape ...int) *tensor.Tensor {
-	*p.specs = append(*p.specs, weights.Spec{Name: name, Shape: append([]int(nil), shape...)})
-	return placeholder(tensor.F32)
 }
 
 var errNoPart = errors.New("vae: that half of the model is not loaded (left out at Load, or the VAE is closed or nil)")

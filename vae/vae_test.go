@@ -2,12 +2,14 @@ package vae
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -50,7 +52,7 @@ func caseTiling(c *golden.Case) Tiling {
 func TestGoldenDecode(t *testing.T) {
 	for _, c := range golden.Cases(t, "vae.decode") {
 		t.Run(c.Name, func(t *testing.T) {
-			v := loadCase(t, c, cpu.New(), tensor.F32)
+			v := loadCase(t, c, testdevice.Backend(t), tensor.F32)
 			c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DefaultDecode()))
 		})
 	}
@@ -59,7 +61,7 @@ func TestGoldenDecode(t *testing.T) {
 func TestGoldenDecodeTiled(t *testing.T) {
 	for _, c := range golden.Cases(t, "vae.decode_tiled") {
 		t.Run(c.Name, func(t *testing.T) {
-			v := loadCase(t, c, cpu.New(), tensor.F32)
+			v := loadCase(t, c, testdevice.Backend(t), tensor.F32)
 			z := c.Tensor("z")
 			var st DecodeStats
 			c.Compare(t, "sample", decode(t, v, z, DecodeOptions{Tiling: caseTiling(c), Stats: &st}))
@@ -74,7 +76,7 @@ func TestGoldenDecodeTiled(t *testing.T) {
 func TestGoldenEncode(t *testing.T) {
 	for _, c := range golden.Cases(t, "vae.encode") {
 		t.Run(c.Name, func(t *testing.T) {
-			v := loadCase(t, c, cpu.New(), tensor.F32)
+			v := loadCase(t, c, testdevice.Backend(t), tensor.F32)
 			s := tensor.NewScope(v.Backend())
 			defer s.Close()
 			var mean, logvar *tensor.Tensor
@@ -99,7 +101,7 @@ func TestGoldenDecodeHalf(t *testing.T) {
 				continue // f16 covers the frame-wise path; keep the test short
 			}
 			t.Run(c.Name+"/"+tc.dt.String(), func(t *testing.T) {
-				v := loadCase(t, c, cpu.New(), tc.dt)
+				v := loadCase(t, c, testdevice.Backend(t), tc.dt)
 				out := decode(t, v, c.Tensor("z"), DefaultDecode())
 				c.CompareWith(t, "sample", out, golden.Limit{RelL2: tc.lim, HasRelL2: true})
 			})
@@ -117,7 +119,7 @@ func TestGoldenEncodeHalf(t *testing.T) {
 			lim float64
 		}{{tensor.F16, 5e-3}, {tensor.BF16, 3e-2}} {
 			t.Run(c.Name+"/"+tc.dt.String(), func(t *testing.T) {
-				v := loadCase(t, c, cpu.New(), tc.dt)
+				v := loadCase(t, c, testdevice.Backend(t), tc.dt)
 				s := tensor.NewScope(v.Backend())
 				defer s.Close()
 				var mean *tensor.Tensor
@@ -137,7 +139,7 @@ func TestRealConfig(t *testing.T) {
 		t.Skip("builds 246M random parameters")
 	}
 	cfg := DefaultConfig()
-	m := NewMeter(cpu.New(), 0)
+	m := meter()
 	v, err := RandomWeights(cfg, m, tensor.BF16, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -147,14 +149,14 @@ func TestRealConfig(t *testing.T) {
 	for _, w := range v.owned {
 		n += int64(w.Numel())
 	}
-	if n != 246478803 || v.WeightBytes() != 2*n || m.Live() != 2*n {
-		t.Errorf("%d parameters in %d B (%d B allocated), want 246,478,803 in bf16", n, v.WeightBytes(), m.Live())
+	if n != 246478803 || v.WeightBytes() != 2*n || m.Stats().InUse != 2*n {
+		t.Errorf("%d parameters in %d B (%d B allocated), want 246,478,803 in bf16", n, v.WeightBytes(), m.Stats().InUse)
 	}
 	shape := []int{1, 16, 2, 4, 4}
 	m.ResetPeak()
 	out := decode(t, v, randLatents(1, shape...), DefaultDecode())
 	checkFinite(t, out, 1, 3, 5, 32, 32)
-	measured, planned := m.Peak()-2*n, DecodePeak(cfg, shape, DefaultTiling(), tensor.BF16)
+	measured, planned := m.Stats().Peak-2*n, DecodePeak(cfg, shape, DefaultTiling(), tensor.BF16)
 	t.Logf("released config, bf16 %v: planned %d B, measured %d B", shape, planned, measured)
 	if measured > planned || planned-measured > int64(6*tensor.Numel(shape)) {
 		t.Errorf("peak model: planned %d, measured %d", planned, measured)
@@ -173,7 +175,7 @@ func TestRealConfig(t *testing.T) {
 
 func checkFinite(t *testing.T, x *tensor.Tensor, shape ...int) {
 	t.Helper()
-	if !equalShape(x.Shape(), shape) {
+	if !slices.Equal(x.Shape(), shape) {
 		t.Fatalf("shape %v, want %v", x.Shape(), shape)
 	}
 	for i, f := range tensor.Float32s(x) {
@@ -252,7 +254,7 @@ func TestGoldenDecodeThroughChain(t *testing.T) {
 			}
 			be := memory.Budgeted(convchain.Wrap(host, ch), memory.Budget{Device: "test", Cap: 1 << 40})
 			v := loadCase(t, c, be, tensor.F32)
-			if paddedConvOf(be) == nil {
+			if !readsPadded(be) {
 				t.Fatal("no Conv3dPadded under the budget")
 			}
 			z := c.Tensor("z")

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/framepack-go/framepack/internal/atomicfile"
 )
 
 // Options configure the output.
@@ -117,18 +119,22 @@ func WriteMP4(ctx context.Context, path string, f Frames, o Options) error {
 	if err != nil {
 		return ErrNoFFmpeg
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("video: %w", err)
+	// ffmpeg writes the temporary by its name; it is checked before the
+	// rename.
+	var werr error
+	err = atomicfile.Write(path, 0o644, func(tmp *os.File) error {
+		werr = runFFmpeg(ctx, bin, path, tmp.Name(), f, o)
+		return werr
+	})
+	if err != nil && err != werr {
+		err = fmt.Errorf("video: %w", err)
 	}
-	tmpName := tmp.Name()
-	tmp.Close()
-	ok := false
-	defer func() {
-		if !ok {
-			os.Remove(tmpName)
-		}
-	}()
+	return err
+}
+
+// runFFmpeg encodes f into tmpName, the temporary of path, and checks what
+// it wrote.
+func runFFmpeg(ctx context.Context, bin, path, tmpName string, f Frames, o Options) error {
 	args := []string{"-hide_banner", "-nostdin", "-loglevel", "error", "-y",
 		"-f", "rawvideo", "-pix_fmt", "rgb24", "-s", fmt.Sprintf("%dx%d", f.W, f.H), "-r", strconv.Itoa(o.fps()), "-i", "pipe:0",
 		"-c:v", "libx264", "-crf", strconv.Itoa(o.crf()), "-pix_fmt", "yuv420p", "-an"}
@@ -141,7 +147,7 @@ func WriteMP4(ctx context.Context, path string, f Frames, o Options) error {
 	cmd.Stdin = bytes.NewReader(f.Pix)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -165,13 +171,6 @@ func WriteMP4(ctx context.Context, path string, f Frames, o Options) error {
 		}
 		return fmt.Errorf("video: ffmpeg wrote a broken %s (%v); nothing was kept", path, err)
 	}
-	if err := os.Chmod(tmpName, 0o644); err != nil {
-		return fmt.Errorf("video: %w", err)
-	}
-	if err := os.Rename(tmpName, path); err != nil {
-		return fmt.Errorf("video: %w", err)
-	}
-	ok = true
 	return nil
 }
 

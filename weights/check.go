@@ -4,16 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/framepack-go/framepack/tensor"
 )
 
 // Spec is one weight a model reads: its checkpoint name and shape (no shape
-// check when Shape is empty).
+// check when Shape is empty); an optional one may be absent.
 type Spec struct {
-	Name  string
-	Shape []int
+	Name     string
+	Shape    []int
+	Optional bool
 }
 
 // Numel is the element count of the shape.
@@ -45,6 +47,9 @@ func (c *Checkpoint) Check(specs []Spec) error {
 		return err
 	}
 	for _, sp := range specs {
+		if sp.Optional && !c.Has(sp.Name) {
+			continue
+		}
 		e, sh, _, err := c.entry(sp.Name)
 		switch {
 		case err != nil:
@@ -53,7 +58,7 @@ func (c *Checkpoint) Check(specs []Spec) error {
 			fail("%s: tensor %q: %s", sh.path, e.name, e.problem)
 		case e.dt != tensor.F32 && e.dt != tensor.F16 && e.dt != tensor.BF16 && e.dt != tensor.F64:
 			fail("%s: tensor %q is %s, not a floating-point dtype (f32, f16, bf16)", sh.path, e.name, e.dtype)
-		case len(sp.Shape) > 0 && !equalInts(sp.Shape, e.shape):
+		case len(sp.Shape) > 0 && !slices.Equal(sp.Shape, e.shape):
 			fail("%s: tensor %q has shape %v, want %v", sh.path, e.name, e.shape, sp.Shape)
 		}
 	}

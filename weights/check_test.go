@@ -7,7 +7,7 @@ import (
 )
 
 // goodSpecs is what the shardedDir checkpoint holds.
-var goodSpecs = []Spec{{"a.weight", []int{2, 2}}, {"a.bias", []int{2}}, {"b", []int{4}}}
+var goodSpecs = []Spec{{Name: "a.weight", Shape: []int{2, 2}}, {Name: "a.bias", Shape: []int{2}}, {Name: "b", Shape: []int{4}}}
 
 // Check and Open report each bad real-size layout with one error naming the
 // file and the problem.
@@ -57,9 +57,9 @@ func TestCheck(t *testing.T) {
 			return d
 		}, goodSpecs, []string{"model-00002-of-00002.safetensors", "truncated"}},
 		{"missing tensor", func(t *testing.T) string { return shardedDir(t, goodIndex) },
-			append(goodSpecs[:3:3], Spec{"c", []int{1}}, Spec{"d", []int{1}}), []string{`no tensor "c"`, "(and 1 more problem)"}},
+			append(goodSpecs[:3:3], Spec{Name: "c", Shape: []int{1}}, Spec{Name: "d", Shape: []int{1}}), []string{`no tensor "c"`, "(and 1 more problem)"}},
 		{"wrong shape", func(t *testing.T) string { return shardedDir(t, goodIndex) },
-			[]Spec{{"b", []int{2, 2}}}, []string{"model-00002-of-00002.safetensors", `"b" has shape [4], want [2 2]`}},
+			[]Spec{{Name: "b", Shape: []int{2, 2}}}, []string{"model-00002-of-00002.safetensors", `"b" has shape [4], want [2 2]`}},
 		{"index points to a missing shard", func(t *testing.T) string {
 			return shardedDir(t, `{"weight_map": {"a.weight": "model-00001-of-00002.safetensors", "b": "model-00003-of-00003.safetensors"}}`)
 		}, goodSpecs, []string{"model.safetensors.index.json", "shard model-00003-of-00003.safetensors", "missing"}},

@@ -68,32 +68,32 @@ func convertRange(dst []byte, to tensor.DType, src []byte, from tensor.DType, lo
 	}
 	switch from {
 	case tensor.F32:
-		in := asF32(src)[lo:hi]
+		in := tensor.ViewAs[float32](src)[lo:hi]
 		switch to {
 		case tensor.F16:
-			tensor.NarrowF16(asU16(dst)[lo:hi], in)
+			tensor.NarrowF16(tensor.ViewAs[uint16](dst)[lo:hi], in)
 		case tensor.BF16:
-			tensor.NarrowBF16(asU16(dst)[lo:hi], in)
+			tensor.NarrowBF16(tensor.ViewAs[uint16](dst)[lo:hi], in)
 		}
 	case tensor.F16, tensor.BF16:
-		in := asU16(src)[lo:hi]
+		in := tensor.ViewAs[uint16](src)[lo:hi]
 		if to == tensor.F32 {
-			widen16(asF32(dst)[lo:hi], in, from)
+			widen16(tensor.ViewAs[float32](dst)[lo:hi], in, from)
 			return
 		}
 		// f16 ↔ bf16 through f32: widening is exact, so the one rounding
 		// is the narrowing.
 		var tmp [1024]float32
-		out := asU16(dst)[lo:hi]
+		out := tensor.ViewAs[uint16](dst)[lo:hi]
 		for i := 0; i < len(in); i += len(tmp) {
 			j := min(i+len(tmp), len(in))
 			widen16(tmp[:j-i], in[i:j], from)
 			narrow16(out[i:j], tmp[:j-i], to)
 		}
 	case tensor.F64:
-		in := asF64(src)[lo:hi]
+		in := tensor.ViewAs[float64](src)[lo:hi]
 		if to == tensor.F32 {
-			out := asF32(dst)[lo:hi]
+			out := tensor.ViewAs[float32](dst)[lo:hi]
 			for i, v := range in {
 				out[i] = float32(v) // round to nearest even
 			}
@@ -101,7 +101,7 @@ func convertRange(dst []byte, to tensor.DType, src []byte, from tensor.DType, lo
 		}
 		// Rounding to f32 first and then to 16 bits could round twice;
 		// rounding to odd in f32 keeps the final rounding exact.
-		out := asU16(dst)[lo:hi]
+		out := tensor.ViewAs[uint16](dst)[lo:hi]
 		for i, v := range in {
 			f := toOddF32(v)
 			if to == tensor.F16 {
@@ -142,25 +142,4 @@ func toOddF32(v float64) float32 {
 		b-- // step toward zero: the truncated value
 	}
 	return math.Float32frombits(b | 1)
-}
-
-func asF32(b []byte) []float32 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
-}
-
-func asU16(b []byte) []uint16 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
-}
-
-func asF64(b []byte) []float64 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8)
 }

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"unsafe"
 
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -18,9 +17,9 @@ func TestConvert16All(t *testing.T) {
 	for i := range src {
 		src[i] = uint16(i)
 	}
-	srcB := unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), len(src)*2)
+	srcB := tensor.BytesOf(src)
 	dst := make([]uint16, len(src))
-	dstB := unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), len(dst)*2)
+	dstB := tensor.BytesOf(dst)
 	for _, c := range []struct{ from, to tensor.DType }{{tensor.F16, tensor.BF16}, {tensor.BF16, tensor.F16}} {
 		convert(dstB, c.to, srcB, c.from)
 		for i, h := range src {
@@ -60,7 +59,7 @@ func TestConvertF64NoDoubleRounding(t *testing.T) {
 	}
 	src := make([]float64, len(vals))
 	copy(src, vals)
-	srcB := unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), len(src)*8)
+	srcB := tensor.BytesOf(src)
 	for _, to := range []tensor.DType{tensor.F16, tensor.BF16, tensor.F32} {
 		dst := tensor.New(to, len(vals))
 		convert(dst.HostBytes(), to, srcB, tensor.F64)
@@ -81,7 +80,7 @@ func TestConvertParallel(t *testing.T) {
 	for i := range src {
 		src[i] = float32(r.NormFloat64())
 	}
-	srcB := unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), n*4)
+	srcB := tensor.BytesOf(src)
 	got := tensor.New(tensor.BF16, n)
 	convert(got.HostBytes(), tensor.BF16, srcB, tensor.F32)
 	for i, h := range got.Uint16s() {

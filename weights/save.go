@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 
+	"github.com/framepack-go/framepack/internal/atomicfile"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -62,38 +62,18 @@ func Save(path string, tensors map[string]*tensor.Tensor, metadata map[string]st
 		js = append(js, ' ')
 	}
 
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("weights: save %s: %v", path, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
+	err = atomicfile.Write(path, 0o644, func(f *os.File) error { // a saved output is an ordinary file
+		w := bufio.NewWriterSize(f, 1<<20)
+		var lenBuf [8]byte
+		binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(js)))
+		w.Write(lenBuf[:])
+		w.Write(js)
+		for _, t := range hosts {
+			w.Write(t.HostBytes())
 		}
-	}()
-	w := bufio.NewWriterSize(f, 1<<20)
-	var lenBuf [8]byte
-	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(js)))
-	w.Write(lenBuf[:])
-	w.Write(js)
-	for _, t := range hosts {
-		w.Write(t.HostBytes())
-	}
-	if err = w.Flush(); err != nil {
-		return fmt.Errorf("weights: save %s: %v", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("weights: save %s: %v", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("weights: save %s: %v", path, err)
-	}
-	// CreateTemp makes the file 0600; a saved output is an ordinary file.
-	if err = os.Chmod(f.Name(), 0o644); err != nil {
-		return fmt.Errorf("weights: save %s: %v", path, err)
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
+		return w.Flush()
+	})
+	if err != nil {
 		return fmt.Errorf("weights: save %s: %v", path, err)
 	}
 	return nil

@@ -3,7 +3,8 @@
 // (diffusion_pytorch_model.safetensors, model.safetensors) or shards listed by
 // a *.safetensors.index.json. Files are memory-mapped; shards are mapped on
 // first use. Tensors come out either as they are stored (Host, zero-copy) or
-// converted to a compute dtype on a backend (Load).
+// converted to a compute dtype on a backend (Load). Models take their weights
+// through a Builder, from a checkpoint, random values or a plan.
 package weights
 
 import (
@@ -14,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -408,62 +410,133 @@ func (c *Checkpoint) Host(name string) (*tensor.Tensor, error) {
 // tensors load only as themselves. When shape is given the stored shape must
 // equal it.
 func (c *Checkpoint) Load(be tensor.Backend, name string, dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
-	e, sh, data, err := c.entry(name)
+	e, sh, _, err := c.checked(name, shape, dt)
 	if err != nil {
 		return nil, err
 	}
-	if e.problem != "" {
-		return nil, fmt.Errorf("weights: %s: tensor %q: %s", sh.path, e.name, e.problem)
-	}
-	if len(shape) > 0 && !equalInts(shape, e.shape) {
-		return nil, fmt.Errorf("weights: %s: tensor %q has shape %v, want %v", sh.path, e.name, e.shape, shape)
-	}
 	if dt == tensor.Invalid {
 		dt = e.dt
-	}
-	if !convertible(e.dt, dt) {
-		return nil, fmt.Errorf("weights: %s: tensor %q is %s and cannot be loaded as %s", sh.path, e.name, e.dt, dt)
 	}
 	t, err := tensor.Alloc(be, dt, e.shape...)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %s: tensor %q (%s %v): %w", sh.path, e.name, dt, e.shape, err)
 	}
-	if hb, ok := t.Buffer().(*tensor.HostBuffer); ok && isHostBacked(be) {
-		convert(hb.Data()[:t.Bytes()], dt, data, e.dt)
-	} else if err := uploadConverted(be, t.Buffer(), dt, data, e.dt); err != nil {
+	if err := c.put(be, t.Buffer(), 0, name, shape, dt, tensor.Invalid); err != nil {
 		tensor.Release(t)
-		return nil, fmt.Errorf("weights: %s: tensor %q: upload: %w", sh.path, e.name, err)
+		return nil, err
+	}
+	return t, nil
+}
+
+// checked finds tensor name and checks that it loads as dt (Invalid: as
+// stored) with the given shape (none: any).
+func (c *Checkpoint) checked(name string, shape []int, dt tensor.DType) (*entry, *shard, []byte, error) {
+	e, sh, data, err := c.entry(name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if e.problem != "" {
+		return nil, nil, nil, fmt.Errorf("weights: %s: tensor %q: %s", sh.path, e.name, e.problem)
+	}
+	if len(shape) > 0 && !slices.Equal(shape, e.shape) {
+		return nil, nil, nil, fmt.Errorf("weights: %s: tensor %q has shape %v, want %v", sh.path, e.name, e.shape, shape)
+	}
+	if dt != tensor.Invalid && !convertible(e.dt, dt) {
+		return nil, nil, nil, fmt.Errorf("weights: %s: tensor %q is %s and cannot be loaded as %s", sh.path, e.name, e.dt, dt)
+	}
+	return e, sh, data, nil
+}
+
+// put copies tensor name into dst at byte offset off as dtype dt, its
+// values rounded through round first (Invalid: no extra rounding): converted
+// in place where be computes on host memory, else uploaded (chunk by chunk
+// when converted). The tensor's mapped pages are released after.
+func (c *Checkpoint) put(be tensor.Backend, dst tensor.Buffer, off int64, name string, shape []int, dt, round tensor.DType) error {
+	e, sh, data, err := c.checked(name, shape, dt)
+	if err != nil {
+		return err
+	}
+	if dt == tensor.Invalid {
+		dt = e.dt
+	}
+	n := int64(len(data)/e.dt.Size()) * int64(dt.Size())
+	if hb, ok := dst.(*tensor.HostBuffer); ok && tensor.IsHostBacked(be) {
+		convertThrough(hb.Data()[off:off+n], dt, round, data, e.dt)
+	} else if err := uploadConverted(be, dst, off, dt, round, data, e.dt); err != nil {
+		return fmt.Errorf("weights: %s: tensor %q: upload: %w", sh.path, e.name, err)
 	}
 	// The tensor is a copy now: its pages of the mapping need not stay in
 	// this process, so a model is not held twice (mapping and copy) while
 	// the rest of it loads.
 	c.drop(sh, e)
-	return t, nil
+	return nil
+}
+
+// fill converts tensor name into the host bytes dst as put does.
+func (c *Checkpoint) fill(dst []byte, name string, shape []int, dt, round tensor.DType) error {
+	e, sh, data, err := c.checked(name, shape, dt)
+	if err != nil {
+		return err
+	}
+	convertThrough(dst[:len(data)/e.dt.Size()*dt.Size()], dt, round, data, e.dt)
+	c.drop(sh, e)
+	return nil
 }
 
 // stageBytes bounds the host staging of a converted upload: conversion
 // runs in chunks of this many output bytes, never a whole-tensor buffer.
 const stageBytes = 16 << 20
 
-// uploadConverted uploads src (dtype from) into dst as dtype to: as it is
-// when no conversion is needed (the backend stages it itself), else
-// converted chunk by chunk through one bounded buffer.
-func uploadConverted(be tensor.Backend, dst tensor.Buffer, to tensor.DType, src []byte, from tensor.DType) error {
-	if from == to && aligned(src, from.Size()) {
-		return be.Upload(dst, 0, src)
+var stagePool = sync.Pool{New: func() any { b := make([]byte, stageBytes); return &b }}
+
+// uploadConverted uploads src (dtype from) into dst at byte offset off as
+// dtype to, rounded through round: as it is when no conversion is needed
+// (the backend stages it itself), else converted chunk by chunk through one
+// bounded buffer.
+func uploadConverted(be tensor.Backend, dst tensor.Buffer, off int64, to, round tensor.DType, src []byte, from tensor.DType) error {
+	if from == to && !rounds(round, from, to) && aligned(src, from.Size()) {
+		return be.Upload(dst, off, src)
 	}
 	n := len(src) / from.Size()
 	per := max(1, stageBytes/max(to.Size(), from.Size()))
-	buf := make([]byte, min(n, per)*to.Size())
+	// One buffer reused across tensors: blocks streamed from the file
+	// convert every tensor on every forward pass.
+	bp := stagePool.Get().(*[]byte)
+	defer stagePool.Put(bp)
+	buf := *bp
 	for lo := 0; lo < n; lo += per {
 		hi := min(lo+per, n)
 		out := buf[:(hi-lo)*to.Size()]
-		convert(out, to, src[lo*from.Size():hi*from.Size()], from)
-		if err := be.Upload(dst, int64(lo*to.Size()), out); err != nil {
+		convertThrough(out, to, round, src[lo*from.Size():hi*from.Size()], from)
+		if err := be.Upload(dst, off+int64(lo*to.Size()), out); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// rounds reports whether rounding through round changes values going from
+// dtype from to dtype to.
+func rounds(round, from, to tensor.DType) bool {
+	return round != tensor.Invalid && round != to && round != from
+}
+
+// convertThrough is convert with the values rounded through dtype round
+// first, chunk by chunk through a bounded buffer.
+func convertThrough(dst []byte, to, round tensor.DType, src []byte, from tensor.DType) {
+	if !rounds(round, from, to) {
+		convert(dst, to, src, from)
+		return
+	}
+	n := len(src) / from.Size()
+	per := max(1, stageBytes/round.Size())
+	buf := make([]byte, min(n, per)*round.Size())
+	for lo := 0; lo < n; lo += per {
+		hi := min(lo+per, n)
+		mid := buf[:(hi-lo)*round.Size()]
+		convert(mid, round, src[lo*from.Size():hi*from.Size()], from)
+		convert(dst[lo*to.Size():hi*to.Size()], to, mid, round)
+	}
 }
 
 // drop releases the process's pages of e's bytes in the mapping
@@ -474,20 +547,6 @@ func (c *Checkpoint) drop(sh *shard, e *entry) {
 	if !c.closed && sh.data != nil {
 		_ = adviseDontNeed(sh.data, e.begin, e.end)
 	}
-}
-
-// DontNeed releases the pages of tensor name's bytes from the process's
-// resident memory, once a copy of them (a device upload, a pinned or
-// converted copy) is all that is needed. Host tensors of it stay valid:
-// the mapping is of the read-only file, and a later read brings the pages
-// back from the page cache or the disk.
-func (c *Checkpoint) DontNeed(name string) error {
-	e, sh, _, err := c.entry(name)
-	if err != nil {
-		return err
-	}
-	c.drop(sh, e)
-	return nil
 }
 
 // WillNeed asks the kernel to read tensor name's bytes ahead of their use,
@@ -506,23 +565,6 @@ func (c *Checkpoint) WillNeed(name string) error {
 		return fmt.Errorf("weights: %s: read-ahead of %q: %v", sh.path, e.name, err)
 	}
 	return nil
-}
-
-func isHostBacked(be tensor.Backend) bool {
-	hb, ok := be.(tensor.HostBacked)
-	return ok && hb.HostBacked()
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // closest returns up to k names nearest to name by edit distance.

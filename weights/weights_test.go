@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -88,7 +89,7 @@ func TestOpenGoldenModels(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", m, err)
 			}
-			if h.DType() != dt || !equalInts(h.Shape(), shape) {
+			if h.DType() != dt || !slices.Equal(h.Shape(), shape) {
 				t.Fatalf("%s: %s: Host %v, Info %s %v", m, n, h, dt, shape)
 			}
 		}

@@ -38,7 +38,7 @@ func (be *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) e
 		if err != nil {
 			return err
 		}
-		keyMask = asF32(b)
+		keyMask = tensor.ViewAs[float32](b)
 	}
 	if p.Mask != nil {
 		n := p.Mask.Numel()
@@ -49,7 +49,7 @@ func (be *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) e
 		if err != nil {
 			return err
 		}
-		mask = asF32(b)
+		mask = tensor.ViewAs[float32](b)
 		if n == B*Lq*Lk && B > 1 {
 			maskBatch = Lq * Lk
 		}

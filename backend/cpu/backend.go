@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -135,58 +134,12 @@ func raw(t *tensor.Tensor) ([]byte, error) {
 	return d[:t.Bytes()], nil
 }
 
-func asF32(b []byte) []float32 {
-	if len(b) < 4 {
-		return nil
-	}
-	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
-}
-
-func asU16(b []byte) []uint16 {
-	if len(b) < 2 {
-		return nil
-	}
-	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
-}
-
-func asI64(b []byte) []int64 {
-	if len(b) < 8 {
-		return nil
-	}
-	return unsafe.Slice((*int64)(unsafe.Pointer(&b[0])), len(b)/8)
-}
-
-func asI32(b []byte) []int32 {
-	if len(b) < 4 {
-		return nil
-	}
-	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), len(b)/4)
-}
-
-func asF64(b []byte) []float64 {
-	if len(b) < 8 {
-		return nil
-	}
-	return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8)
-}
-
 func isHalf(dt tensor.DType) bool { return dt == tensor.F16 || dt == tensor.BF16 }
 
 func isCompute(dt tensor.DType) bool { return dt == tensor.F32 || isHalf(dt) }
 
 func unsupported(op string, dt tensor.DType) error {
 	return fmt.Errorf("cpu: %s on %s: %w", op, dt, tensor.ErrUnsupported)
-}
-
-// roundFn is the rounding to dt applied to an f32 value (identity for f32).
-func roundFn(dt tensor.DType) func(float32) float32 {
-	switch dt {
-	case tensor.F16:
-		return tensor.RoundF16
-	case tensor.BF16:
-		return tensor.RoundBF16
-	}
-	return func(f float32) float32 { return f }
 }
 
 // temps hands out the f32 scratch of one kernel call (widened operands,
@@ -225,9 +178,9 @@ func (tm *temps) widen(t *tensor.Tensor) ([]float32, error) {
 	}
 	switch t.DType() {
 	case tensor.F32:
-		return asF32(b), nil
+		return tensor.ViewAs[float32](b), nil
 	case tensor.F16, tensor.BF16:
-		src := asU16(b)
+		src := tensor.ViewAs[uint16](b)
 		out := tm.alloc(len(src))
 		tm.be.widenInto(out, src, t.DType())
 		return out, nil
@@ -268,9 +221,9 @@ func (tm *temps) output(t *tensor.Tensor) ([]float32, func(), error) {
 	}
 	switch t.DType() {
 	case tensor.F32:
-		return asF32(b), func() {}, nil
+		return tensor.ViewAs[float32](b), func() {}, nil
 	case tensor.F16, tensor.BF16:
-		dst := asU16(b)
+		dst := tensor.ViewAs[uint16](b)
 		tmp := tm.alloc(len(dst))
 		dt := t.DType()
 		return tmp, func() { tm.be.narrowInto(dst, tmp, dt) }, nil

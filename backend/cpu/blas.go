@@ -2,11 +2,11 @@ package cpu
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 
 	"github.com/ebitengine/purego"
+	"github.com/framepack-go/framepack/internal/envconfig"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
 )
@@ -32,7 +32,7 @@ func chooseBLAS(want string) (blasImpl, error) {
 	case "openblas":
 		return loadOpenBLAS()
 	case "", "auto":
-		if strings.ToLower(os.Getenv("FRAMEPACK_BLAS")) == "gonum" {
+		if envconfig.Read().GonumBLAS {
 			return gonumBLAS{why: "FRAMEPACK_BLAS=gonum"}, nil
 		}
 		ob, err := loadOpenBLAS()

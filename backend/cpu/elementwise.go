@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 	"math"
-	"unsafe"
 
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -16,15 +15,6 @@ type word interface {
 	~uint8 | ~uint16 | ~uint32 | ~uint64
 }
 
-func view[T word](b []byte) []T {
-	var z T
-	n := len(b) / int(unsafe.Sizeof(z))
-	if n == 0 {
-		return nil
-	}
-	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
-}
-
 // ---- Fill ----
 
 func (be *Backend) Fill(dst *tensor.Tensor, v float64) error {
@@ -34,17 +24,17 @@ func (be *Backend) Fill(dst *tensor.Tensor, v float64) error {
 	}
 	switch dst.DType() {
 	case tensor.F32:
-		fillPar(be, asF32(b), float32(v))
+		fillPar(be, tensor.ViewAs[float32](b), float32(v))
 	case tensor.F16:
-		fillPar(be, asU16(b), tensor.F16FromF32(float32(v)))
+		fillPar(be, tensor.ViewAs[uint16](b), tensor.F16FromF32(float32(v)))
 	case tensor.BF16:
-		fillPar(be, asU16(b), tensor.BF16FromF32(float32(v)))
+		fillPar(be, tensor.ViewAs[uint16](b), tensor.BF16FromF32(float32(v)))
 	case tensor.F64:
-		fillPar(be, asF64(b), v)
+		fillPar(be, tensor.ViewAs[float64](b), v)
 	case tensor.I64:
-		fillPar(be, asI64(b), int64(v))
+		fillPar(be, tensor.ViewAs[int64](b), int64(v))
 	case tensor.I32:
-		fillPar(be, asI32(b), int32(v))
+		fillPar(be, tensor.ViewAs[int32](b), int32(v))
 	case tensor.U8:
 		fillPar(be, b, uint8(int64(v)))
 	case tensor.Bool:
@@ -92,10 +82,10 @@ func (be *Backend) Cast(dst, src *tensor.Tensor) error {
 		copy(db, sb)
 		return nil
 	case dt == tensor.F32 && isHalf(st):
-		be.widenInto(asF32(db), asU16(sb), st)
+		be.widenInto(tensor.ViewAs[float32](db), tensor.ViewAs[uint16](sb), st)
 		return nil
 	case st == tensor.F32 && isHalf(dt):
-		be.narrowInto(asU16(db), asF32(sb), dt)
+		be.narrowInto(tensor.ViewAs[uint16](db), tensor.ViewAs[float32](sb), dt)
 		return nil
 	}
 	// The general path goes through float64, which holds every value of
@@ -114,25 +104,25 @@ func (be *Backend) Cast(dst, src *tensor.Tensor) error {
 func readF64(dst []float64, b []byte, dt tensor.DType, off int) {
 	switch dt {
 	case tensor.F32:
-		for i, v := range asF32(b)[off : off+len(dst)] {
+		for i, v := range tensor.ViewAs[float32](b)[off : off+len(dst)] {
 			dst[i] = float64(v)
 		}
 	case tensor.F16:
-		for i, v := range asU16(b)[off : off+len(dst)] {
+		for i, v := range tensor.ViewAs[uint16](b)[off : off+len(dst)] {
 			dst[i] = float64(tensor.F32FromF16(v))
 		}
 	case tensor.BF16:
-		for i, v := range asU16(b)[off : off+len(dst)] {
+		for i, v := range tensor.ViewAs[uint16](b)[off : off+len(dst)] {
 			dst[i] = float64(tensor.F32FromBF16(v))
 		}
 	case tensor.F64:
-		copy(dst, asF64(b)[off:])
+		copy(dst, tensor.ViewAs[float64](b)[off:])
 	case tensor.I64:
-		for i, v := range asI64(b)[off : off+len(dst)] {
+		for i, v := range tensor.ViewAs[int64](b)[off : off+len(dst)] {
 			dst[i] = float64(v)
 		}
 	case tensor.I32:
-		for i, v := range asI32(b)[off : off+len(dst)] {
+		for i, v := range tensor.ViewAs[int32](b)[off : off+len(dst)] {
 			dst[i] = float64(v)
 		}
 	case tensor.U8, tensor.Bool:
@@ -147,29 +137,29 @@ func readF64(dst []float64, b []byte, dt tensor.DType, off int) {
 func writeF64(b []byte, dt tensor.DType, off int, src []float64) {
 	switch dt {
 	case tensor.F32:
-		d := asF32(b)[off : off+len(src)]
+		d := tensor.ViewAs[float32](b)[off : off+len(src)]
 		for i, v := range src {
 			d[i] = float32(v)
 		}
 	case tensor.F16:
-		d := asU16(b)[off : off+len(src)]
+		d := tensor.ViewAs[uint16](b)[off : off+len(src)]
 		for i, v := range src {
 			d[i] = tensor.F16FromF32(float32(v))
 		}
 	case tensor.BF16:
-		d := asU16(b)[off : off+len(src)]
+		d := tensor.ViewAs[uint16](b)[off : off+len(src)]
 		for i, v := range src {
 			d[i] = tensor.BF16FromF32(float32(v))
 		}
 	case tensor.F64:
-		copy(asF64(b)[off:], src)
+		copy(tensor.ViewAs[float64](b)[off:], src)
 	case tensor.I64:
-		d := asI64(b)[off : off+len(src)]
+		d := tensor.ViewAs[int64](b)[off : off+len(src)]
 		for i, v := range src {
 			d[i] = int64(v)
 		}
 	case tensor.I32:
-		d := asI32(b)[off : off+len(src)]
+		d := tensor.ViewAs[int32](b)[off : off+len(src)]
 		for i, v := range src {
 			d[i] = int32(v)
 		}
@@ -254,13 +244,13 @@ func (be *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Ten
 	sh, st := tensor.CollapseAxes(shape, dSt, sSt)
 	switch dst.DType().Size() {
 	case 1:
-		copyStrided(be, view[uint8](db), view[uint8](sb), dOff, sOff, sh, st)
+		copyStrided(be, tensor.ViewAs[uint8](db), tensor.ViewAs[uint8](sb), dOff, sOff, sh, st)
 	case 2:
-		copyStrided(be, view[uint16](db), view[uint16](sb), dOff, sOff, sh, st)
+		copyStrided(be, tensor.ViewAs[uint16](db), tensor.ViewAs[uint16](sb), dOff, sOff, sh, st)
 	case 4:
-		copyStrided(be, view[uint32](db), view[uint32](sb), dOff, sOff, sh, st)
+		copyStrided(be, tensor.ViewAs[uint32](db), tensor.ViewAs[uint32](sb), dOff, sOff, sh, st)
 	case 8:
-		copyStrided(be, view[uint64](db), view[uint64](sb), dOff, sOff, sh, st)
+		copyStrided(be, tensor.ViewAs[uint64](db), tensor.ViewAs[uint64](sb), dOff, sOff, sh, st)
 	default:
 		return unsupported("copy", dst.DType())
 	}
@@ -336,11 +326,11 @@ func (be *Backend) Unary(op tensor.UnaryOp, dst, src *tensor.Tensor, a, b float3
 // dt), widening and narrowing half-precision data a chunk at a time.
 func (be *Backend) mapF32(dt tensor.DType, db, sb []byte, fn func(o, x []float32)) {
 	if dt == tensor.F32 {
-		d, s := asF32(db), asF32(sb)
+		d, s := tensor.ViewAs[float32](db), tensor.ViewAs[float32](sb)
 		be.parallel(len(d), 1<<13, func(lo, hi int) { fn(d[lo:hi], s[lo:hi]) })
 		return
 	}
-	d, s := asU16(db), asU16(sb)
+	d, s := tensor.ViewAs[uint16](db), tensor.ViewAs[uint16](sb)
 	be.parallel(len(d), 1<<13, func(lo, hi int) {
 		var x, o [chunk]float32
 		for i := lo; i < hi; i += chunk {
@@ -502,9 +492,9 @@ func (be *Backend) Binary(op tensor.BinaryOp, dst, a *tensor.Tensor, aSt []int, 
 	case tensor.F32, tensor.F16, tensor.BF16:
 		be.binaryFloat(op, dt, db, ab, bb, sh, st)
 	case tensor.I64:
-		binaryInt(be, op, asI64(db), asI64(ab), asI64(bb), sh, st)
+		binaryInt(be, op, tensor.ViewAs[int64](db), tensor.ViewAs[int64](ab), tensor.ViewAs[int64](bb), sh, st)
 	case tensor.I32:
-		binaryInt(be, op, asI32(db), asI32(ab), asI32(bb), sh, st)
+		binaryInt(be, op, tensor.ViewAs[int32](db), tensor.ViewAs[int32](ab), tensor.ViewAs[int32](bb), sh, st)
 	default:
 		return unsupported(op.String(), dt)
 	}
@@ -546,14 +536,14 @@ func (be *Backend) binaryFloat(op tensor.BinaryOp, dt tensor.DType, db, ab, bb [
 	r := len(sh)
 	as, bs := st[1][r-1], st[2][r-1]
 	if dt == tensor.F32 {
-		d, a, b := asF32(db), asF32(ab), asF32(bb)
+		d, a, b := tensor.ViewAs[float32](db), tensor.ViewAs[float32](ab), tensor.ViewAs[float32](bb)
 		be.rows(sh, st, 1<<16, func(n int, off []int) {
 			o := d[off[0] : off[0]+n]
 			binF32(op, o, a[off[1]:], as, b[off[2]:], bs)
 		})
 		return
 	}
-	d, a, b := asU16(db), asU16(ab), asU16(bb)
+	d, a, b := tensor.ViewAs[uint16](db), tensor.ViewAs[uint16](ab), tensor.ViewAs[uint16](bb)
 	widen := tensor.WidenBF16
 	narrow := tensor.NarrowBF16
 	if dt == tensor.F16 {

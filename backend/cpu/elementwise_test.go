@@ -3,6 +3,7 @@ package cpu
 import (
 	"errors"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -26,7 +27,7 @@ func TestFill(t *testing.T) {
 		case tensor.Bool:
 			want = 1
 		}
-		for i, v := range asF64(y.HostBytes()) {
+		for i, v := range tensor.ViewAs[float64](y.HostBytes()) {
 			if v != want {
 				t.Fatalf("%s [%d] = %v, want %v", dt, i, v, want)
 			}
@@ -118,7 +119,7 @@ func TestCastRoundTrips(t *testing.T) {
 		vals := randVals(r, tensor.F32, 50003, -70000, 70000)
 		got := values(s, s.Cast(input(s, tensor.F32, vals, len(vals)), dt))
 		for i, v := range vals {
-			if w := roundTo(dt, v); got[i] != w && !(math.IsInf(float64(w), 0) && got[i] == w) {
+			if w := tensor.Rounder(dt)(v); got[i] != w && !(math.IsInf(float64(w), 0) && got[i] == w) {
 				t.Fatalf("%s(%v) = %v, want %v", dt, v, got[i], w)
 			}
 		}
@@ -130,7 +131,7 @@ func TestCastRoundTrips(t *testing.T) {
 		small := randVals(r, dt, 999, -100, 100)
 		got = values(s, s.Cast(input(s, dt, small, len(small)), other))
 		for i, v := range small {
-			if w := roundTo(other, v); got[i] != w {
+			if w := tensor.Rounder(other)(v); got[i] != w {
 				t.Fatalf("%s→%s (%v) = %v, want %v", dt, other, v, got[i], w)
 			}
 		}
@@ -462,7 +463,7 @@ func TestBinaryBroadcast(t *testing.T) {
 					}
 				})
 				want, shape := broadcastRef(op, av, sh[0], bv, sh[1])
-				if !equalInts(y.Shape(), shape) {
+				if !slices.Equal(y.Shape(), shape) {
 					t.Fatalf("%s %v %v: shape %v, want %v", op, sh[0], sh[1], y.Shape(), shape)
 				}
 				compare(t, name(op, " ", dt, " ", sh), values(s, y), want, within(dt, constant(len(want), 1e-7)))
@@ -493,18 +494,6 @@ func TestBinaryIntsAndNaN(t *testing.T) {
 			t.Errorf("max/min with NaN gave %v", v)
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestAllocTooLarge(t *testing.T) {

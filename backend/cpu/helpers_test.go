@@ -47,22 +47,11 @@ func scope(t testing.TB) (*Backend, *tensor.Scope) {
 
 func rng(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)) }
 
-// roundTo rounds v to dt's precision.
-func roundTo(dt tensor.DType, v float32) float32 {
-	switch dt {
-	case tensor.F16:
-		return tensor.RoundF16(v)
-	case tensor.BF16:
-		return tensor.RoundBF16(v)
-	}
-	return v
-}
-
 // randVals draws n values uniform in [lo, hi) that dt holds exactly.
 func randVals(r *rand.Rand, dt tensor.DType, n int, lo, hi float64) []float32 {
 	out := make([]float32, n)
 	for i := range out {
-		out[i] = roundTo(dt, float32(lo+(hi-lo)*r.Float64()))
+		out[i] = tensor.Rounder(dt)(float32(lo + (hi-lo)*r.Float64()))
 	}
 	return out
 }

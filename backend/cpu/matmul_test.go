@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -75,7 +76,7 @@ func TestMatMul(t *testing.T) {
 	must(t, func() {
 		y = s.MatMul(input(s, tensor.F32, av, 2, 3, 5, 4), input(s, tensor.F32, bv, 4, 6), false, false)
 	})
-	if !equalInts(y.Shape(), []int{2, 3, 5, 6}) {
+	if !slices.Equal(y.Shape(), []int{2, 3, 5, 6}) {
 		t.Fatalf("shape %v", y.Shape())
 	}
 	for i := 0; i < 6; i++ {
@@ -201,7 +202,7 @@ func TestConv3d(t *testing.T) {
 					y = s.Conv3d(input(s, dt, xv, c.x...), input(s, dt, wv, c.w...), bias, c.st, c.pad)
 				})
 				want, scale, os := convRef(xv, c.x, wv, c.w, bref, c.st, c.pad)
-				if !equalInts(y.Shape(), os) {
+				if !slices.Equal(y.Shape(), os) {
 					t.Fatalf("conv3d %v: shape %v, want %v", c, y.Shape(), os)
 				}
 				compare(t, name("conv3d ", dt, c.x, c.w, c.st, c.pad, " shifted ", shift), values(s, y), want, within(dt, scale))

@@ -67,7 +67,7 @@ func (be *Backend) GroupNorm(dst, x, w, b *tensor.Tensor, groups int, eps float3
 	if err != nil {
 		return err
 	}
-	round := roundFn(dt)
+	round := tensor.Rounder(dt)
 	cg := C / groups
 	be.tasks(B*groups, func(_, i int) {
 		bi, g := i/groups, i%groups
@@ -185,7 +185,7 @@ func (be *Backend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
-	round := roundFn(dt)
+	round := tensor.Rounder(dt)
 	be.parallel(n, max(1, 4096/max(d, 1)), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xs, ys := xf[r*d:(r+1)*d], out[r*d:(r+1)*d]

@@ -22,7 +22,7 @@ func meanVar64(x []float32) (float64, float64) {
 
 // roundOut rounds a float64 reference value to dt, for references whose
 // intermediate values the kernel rounds as the PyTorch reference does.
-func roundOut(dt tensor.DType, v float64) float64 { return float64(roundTo(dt, float32(v))) }
+func roundOut(dt tensor.DType, v float64) float64 { return float64(tensor.Rounder(dt)(float32(v))) }
 
 func TestGroupNorm(t *testing.T) {
 	_, s := scope(t)
@@ -195,7 +195,7 @@ func TestSoftmax(t *testing.T) {
 			// Large offsets must not overflow: softmax is shift-invariant.
 			for i := range xv {
 				if (i/d)%2 == 1 {
-					xv[i] = roundTo(dt, xv[i]+1e4)
+					xv[i] = tensor.Rounder(dt)(xv[i] + 1e4)
 				}
 			}
 			var y *tensor.Tensor

@@ -11,13 +11,13 @@ func bySize(dt tensor.DType, db, sb []byte, k8 func([]uint8, []uint8), k16 func(
 	k32 func([]uint32, []uint32), k64 func([]uint64, []uint64)) error {
 	switch dt.Size() {
 	case 1:
-		k8(view[uint8](db), view[uint8](sb))
+		k8(tensor.ViewAs[uint8](db), tensor.ViewAs[uint8](sb))
 	case 2:
-		k16(view[uint16](db), view[uint16](sb))
+		k16(tensor.ViewAs[uint16](db), tensor.ViewAs[uint16](sb))
 	case 4:
-		k32(view[uint32](db), view[uint32](sb))
+		k32(tensor.ViewAs[uint32](db), tensor.ViewAs[uint32](sb))
 	case 8:
-		k64(view[uint64](db), view[uint64](sb))
+		k64(tensor.ViewAs[uint64](db), tensor.ViewAs[uint64](sb))
 	default:
 		return unsupported("copy", dt)
 	}
@@ -234,14 +234,14 @@ func (be *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
 	idx := make([]int, n)
 	switch ids.DType() {
 	case tensor.I64:
-		for i, v := range asI64(ib) {
+		for i, v := range tensor.ViewAs[int64](ib) {
 			idx[i] = int(v)
 			if v < 0 || v >= int64(V) {
 				return fmt.Errorf("cpu: embedding id %d at %d outside a table of %d rows", v, i, V)
 			}
 		}
 	case tensor.I32:
-		for i, v := range asI32(ib) {
+		for i, v := range tensor.ViewAs[int32](ib) {
 			idx[i] = int(v)
 			if v < 0 || int(v) >= V {
 				return fmt.Errorf("cpu: embedding id %d at %d outside a table of %d rows", v, i, V)

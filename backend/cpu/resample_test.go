@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -59,7 +60,7 @@ func TestPad(t *testing.T) {
 				var y *tensor.Tensor
 				must(t, func() { y = s.Pad(x, c.before, c.after, mode) })
 				want, shape := padRef(xv, c.shape, c.before, c.after, mode == tensor.PadReplicate)
-				if !equalInts(y.Shape(), shape) {
+				if !slices.Equal(y.Shape(), shape) {
 					t.Fatalf("pad shape %v, want %v", y.Shape(), shape)
 				}
 				compare(t, name("pad ", dt, c, mode), values(s, s.Cast(y, tensor.F32)), want, exact)
@@ -174,7 +175,7 @@ func TestEmbedding(t *testing.T) {
 			idT := s.Cast(s.To(tensor.FromInt64(ids, 2, 3)), idt)
 			var y *tensor.Tensor
 			must(t, func() { y = s.Embedding(table, idT) })
-			if !equalInts(y.Shape(), []int{2, 3, D}) {
+			if !slices.Equal(y.Shape(), []int{2, 3, D}) {
 				t.Fatalf("embedding shape %v", y.Shape())
 			}
 			want := make([]float64, 0, len(ids)*D)

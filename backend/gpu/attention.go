@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/miopen"
@@ -46,7 +45,7 @@ var attnNoFlash, attnNoFused = false, false
 
 func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) error {
 	dt := dst.DType()
-	s := fsfx(dt)
+	s := floatSuffix(dt)
 	if s == "" || q.DType() != dt || k.DType() != dt || v.DType() != dt {
 		return unsupported("attention", dt)
 	}
@@ -95,7 +94,7 @@ func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) er
 	if p.Causal {
 		causal = 1
 	}
-	st := i64s(int64(B), int64(Lq), int64(Lk), int64(Hq), int64(Hkv), int64(D), int64(max(p.FrameLen, 0)), int64(maskStride))
+	st := packInt64s(int64(B), int64(Lq), int64(Lk), int64(Hq), int64(Hkv), int64(D), int64(max(p.FrameLen, 0)), int64(maskStride))
 	st = binary.LittleEndian.AppendUint32(st, math.Float32bits(scale*math.Log2E))
 	st = binary.LittleEndian.AppendUint32(st, uint32(causal))
 	masked := p.Causal || p.FrameLen > 0 || p.KeyMask != nil || p.Mask != nil
@@ -138,7 +137,7 @@ func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) er
 // tensorCoreAttention: NVIDIA sm_80+, bf16/f16, head dim 64 or 128, and no
 // request for the generic kernel.
 func (b *Backend) tensorCoreAttention(dt tensor.DType, D int) bool {
-	if b.dev.Vendor != hip.NVIDIA || b.dev.ComputeMajor < 8 || b.opts.GenericAttention || os.Getenv("FRAMEPACK_ATTN") == "generic" {
+	if b.dev.Vendor != hip.NVIDIA || b.dev.ComputeMajor < 8 || b.opts.GenericAttention {
 		return false
 	}
 	return (dt == tensor.BF16 || dt == tensor.F16) && (D == 64 || D == 128)
@@ -148,9 +147,6 @@ func (b *Backend) tensorCoreAttention(dt tensor.DType, D int) bool {
 // and no request for our own kernels.
 func (b *Backend) useFusedAttention(dt tensor.DType, D int) bool {
 	if b.dev.Vendor != hip.NVIDIA || b.opts.NoFusedAttention || b.opts.GenericAttention || attnNoFused {
-		return false
-	}
-	if a := os.Getenv("FRAMEPACK_ATTN"); a == "kernel" || a == "generic" {
 		return false
 	}
 	return (dt == tensor.BF16 || dt == tensor.F16) && D%8 == 0 && D <= 256

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/envconfig"
 	"github.com/framepack-go/framepack/miopen"
 	"github.com/framepack-go/framepack/rocblas"
 	"github.com/framepack-go/framepack/tensor"
@@ -42,8 +43,12 @@ type Options struct {
 	// NoBLAS skips rocBLAS/cuBLAS and runs GEMMs on our own kernel.
 	NoBLAS bool
 	// OwnMath compiles the kernels with framepack's own transcendental
-	// functions (the AMD code path) also on NVIDIA, to test them there.
+	// functions (the AMD code path) also on NVIDIA, to test them there. The
+	// precompiled kernels always use them.
 	OwnMath bool
+	// RuntimeCompile compiles every kernel module with hiprtc / NVRTC even
+	// where the binary ships it precompiled (also FRAMEPACK_KERNELS=compile).
+	RuntimeCompile bool
 	// GenericAttention skips cuDNN and the tensor-core attention kernel
 	// (also FRAMEPACK_ATTN=generic).
 	GenericAttention bool
@@ -89,6 +94,12 @@ var _ tensor.Backend = (*Backend)(nil)
 // New opens the GPU and returns a backend on it. Without a usable GPU the
 // error wraps hip.ErrNoGPU and says why.
 func New(o Options) (*Backend, error) {
+	// The environment's settings join the options once, here: no kernel
+	// launch reads the environment.
+	env := envconfig.Read()
+	o.RuntimeCompile = o.RuntimeCompile || env.RuntimeCompile
+	o.GenericAttention = o.GenericAttention || env.GenericAttention
+	o.NoFusedAttention = o.NoFusedAttention || env.KernelAttention
 	d, err := hip.Open(o.Device)
 	if err != nil {
 		return nil, err

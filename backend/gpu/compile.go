@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/atomicfile"
 	"github.com/framepack-go/framepack/kernels"
 )
 
@@ -79,6 +80,11 @@ func (b *Backend) Warmup() error {
 // compiler version, options), else compiled and stored atomically. A cache
 // file starts with the SHA-256 of its contents, so a torn write is ignored.
 func (b *Backend) codeObject(name string) ([]byte, error) {
+	if !b.opts.RuntimeCompile {
+		if code, ok := b.precompiled(name); ok {
+			return code, nil
+		}
+	}
 	src, err := kernels.Source(name)
 	if err != nil {
 		return nil, fmt.Errorf("gpu: kernels %s: %w", name, err)
@@ -109,32 +115,40 @@ func (b *Backend) codeObject(name string) ([]byte, error) {
 	b.log.Info("gpu: compiled kernels (cached for next time)", "module", name, "arch", b.dev.Arch, "seconds", time.Since(start).Round(time.Millisecond).Seconds())
 	if path != "" {
 		sum := sha256.Sum256(code)
-		if err := writeAtomic(path, append(sum[:], code...)); err != nil {
+		if err := writeCache(path, append(sum[:], code...)); err != nil {
 			b.log.Info("gpu: kernel cache not written", "path", path, "why", err)
 		}
 	}
 	return code, nil
 }
 
-func writeAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
+// precompiled returns the module's artifact shipped in the binary for this
+// device, if there is one built from the current source. PTX is loaded
+// NUL-terminated; the driver compiles it for the device (and caches it).
+func (b *Backend) precompiled(name string) ([]byte, bool) {
+	var target string
+	if b.dev.Vendor == hip.AMD {
+		target = kernels.AMDTarget(b.dev.Arch)
+	} else {
+		t, ok := kernels.NVIDIATarget(name, b.dev.ComputeMajor, b.dev.ComputeMinor)
+		if !ok {
+			return nil, false
+		}
+		target = t
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	code, kind, ok, err := kernels.Precompiled(name, target)
 	if err != nil {
-		return err
+		b.log.Info("gpu: precompiled kernels unusable, compiling at run time", "module", name, "why", err)
+		return nil, false
 	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if !ok {
+		return nil, false
 	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
+	if kind == "ptx" {
+		code = append(code, 0)
 	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	b.log.Debug("gpu: kernels precompiled", "module", name, "target", target, "kind", kind)
+	return code, true
 }
 
 // fn looks up a kernel of a module.
@@ -159,9 +173,9 @@ func (b *Backend) fn(mod, name string) (*hip.Function, error) {
 	return f, nil
 }
 
-// launch1 runs a kernel over n work items in blocks of bs threads, each
+// launchLinear runs a kernel over n work items in blocks of bs threads, each
 // thread covering per items.
-func (b *Backend) launch1(mod, name string, n int64, bs, per int, a *hip.Args) error {
+func (b *Backend) launchLinear(mod, name string, n int64, bs, per int, a *hip.Args) error {
 	if n <= 0 {
 		return nil
 	}
@@ -196,4 +210,12 @@ func (b *Backend) launch(mod, name string, grid, block hip.Dim3, shmem int, a *h
 		return fmt.Errorf("gpu: %w", err)
 	}
 	return nil
+}
+
+// writeCache writes a compiled module into the cache, whole or not at all.
+func writeCache(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, data, 0o600)
 }

@@ -18,7 +18,7 @@ import (
 //   - "naive": framepack's direct kernel, correct for every shape.
 
 // ConvTiers returns the backend's own tiers of the conv3d chain, fastest
-// first. The vendor library tier (MIOpen / cuDNN) is package gpuconv's,
+// first. The vendor library tier (MIOpen / cuDNN) is in conv_vendor.go,
 // which reads its input channels-last and through the causal padding.
 func (b *Backend) ConvTiers() []convchain.Tier {
 	var ts []convchain.Tier
@@ -85,7 +85,7 @@ func (g gemmTier) Plan(k convchain.Key, _ *convchain.Plan) (*convchain.Plan, err
 func (g gemmTier) Run(_ *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	b := g.b
 	dt := dst.DType()
-	s := fsfx(dt)
+	s := floatSuffix(dt)
 	if s == "" || b.blas == nil {
 		return unsupported("conv3d gemm", dt)
 	}
@@ -108,8 +108,8 @@ func (g gemmTier) Run(_ *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tenso
 		cargs = append(cargs, fixed([]int{B, Cout, P})...)
 		cargs = append(cargs, fixed([]int{Cout * P, P, 1})...)
 		cargs = append(cargs, fixed([]int{0, 1, 0})...)
-		a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[3]).Struct(i64s(cargs...), 8)
-		if err := b.launch1("elementwise", fmt.Sprintf("copy_b%d", es), int64(dst.Numel()), 256, 1, a); err != nil {
+		a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[3]).Struct(packInt64s(cargs...), 8)
+		if err := b.launchLinear("elementwise", fmt.Sprintf("copy_b%d", es), int64(dst.Numel()), 256, 1, a); err != nil {
 			return err
 		}
 		beta = 1
@@ -125,7 +125,7 @@ func (g gemmTier) Run(_ *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tenso
 		for p0 := 0; p0 < P; p0 += pc {
 			n := min(pc, P-p0)
 			a := (&hip.Args{}).Ptr(col.ptr).Ptr(ps[1]).Struct(args, 8).I64(int64(bi)).I64(int64(p0)).I64(int64(n))
-			if err := b.launch1("conv", "im2col_"+s, int64(K)*int64(n), 256, 1, a); err != nil {
+			if err := b.launchLinear("conv", "im2col_"+s, int64(K)*int64(n), 256, 1, a); err != nil {
 				return err
 			}
 			m := rocblas.MatMul{M: Cout, N: n, K: K, A: ps[2], LDA: K, B: col.ptr, LDB: n,
@@ -168,4 +168,59 @@ func (naiveTier) Plan(k convchain.Key, _ *convchain.Plan) (*convchain.Plan, erro
 
 func (t naiveTier) Run(_ *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	return t.b.conv3dNaive(dst, x, w, bias, p)
+}
+
+// ---- naive: framepack's direct kernel ----
+
+// Conv3d runs framepack's direct kernel: correct for every shape, slow. The
+// engine wraps the backend in the conv3d chain (WithConvChain, convchain.go), whose
+// vendor library and GEMM tiers run first.
+func (b *Backend) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	if _, err := convArgs(dst, x, w, bias, p); err != nil {
+		return err
+	}
+	if dst.Numel() == 0 {
+		return nil
+	}
+	return b.conv3dNaive(dst, x, w, bias, p)
+}
+
+// convArgs checks a convolution and packs the kernels' ConvArgs.
+func convArgs(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) ([]byte, error) {
+	dt := dst.DType()
+	if floatSuffix(dt) == "" || x.DType() != dt || w.DType() != dt || (bias != nil && bias.DType() != dt) {
+		return nil, unsupported("conv3d", dt)
+	}
+	if x.Rank() != 5 || w.Rank() != 5 || dst.Rank() != 5 || x.Dim(1) != w.Dim(1) || dst.Dim(0) != x.Dim(0) ||
+		dst.Dim(1) != w.Dim(0) || (bias != nil && bias.Numel() != w.Dim(0)) {
+		return nil, fmt.Errorf("gpu: conv3d of %v with %v (bias %v) into %v", x, w, bias, dst)
+	}
+	var st [3]int64
+	for i := 0; i < 3; i++ {
+		st[i] = int64(max(p.Stride[i], 1))
+		want := (x.Dim(2+i)+2*p.Padding[i]-w.Dim(2+i))/int(st[i]) + 1
+		if dst.Dim(2+i) != want || p.Padding[i] < 0 {
+			return nil, fmt.Errorf("gpu: conv3d of %v with %v, %+v: output %v, want size %d on axis %d", x, w, p, dst, want, 2+i)
+		}
+	}
+	d := func(t *tensor.Tensor, i int) int64 { return int64(t.Dim(i)) }
+	return packInt64s(d(x, 0), d(x, 1), d(x, 2), d(x, 3), d(x, 4), d(w, 0), d(w, 2), d(w, 3), d(w, 4), d(dst, 2), d(dst, 3), d(dst, 4),
+		st[0], st[1], st[2], int64(p.Padding[0]), int64(p.Padding[1]), int64(p.Padding[2])), nil
+}
+
+// conv3dNaive runs the direct kernel: one thread per output element.
+func (b *Backend) conv3dNaive(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	args, err := convArgs(dst, x, w, bias, p)
+	if err != nil {
+		return err
+	}
+	if dst.Numel() == 0 {
+		return nil
+	}
+	ps, err := b.ptrs(dst, x, w, bias)
+	if err != nil {
+		return err
+	}
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Struct(args, 8)
+	return b.launchLinear("conv", "conv3d_"+floatSuffix(dst.DType()), int64(dst.Numel()), 256, 1, a)
 }

@@ -18,7 +18,7 @@ import (
 // element); the LayerNorm has no affine and f32 statistics.
 func (b *Backend) LayerNormModulate(dst, x, shift, scale *tensor.Tensor, eps float32) error {
 	dt := dst.DType()
-	s := fsfx(dt)
+	s := floatSuffix(dt)
 	if s == "" || x.DType() != dt || shift.DType() != dt || scale.DType() != dt {
 		return unsupported("layer_norm_modulate", dt)
 	}
@@ -64,7 +64,7 @@ func (b *Backend) rowLaunchIn(mod, name string, nrows int, a *hip.Args) error {
 // bias is added here).
 func (b *Backend) GatedAdd(dst, x, y, bias, gate *tensor.Tensor) error {
 	dt := dst.DType()
-	s := fsfx(dt)
+	s := floatSuffix(dt)
 	if s == "" || x.DType() != dt || y.DType() != dt || gate.DType() != dt || (bias != nil && bias.DType() != dt) {
 		return unsupported("gated_add", dt)
 	}
@@ -89,7 +89,7 @@ func (b *Backend) GatedAdd(dst, x, y, bias, gate *tensor.Tensor) error {
 		vec, per = 1, e
 	}
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Ptr(ps[4]).I64(n).I64(int64(L) * int64(D)).I64(int64(D)).I32(vec)
-	return b.launch1("fused", "gated_add_"+s, n, 256, per, a)
+	return b.launchLinear("fused", "gated_add_"+s, n, 256, per, a)
 }
 
 func aligned(n uintptr, ps ...uintptr) bool {
@@ -110,7 +110,7 @@ func aligned(n uintptr, ps ...uintptr) bool {
 // pairs with cos and sin (R, Lj, Dh) f32, R 1 (shared) or B.
 func (b *Backend) QKNormRoPE(q, k, v, src, bias *tensor.Tensor, rowOff int, cols [3]int, wq, wk, cos, sin *tensor.Tensor, eps float32) error {
 	dt := q.DType()
-	s := fsfx(dt)
+	s := floatSuffix(dt)
 	if s == "" || k.DType() != dt || v.DType() != dt || src.DType() != dt || wq.DType() != dt || wk.DType() != dt ||
 		(bias != nil && bias.DType() != dt) {
 		return unsupported("qk_norm_rope", dt)
@@ -152,7 +152,7 @@ func (b *Backend) QKNormRoPE(q, k, v, src, bias *tensor.Tensor, rowOff int, cols
 	if err != nil {
 		return err
 	}
-	st := i64s(int64(B), int64(Ls), int64(S), int64(cols[0]), int64(cols[1]), int64(cols[2]), int64(H), int64(Dh),
+	st := packInt64s(int64(B), int64(Ls), int64(S), int64(cols[0]), int64(cols[1]), int64(cols[2]), int64(H), int64(Dh),
 		int64(Lj), int64(rowOff), int64(cstride))
 	st = binary.LittleEndian.AppendUint32(st, math.Float32bits(eps))
 	st = binary.LittleEndian.AppendUint32(st, 0)
@@ -164,7 +164,7 @@ func (b *Backend) QKNormRoPE(q, k, v, src, bias *tensor.Tensor, rowOff int, cols
 		aligned(16, ps[7:]...) {
 		name = "qkv_norm_rope128_" + s // 4 channels a lane, vector loads
 	}
-	return b.launch1("fused", name, groups*32, 256, 1, a)
+	return b.launchLinear("fused", name, groups*32, 256, 1, a)
 }
 
 // ActivateColumns applies op (tensor.OpGELUTanh or tensor.OpSiLU) to
@@ -174,7 +174,7 @@ func (b *Backend) QKNormRoPE(q, k, v, src, bias *tensor.Tensor, rowOff int, cols
 // axes but the last). dst may be src.
 func (b *Backend) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, src, bias *tensor.Tensor, srcCol, cols int) error {
 	dt := dst.DType()
-	s := fsfx(dt)
+	s := floatSuffix(dt)
 	if s == "" || src.DType() != dt || (bias != nil && bias.DType() != dt) {
 		return unsupported("activate_columns", dt)
 	}
@@ -220,7 +220,7 @@ func (b *Backend) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol 
 		vec, per = 1, e
 	}
 	a := (&hip.Args{}).Ptr(py).Ptr(px).Ptr(pb).I64(int64(rows)).I64(int64(cols)).I64(int64(ws)).I64(int64(xs)).I32(code).I32(vec)
-	return b.launch1("fused", "act_rows_"+s, n, 256, per, a)
+	return b.launchLinear("fused", "act_rows_"+s, n, 256, per, a)
 }
 
 // View is n bytes of buf from byte offset off, without a copy: the storage

@@ -40,8 +40,8 @@ func (b *Backend) gemm(dt tensor.DType, c, a, bm, bias uintptr, batch, M, N, K i
 			args = append(args, fixed([]int{int(rowsTotal), N})...)
 			args = append(args, fixed([]int{N, 1})...)
 			args = append(args, fixed([]int{0, 1})...)
-			ca := (&hip.Args{}).Ptr(c).Ptr(bias).Struct(i64s(args...), 8)
-			if err := b.launch1("elementwise", fmt.Sprintf("copy_b%d", es), rowsTotal*int64(N), 256, 1, ca); err != nil {
+			ca := (&hip.Args{}).Ptr(c).Ptr(bias).Struct(packInt64s(args...), 8)
+			if err := b.launchLinear("elementwise", fmt.Sprintf("copy_b%d", es), rowsTotal*int64(N), 256, 1, ca); err != nil {
 				return err
 			}
 			beta = 1
@@ -75,11 +75,11 @@ func (b *Backend) gemm(dt tensor.DType, c, a, bm, bias uintptr, batch, M, N, K i
 	if bcastB {
 		sb = 0
 	}
-	s := fsfx(dt)
+	s := floatSuffix(dt)
 	es := uintptr(dt.Size())
 	for z0 := 0; z0 < batch; z0 += 65535 {
 		nz := min(65535, batch-z0)
-		st := i64s(int64(M), int64(N), int64(K), int64(lda), int64(ldb), sa, sb, int64(M)*int64(N))
+		st := packInt64s(int64(M), int64(N), int64(K), int64(lda), int64(ldb), sa, sb, int64(M)*int64(N))
 		st = binary.LittleEndian.AppendUint32(st, b2u(ta))
 		st = binary.LittleEndian.AppendUint32(st, b2u(tb))
 		st = binary.LittleEndian.AppendUint32(st, math.Float32bits(alpha))
@@ -106,7 +106,7 @@ func b2u(v bool) uint32 {
 
 func (b *Backend) MatMul(dst, x, y *tensor.Tensor, p tensor.MatMulParams) error {
 	dt := dst.DType()
-	if fsfx(dt) == "" || x.DType() != dt || y.DType() != dt {
+	if floatSuffix(dt) == "" || x.DType() != dt || y.DType() != dt {
 		return unsupported("matmul", dt)
 	}
 	B, M, N, K := p.Batch, p.M, p.N, p.K
@@ -146,7 +146,7 @@ func (b *Backend) MatMul(dst, x, y *tensor.Tensor, p tensor.MatMulParams) error 
 
 func (b *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 	dt := dst.DType()
-	if fsfx(dt) == "" || x.DType() != dt || w.DType() != dt || (bias != nil && bias.DType() != dt) {
+	if floatSuffix(dt) == "" || x.DType() != dt || w.DType() != dt || (bias != nil && bias.DType() != dt) {
 		return unsupported("linear", dt)
 	}
 	if x.Rank() != 2 || w.Rank() != 2 || dst.Rank() != 2 {
@@ -167,57 +167,4 @@ func (b *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 		return b.Binary(tensor.OpAdd, dst, dst, []int{0, 0}, bias, []int{0, 1})
 	}
 	return b.gemm(dt, ps[0], ps[1], ps[2], ps[3], 1, M, N, K, false, true, false, false, 1)
-}
-
-// Conv3d runs framepack's direct kernel: correct for every shape, slow. The
-// engine wraps the backend in the conv3d chain (package gpuconv), whose
-// vendor library and GEMM tiers run first.
-func (b *Backend) Conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
-	if _, err := convArgs(dst, x, w, bias, p); err != nil {
-		return err
-	}
-	if dst.Numel() == 0 {
-		return nil
-	}
-	return b.conv3dNaive(dst, x, w, bias, p)
-}
-
-// convArgs checks a convolution and packs the kernels' ConvArgs.
-func convArgs(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) ([]byte, error) {
-	dt := dst.DType()
-	if fsfx(dt) == "" || x.DType() != dt || w.DType() != dt || (bias != nil && bias.DType() != dt) {
-		return nil, unsupported("conv3d", dt)
-	}
-	if x.Rank() != 5 || w.Rank() != 5 || dst.Rank() != 5 || x.Dim(1) != w.Dim(1) || dst.Dim(0) != x.Dim(0) ||
-		dst.Dim(1) != w.Dim(0) || (bias != nil && bias.Numel() != w.Dim(0)) {
-		return nil, fmt.Errorf("gpu: conv3d of %v with %v (bias %v) into %v", x, w, bias, dst)
-	}
-	var st [3]int64
-	for i := 0; i < 3; i++ {
-		st[i] = int64(max(p.Stride[i], 1))
-		want := (x.Dim(2+i)+2*p.Padding[i]-w.Dim(2+i))/int(st[i]) + 1
-		if dst.Dim(2+i) != want || p.Padding[i] < 0 {
-			return nil, fmt.Errorf("gpu: conv3d of %v with %v, %+v: output %v, want size %d on axis %d", x, w, p, dst, want, 2+i)
-		}
-	}
-	d := func(t *tensor.Tensor, i int) int64 { return int64(t.Dim(i)) }
-	return i64s(d(x, 0), d(x, 1), d(x, 2), d(x, 3), d(x, 4), d(w, 0), d(w, 2), d(w, 3), d(w, 4), d(dst, 2), d(dst, 3), d(dst, 4),
-		st[0], st[1], st[2], int64(p.Padding[0]), int64(p.Padding[1]), int64(p.Padding[2])), nil
-}
-
-// conv3dNaive runs the direct kernel: one thread per output element.
-func (b *Backend) conv3dNaive(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
-	args, err := convArgs(dst, x, w, bias, p)
-	if err != nil {
-		return err
-	}
-	if dst.Numel() == 0 {
-		return nil
-	}
-	ps, err := b.ptrs(dst, x, w, bias)
-	if err != nil {
-		return err
-	}
-	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Struct(args, 8)
-	return b.launch1("conv", "conv3d_"+fsfx(dst.DType()), int64(dst.Numel()), 256, 1, a)
 }

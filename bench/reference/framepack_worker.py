@@ -30,7 +30,7 @@ What differs from the demo, and why:
     after every section;
   * resolutions other than 640 (FramePack only has the 640 list) use the
     640 buckets scaled by resolution/640, each side rounded to a multiple of
-    32 (at least 32), as framepack's pipeline.Buckets does;
+    32 (at least 32), as framepack's section.Buckets does;
   * a model folder without feature_extractor/ (the tiny model) gets a
     SiglipImageProcessor config like flux_redux_bfl's with the image
     encoder's image_size (or --feature-extractor-size);
@@ -187,7 +187,7 @@ def transformers_classes():
 
 
 def scaled_buckets(resolution, base):
-    """framepack's pipeline.Buckets: the 640 list scaled by resolution/640,
+    """framepack's section.Buckets: the 640 list scaled by resolution/640,
     each side rounded (half away from zero) to a multiple of 32, at least 32."""
     import math
 
@@ -344,7 +344,7 @@ def run(args):
     sub = lambda name: os.path.join(models, name)  # noqa: E731
 
     # FramePack's buckets exist for 640 only; other resolutions as
-    # framepack's pipeline.Buckets scales them.
+    # framepack's section.Buckets scales them.
     if args.resolution not in fp.bucket_tools.bucket_options:
         fp.bucket_tools.bucket_options[args.resolution] = scaled_buckets(args.resolution, fp.bucket_tools.bucket_options[640])
 

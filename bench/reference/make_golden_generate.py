@@ -4,7 +4,7 @@ loop (framepack_worker.py, which imports FramePack) on the tiny model, on the
 CPU, in float32 with TF32 off.
 
     PYTHONPATH=/path/to/diffusers/src python3 bench/reference/make_golden_generate.py \\
-        --framepack /path/to/FramePack --models internal/tinymodel/model \\
+        --framepack /path/to/FramePack --models tinymodel/model \\
         --image testdata/images/scene.png --out $OUT/golden
 
 writes $OUT/golden/generate_i2v/{case.json,io.safetensors} and
@@ -128,10 +128,10 @@ def write_case(out_dir, name, rec, info, teacache, thresh, models_rel):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--framepack", required=True)
-    ap.add_argument("--models", required=True, help="the tiny model folder (internal/tinymodel/model)")
+    ap.add_argument("--models", required=True, help="the tiny model folder (tinymodel/model)")
     ap.add_argument("--image", required=True, help="testdata/images/scene.png")
     ap.add_argument("--out", required=True, help="folder that receives the case folders")
-    ap.add_argument("--model-rel", default="../../internal/tinymodel/model",
+    ap.add_argument("--model-rel", default="../../tinymodel/model",
                     help="case.json's model entry, relative to testdata/golden")
     a = ap.parse_args()
 

@@ -21,7 +21,7 @@ import (
 
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/memory"
-	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/video"
 )
@@ -90,7 +90,7 @@ generated latents (0 unless the weights or the engine misbehave).`,
 	fl.StringVar(&f.device, "device", framepack.DeviceAuto, "auto, cpu or gpu")
 	fl.StringVar(&f.preserve, "preserve", "", "--preserve for every run (default: the engine's)")
 	fl.StringVarP(&f.out, "out", "o", "", "folder for the videos (default: a temporary folder, removed after)")
-	fl.BoolVar(&f.coldCache, "cold-cache", false, "give each run an empty cache folder (XDG_CACHE_HOME): GPU kernels compiled and conv3d algorithms chosen afresh, as on a first run")
+	fl.BoolVar(&f.coldCache, "cold-cache", false, "give each run empty cache folders (XDG_CACHE_HOME, and CUDA_CACHE_PATH for the NVIDIA driver's compiled PTX): GPU kernels compiled and conv3d algorithms chosen afresh, as on a machine's first run")
 	fl.BoolVar(&f.child, "child", false, "run one job in this process (what the parent runs)")
 	fl.StringVar(&f.mode, "mode", "nocap", "the child's memory mode")
 	fl.BoolVar(&f.tcOn, "tc", true, "the child's TeaCache")
@@ -204,7 +204,9 @@ func runBenchGenParent(ctx context.Context, cmd *cobra.Command, f *benchGenFlags
 			if cache, err = os.MkdirTemp("", "framepack-bench-cache-"); err != nil {
 				return fmt.Errorf("bench generate: %w", err)
 			}
-			c.Env = append(os.Environ(), "XDG_CACHE_HOME="+cache)
+			// The NVIDIA driver keeps its own cache of PTX compiled for the
+			// device (CUDA_CACHE_PATH, default ~/.nv/ComputeCache).
+			c.Env = append(os.Environ(), "XDG_CACHE_HOME="+cache, "CUDA_CACHE_PATH="+filepath.Join(cache, "nv"))
 		}
 		var stdout bytes.Buffer
 		c.Stdout, c.Stderr = &stdout, cmd.ErrOrStderr()
@@ -307,7 +309,7 @@ func runBenchGenChild(ctx context.Context, w io.Writer, f *benchGenFlags) error 
 	var compileSecs float64
 	log := slog.New(compileTimer{slog.Default().Handler(), &compileMu, &compileSecs})
 
-	img, err := pipeline.LoadImage(f.image)
+	img, err := section.LoadImage(f.image)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/internal/device"
+	"github.com/framepack-go/framepack/internal/envconfig"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/model/hunyuan"
 	"github.com/framepack-go/framepack/tensor"
@@ -92,11 +92,6 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 	if f.iters < 1 || f.warmup < 0 {
 		return fmt.Errorf("--iters must be at least 1 and --warmup at least 0")
 	}
-	if f.opByOp {
-		if err := os.Setenv(hunyuan.EnvOpByOp, "1"); err != nil {
-			return err
-		}
-	}
 	cfg := hunyuan.FramePackI2V()
 	if f.layers >= 0 {
 		cfg.NumLayers = f.layers
@@ -119,7 +114,7 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 	inner := tensor.Backend(d.CPU)
 	if d.GPU != nil {
 		prof = &eventProfile{g: d.GPU}
-		inner = &profiledBackend{Backend: d.GPU, p: prof}
+		inner = tensor.WithSettings(d.GPU, tensor.Settings{Hook: prof.hook, OpByOp: f.opByOp || envconfig.Read().OpByOp})
 	}
 
 	img, txt := cfg.Tokens(sec)
@@ -438,87 +433,7 @@ func (p *eventProfile) stop(wall float64) ([]benchResult, error) {
 	return lines, p.err
 }
 
-// profiledBackend times the GPU backend's kernels, fused ones included, by
-// class; buffer views and weight streaming pass through (Unwrap).
-type profiledBackend struct {
-	tensor.Backend
-	p *eventProfile
-}
-
-func (b *profiledBackend) Unwrap() tensor.Backend { return b.Backend }
-func (b *profiledBackend) HostBacked() bool       { return false }
-func (b *profiledBackend) Trim() error {
-	if t, ok := b.Backend.(interface{ Trim() error }); ok {
-		return t.Trim()
-	}
-	return nil
-}
-
-func (b *profiledBackend) t(class string, fn func() error) error { return b.p.time(class, 0, fn) }
-
-func (b *profiledBackend) Fill(dst *tensor.Tensor, v float64) error {
-	return b.t("fill", func() error { return b.Backend.Fill(dst, v) })
-}
-func (b *profiledBackend) Cast(dst, src *tensor.Tensor) error {
-	return b.t("cast", func() error { return b.Backend.Cast(dst, src) })
-}
-func (b *profiledBackend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Tensor, sOff int, sSt []int, shape []int) error {
-	return b.t("copy", func() error { return b.Backend.Copy(dst, dOff, dSt, src, sOff, sSt, shape) })
-}
-func (b *profiledBackend) Unary(op tensor.UnaryOp, dst, src *tensor.Tensor, x, y float32) error {
-	return b.t("unary "+op.String(), func() error { return b.Backend.Unary(op, dst, src, x, y) })
-}
-func (b *profiledBackend) Binary(op tensor.BinaryOp, dst, x *tensor.Tensor, xSt []int, y *tensor.Tensor, ySt []int) error {
-	return b.t("binary "+op.String(), func() error { return b.Backend.Binary(op, dst, x, xSt, y, ySt) })
-}
-func (b *profiledBackend) MatMul(dst, x, y *tensor.Tensor, p tensor.MatMulParams) error {
-	f := 2 * float64(max(p.Batch, 1)) * float64(p.M) * float64(p.N) * float64(p.K)
-	return b.p.time("matmul", f, func() error { return b.Backend.MatMul(dst, x, y, p) })
-}
-
-// Linear is classed by size: the blocks' GEMMs at thousands of rows, the
-// embedders' and modulations' small ones.
-func (b *profiledBackend) Linear(dst, x, w, bias *tensor.Tensor) error {
-	f := 2 * float64(dst.Numel()) * float64(w.Dim(1))
-	class := "linear"
-	if x.Dim(0) < 1024 {
-		class = "linear (small M)"
-	}
-	return b.p.time(class, f, func() error { return b.Backend.Linear(dst, x, w, bias) })
-}
-func (b *profiledBackend) LayerNorm(dst, x, w, bias *tensor.Tensor, eps float32) error {
-	return b.t("layer_norm", func() error { return b.Backend.LayerNorm(dst, x, w, bias, eps) })
-}
-func (b *profiledBackend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
-	return b.t("rms_norm", func() error { return b.Backend.RMSNorm(dst, x, w, eps) })
-}
-func (b *profiledBackend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) error {
-	f := 4 * float64(q.Dim(0)) * float64(q.Dim(1)) * float64(k.Dim(1)) * float64(q.Dim(2)) * float64(q.Dim(3))
-	return b.p.time("attention", f, func() error { return b.Backend.Attention(dst, q, k, v, p) })
-}
-func (b *profiledBackend) RoPE(dst, x, cos, sin *tensor.Tensor) error {
-	return b.t("rope", func() error { return b.Backend.RoPE(dst, x, cos, sin) })
-}
-func (b *profiledBackend) Reduce(op tensor.ReduceOp, dst, src *tensor.Tensor) error {
-	return b.t("reduce", func() error { return b.Backend.Reduce(op, dst, src) })
-}
-func (b *profiledBackend) Pad(dst, src *tensor.Tensor, before []int, mode tensor.PadMode) error {
-	return b.t("pad", func() error { return b.Backend.Pad(dst, src, before, mode) })
-}
-
-// The fused kernels of backend/gpu.
-
-func (b *profiledBackend) LayerNormModulate(dst, x, shift, scale *tensor.Tensor, eps float32) error {
-	return b.t("fused layer_norm_modulate", func() error { return b.p.g.LayerNormModulate(dst, x, shift, scale, eps) })
-}
-func (b *profiledBackend) GatedAdd(dst, x, y, bias, gate *tensor.Tensor) error {
-	return b.t("fused gated_add", func() error { return b.p.g.GatedAdd(dst, x, y, bias, gate) })
-}
-func (b *profiledBackend) QKNormRoPE(q, k, v, src, bias *tensor.Tensor, rowOff int, cols [3]int, wq, wk, cos, sin *tensor.Tensor, eps float32) error {
-	return b.t("fused qk_norm_rope", func() error {
-		return b.p.g.QKNormRoPE(q, k, v, src, bias, rowOff, cols, wq, wk, cos, sin, eps)
-	})
-}
-func (b *profiledBackend) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, src, bias *tensor.Tensor, srcCol, cols int) error {
-	return b.t("fused "+op.String(), func() error { return b.p.g.ActivateColumns(op, dst, dstCol, src, bias, srcCol, cols) })
+// hook times the kernels a Scope launches, fused ones included, by class.
+func (p *eventProfile) hook(op tensor.Op, run func() error) error {
+	return p.time(op.Class, op.Flops, run)
 }

@@ -15,8 +15,9 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/backend/gpu"
-	"github.com/framepack-go/framepack/gpuconv"
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae"
@@ -130,25 +131,25 @@ func parseTiling(s string) (vae.Tiling, bool, error) {
 	return vae.Tiling{}, false, fmt.Errorf("--tiling %q: want framewise, spatial:TILE:STRIDE, none or auto", s)
 }
 
-// benchDevice is the bench's compute backend: budget(profiler(chain(gpu)))
-// or budget(cpu).
+// benchDevice is the bench's compute backend: budget(chain(gpu)) or budget(cpu), with
+// the profile's Hook in its settings under --profile.
 type benchDevice struct {
 	be      *memory.Backend
 	gpu     *gpu.Backend
 	name    string
-	prof    *gpuconv.Profile
+	prof    *gpu.Profile
 	scratch int64 // conv scratch the planner leaves out of the budget
 	close   func()
 }
 
 func openBenchDevice(f *benchVAEFlags, log *slog.Logger) (*benchDevice, error) {
-	layout, err := gpuconv.ParseLayout(f.layout)
+	layout, err := gpu.ParseLayout(f.layout)
 	if err != nil {
 		return nil, err
 	}
-	var prof *gpuconv.Profile
+	var prof *gpu.Profile
 	if f.profile {
-		prof = gpuconv.NewProfile()
+		prof = gpu.NewProfile()
 	}
 	if f.device != "cpu" {
 		g, err := gpu.New(gpu.Options{Log: log})
@@ -159,18 +160,18 @@ func openBenchDevice(f *benchVAEFlags, log *slog.Logger) (*benchDevice, error) {
 				g.Close()
 				return nil, err
 			}
-			chain, err := gpuconv.New(g, cpu.New(), gpuconv.Options{Layout: layout, Profile: prof, Log: log})
+			chain, err := g.WithConvChain(cpu.New(), gpu.ConvOptions{Layout: layout, Profile: prof, Log: log})
 			if err != nil {
 				g.Close()
 				return nil, err
 			}
 			var inner tensor.Backend = chain
 			if prof != nil {
-				inner = gpuconv.Profiled(chain, prof)
+				inner = tensor.WithSettings(chain, tensor.Settings{Hook: prof.Hook(chain)})
 			}
 			return &benchDevice{be: memory.Budgeted(inner, b), gpu: g, prof: prof,
 				name:    fmt.Sprintf("%s (%s), %s", g.Device().Name, g.Device().Arch, g.BLAS()),
-				scratch: gpuconv.DefaultChunkBytes + 64<<20, close: func() { g.Close() }}, nil
+				scratch: device.ConvScratch, close: func() { g.Close() }}, nil
 		}
 		if f.device == "gpu" || !errors.Is(err, hip.ErrNoGPU) {
 			return nil, fmt.Errorf("--device %s: %w", f.device, err)
@@ -184,7 +185,7 @@ func openBenchDevice(f *benchVAEFlags, log *slog.Logger) (*benchDevice, error) {
 	}
 	var inner tensor.Backend = c
 	if prof != nil {
-		inner = gpuconv.Profiled(c, prof)
+		inner = tensor.WithSettings(c, tensor.Settings{Hook: prof.Hook(c)})
 	}
 	return &benchDevice{be: memory.Budgeted(inner, b), prof: prof, name: "CPU", close: func() {}}, nil
 }
@@ -320,7 +321,7 @@ func runBenchVAE(cmd *cobra.Command, f *benchVAEFlags) error {
 	if d.gpu != nil {
 		res["gpu_pool_peak_bytes"] = gpuPeak
 	}
-	if c := gpuconv.ChainOf(d.be); c != nil {
+	if c := convchain.ChainOf(d.be); c != nil {
 		var lines []string
 		for _, s := range c.Summary() {
 			lines = append(lines, s.String())
@@ -358,7 +359,7 @@ func runBenchVAE(cmd *cobra.Command, f *benchVAEFlags) error {
 			}
 		}
 	}
-	if c := gpuconv.ChainOf(d.be); c != nil {
+	if c := convchain.ChainOf(d.be); c != nil {
 		c.LogSummary()
 	}
 	return nil

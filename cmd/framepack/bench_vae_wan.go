@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/framepack-go/framepack/gpuconv"
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae"
@@ -107,7 +107,7 @@ func runBenchWan(cmd *cobra.Command, f *benchVAEFlags, d *benchDevice, shape []i
 	if d.gpu != nil {
 		res["gpu_pool_peak_bytes"] = gpuPeak
 	}
-	if c := gpuconv.ChainOf(d.be); c != nil {
+	if c := convchain.ChainOf(d.be); c != nil {
 		var lines []string
 		for _, s := range c.Summary() {
 			lines = append(lines, s.String())
@@ -130,7 +130,7 @@ func runBenchWan(cmd *cobra.Command, f *benchVAEFlags, d *benchDevice, shape []i
 	if err := printProfile(cmd, d, f.iters); err != nil {
 		return err
 	}
-	if c := gpuconv.ChainOf(d.be); c != nil {
+	if c := convchain.ChainOf(d.be); c != nil {
 		c.LogSummary()
 	}
 	return nil

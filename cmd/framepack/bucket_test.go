@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tinymodel"
 )
 
@@ -32,7 +32,7 @@ func TestBucketCheckAtRunResolution(t *testing.T) {
 		{nil, tinymodel.Resolution},
 		{[]string{"--resolution", "640"}, 640},
 	} {
-		bh, bw, err := pipeline.NearestBucket(1, 4000, c.res)
+		bh, bw, err := section.NearestBucket(1, 4000, c.res)
 		if err != nil {
 			t.Fatal(err)
 		}

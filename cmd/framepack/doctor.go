@@ -29,14 +29,20 @@ func newDoctor() *cobra.Command {
 type doctorSection struct {
 	title string
 	run   func(w io.Writer) error
+	// line, when set, makes the section one line: "title: line()".
+	line func() string
 }
 
 var doctorSections = []doctorSection{
-	{"system", doctorSystem},
+	{title: "system", run: doctorSystem},
 }
 
 func doctor(w io.Writer) error {
 	for _, s := range doctorSections {
+		if s.line != nil {
+			fmt.Fprintf(w, "%s: %s\n", s.title, s.line())
+			continue
+		}
 		fmt.Fprintf(w, "%s:\n", s.title)
 		if err := s.run(w); err != nil {
 			fmt.Fprintf(w, "  error: %v\n", err)

@@ -9,14 +9,16 @@ import (
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/kernels"
 	"github.com/framepack-go/framepack/memory"
 )
 
 func init() {
 	doctorSections = append(doctorSections,
-		doctorSection{"cpu backend", doctorCPU},
-		doctorSection{"gpu", doctorGPU},
-		doctorSection{"conv3d choices remembered", doctorConv3d},
+		doctorSection{title: "cpu backend", run: doctorCPU},
+		doctorSection{title: "gpu", run: doctorGPU},
+		doctorSection{title: "precompiled kernels", line: kernels.Summary},
+		doctorSection{title: "conv3d choices remembered", run: doctorConv3d},
 	)
 }
 
@@ -33,10 +35,10 @@ func doctorGPU(w io.Writer) error {
 	for _, v := range []hip.Vendor{hip.AMD, hip.NVIDIA} {
 		rep, err := hip.Load(v)
 		if err != nil {
-			fmt.Fprintf(w, "  %-14s not available: %v\n", v.String()+":", err)
+			fmt.Fprintf(w, "  %-14s not available: %v\n", hip.Platform(v)+":", err)
 			continue
 		}
-		fmt.Fprintf(w, "  %-14s %v\n", v.String()+":", rep.Libraries)
+		fmt.Fprintf(w, "  %-14s %v\n", hip.Platform(v)+":", rep.Libraries)
 		if len(rep.MissingOptional) > 0 {
 			fmt.Fprintf(w, "  %-14s optional entry points missing: %v\n", "", rep.MissingOptional)
 		}

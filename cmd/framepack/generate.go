@@ -18,7 +18,7 @@ import (
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/memory"
-	"github.com/framepack-go/framepack/pipeline"
+	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/vae"
@@ -121,12 +121,12 @@ noise, but every stage runs — a smoke test for a machine without the 30+ GB of
 // check validates everything that can be checked before loading a model,
 // so bad input fails at once with one clear error: a usage error (exit
 // status 2).
-func (f *generateFlags) check() (*pipeline.RGB, error) {
+func (f *generateFlags) check() (*section.RGB, error) {
 	img, err := f.checkFlags()
 	return img, usage(err)
 }
 
-func (f *generateFlags) checkFlags() (*pipeline.RGB, error) {
+func (f *generateFlags) checkFlags() (*section.RGB, error) {
 	if f.image == "" {
 		return nil, errors.New("--image is required")
 	}
@@ -134,7 +134,7 @@ func (f *generateFlags) checkFlags() (*pipeline.RGB, error) {
 	if f.seedValue, f.seedRandom, err = parseSeed(f.seed); err != nil {
 		return nil, err
 	}
-	img, err := pipeline.LoadImage(f.image)
+	img, err := section.LoadImage(f.image)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +204,7 @@ var flagNames = strings.NewReplacer("latent window size", "--window", "distilled
 	"CFG rescale (rs)", "--rs", "CFG must", "--cfg must", "seconds must", "--seconds must", "steps must", "--steps must",
 	"resolution", "--resolution")
 
-func (f *generateFlags) request(img *pipeline.RGB) framepack.Request {
+func (f *generateFlags) request(img *section.RGB) framepack.Request {
 	r := framepack.DefaultRequest()
 	r.RGB = img
 	r.Prompt, r.NegativePrompt = f.prompt, f.negative

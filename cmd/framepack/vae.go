@@ -10,11 +10,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/framepack-go/framepack/gpuconv"
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/memory"
-	"github.com/framepack-go/framepack/pipeline"
 	"github.com/framepack-go/framepack/sampler"
+	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae"
 	"github.com/framepack-go/framepack/vae/wan"
@@ -117,8 +117,9 @@ w) one latent frame at a time into 1+4(T−1) frames, after mapping them from th
 Wan's pipelines keep (z·latents_std + latents_mean; --unscaled: as they are); its decode is always
 frame by frame, so framewise and none are the same.
 
-The tiles are chosen from the memory budget (--tiling auto) so the decode fits before it
-starts; framewise is diffusers' default, spatial:TILE:STRIDE adds spatial tiles (pixels),
+The pixels are rounded to the compute dtype, as FramePack's vae_decode returns them. The tiles
+are chosen from the memory budget (--tiling auto), as generate chooses them, so the decode fits
+before it starts; framewise is diffusers' default, spatial:TILE:STRIDE adds spatial tiles (pixels),
 none decodes in one piece.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -216,27 +217,15 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	}
 	defer d.Close()
 	defer v.Close()
-	defer gpuconv.LogSummary(d.Backend)
+	defer convchain.LogSummary(d.Backend)
 	cfg := v.Config()
 	if z.Dim(1) != cfg.LatentChannels {
 		return fmt.Errorf("latents %v: the VAE takes %d channels", z.Shape(), cfg.LatentChannels)
 	}
-	if !unscaled {
-		zs := tensor.New(tensor.F32, z.Shape()...)
-		src, dst := z.Float32s(), zs.Float32s()
-		for i, x := range src {
-			dst[i] = x / cfg.ScalingFactor
-		}
-		z = zs
-	}
 	opts := vae.DecodeOptions{Tiling: til}
 	var planned int64
 	st := d.Backend.Stats()
-	var scratch int64 // the conv3d chain's, on a GPU
-	if d.IsGPU() {
-		scratch = gpuconv.DefaultChunkBytes + 64<<20
-	}
-	avail, err := d.Backend.Room(scratch)
+	avail, err := d.DecodeRoom()
 	if err != nil {
 		return fmt.Errorf("vae decode: %w", err)
 	}
@@ -254,14 +243,20 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	opts.Stats = &ds
 	opts.Log = func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
 	d.Backend.ResetPeak()
-	s := tensor.NewScope(d.Backend)
+	hs := tensor.NewScope(d.CPU) // the pixels
+	defer hs.Close()
 	var px *tensor.Tensor
 	quiet, _ := cmd.Flags().GetBool("quiet")
 	prog := newProgress(cmd.ErrOrStderr(), log, quiet, nil)
 	prog.report(framepack.Progress{Stage: framepack.StageDecode, Section: 1, Sections: 1})
-	err = tensor.Catch(func() { px = v.Decode(s, z, opts) })
+	err = tensor.Catch(func() {
+		if unscaled {
+			px = section.DecodeUnscaled(hs, v, z, opts)
+		} else {
+			px = section.VAEDecode(hs, v, z, opts)
+		}
+	})
 	prog.done()
-	s.Close()
 	if err != nil {
 		return fmt.Errorf("vae decode: %w", err)
 	}
@@ -292,7 +287,8 @@ func newVAEEncode() *cobra.Command {
 		Long: `Encode one image into the latents FramePack starts from: optionally resized and
 center-cropped to the nearest bucket of --resolution, mapped to x/127.5 − 1, encoded, the
 posterior's mode taken (--sample draws from it with --seed, as torch.randn does), and
-multiplied by the scaling factor. Written as the tensor "latents" (1, 16, 1, H/8, W/8).
+multiplied by the scaling factor, each step rounded to the compute dtype as FramePack's
+vae_encode computes in the VAE's. Written as the tensor "latents" (1, 16, 1, H/8, W/8).
 With a Wan VAE (config.json's _class_name AutoencoderKLWan) the latents are normalized as Wan's
 pipelines keep them instead: (z − latents_mean)/latents_std.`,
 		Args: cobra.NoArgs,
@@ -309,16 +305,16 @@ pipelines keep them instead: (z − latents_mean)/latents_std.`,
 			if err := checkFileOutput(f.out); err != nil {
 				return err
 			}
-			im, err := pipeline.LoadImage(image)
+			im, err := section.LoadImage(image)
 			if err != nil {
 				return usage(err)
 			}
 			if resolution > 0 {
-				bh, bw, err := pipeline.NearestBucket(im.H, im.W, resolution)
+				bh, bw, err := section.NearestBucket(im.H, im.W, resolution)
 				if err != nil {
 					return usage(err)
 				}
-				if im, err = pipeline.ResizeAndCenterCrop(im, bw, bh); err != nil {
+				if im, err = section.ResizeAndCenterCrop(im, bw, bh); err != nil {
 					return err
 				}
 			}
@@ -337,7 +333,7 @@ pipelines keep them instead: (z − latents_mean)/latents_std.`,
 	return cmd
 }
 
-func runVAEEncode(f *vaeFlags, im *pipeline.RGB, sample bool, seed uint64) error {
+func runVAEEncode(f *vaeFlags, im *section.RGB, sample bool, seed uint64) error {
 	if class, err := vaeClass(f.vaeDir); err != nil {
 		return err
 	} else if class == wan.ClassName {
@@ -350,30 +346,21 @@ func runVAEEncode(f *vaeFlags, im *pipeline.RGB, sample bool, seed uint64) error
 	}
 	defer d.Close()
 	defer v.Close()
-	defer gpuconv.LogSummary(d.Backend)
-	x := pipeline.VAEPixels(im)
+	defer convchain.LogSummary(d.Backend)
 	log.Info(fmt.Sprintf("vae encode: %dx%d image → latents (1, %d, 1, %d, %d)", im.W, im.H, v.Config().LatentChannels,
 		im.H/v.Config().SpatialCompressionRatio, im.W/v.Config().SpatialCompressionRatio))
 	start := time.Now()
 	d.Backend.ResetPeak()
 	s := tensor.NewScope(d.Backend)
 	defer s.Close()
-	var lat *tensor.Tensor
-	err = tensor.Catch(func() {
-		mean, logvar := v.Encode(s, x)
-		if sample {
-			lat = vae.Sample(mean, logvar, sampler.NewTorchGenerator(seed))
-		} else {
-			lat = tensor.ToHost(vae.Mode(mean, logvar))
-		}
-	})
+	var rng vae.Randn // nil: the posterior's mode
+	if sample {
+		rng = sampler.NewTorchGenerator(seed)
+	}
+	var out *tensor.Tensor
+	err = tensor.Catch(func() { out = section.VAEEncode(s, v, im, vae.DefaultTiling(), rng) })
 	if err != nil {
 		return fmt.Errorf("vae encode: %w", err)
-	}
-	out := tensor.New(tensor.F32, lat.Shape()...)
-	src, dst := lat.ToFloat32(), out.Float32s()
-	for i, x := range src {
-		dst[i] = x * v.ScalingFactor()
 	}
 	log.Info(fmt.Sprintf("vae encode: %.2f s, activations peak %s; %s", time.Since(start).Seconds(),
 		memory.FormatBytes(d.Backend.Stats().Peak-v.WeightBytes()), d.Backend))

@@ -8,11 +8,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/framepack-go/framepack"
-	"github.com/framepack-go/framepack/gpuconv"
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/memory"
-	"github.com/framepack-go/framepack/pipeline"
 	"github.com/framepack-go/framepack/sampler"
+	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae"
 	"github.com/framepack-go/framepack/vae/wan"
@@ -82,7 +82,7 @@ func runWanDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	}
 	defer d.Close()
 	defer v.Close()
-	defer gpuconv.LogSummary(d.Backend)
+	defer convchain.LogSummary(d.Backend)
 	cfg := v.Config()
 	if z.Dim(1) != cfg.ZDim {
 		return fmt.Errorf("latents %v: the VAE takes %d channels", z.Shape(), cfg.ZDim)
@@ -91,11 +91,7 @@ func runWanDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 		z = cfg.Denormalize(z) // as Wan's pipelines do before AutoencoderKLWan.decode
 	}
 	opts := wan.DecodeOptions{Tiling: wanTiling(til)}
-	var scratch int64
-	if d.IsGPU() {
-		scratch = gpuconv.DefaultChunkBytes + 64<<20
-	}
-	avail, err := d.Backend.Room(scratch)
+	avail, err := d.DecodeRoom()
 	if err != nil {
 		return fmt.Errorf("vae decode: %w", err)
 	}
@@ -139,7 +135,7 @@ func runWanDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	return nil
 }
 
-func runWanEncode(f *vaeFlags, im *pipeline.RGB, sample bool, seed uint64) error {
+func runWanEncode(f *vaeFlags, im *section.RGB, sample bool, seed uint64) error {
 	log := slog.Default()
 	d, v, err := f.openWan(log, wan.Options{NoDecoder: true})
 	if err != nil {
@@ -147,13 +143,13 @@ func runWanEncode(f *vaeFlags, im *pipeline.RGB, sample bool, seed uint64) error
 	}
 	defer d.Close()
 	defer v.Close()
-	defer gpuconv.LogSummary(d.Backend)
+	defer convchain.LogSummary(d.Backend)
 	cfg := v.Config()
 	r := cfg.SpatialRatio()
 	if im.W%r != 0 || im.H%r != 0 {
 		return usagef("%dx%d pixels; the Wan VAE needs multiples of %d (use --resolution)", im.W, im.H, r)
 	}
-	x := pipeline.VAEPixels(im)
+	x := section.VAEPixels(im)
 	log.Info(fmt.Sprintf("wan vae encode: %dx%d image → latents (1, %d, 1, %d, %d)", im.W, im.H, cfg.ZDim, im.H/r, im.W/r))
 	start := time.Now()
 	d.Backend.ResetPeak()

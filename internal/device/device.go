@@ -14,8 +14,8 @@ import (
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/convchain"
-	"github.com/framepack-go/framepack/gpuconv"
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/envconfig"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -39,7 +39,7 @@ type Options struct {
 	Preserve string
 	// Conv configures the conv3d chain on a GPU (vendor library, GEMM,
 	// naive kernel, CPU); its Log defaults to Log.
-	Conv gpuconv.Options
+	Conv gpu.ConvOptions
 	// Log receives the device line and, for Auto, why the CPU was chosen;
 	// nil means slog.Default().
 	Log *slog.Logger
@@ -71,6 +71,21 @@ type Device struct {
 // IsGPU reports whether the compute backend is a GPU.
 func (d *Device) IsGPU() bool { return d.GPU != nil }
 
+// ConvScratch is what the conv3d chain may take on a GPU beside any plan:
+// the optimized tier's workspace and room for the GEMM tier's chunks.
+const ConvScratch = gpu.DefaultChunkBytes + 64*memory.MiB
+
+// DecodeRoom is the memory a VAE decode plans its tiles in (vae.VAE.Plan):
+// what the cap leaves for activations once, on a GPU, ConvScratch is set
+// aside. None left is an out-of-memory error (memory.Backend.Room).
+func (d *Device) DecodeRoom() (int64, error) {
+	var scratch int64
+	if d.IsGPU() {
+		scratch = ConvScratch
+	}
+	return d.Backend.Room(scratch)
+}
+
 // ParseChoice checks a --device value; "" is Auto.
 func ParseChoice(s string) (string, error) {
 	switch c := strings.ToLower(strings.TrimSpace(s)); c {
@@ -85,7 +100,7 @@ func ParseChoice(s string) (string, error) {
 // checkOptions checks the flags' syntax before a device is opened; whether
 // the sizes fit the device is checked against its budget.
 func checkOptions(o Options) error {
-	if _, err := gpuconv.ParseLayout(string(o.Conv.Layout)); err != nil {
+	if _, err := gpu.ParseLayout(string(o.Conv.Layout)); err != nil {
 		return err
 	}
 	for _, f := range []struct{ name, v string }{{"--vram-limit", o.VRAMLimit}, {"--preserve", o.Preserve}} {
@@ -270,13 +285,13 @@ func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 	if co.Log == nil {
 		co.Log = log
 	}
-	conv, err := gpuconv.New(g, host, co)
+	conv, err := g.WithConvChain(host, co)
 	if err != nil {
 		closeGPU()
 		return nil, &configError{fmt.Errorf("conv3d on %s: %w", hd.Name, err)}
 	}
 	return &Device{
-		Backend: memory.Budgeted(conv, b),
+		Backend: memory.Budgeted(withEnvSettings(conv), b),
 		Budget:  b,
 		GPU:     g,
 		Conv:    conv,
@@ -296,4 +311,12 @@ func (d *Device) Close() {
 		d.GPU.Close()
 		d.GPU.Device().Close()
 	}
+}
+
+// withEnvSettings carries FRAMEPACK_OP_BY_OP into the scopes made on be.
+func withEnvSettings(be tensor.Backend) tensor.Backend {
+	if envconfig.Read().OpByOp {
+		return tensor.WithSettings(be, tensor.Settings{OpByOp: true})
+	}
+	return be
 }

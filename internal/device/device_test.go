@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/convchain"
-	"github.com/framepack-go/framepack/gpuconv"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
@@ -41,7 +41,7 @@ func TestBadFlags(t *testing.T) {
 		{Options{Choice: "cpu", VRAMLimit: "1000T"}, "is more than"},
 		// A bad flag fails before any device opens, also for "gpu".
 		{Options{Choice: "gpu", VRAMLimit: "lots"}, "--vram-limit"},
-		{Options{Choice: "gpu", Conv: gpuconv.Options{Layout: "nhwc"}}, "conv3d layout"},
+		{Options{Choice: "gpu", Conv: gpu.ConvOptions{Layout: "nhwc"}}, "conv3d layout"},
 	} {
 		c.o.Log = quiet()
 		d, err := Open(c.o)
@@ -138,7 +138,7 @@ func TestAuto(t *testing.T) {
 	if s := d.GPU.Stats(); s.Limit != d.Budget.Cap {
 		t.Errorf("GPU backend's cap %d, want the budget's %d", s.Limit, d.Budget.Cap)
 	}
-	if d.Conv == nil || gpuconv.ChainOf(d.Backend) != d.Conv.Chain() {
+	if d.Conv == nil || convchain.ChainOf(d.Backend) != d.Conv.Chain() {
 		t.Error("no conv3d chain between the budget and the GPU backend")
 	} else {
 		t.Logf("conv3d tiers %v", d.Conv.Chain().Tiers())

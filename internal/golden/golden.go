@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -235,7 +236,7 @@ func (c *Case) tensor(name string) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if spec, ok := c.Tensors[name]; ok && !equalInts(spec.Shape, h.Shape()) {
+	if spec, ok := c.Tensors[name]; ok && !slices.Equal(spec.Shape, h.Shape()) {
 		return nil, fmt.Errorf("tensor %q has shape %v in io.safetensors but %v in case.json", name, h.Shape(), spec.Shape)
 	}
 	out := tensor.New(h.DType(), h.Shape()...)
@@ -310,7 +311,7 @@ func (c *Case) compareRef(t testing.TB, name string, got, ref *tensor.Tensor, li
 	if err := tensor.Catch(func() { host = tensor.ToHost(got) }); err != nil {
 		return err
 	}
-	if !equalInts(host.Shape(), ref.Shape()) {
+	if !slices.Equal(host.Shape(), ref.Shape()) {
 		return fmt.Errorf("shape %v, want %v", host.Shape(), ref.Shape())
 	}
 	g, err := float64s(host)
@@ -385,16 +386,4 @@ func float64s(t *tensor.Tensor) ([]float64, error) {
 		return nil, fmt.Errorf("cannot compare a %s tensor", t.DType())
 	}
 	return out, nil
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -70,12 +70,15 @@ func Backend(t testing.TB) tensor.Backend {
 
 // Fake is the CPU backend presented as a device: its buffers are not
 // usable as host tensors (Scope.To uploads and ToHost downloads), it makes
-// views of buffers and has "pinned" memory with uploads that complete at
-// once.
-type Fake struct{ *cpu.Backend }
+// views of buffers, has "pinned" memory with uploads that complete at once,
+// and the fused kernels' CPU reference.
+type Fake struct {
+	*cpu.Backend
+	cpu.Fused
+}
 
 // NewFake returns a simulated device.
-func NewFake() *Fake { return &Fake{cpu.New()} }
+func NewFake() *Fake { return &Fake{Backend: cpu.New()} }
 
 func (f *Fake) Name() string { return "fake-device" }
 

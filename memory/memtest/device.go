@@ -1,13 +1,11 @@
 // Package memtest provides a simulated device for memory tests: a
 // tensor.Backend with a fixed amount of "device" memory that allocates
-// nothing real (buffers only count bytes; kernels do nothing), and host
-// tensors of any size that cost no memory.
+// nothing real (buffers only count bytes; kernels do nothing).
 package memtest
 
 import (
 	"fmt"
 	"sync"
-	"syscall"
 
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -130,35 +128,3 @@ func (d *Device) Pad(_, _ *tensor.Tensor, _ []int, _ tensor.PadMode) error      
 func (d *Device) UpsampleNearest(_, _ *tensor.Tensor, _ [3]int) error            { return nil }
 func (d *Device) AvgPool3d(_, _ *tensor.Tensor, _ [3]int) error                  { return nil }
 func (d *Device) Embedding(_, _, _ *tensor.Tensor) error                         { return nil }
-
-// zeroRegion is a read-only anonymous mapping that host tensors of any size
-// up to its length alias: reserved address space, never touched, so it
-// costs no memory.
-var (
-	zeroOnce   sync.Once
-	zeroRegion []byte
-	zeroErr    error
-)
-
-const zeroRegionBytes = 32 << 30
-
-// HostTensor is a host tensor of the given dtype and shape (at most 32 GiB)
-// whose storage is a shared read-only zero mapping: for weights that a
-// simulated device "uploads" without reading them. Writing to it faults.
-func HostTensor(dt tensor.DType, shape ...int) *tensor.Tensor {
-	zeroOnce.Do(func() {
-		zeroRegion, zeroErr = syscall.Mmap(-1, 0, zeroRegionBytes, syscall.PROT_READ, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
-	})
-	if zeroErr != nil {
-		panic(fmt.Sprintf("memtest: reserving address space: %v", zeroErr))
-	}
-	n := int64(tensor.Numel(shape)) * int64(dt.Size())
-	if n > zeroRegionBytes {
-		panic(fmt.Sprintf("memtest: host tensor of %d bytes is above %d", n, int64(zeroRegionBytes)))
-	}
-	t, err := tensor.FromBytes(dt, zeroRegion[:n], shape...)
-	if err != nil {
-		panic(err)
-	}
-	return t
-}

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 
 	"github.com/framepack-go/framepack/model/internal/encoder"
-	"github.com/framepack-go/framepack/model/internal/load"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )
@@ -34,7 +33,7 @@ type Model struct {
 	act           encoder.Act
 	finalW        *tensor.Tensor
 	finalB        *tensor.Tensor
-	loaded        *load.Loader
+	loaded        *weights.Builder
 }
 
 // ReadConfig reads and checks dir/config.json as Load does. Keys the model
@@ -71,7 +70,7 @@ func Plan(cfg Config) ([]weights.Spec, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l := load.NewPlan()
+	l := weights.NewPlan()
 	build(l, cfg, 0)
 	return l.Specs(), nil
 }
@@ -89,7 +88,7 @@ func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
 		return nil, err
 	}
 	act, _ := encoder.ParseAct(cfg.HiddenAct)
-	l := load.New(ck, be, dt)
+	l := weights.FromCheckpoint(ck, be, dt)
 	m := build(l, cfg, act)
 	if err := l.Err(); err != nil {
 		l.Release()
@@ -99,15 +98,15 @@ func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
 }
 
 // build reads the weights of cfg through l (a plan only records them).
-func build(l *load.Loader, cfg Config, act encoder.Act) *Model {
+func build(l *weights.Builder, cfg Config, act encoder.Act) *Model {
 	d, f := cfg.HiddenSize, cfg.IntermediateSize
-	l.Prefix = "text_model."
+	l = l.Sub("text_model")
 	m := &Model{Config: cfg, dt: l.DType(), act: act, loaded: l}
-	m.tokenEmb = l.T("embeddings.token_embedding.weight", cfg.VocabSize, d)
-	m.pos = l.T("embeddings.position_embedding.weight", cfg.MaxPositionEmbeddings, d)
+	m.tokenEmb = l.Get("embeddings.token_embedding.weight", cfg.VocabSize, d)
+	m.pos = l.Get("embeddings.position_embedding.weight", cfg.MaxPositionEmbeddings, d)
 	m.layers = encoder.LoadLayers(l, "encoder.layers.", cfg.NumHiddenLayers, d, f)
-	m.finalW = l.T("final_layer_norm.weight", d)
-	m.finalB = l.T("final_layer_norm.bias", d)
+	m.finalW = l.Get("final_layer_norm.weight", d)
+	m.finalB = l.Get("final_layer_norm.bias", d)
 	return m
 }
 

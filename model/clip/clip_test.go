@@ -5,11 +5,12 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
 
 func TestGoldenCLIPText(t *testing.T) {
-	be := cpu.New()
+	be := testdevice.Backend(t)
 	for _, c := range golden.Cases(t, "text_encoder.clip") {
 		t.Run(c.Name, func(t *testing.T) {
 			m, err := Load(c.ModelDir, be, tensor.F32)

@@ -13,12 +13,12 @@ import (
 // host memory when it streams (page-locked when the backend has such
 // memory), copied to the backend in one transfer before each use.
 type arena struct {
-	ps    []param // the block's weights, in order; their fields hold the views
+	ws    []weights.Weight // the block's weights, in the order loadBlock asks
 	offs  []int64
 	size  int64
-	dev   *tensor.Tensor     // U8 storage on the backend while resident
-	host  *tensor.HostBuffer // host storage of a streamed block
-	pinIt pinnedUploader     // set when host is pinned memory from it
+	dev   *tensor.Tensor        // U8 storage on the backend while resident
+	host  *tensor.HostBuffer    // host storage of a streamed block
+	pinIt tensor.PinnedUploader // set when host is pinned memory from it
 	// mapped: streamed from the checkpoint's mapping (Options.StreamFromFile),
 	// no storage of its own outside a use.
 	mapped bool
@@ -27,42 +27,52 @@ type arena struct {
 // arenaAlign keeps every weight 256-byte aligned, as a device allocation.
 const arenaAlign = 256
 
-func newArena(ps []param, dt tensor.DType) *arena {
-	a := &arena{ps: ps, offs: make([]int64, len(ps))}
-	for i, p := range ps {
+func newArena(ws []weights.Weight) *arena {
+	a := &arena{ws: ws, offs: make([]int64, len(ws))}
+	for i, w := range ws {
 		a.offs[i] = a.size
-		n := int64(tensor.Numel(p.shape)) * int64(dt.Size())
-		a.size += (n + arenaAlign - 1) / arenaAlign * arenaAlign
+		a.size += (w.Bytes() + arenaAlign - 1) / arenaAlign * arenaAlign
 	}
 	return a
 }
 
-// slice is the bytes of weight i within data.
-func (a *arena) slice(data []byte, i int, dt tensor.DType) []byte {
-	n := int64(tensor.Numel(a.ps[i].shape)) * int64(dt.Size())
-	return data[a.offs[i] : a.offs[i]+n]
+// slice is the bytes of weight j within data.
+func (a *arena) slice(data []byte, j int) []byte {
+	return data[a.offs[j] : a.offs[j]+a.ws[j].Bytes()]
 }
 
-// bind points the fields of ps (the params of a copy of the block, in the
-// arena's order) at views of buf on be (be nil: host tensors).
-func (a *arena) bind(ps []param, be tensor.Backend, buf tensor.Buffer, dt tensor.DType) error {
-	for i, p := range ps {
-		n := int64(tensor.Numel(p.shape)) * int64(dt.Size())
-		if be == nil {
-			t, err := tensor.FromBytes(dt, a.slice(buf.(*tensor.HostBuffer).Data(), i, dt), p.shape...)
-			if err != nil {
-				return err
-			}
-			*p.t = t
-			continue
-		}
-		v, ok := viewOf(be, buf, a.offs[i], n)
-		if !ok {
-			return fmt.Errorf("hunyuan: backend %s cannot view part of a buffer: %w", be.Name(), tensor.ErrUnsupported)
-		}
-		*p.t = tensor.Wrap(be, v, dt, p.shape...)
+// views is a weights.Source that hands out the arena's weights, in order,
+// as views of buf on be (be nil: host tensors).
+type views struct {
+	a    *arena
+	be   tensor.Backend
+	buf  tensor.Buffer
+	next int
+}
+
+func (v *views) Make(w weights.Weight) (*tensor.Tensor, error) {
+	j := v.next
+	if j >= len(v.a.ws) || v.a.ws[j].Name != w.Name {
+		return nil, fmt.Errorf("hunyuan: block weight %q is not the arena's weight %d", w.Name, j)
 	}
-	return nil
+	v.next++
+	if v.be == nil {
+		return tensor.FromBytes(w.DType, v.a.slice(v.buf.(*tensor.HostBuffer).Data(), j), w.Shape...)
+	}
+	b, ok := viewOf(v.be, v.buf, v.a.offs[j], w.Bytes())
+	if !ok {
+		return nil, fmt.Errorf("hunyuan: backend %s cannot view part of a buffer: %w", v.be.Name(), tensor.ErrUnsupported)
+	}
+	return tensor.Wrap(v.be, b, w.DType, w.Shape...), nil
+}
+
+// bind points the fields of blk (block i or a copy of it) at views of buf
+// on be (be nil: host tensors). The views are not owned: the arena's
+// storage is.
+func (m *Model) bind(i int, blk any, be tensor.Backend, buf tensor.Buffer) error {
+	p := weights.NewBuilder(&views{a: m.arenas[i], be: be, buf: buf}, m.dt)
+	m.loadBlock(p, i, blk)
+	return p.Err()
 }
 
 // free releases the arena's storage; the views become invalid.
@@ -73,29 +83,17 @@ func (a *arena) free() {
 		a.pinIt.FreePinned(a.host)
 	}
 	a.host, a.pinIt = nil, nil
-	for _, p := range a.ps {
-		*p.t = nil
-	}
 }
 
-// hostBacked reports whether host tensors are usable on be without a copy.
-func hostBacked(be tensor.Backend) bool {
-	hb, ok := be.(tensor.HostBacked)
-	return ok && hb.HostBacked()
-}
-
-// blockParams lists the weights of block i (the double blocks first) as
-// fields of b, a *doubleBlock or *singleBlock.
-func (m *Model) blockParams(i int, b any) []param {
-	var list []param
-	p := newParams(&list)
-	switch b := b.(type) {
+// loadBlock reads the weights of block i (the double blocks first) through
+// p into blk, a *doubleBlock or *singleBlock.
+func (m *Model) loadBlock(p *weights.Builder, i int, blk any) {
+	switch b := blk.(type) {
 	case *doubleBlock:
-		b.params(p.sub(fmt.Sprintf("transformer_blocks.%d", i)), m.cfg)
+		b.load(p.Sub(fmt.Sprintf("transformer_blocks.%d", i)), m.cfg)
 	case *singleBlock:
-		b.params(p.sub(fmt.Sprintf("single_transformer_blocks.%d", i-len(m.blocks))), m.cfg)
+		b.load(p.Sub(fmt.Sprintf("single_transformer_blocks.%d", i-len(m.blocks))), m.cfg)
 	}
-	return list
 }
 
 // block is block i of the model (the double blocks first).
@@ -108,28 +106,30 @@ func (m *Model) block(i int) any {
 
 func (m *Model) numBlocks() int { return len(m.blocks) + len(m.singleBlocks) }
 
-// makeBlocks lays out every block's weights and fills them with fill
-// (which writes weight j of block i, given as a param, into its bytes).
-// Blocks are resident on the backend, or, under Options.HostBlocks, kept
-// in host memory except a prefix of at most Options.KeepBlockBytes.
-func (m *Model) makeBlocks(fill func(i int, p param, dst []byte) error) error {
+// makeBlocks lays out every block's weights (listed by loadBlock on a plan)
+// and fills them from src. Blocks are resident on the backend, or, under
+// Options.HostBlocks, kept in host memory except a prefix of at most
+// Options.KeepBlockBytes.
+func (m *Model) makeBlocks(src weights.Filler) error {
 	keep := m.opts.KeepBlockBytes
 	if keep == AutoKeep {
 		keep = m.autoKeep()
 	}
-	pin, pinned := find[pinnedUploader](m.be)
+	pin, pinned := tensor.As[tensor.PinnedUploader](m.be)
 	// From the file: only where the blocks have a file and a host copy
 	// would be a second one (a host-backed backend computes on host memory).
-	mapped := m.opts.StreamFromFile && m.file != nil && !hostBacked(m.be)
+	mapped := m.opts.StreamFromFile && m.file != nil && !tensor.IsHostBacked(m.be)
 	var scratch []byte // host bytes of a resident block on a device
 	var kept int64
 	m.arenas = make([]*arena, m.numBlocks())
 	for i := range m.arenas {
-		a := newArena(m.blockParams(i, m.block(i)), m.dt)
+		plan := weights.NewPlan().In(m.dt)
+		m.loadBlock(plan, i, m.block(i))
+		a := newArena(plan.Weights())
 		m.arenas[i] = a
 		fillAll := func(data []byte) error {
-			for j, p := range a.ps {
-				if err := fill(i, p, a.slice(data, j, m.dt)); err != nil {
+			for j, w := range a.ws {
+				if err := src.Fill(w, a.slice(data, j)); err != nil {
 					return err
 				}
 			}
@@ -137,7 +137,8 @@ func (m *Model) makeBlocks(fill func(i int, p param, dst []byte) error) error {
 		}
 		resident := !m.opts.HostBlocks || kept+a.size <= keep
 		if !resident && mapped {
-			if err := m.checkMapped(i); err != nil {
+			// A broken file fails Load, not a forward pass.
+			if err := m.file.Check(a.ws); err != nil {
 				return err
 			}
 			a.mapped = true
@@ -160,7 +161,7 @@ func (m *Model) makeBlocks(fill func(i int, p param, dst []byte) error) error {
 			if err := fillAll(a.host.Data()); err != nil {
 				return err
 			}
-			if err := a.bind(a.ps, nil, a.host, m.dt); err != nil {
+			if err := m.bind(i, m.block(i), nil, a.host); err != nil {
 				return err
 			}
 			continue
@@ -171,7 +172,7 @@ func (m *Model) makeBlocks(fill func(i int, p param, dst []byte) error) error {
 			return fmt.Errorf("hunyuan: block %d weights (%d MiB): %w", i, a.size>>20, err)
 		}
 		a.dev = dev
-		if hb, ok := dev.Buffer().(*tensor.HostBuffer); ok && hostBacked(m.be) {
+		if hb, ok := dev.Buffer().(*tensor.HostBuffer); ok && tensor.IsHostBacked(m.be) {
 			if err := fillAll(hb.Data()); err != nil {
 				return err
 			}
@@ -186,7 +187,7 @@ func (m *Model) makeBlocks(fill func(i int, p param, dst []byte) error) error {
 				return fmt.Errorf("hunyuan: uploading block %d: %w", i, err)
 			}
 		}
-		if err := a.bind(a.ps, m.be, dev.Buffer(), m.dt); err != nil {
+		if err := m.bind(i, m.block(i), m.be, dev.Buffer()); err != nil {
 			return err
 		}
 	}
@@ -196,7 +197,7 @@ func (m *Model) makeBlocks(fill func(i int, p param, dst []byte) error) error {
 // autoKeep is the room the backend's budget leaves for resident block
 // weights beside its preserved amount, 0 without a budget.
 func (m *Model) autoKeep() int64 {
-	if mb, ok := find[*memory.Backend](m.be); ok {
+	if mb, ok := tensor.As[*memory.Backend](m.be); ok {
 		return max(0, mb.Available()-mb.Budget().Preserve)
 	}
 	return 0
@@ -235,7 +236,7 @@ func (m *Model) acquire(i int, prefetch bool) *use {
 		u.dev = dev
 		return u
 	}
-	if a.dev != nil || a.host == nil || hostBacked(m.be) {
+	if a.dev != nil || a.host == nil || tensor.IsHostBacked(m.be) {
 		return u
 	}
 	dev, err := tensor.Alloc(m.be, tensor.U8, int(a.size))
@@ -275,7 +276,7 @@ func (u *use) block() any {
 		b = &c
 	}
 	if u.dev != nil {
-		must("stream weights", m.arenas[u.i].bind(m.blockParams(u.i, b), m.be, u.dev.Buffer(), m.dt))
+		must("stream weights", m.bind(u.i, b, m.be, u.dev.Buffer()))
 	}
 	return b
 }
@@ -294,103 +295,30 @@ func (u *use) release() {
 	u.dev = nil
 }
 
-// fileSource is the open checkpoint blocks stream from.
-type fileSource struct {
-	ck  *weights.Checkpoint
-	dir string
-}
-
-// checkMapped checks at load time that block i's checkpoint tensors exist
-// with their shapes and a usable dtype, so a broken file fails Load and
-// not a forward pass.
-func (m *Model) checkMapped(i int) error {
-	for _, p := range m.arenas[i].ps {
-		for _, src := range p.sources() {
-			dt, shape, err := m.file.ck.Info(src.name)
-			if err != nil {
-				return err
-			}
-			if want := p.sourceShape(src); !equalShape(shape, want) {
-				return fmt.Errorf("hunyuan: %s: tensor %q has shape %v, want %v", m.file.dir, src.name, shape, want)
-			}
-			if err := checkConvertible(dt, m.dt); err != nil {
-				return fmt.Errorf("hunyuan: %s: tensor %q %v", m.file.dir, src.name, err)
-			}
-		}
-	}
-	return nil
-}
-
 // readAhead starts reading block i's bytes of the checkpoint in the
 // background (best effort). The advice is given from a goroutine: the
 // kernel may block while it queues the reads, and the forward pass should
 // not wait for that.
 func (m *Model) readAhead(i int) {
-	ck := m.file.ck
-	var names []string
-	for _, p := range m.arenas[i].ps {
-		for _, src := range p.sources() {
-			names = append(names, src.name)
-		}
-	}
+	src, ws := m.file, m.arenas[i].ws
 	go func() {
-		for _, n := range names {
-			if ck.WillNeed(n) != nil {
+		for _, w := range ws {
+			if src.WillNeed(w) != nil {
 				return // closed meanwhile: nothing to read ahead for
 			}
 		}
 	}()
 }
 
-// convertChunk bounds the host buffer of a converted upload (elements).
-const convertChunk = 1 << 20
-
 // uploadMapped copies block i's weights from the mapped checkpoint into
 // dst (laid out as the block's arena): straight from the mapping when the
-// stored dtype is the compute dtype, else converted chunk by chunk; each
+// stored dtype is the compute dtype, else converted in bounded chunks; each
 // tensor's pages are released once uploaded.
 func (m *Model) uploadMapped(i int, dst tensor.Buffer) error {
-	a, ck, ds := m.arenas[i], m.file.ck, m.dt.Size()
-	var scratch []byte
-	for j, p := range a.ps {
-		off := a.offs[j]
-		for _, src := range p.sources() {
-			h, err := ck.Host(src.name)
-			if err != nil {
-				return err
-			}
-			if want := p.sourceShape(src); !equalShape(h.Shape(), want) {
-				return fmt.Errorf("hunyuan: %s: tensor %q has shape %v, want %v", m.file.dir, src.name, h.Shape(), want)
-			}
-			n := h.Numel()
-			if h.DType() == m.dt {
-				if err := m.be.Upload(dst, off, h.HostBytes()); err != nil {
-					return err
-				}
-			} else {
-				raw, ss := h.HostBytes(), h.DType().Size()
-				if scratch == nil {
-					scratch = make([]byte, convertChunk*ds)
-				}
-				for lo := 0; lo < n; lo += convertChunk {
-					hi := min(lo+convertChunk, n)
-					part, err := tensor.FromBytes(h.DType(), raw[lo*ss:hi*ss], hi-lo)
-					if err != nil {
-						return err
-					}
-					out := scratch[:(hi-lo)*ds]
-					if err := convertInto(out, m.dt, part, tensor.Invalid); err != nil {
-						return fmt.Errorf("hunyuan: %s: tensor %q %v", m.file.dir, src.name, err)
-					}
-					if err := m.be.Upload(dst, off+int64(lo*ds), out); err != nil {
-						return err
-					}
-				}
-			}
-			off += int64(n * ds)
-			if err := ck.DontNeed(src.name); err != nil {
-				return err
-			}
+	a := m.arenas[i]
+	for j, w := range a.ws {
+		if err := m.file.Upload(w, dst, a.offs[j]); err != nil {
+			return err
 		}
 	}
 	return nil

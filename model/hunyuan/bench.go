@@ -1,104 +1,26 @@
 package hunyuan
 
 import (
-	"hash/fnv"
-	"math"
 	"math/rand/v2"
-	"runtime"
-	"strings"
-	"sync"
 
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // RandomModel makes a model of any config with random weights made in
-// process (for benchmarks: the real config needs no 25 GB download). Weight
-// matrices are uniform in ±1/√fan_in like torch's default init, norm
-// weights near 1, biases small; the values depend only on seed and the
-// weight's name.
+// process (for benchmarks: the real config needs no 25 GB download), drawn
+// by weights.FillRandom: the values depend only on seed and the weight's
+// name; in bf16 they are those randmodel writes with the same seed.
 func RandomModel(cfg Config, be tensor.Backend, opts Options, seed uint64) (*Model, error) {
 	m, err := newModel(cfg, be, opts)
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range m.globalParams() {
-		dt := m.dt
-		if p.f32 {
-			dt = tensor.F32
-		}
-		h := tensor.New(dt, p.shape...)
-		fillRandom(h, p, seed)
-		t, err := upload(be, h)
-		if err != nil {
-			m.Close()
-			return nil, err
-		}
-		*p.t = t
-	}
-	err = m.makeBlocks(func(_ int, p param, dst []byte) error {
-		h, err := tensor.FromBytes(m.dt, dst, p.shape...)
-		if err != nil {
-			return err
-		}
-		fillRandom(h, p, seed)
-		return nil
-	})
-	if err != nil {
+	if err := m.build(&weights.RandomSource{Be: be, Seed: seed}); err != nil {
 		m.Close()
 		return nil, err
 	}
 	return m, nil
-}
-
-// fillRandom fills h with p's random values, in parallel chunks each with
-// its own generator so the result does not depend on the thread count.
-func fillRandom(h *tensor.Tensor, p param, seed uint64) {
-	n := h.Numel()
-	var lo, hi float32
-	switch {
-	case len(p.shape) > 1:
-		a := float32(1 / math.Sqrt(float64(n/p.shape[0])))
-		lo, hi = -a, a
-	case strings.HasSuffix(p.name, ".weight"): // norm weights
-		lo, hi = 0.9, 1.1
-	default: // biases
-		lo, hi = -0.02, 0.02
-	}
-	f := fnv.New64a()
-	f.Write([]byte(p.name))
-	key := f.Sum64()
-	const chunk = 1 << 20
-	chunks := (n + chunk - 1) / chunk
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	for c := 0; c < chunks; c++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(c int) {
-			defer func() { <-sem; wg.Done() }()
-			r := rand.New(rand.NewPCG(seed^key, uint64(c)))
-			a, b := c*chunk, min(n, (c+1)*chunk)
-			v := func() float32 { return lo + (hi-lo)*r.Float32() }
-			switch h.DType() {
-			case tensor.F32:
-				d := h.Float32s()
-				for i := a; i < b; i++ {
-					d[i] = v()
-				}
-			case tensor.BF16:
-				d := h.Uint16s()
-				for i := a; i < b; i++ {
-					d[i] = tensor.BF16FromF32(v())
-				}
-			case tensor.F16:
-				d := h.Uint16s()
-				for i := a; i < b; i++ {
-					d[i] = tensor.F16FromF32(v())
-				}
-			}
-		}(c)
-	}
-	wg.Wait()
 }
 
 // Section is the shape of one FramePack section call.

@@ -2,6 +2,7 @@ package hunyuan
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/testdevice"
@@ -37,7 +38,7 @@ func TestRandomModelSection(t *testing.T) {
 		}
 		out := forward(t, m, in)
 		m.Close()
-		if got := out.Shape(); !equalShape(got, []int{1, 16, 2, 10, 6}) {
+		if got := out.Shape(); !slices.Equal(got, []int{1, 16, 2, 10, 6}) {
 			t.Fatalf("output %v", got)
 		}
 		for _, v := range out.Float32s() {

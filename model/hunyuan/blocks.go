@@ -2,6 +2,7 @@ package hunyuan
 
 import (
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 const normEps = 1e-6
@@ -47,17 +48,17 @@ func adaChunks(s *tensor.Scope, lin *linear, temb *tensor.Tensor, n int) []*tens
 // feedForward is diffusers' FeedForward: net.0.proj, the activation, net.2.
 type feedForward struct{ Proj, Out linear }
 
-func (f *feedForward) params(p params, dim, hidden int) {
-	f.Proj.params(p, "net.0.proj", hidden, dim)
-	f.Out.params(p, "net.2", dim, hidden)
+func (f *feedForward) load(p *weights.Builder, dim, hidden int) {
+	f.Proj.load(p, "net.0.proj", hidden, dim)
+	f.Out.load(p, "net.2", dim, hidden)
 }
 
 // gelu is FeedForward(activation_fn="gelu-approximate") without net.2's
 // bias, which it returns (see kernels.project).
-func (f *feedForward) gelu(s *tensor.Scope, k kernels, x *tensor.Tensor) (y, bias *tensor.Tensor) {
-	up, b := k.project(s, &f.Proj, x)
-	h := k.geluInPlace(s, up, b)
-	y, bias = k.project(s, &f.Out, h)
+func (f *feedForward) gelu(s *tensor.Scope, ops kernels, x *tensor.Tensor) (y, bias *tensor.Tensor) {
+	up, b := ops.project(s, &f.Proj, x)
+	h := ops.geluInPlace(s, up, b)
+	y, bias = ops.project(s, &f.Out, h)
 	s.Free(h, up)
 	return y, bias
 }
@@ -79,51 +80,51 @@ type doubleBlock struct {
 	FF, FFContext                        feedForward
 }
 
-func (b *doubleBlock) params(p params, cfg Config) {
+func (b *doubleBlock) load(p *weights.Builder, cfg Config) {
 	d, hd := cfg.Inner(), cfg.AttentionHeadDim
-	b.Norm1.params(p, "norm1.linear", 6*d, d)
-	b.Norm1Context.params(p, "norm1_context.linear", 6*d, d)
-	a := p.sub("attn")
-	b.QKV.catParams(a, "to_qkv", []string{"to_q", "to_k", "to_v"}, []int{d, d, d}, d)
-	b.AddQKV.catParams(a, "add_qkv_proj", []string{"add_q_proj", "add_k_proj", "add_v_proj"}, []int{d, d, d}, d)
-	b.NormQ.params(a, "norm_q", hd)
-	b.NormK.params(a, "norm_k", hd)
-	b.NormAddedQ.params(a, "norm_added_q", hd)
-	b.NormAddedK.params(a, "norm_added_k", hd)
-	b.ToOut0.params(a, "to_out.0", d, d)
-	b.ToAddOut.params(a, "to_add_out", d, d)
-	b.FF.params(p.sub("ff"), d, cfg.MLPDim())
-	b.FFContext.params(p.sub("ff_context"), d, cfg.MLPDim())
+	b.Norm1.load(p, "norm1.linear", 6*d, d)
+	b.Norm1Context.load(p, "norm1_context.linear", 6*d, d)
+	a := p.Sub("attn")
+	b.QKV.loadCat(a, []string{"to_q", "to_k", "to_v"}, []int{d, d, d}, d)
+	b.AddQKV.loadCat(a, []string{"add_q_proj", "add_k_proj", "add_v_proj"}, []int{d, d, d}, d)
+	b.NormQ.load(a, "norm_q", hd)
+	b.NormK.load(a, "norm_k", hd)
+	b.NormAddedQ.load(a, "norm_added_q", hd)
+	b.NormAddedK.load(a, "norm_added_k", hd)
+	b.ToOut0.load(a, "to_out.0", d, d)
+	b.ToAddOut.load(a, "to_add_out", d, d)
+	b.FF.load(p.Sub("ff"), d, cfg.MLPDim())
+	b.FFContext.load(p.Sub("ff_context"), d, cfg.MLPDim())
 }
 
 // forward runs the block on the image stream x (B, Lx, inner) and the text
 // stream c (B, Lc, inner).
-func (b *doubleBlock) forward(s *tensor.Scope, k kernels, x, c, temb *tensor.Tensor, j *joint) (*tensor.Tensor, *tensor.Tensor) {
+func (b *doubleBlock) forward(s *tensor.Scope, ops kernels, x, c, temb *tensor.Tensor, j *joint) (*tensor.Tensor, *tensor.Tensor) {
 	// 1. Input normalization (AdaLayerNormZero): [shift_msa, scale_msa,
 	// gate_msa, shift_mlp, scale_mlp, gate_mlp] for each stream.
 	mx := adaChunks(s, &b.Norm1, temb, 6)
 	mc := adaChunks(s, &b.Norm1Context, temb, 6)
-	normX := k.lnModulate(s, x, mx[0], mx[1])
-	normC := k.lnModulate(s, c, mc[0], mc[1])
+	normX := ops.lnModulate(s, x, mx[0], mx[1])
+	normC := ops.lnModulate(s, c, mc[0], mc[1])
 
 	// 2. Joint attention
-	attnX, attnC := b.attention(s, k, normX, normC, j)
+	attnX, attnC := b.attention(s, ops, normX, normC, j)
 	s.Free(normX, normC)
 
 	// 3. Modulation and residual connection
-	x = k.gatedAdd(s, x, attnX[0], attnX[1], mx[2])
-	c = k.gatedAdd(s, c, attnC[0], attnC[1], mc[2])
+	x = ops.gatedAdd(s, x, attnX[0], attnX[1], mx[2])
+	c = ops.gatedAdd(s, c, attnC[0], attnC[1], mc[2])
 	s.Free(attnX[0], attnC[0])
-	normX = k.lnModulate(s, x, mx[3], mx[4])
-	normC = k.lnModulate(s, c, mc[3], mc[4])
+	normX = ops.lnModulate(s, x, mx[3], mx[4])
+	normC = ops.lnModulate(s, c, mc[3], mc[4])
 
 	// 4. Feed-forward
-	ffX, ffXBias := b.FF.gelu(s, k, normX)
+	ffX, ffXBias := b.FF.gelu(s, ops, normX)
 	s.Free(normX)
-	nx := k.gatedAdd(s, x, ffX, ffXBias, mx[5])
+	nx := ops.gatedAdd(s, x, ffX, ffXBias, mx[5])
 	s.Free(ffX, x)
-	ffC, ffCBias := b.FFContext.gelu(s, k, normC)
-	nc := k.gatedAdd(s, c, ffC, ffCBias, mc[5])
+	ffC, ffCBias := b.FFContext.gelu(s, ops, normC)
+	nc := ops.gatedAdd(s, c, ffC, ffCBias, mc[5])
 	s.Free(normC, ffC, c)
 	return nx, nc
 }
@@ -133,22 +134,22 @@ func (b *doubleBlock) forward(s *tensor.Scope, k kernels, x, c, temb *tensor.Ten
 // norms and no RoPE, one attention over [image | text], split back and
 // projected out. Each output comes with the bias it still lacks (see
 // kernels.project).
-func (b *doubleBlock) attention(s *tensor.Scope, k kernels, x, c *tensor.Tensor, j *joint) (outX, outC [2]*tensor.Tensor) {
+func (b *doubleBlock) attention(s *tensor.Scope, ops kernels, x, c *tensor.Tensor, j *joint) (outX, outC [2]*tensor.Tensor) {
 	bs, lx, lc, d := x.Dim(0), x.Dim(1), c.Dim(1), x.Dim(2)
 	l := lx + lc
-	q, kk, v := j.empty(s, x.DType(), bs, l, d), j.empty(s, x.DType(), bs, l, d), j.empty(s, x.DType(), bs, l, d)
-	y, bias := k.project(s, &b.QKV, x)
-	k.qkvInto(s, q, kk, v, y, bias, 0, &b.NormQ, &b.NormK, j.cos, j.sin)
+	q, k, v := j.empty(s, x.DType(), bs, l, d), j.empty(s, x.DType(), bs, l, d), j.empty(s, x.DType(), bs, l, d)
+	y, bias := ops.project(s, &b.QKV, x)
+	ops.qkvInto(s, q, k, v, y, bias, 0, &b.NormQ, &b.NormK, j.cos, j.sin)
 	s.Free(y)
-	y, bias = k.project(s, &b.AddQKV, c)
-	k.qkvInto(s, q, kk, v, y, bias, lx, &b.NormAddedQ, &b.NormAddedK, nil, nil)
+	y, bias = ops.project(s, &b.AddQKV, c)
+	ops.qkvInto(s, q, k, v, y, bias, lx, &b.NormAddedQ, &b.NormAddedK, nil, nil)
 	s.Free(y)
 
-	o := j.attend(s, q, kk, v)
-	s.Free(q, kk, v)
+	o := j.attend(s, q, k, v)
+	s.Free(q, k, v)
 	ox, oc := rowRange(s, o, 0, lx), rowRange(s, o, lx, l)
-	outX[0], outX[1] = k.project(s, &b.ToOut0, ox)
-	outC[0], outC[1] = k.project(s, &b.ToAddOut, oc)
+	outX[0], outX[1] = ops.project(s, &b.ToOut0, ox)
+	outC[0], outC[1] = ops.project(s, &b.ToAddOut, oc)
 	s.Free(o, ox, oc)
 	return outX, outC
 }
@@ -163,46 +164,46 @@ type singleBlock struct {
 	ProjOut      linear
 }
 
-func (b *singleBlock) params(p params, cfg Config) {
+func (b *singleBlock) load(p *weights.Builder, cfg Config) {
 	d, hd, mlp := cfg.Inner(), cfg.AttentionHeadDim, cfg.MLPDim()
-	b.Norm.params(p, "norm.linear", 3*d, d)
-	b.QKVMLP.catParams(p, "qkv_mlp", []string{"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"}, []int{d, d, d, mlp}, d)
-	a := p.sub("attn")
-	b.NormQ.params(a, "norm_q", hd)
-	b.NormK.params(a, "norm_k", hd)
-	b.ProjOut.params(p, "proj_out", d, d+mlp)
+	b.Norm.load(p, "norm.linear", 3*d, d)
+	b.QKVMLP.loadCat(p, []string{"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"}, []int{d, d, d, mlp}, d)
+	a := p.Sub("attn")
+	b.NormQ.load(a, "norm_q", hd)
+	b.NormK.load(a, "norm_k", hd)
+	b.ProjOut.load(p, "proj_out", d, d+mlp)
 }
 
 // forward runs the block on the joint stream h = [image | text] (B, L,
 // inner). The reference concatenates the two streams at the start of each
 // single block and splits them at its end; they stay joined here.
-func (b *singleBlock) forward(s *tensor.Scope, k kernels, h, temb *tensor.Tensor, j *joint) *tensor.Tensor {
+func (b *singleBlock) forward(s *tensor.Scope, ops kernels, h, temb *tensor.Tensor, j *joint) *tensor.Tensor {
 	bs, l, d := h.Dim(0), h.Dim(1), h.Dim(2)
 	mlp := b.QKVMLP.Weight.Dim(0) - 3*d
 
 	// 1. Input normalization (AdaLayerNormZeroSingle): shift, scale, gate.
 	m := adaChunks(s, &b.Norm, temb, 3)
-	norm := k.lnModulate(s, h, m[0], m[1])
-	y, bias := k.project(s, &b.QKVMLP, norm) // [q | k | v | mlp]
+	norm := ops.lnModulate(s, h, m[0], m[1])
+	y, bias := ops.project(s, &b.QKVMLP, norm) // [q | k | v | mlp]
 	s.Free(norm)
 
 	// 2. Attention (pre_only: no output projection); RoPE on the image
 	// tokens only, through the identity rows of the text. The MLP's GELU
 	// goes straight into the output projection's input [attn | mlp].
-	q, kk, v := j.empty(s, h.DType(), bs, l, d), j.empty(s, h.DType(), bs, l, d), j.empty(s, h.DType(), bs, l, d)
-	k.qkvInto(s, q, kk, v, y, bias, 0, &b.NormQ, &b.NormK, j.cos, j.sin)
+	q, k, v := j.empty(s, h.DType(), bs, l, d), j.empty(s, h.DType(), bs, l, d), j.empty(s, h.DType(), bs, l, d)
+	ops.qkvInto(s, q, k, v, y, bias, 0, &b.NormQ, &b.NormK, j.cos, j.sin)
 	cat := s.Empty(h.DType(), bs, l, d+mlp)
-	k.geluInto(s, cat, d, y, bias, 3*d, mlp)
+	ops.geluInto(s, cat, d, y, bias, 3*d, mlp)
 	s.Free(y)
-	o := j.attend(s, q, kk, v)
-	s.Free(q, kk, v)
-	placeColumns(s, cat, 0, o)
+	o := j.attend(s, q, k, v)
+	s.Free(q, k, v)
+	s.PlaceColumns(cat, 0, o)
 	s.Free(o)
 
 	// 3. Modulation and residual connection
-	p, pBias := k.project(s, &b.ProjOut, cat)
+	p, pBias := ops.project(s, &b.ProjOut, cat)
 	s.Free(cat)
-	out := k.gatedAdd(s, h, p, pBias, m[2])
+	out := ops.gatedAdd(s, h, p, pBias, m[2])
 	s.Free(p)
 	return out
 }
@@ -216,17 +217,17 @@ type refinerBlock struct {
 	NormOut               linear // norm_out.linear
 }
 
-func (b *refinerBlock) params(p params, cfg Config) {
+func (b *refinerBlock) load(p *weights.Builder, cfg Config) {
 	d := cfg.Inner()
-	b.Norm1.params(p, "norm1", d)
-	b.Norm2.params(p, "norm2", d)
-	a := p.sub("attn")
-	b.ToQ.params(a, "to_q", d, d)
-	b.ToK.params(a, "to_k", d, d)
-	b.ToV.params(a, "to_v", d, d)
-	b.ToOut0.params(a, "to_out.0", d, d)
-	b.FF.params(p.sub("ff"), d, cfg.MLPDim())
-	b.NormOut.params(p, "norm_out.linear", 2*d, d)
+	b.Norm1.load(p, "norm1", d)
+	b.Norm2.load(p, "norm2", d)
+	a := p.Sub("attn")
+	b.ToQ.load(a, "to_q", d, d)
+	b.ToK.load(a, "to_k", d, d)
+	b.ToV.load(a, "to_v", d, d)
+	b.ToOut0.load(a, "to_out.0", d, d)
+	b.FF.load(p.Sub("ff"), d, cfg.MLPDim())
+	b.NormOut.load(p, "norm_out.linear", 2*d, d)
 }
 
 // forward runs the block on x (B, L, inner) with the attention's mask in ap.

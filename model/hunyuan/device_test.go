@@ -17,15 +17,17 @@ import (
 // the joint sequence.
 func TestFusedKernels(t *testing.T) {
 	be := testdevice.Backend(t)
-	f, ok := find[fusedKernels](be)
-	if !ok {
-		t.Skipf("%s has no fused kernels: nothing to compare (run with %s=gpu)", be.Name(), testdevice.Env)
+	if !tensor.NewScope(be).Fused() {
+		t.Skipf("%s has no fused kernels: nothing to compare (run with %s=gpu or fake)", be.Name(), testdevice.Env)
 	}
-	fused, ref := kernels{f}, kernels{}
+	fused, ref := kernels{true}, kernels{false}
 	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
 		t.Run(dt.String(), func(t *testing.T) {
 			s := tensor.NewScope(be)
 			defer s.Close()
+			// The same backend op by op: the reference.
+			rs := s.ChildWith(tensor.Settings{OpByOp: true})
+			scopes := []*tensor.Scope{s, rs}
 			r := rand.New(rand.NewPCG(1, uint64(dt)))
 			host := func(lo, hi float32, shape ...int) *tensor.Tensor {
 				v := make([]float32, tensor.Numel(shape))
@@ -54,10 +56,10 @@ func TestFusedKernels(t *testing.T) {
 			d := h * dh
 			x, y := rnd(-2, 2, b, l, d), rnd(-1, 1, b, l, d)
 			shift, scale := rnd(-1, 1, b, 1, d), rnd(-1, 1, b, 1, d)
-			cmp("layer_norm_modulate", fused.lnModulate(s, x, shift, scale), ref.lnModulate(s, x, shift, scale))
+			cmp("layer_norm_modulate", fused.lnModulate(s, x, shift, scale), ref.lnModulate(rs, x, shift, scale))
 			bias := rnd(-0.5, 0.5, d)
-			cmp("gated_add", fused.gatedAdd(s, x, y, nil, scale), ref.gatedAdd(s, x, y, nil, scale))
-			cmp("gated_add+bias", fused.gatedAdd(s, x, y, bias, scale), ref.gatedAdd(s, x, y, bias, scale))
+			cmp("gated_add", fused.gatedAdd(s, x, y, nil, scale), ref.gatedAdd(rs, x, y, nil, scale))
+			cmp("gated_add+bias", fused.gatedAdd(s, x, y, bias, scale), ref.gatedAdd(rs, x, y, bias, scale))
 
 			const ls, off = 31, 6
 			src := rnd(-3, 3, b, ls, 3*d+64)
@@ -77,7 +79,7 @@ func TestFusedKernels(t *testing.T) {
 					for j := range outs[i] {
 						outs[i][j] = s.Zeros(dt, b, ls+off, h, dh)
 					}
-					k.qkvInto(s, outs[i][0], outs[i][1], outs[i][2], src, bias, off, &nq, &nk, cos, sin)
+					k.qkvInto(scopes[i], outs[i][0], outs[i][1], outs[i][2], src, bias, off, &nq, &nk, cos, sin)
 				}
 				for j, name := range []string{"q", "k", "v"} {
 					cmp("qk_norm_rope "+name, outs[0][j], outs[1][j])
@@ -89,10 +91,10 @@ func TestFusedKernels(t *testing.T) {
 				var cats [2]*tensor.Tensor
 				for i, k := range []kernels{fused, ref} {
 					cats[i] = s.Zeros(dt, b, l, 5*64)
-					k.geluInto(s, cats[i], 64, g, bias, 3*64, 4*64)
+					k.geluInto(scopes[i], cats[i], 64, g, bias, 3*64, 4*64)
 				}
 				cmp("gelu columns", cats[0], cats[1])
-				cmp("gelu in place", fused.geluInPlace(s, s.Clone(g), bias), ref.geluInPlace(s, g, bias))
+				cmp("gelu in place", fused.geluInPlace(s, s.Clone(g), bias), ref.geluInPlace(rs, g, bias))
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // patchConv is a Conv3d whose kernel equals its stride (x_embedder.proj and
@@ -13,10 +14,10 @@ type patchConv struct {
 	k            [3]int
 }
 
-func (c *patchConv) params(p params, name string, out, in int, k [3]int) {
+func (c *patchConv) load(p *weights.Builder, name string, out, in int, k [3]int) {
 	c.k = k
-	p.add(name+".weight", &c.Weight, out, in, k[0], k[1], k[2])
-	p.add(name+".bias", &c.Bias, out)
+	c.Weight = p.Get(name+".weight", out, in, k[0], k[1], k[2])
+	c.Bias = p.Get(name+".bias", out)
 }
 
 // tokens applies the convolution to x (B, C, T, H, W) (sizes multiples of
@@ -61,9 +62,9 @@ func padFor3dConv(s *tensor.Scope, x *tensor.Tensor, k [3]int) *tensor.Tensor {
 // PixArtAlphaTextProjection(act "silu") have this shape and these names.
 type mlp2 struct{ Linear1, Linear2 linear }
 
-func (m *mlp2) params(p params, in, hidden, out int) {
-	m.Linear1.params(p, "linear_1", hidden, in)
-	m.Linear2.params(p, "linear_2", out, hidden)
+func (m *mlp2) load(p *weights.Builder, in, hidden, out int) {
+	m.Linear1.load(p, "linear_1", hidden, in)
+	m.Linear2.load(p, "linear_2", out, hidden)
 }
 
 func (m *mlp2) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
@@ -99,14 +100,14 @@ type timeGuidanceTextEmbed struct {
 	TimestepEmbedder, GuidanceEmbedder, TextEmbedder mlp2
 }
 
-func (e *timeGuidanceTextEmbed) params(p params, inner, pooledDim int) {
-	e.TimestepEmbedder.params(p.sub("timestep_embedder"), 256, inner, inner)
-	e.GuidanceEmbedder.params(p.sub("guidance_embedder"), 256, inner, inner)
-	e.TextEmbedder.params(p.sub("text_embedder"), pooledDim, inner, inner)
+func (e *timeGuidanceTextEmbed) load(p *weights.Builder, inner, pooledDim int) {
+	e.TimestepEmbedder.load(p.Sub("timestep_embedder"), 256, inner, inner)
+	e.GuidanceEmbedder.load(p.Sub("guidance_embedder"), 256, inner, inner)
+	e.TextEmbedder.load(p.Sub("text_embedder"), pooledDim, inner, inner)
 }
 
 // forward computes temb in f32 (the weights are kept in f32, see
-// Model.params) from the f32 sinusoids and pooled features, and returns it
+// Model.loadGlobals) from the f32 sinusoids and pooled features, and returns it
 // in dt.
 func (e *timeGuidanceTextEmbed) forward(s *tensor.Scope, timestep, guidance []float32, pooled *tensor.Tensor, dt tensor.DType) *tensor.Tensor {
 	tEmb := e.TimestepEmbedder.forward(s, s.To(timestepProj(timestep)))
@@ -118,9 +119,9 @@ func (e *timeGuidanceTextEmbed) forward(s *tensor.Scope, timestep, guidance []fl
 // conditioning; no guidance term).
 type timeTextEmbed struct{ TimestepEmbedder, TextEmbedder mlp2 }
 
-func (e *timeTextEmbed) params(p params, inner, pooledDim int) {
-	e.TimestepEmbedder.params(p.sub("timestep_embedder"), 256, inner, inner)
-	e.TextEmbedder.params(p.sub("text_embedder"), pooledDim, inner, inner)
+func (e *timeTextEmbed) load(p *weights.Builder, inner, pooledDim int) {
+	e.TimestepEmbedder.load(p.Sub("timestep_embedder"), 256, inner, inner)
+	e.TextEmbedder.load(p.Sub("text_embedder"), pooledDim, inner, inner)
 }
 
 // forward computes temb in f32 like timeGuidanceTextEmbed's and returns
@@ -134,9 +135,9 @@ func (e *timeTextEmbed) forward(s *tensor.Scope, timestep []float32, pooled *ten
 // features to the model width.
 type clipVisionProjection struct{ Up, Down linear }
 
-func (c *clipVisionProjection) params(p params, in, inner int) {
-	c.Up.params(p, "up", 3*inner, in)
-	c.Down.params(p, "down", inner, 3*inner)
+func (c *clipVisionProjection) load(p *weights.Builder, in, inner int) {
+	c.Up.load(p, "up", 3*inner, in)
+	c.Down.load(p, "down", inner, 3*inner)
 }
 
 func (c *clipVisionProjection) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {

@@ -84,7 +84,7 @@ func (m *Model) Forward(s *tensor.Scope, in *Inputs) *tensor.Tensor {
 
 	// norm_out: AdaLayerNormContinuous, chunked [scale, shift].
 	mod := adaChunks(cs, &m.normOut, temb, 2)
-	img = kernelsFor(cs.Backend()).lnModulate(cs, img, mod[1], mod[0])
+	img = kernelsFor(cs).lnModulate(cs, img, mod[1], mod[0])
 	img = cs.Slice(img, 1, img.Dim(1)-originalContextLength, img.Dim(1))
 
 	// high_quality_fp32_output_for_inference: proj_out in f32.
@@ -208,7 +208,7 @@ func (m *Model) runBlocks(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joi
 	u := m.acquire(0, false)
 	defer u.release()
 	c := adaChunks(ms, &u.block().(*doubleBlock).Norm1, temb, 6)
-	mod := kernelsFor(ms.Backend()).lnModulate(ms, img, c[0], c[1])
+	mod := kernelsFor(ms).lnModulate(ms, img, c[0], c[1])
 	ms.Keep(mod)
 	ms.Close()
 	u.release()
@@ -233,7 +233,7 @@ func (m *Model) runBlocks(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joi
 // single blocks on the joined [image | text] stream. img itself is left
 // to the caller.
 func (m *Model) blocksForward(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joint) *tensor.Tensor {
-	k := kernelsFor(s.Backend())
+	ops := kernelsFor(s)
 	var cur, next *use
 	defer func() { cur.release(); next.release() }()
 	x, c, h := img, txt, (*tensor.Tensor)(nil)
@@ -248,7 +248,7 @@ func (m *Model) blocksForward(s *tensor.Scope, img, txt, temb *tensor.Tensor, j 
 		bs := s.Child()
 		switch b := cur.block().(type) {
 		case *doubleBlock:
-			nx, nc := b.forward(bs, k, x, c, temb, j)
+			nx, nc := b.forward(bs, ops, x, c, temb, j)
 			bs.Keep(nx, nc)
 			bs.Close()
 			if x != img {
@@ -268,7 +268,7 @@ func (m *Model) blocksForward(s *tensor.Scope, img, txt, temb *tensor.Tensor, j 
 					s.Free(c)
 				}
 			}
-			nh := b.forward(bs, k, h, temb, j)
+			nh := b.forward(bs, ops, h, temb, j)
 			bs.Keep(nh)
 			bs.Close()
 			s.Free(h)
@@ -344,7 +344,7 @@ func (m *Model) check(in *Inputs) error {
 		return fmt.Errorf("encoder_hidden_states %v: want (%d, L, %d)", e, b, cfg.TextEmbedDim)
 	}
 	if mk := in.EncoderAttentionMask; mk != nil {
-		if !equalShape(mk.Shape(), []int{b, e[1]}) {
+		if !slices.Equal(mk.Shape(), []int{b, e[1]}) {
 			return fmt.Errorf("encoder_attention_mask %v: want (%d, %d)", mk.Shape(), b, e[1])
 		}
 		v := tensor.Float32s(mk)
@@ -360,7 +360,7 @@ func (m *Model) check(in *Inputs) error {
 			}
 		}
 	}
-	if p := in.PooledProjections.Shape(); !equalShape(p, []int{b, cfg.PooledProjectionDim}) {
+	if p := in.PooledProjections.Shape(); !slices.Equal(p, []int{b, cfg.PooledProjectionDim}) {
 		return fmt.Errorf("pooled_projections %v: want (%d, %d)", p, b, cfg.PooledProjectionDim)
 	}
 	if cfg.HasImageProj {

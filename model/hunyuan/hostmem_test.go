@@ -21,7 +21,7 @@ import (
 // device computes on host memory (nothing streams there).
 func deviceForStreaming(t *testing.T) tensor.Backend {
 	be := testdevice.Backend(t)
-	if hostBacked(be) {
+	if tensor.IsHostBacked(be) {
 		return testdevice.NewFake()
 	}
 	return be
@@ -79,25 +79,19 @@ func writeSynthetic(t *testing.T) (string, int64) {
 	t.Helper()
 	cfg := FramePackI2V()
 	cfg.NumAttentionHeads, cfg.NumLayers, cfg.NumSingleLayers = 6, 4, 8
-	m, err := newModel(cfg, cpu.New(), Options{DType: tensor.BF16})
+	specs, err := Plan(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := map[string]*tensor.Tensor{}
-	add := func(p param) {
-		for _, src := range p.sources() {
-			h := tensor.New(tensor.BF16, p.sourceShape(src)...)
-			fillRandom(h, param{name: src.name, shape: h.Shape()}, 7)
-			ts[src.name] = h
+	for _, sp := range specs {
+		h := tensor.New(tensor.BF16, sp.Shape...)
+		b := h.HostBytes()
+		for c := 0; c*weights.RandomChunk < h.Numel(); c++ {
+			lo, hi := c*weights.RandomChunk, min(h.Numel(), (c+1)*weights.RandomChunk)
+			weights.FillRandom(b[2*lo:2*hi], tensor.BF16, sp, 7, int64(c))
 		}
-	}
-	for _, p := range m.globalParams() {
-		add(p)
-	}
-	for i := 0; i < m.numBlocks(); i++ {
-		for _, p := range m.blockParams(i, m.block(i)) {
-			add(p)
-		}
+		ts[sp.Name] = h
 	}
 	dir := t.TempDir()
 	file := filepath.Join(dir, "diffusion_pytorch_model.safetensors")

@@ -175,7 +175,7 @@ func TestGoldenBatch2(t *testing.T) {
 // compute (FramePack's inference dtype) against the f32 reference. The
 // reference's own bf16 path loses about 1e-2 here, most of it from casting
 // the timestep and guidance sinusoids (arguments up to 10⁴) to bf16 before
-// their MLPs; framepack keeps those embedders in f32 (keptInF32). Measured:
+// their MLPs; framepack keeps those embedders in f32 (Model.loadGlobals). Measured:
 // 0.0075–0.0093 on the CPU, 0.0081–0.0096 on an H200 with cuBLAS and cuDNN
 // attention (0.0111–0.0135 before the embedders moved to f32 and the
 // GEMV-like GEMMs to cuBLAS's pedantic compute type).

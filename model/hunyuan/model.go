@@ -3,7 +3,6 @@ package hunyuan
 import (
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -57,12 +56,13 @@ type Model struct {
 	contextEmbedder tokenRefiner
 	timeTextEmbed   timeGuidanceTextEmbed
 	imageProjection clipVisionProjection
-	blocks          []doubleBlock // transformer_blocks.N
-	singleBlocks    []singleBlock // single_transformer_blocks.N
-	arenas          []*arena      // the weights of every block, double blocks first
-	file            *fileSource   // the open checkpoint, while blocks stream from it
-	normOut         linear        // norm_out.linear
-	projOut         linear        // f32
+	blocks          []doubleBlock             // transformer_blocks.N
+	singleBlocks    []singleBlock             // single_transformer_blocks.N
+	arenas          []*arena                  // the weights of every block, double blocks first
+	file            *weights.CheckpointSource // the open checkpoint, while blocks stream from it
+	normOut         linear                    // norm_out.linear
+	projOut         linear                    // f32
+	global          *weights.Builder          // holds every weight outside the blocks
 
 	tc   teaCache
 	rope struct { // the last call's RoPE tables
@@ -99,41 +99,31 @@ func newModel(cfg Config, be tensor.Backend, opts Options) (*Model, error) {
 	return m, nil
 }
 
-// globalParams lists every weight outside the blocks, in checkpoint names.
-func (m *Model) globalParams() []param {
-	var list []param
-	p := newParams(&list)
+// loadGlobals reads every weight outside the blocks through p, in
+// checkpoint names. proj_out and the timestep, guidance and pooled-text
+// embedders (time_text_embed, also the token refiner's) are kept in f32
+// whatever the compute dtype, holding the values the compute dtype rounds
+// them to: proj_out as FramePack's high_quality_fp32_output_for_inference;
+// the embedders so that the timestep sinusoids (arguments up to 10⁴) reach
+// their MLPs unrounded: the reference's bf16 cast there puts about 5e-3 of
+// relative error into temb, which every modulation carries. These are M = 1
+// GEMMs of ~80 M weights: f32 costs no measurable time.
+func (m *Model) loadGlobals(p *weights.Builder) {
 	cfg, d := m.cfg, m.cfg.Inner()
-	m.xEmbedder.params(p.sub("x_embedder"), "proj", d, cfg.InChannels, [3]int{cfg.PatchSizeT, cfg.PatchSize, cfg.PatchSize})
+	m.xEmbedder.load(p.Sub("x_embedder"), "proj", d, cfg.InChannels, [3]int{cfg.PatchSizeT, cfg.PatchSize, cfg.PatchSize})
 	if cfg.HasCleanXEmbedder {
-		c := p.sub("clean_x_embedder")
-		m.cleanXEmbedder.Proj.params(c, "proj", d, 16, [3]int{1, 2, 2})
-		m.cleanXEmbedder.Proj2x.params(c, "proj_2x", d, 16, [3]int{2, 4, 4})
-		m.cleanXEmbedder.Proj4x.params(c, "proj_4x", d, 16, [3]int{4, 8, 8})
+		c := p.Sub("clean_x_embedder")
+		m.cleanXEmbedder.Proj.load(c, "proj", d, 16, [3]int{1, 2, 2})
+		m.cleanXEmbedder.Proj2x.load(c, "proj_2x", d, 16, [3]int{2, 4, 4})
+		m.cleanXEmbedder.Proj4x.load(c, "proj_4x", d, 16, [3]int{4, 8, 8})
 	}
-	m.contextEmbedder.params(p.sub("context_embedder"), cfg)
-	m.timeTextEmbed.params(p.sub("time_text_embed"), d, cfg.PooledProjectionDim)
+	m.contextEmbedder.load(p.Sub("context_embedder"), cfg)
+	m.timeTextEmbed.load(p.Sub("time_text_embed").F32(), d, cfg.PooledProjectionDim)
 	if cfg.HasImageProj {
-		m.imageProjection.params(p.sub("image_projection"), cfg.ImageProjDim, d)
+		m.imageProjection.load(p.Sub("image_projection"), cfg.ImageProjDim, d)
 	}
-	m.normOut.params(p, "norm_out.linear", 2*d, d)
-	m.projOut.params(p, "proj_out", cfg.PatchSizeT*cfg.PatchSize*cfg.PatchSize*cfg.OutChannels, d)
-	for i := range list {
-		list[i].f32 = keptInF32(list[i].name)
-	}
-	return list
-}
-
-// keptInF32: weights kept in f32 whatever the compute dtype, holding the
-// values the compute dtype rounds them to. proj_out, as FramePack's
-// high_quality_fp32_output_for_inference; and the timestep, guidance and
-// pooled-text embedders (time_text_embed, also the token refiner's), so
-// the timestep sinusoids (arguments up to 10⁴) reach their MLPs unrounded:
-// the reference's bf16 cast there puts about 5e-3 of relative error into
-// temb, which every modulation carries. These are M = 1 GEMMs of ~80 M
-// weights: f32 costs no measurable time.
-func keptInF32(name string) bool {
-	return strings.HasPrefix(name, "proj_out.") || strings.Contains(name, "time_text_embed.")
+	m.normOut.load(p, "norm_out.linear", 2*d, d)
+	m.projOut.load(p.F32(), "proj_out", cfg.PatchSizeT*cfg.PatchSize*cfg.PatchSize*cfg.OutChannels, d)
 }
 
 // Load reads a HunyuanVideoTransformer3DModelPacked folder (config.json and
@@ -145,61 +135,39 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	keepOpen := false
-	defer func() {
-		if !keepOpen {
-			ck.Close()
-		}
-	}()
 	cfg, err := ReadConfig(ck.Dir())
 	if err != nil {
+		ck.Close()
 		return nil, err
 	}
 	m, err := newModel(cfg, be, opts)
 	if err != nil {
+		ck.Close()
 		return nil, fmt.Errorf("hunyuan: %s: %w", dir, err)
 	}
-	for _, p := range m.globalParams() {
-		t, err := m.loadGlobal(ck, dir, p)
-		if err != nil {
-			m.Close()
-			return nil, err
-		}
-		*p.t = t
-	}
-	m.file = &fileSource{ck: ck, dir: dir}
-	err = m.makeBlocks(func(_ int, p param, dst []byte) error {
-		off := 0
-		for _, src := range p.sources() {
-			h, err := ck.Host(src.name)
-			if err != nil {
-				return err
-			}
-			if want := p.sourceShape(src); !equalShape(h.Shape(), want) {
-				return fmt.Errorf("hunyuan: %s: tensor %q has shape %v, want %v", dir, src.name, h.Shape(), want)
-			}
-			n := h.Numel() * m.dt.Size()
-			if err := convertInto(dst[off:off+n], m.dt, h, tensor.Invalid); err != nil {
-				return fmt.Errorf("hunyuan: %s: tensor %q %v", dir, src.name, err)
-			}
-			off += n
-			// Copied: the mapped pages would hold the weight a second time.
-			if err := ck.DontNeed(src.name); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	src := &weights.CheckpointSource{Ck: ck, Be: be}
+	m.file = src
+	if err := m.build(src); err != nil {
 		m.Close()
 		return nil, err
 	}
-	if m.fromFile() {
-		keepOpen = true
-	} else {
+	if !m.fromFile() {
+		// Every weight is copied: the mapping is no longer needed.
 		m.file = nil
+		ck.Close()
 	}
 	return m, nil
+}
+
+// build makes every weight from src: the global ones each in its own
+// allocation, the blocks' in their arenas.
+func (m *Model) build(src weights.Filler) error {
+	m.global = weights.NewBuilder(src, m.dt)
+	m.loadGlobals(m.global)
+	if err := m.global.Err(); err != nil {
+		return err
+	}
+	return m.makeBlocks(src)
 }
 
 // ReadConfig reads and checks dir/config.json as Load does: absent keys
@@ -224,62 +192,18 @@ func Plan(cfg Config) ([]weights.Spec, error) {
 		return nil, err
 	}
 	m := &Model{cfg: cfg, blocks: make([]doubleBlock, cfg.NumLayers), singleBlocks: make([]singleBlock, cfg.NumSingleLayers)}
-	ps := m.globalParams()
+	p := weights.NewPlan()
+	m.loadGlobals(p)
 	for i := 0; i < m.numBlocks(); i++ {
-		ps = append(ps, m.blockParams(i, m.block(i))...)
+		m.loadBlock(p, i, m.block(i))
 	}
-	var out []weights.Spec
-	for _, p := range ps {
-		for _, src := range p.sources() {
-			out = append(out, weights.Spec{Name: src.name, Shape: p.sourceShape(src)})
-		}
-	}
-	return out, nil
-}
-
-// loadGlobal loads a weight outside the blocks onto the backend.
-func (m *Model) loadGlobal(ck *weights.Checkpoint, dir string, p param) (*tensor.Tensor, error) {
-	if !p.f32 {
-		return ck.Load(m.be, p.name, m.dt, p.shape...)
-	}
-	// proj_out: f32 holding the values the compute dtype rounds to,
-	// converted on the host.
-	src, err := ck.Host(p.name)
-	if err != nil {
-		return nil, err
-	}
-	if !equalShape(src.Shape(), p.shape) {
-		return nil, fmt.Errorf("hunyuan: %s: tensor %q has shape %v, want %v", dir, p.name, src.Shape(), p.shape)
-	}
-	t, err := convertHost(src, tensor.F32, m.dt)
-	if err != nil {
-		return nil, fmt.Errorf("hunyuan: %s: tensor %q %v", dir, p.name, err)
-	}
-	if err := ck.DontNeed(p.name); err != nil {
-		return nil, err
-	}
-	return upload(m.be, t)
-}
-
-// upload copies a host tensor into a new tensor on be (free it with
-// tensor.Release).
-func upload(be tensor.Backend, h *tensor.Tensor) (*tensor.Tensor, error) {
-	t, err := tensor.Alloc(be, h.DType(), h.Shape()...)
-	if err != nil {
-		return nil, err
-	}
-	if err := be.Upload(t.Buffer(), 0, h.HostBytes()); err != nil {
-		tensor.Release(t)
-		return nil, err
-	}
-	return t, nil
+	return p.Specs(), nil
 }
 
 // Close frees every weight and the TeaCache state.
 func (m *Model) Close() {
-	for _, p := range m.globalParams() {
-		tensor.Release(*p.t)
-		*p.t = nil
+	if m.global != nil {
+		m.global.Release()
 	}
 	for _, a := range m.arenas {
 		if a != nil {
@@ -287,8 +211,10 @@ func (m *Model) Close() {
 		}
 	}
 	m.arenas = nil
+	clear(m.blocks)
+	clear(m.singleBlocks)
 	if m.file != nil {
-		m.file.ck.Close()
+		m.file.Ck.Close()
 		m.file = nil
 	}
 	m.tc = teaCache{}
@@ -301,10 +227,8 @@ func (m *Model) Close() {
 
 // WeightBytes is the storage of the weights on the backend and on the host.
 func (m *Model) WeightBytes() (backend, host int64) {
-	for _, p := range m.globalParams() {
-		if t := *p.t; t != nil {
-			backend += t.Bytes()
-		}
+	if m.global != nil {
+		backend = m.global.Bytes()
 	}
 	for _, a := range m.arenas {
 		if a.dev != nil {
@@ -340,16 +264,4 @@ func (m *Model) fromFile() bool {
 		}
 	}
 	return false
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

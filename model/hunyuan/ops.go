@@ -1,75 +1,13 @@
 package hunyuan
 
-import (
-	"os"
+import "github.com/framepack-go/framepack/tensor"
 
-	"github.com/framepack-go/framepack/tensor"
-)
+// kernels runs the elementwise work around the GEMMs through the Scope's
+// optional fused ops; fused says whether they run fused, which decides
+// where the projections' biases are added.
+type kernels struct{ fused bool }
 
-// fusedKernels are the backend's fused elementwise kernels (backend/gpu
-// has them). Without them the same work runs op by op, which is also the
-// reference the fused kernels are tested against.
-type fusedKernels interface {
-	// LayerNormModulate: dst = LayerNorm(x)·(1 + scale) + shift, x (B, L, D),
-	// shift and scale B·D values.
-	LayerNormModulate(dst, x, shift, scale *tensor.Tensor, eps float32) error
-	// GatedAdd: dst = x + (y + bias)·gate, x and y (B, L, D), bias (D) or
-	// nil, gate B·D values.
-	GatedAdd(dst, x, y, bias, gate *tensor.Tensor) error
-	// QKNormRoPE writes the q, k, v columns of src (B, Ls, S) at cols, plus
-	// bias (S) or nil, to rows [rowOff, rowOff+Ls) of q, k, v (B, Lj, H,
-	// Dh), q and k through the per-head RMSNorms and, when cos is set, RoPE.
-	QKNormRoPE(q, k, v, src, bias *tensor.Tensor, rowOff int, cols [3]int, wq, wk, cos, sin *tensor.Tensor, eps float32) error
-	// ActivateColumns applies op to columns of src (plus bias, one value a
-	// column of src, or nil) into columns of dst.
-	ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, src, bias *tensor.Tensor, srcCol, cols int) error
-}
-
-// viewer makes a buffer of part of another without a copy (backend/gpu).
-type viewer interface {
-	View(buf tensor.Buffer, off, n int64) (tensor.Buffer, error)
-}
-
-// pinnedUploader has page-locked host memory and uploads that overlap
-// compute (backend/gpu): what weight streaming needs.
-type pinnedUploader interface {
-	AllocPinned(n int64) (*tensor.HostBuffer, error)
-	FreePinned(*tensor.HostBuffer) error
-	UploadAsync(dst tensor.Buffer, off int64, src []byte) (wait func() error, err error)
-}
-
-// find returns the first backend in be's wrapper chain (memory.Backend
-// and the like expose Unwrap) that implements T.
-func find[T any](be tensor.Backend) (T, bool) {
-	for be != nil {
-		if f, ok := be.(T); ok {
-			return f, true
-		}
-		u, ok := be.(interface{ Unwrap() tensor.Backend })
-		if !ok {
-			break
-		}
-		be = u.Unwrap()
-	}
-	var zero T
-	return zero, false
-}
-
-// EnvOpByOp names the environment variable that, set to 1, turns the fused
-// kernels off (every op runs as its own kernel; for comparisons).
-const EnvOpByOp = "FRAMEPACK_OP_BY_OP"
-
-// kernels runs the elementwise work around the GEMMs: fused when the
-// backend has the kernels, op by op otherwise.
-type kernels struct{ f fusedKernels }
-
-func kernelsFor(be tensor.Backend) kernels {
-	if os.Getenv(EnvOpByOp) == "1" {
-		return kernels{}
-	}
-	f, _ := find[fusedKernels](be)
-	return kernels{f}
-}
+func kernelsFor(s *tensor.Scope) kernels { return kernels{s.Fused()} }
 
 func must(op string, err error) {
 	if err != nil {
@@ -77,23 +15,17 @@ func must(op string, err error) {
 	}
 }
 
-// lnModulate is LayerNorm(x)·(1 + scale) + shift (no affine, eps 1e-6);
-// op by op each step rounds to the compute dtype, as the reference.
-func (k kernels) lnModulate(s *tensor.Scope, x, shift, scale *tensor.Tensor) *tensor.Tensor {
-	if k.f == nil || x.Rank() != 3 {
-		return modulate(s, s.LayerNorm(x, nil, nil, normEps), shift, scale)
-	}
-	out := s.Empty(x.DType(), x.Shape()...)
-	must("layer_norm_modulate", k.f.LayerNormModulate(out, x, shift, scale, normEps))
-	return out
+// lnModulate is LayerNorm(x)·(1 + scale) + shift (no affine, eps 1e-6).
+func (ops kernels) lnModulate(s *tensor.Scope, x, shift, scale *tensor.Tensor) *tensor.Tensor {
+	return s.LayerNormModulate(x, shift, scale, normEps)
 }
 
 // project is l applied to x. With fused kernels the bias is left out of
 // the GEMM and returned, for the kernel that reads the result to add (the
 // GEMM then neither writes the bias first nor reads it back); op by op the
 // result has it and the returned bias is nil.
-func (k kernels) project(s *tensor.Scope, l *linear, x *tensor.Tensor) (y, bias *tensor.Tensor) {
-	if k.f == nil {
+func (ops kernels) project(s *tensor.Scope, l *linear, x *tensor.Tensor) (y, bias *tensor.Tensor) {
+	if !ops.fused {
 		return l.forward(s, x), nil
 	}
 	return s.Linear(x, l.Weight, nil), l.Bias
@@ -101,45 +33,27 @@ func (k kernels) project(s *tensor.Scope, l *linear, x *tensor.Tensor) (y, bias 
 
 // gatedAdd is x + (y + bias)·gate with gate (B, 1, D) broadcast over the
 // rows; bias (from project) may be nil.
-func (k kernels) gatedAdd(s *tensor.Scope, x, y, bias, gate *tensor.Tensor) *tensor.Tensor {
-	if k.f == nil || x.Rank() != 3 {
-		if bias != nil {
-			y = s.Add(y, bias)
-		}
-		return s.Add(x, s.Mul(y, gate))
-	}
-	out := s.Empty(x.DType(), x.Shape()...)
-	must("gated_add", k.f.GatedAdd(out, x, y, bias, gate))
-	return out
+func (ops kernels) gatedAdd(s *tensor.Scope, x, y, bias, gate *tensor.Tensor) *tensor.Tensor {
+	return s.GatedAdd(x, y, bias, gate)
 }
 
 // geluInPlace is GELU (tanh approximation) of x + bias, into x when fused.
-func (k kernels) geluInPlace(s *tensor.Scope, x, bias *tensor.Tensor) *tensor.Tensor {
-	if k.f == nil {
+func (ops kernels) geluInPlace(s *tensor.Scope, x, bias *tensor.Tensor) *tensor.Tensor {
+	if !ops.fused {
+		// A new tensor rather than the columns written back into x.
 		if bias != nil {
 			x = s.Add(x, bias)
 		}
 		return s.GELUTanh(x)
 	}
-	n := x.Dim(-1)
-	must("gelu", k.f.ActivateColumns(tensor.OpGELUTanh, x, 0, x, bias, 0, n))
+	s.ActivateColumns(tensor.OpGELUTanh, x, 0, x, bias, 0, x.Dim(-1))
 	return x
 }
 
 // geluInto writes GELU(src[..., srcCol:srcCol+n] + bias[srcCol:srcCol+n])
 // to dst[..., dstCol:]; bias (one value a column of src) may be nil.
-func (k kernels) geluInto(s *tensor.Scope, dst *tensor.Tensor, dstCol int, src, bias *tensor.Tensor, srcCol, n int) {
-	if k.f != nil {
-		must("gelu", k.f.ActivateColumns(tensor.OpGELUTanh, dst, dstCol, src, bias, srcCol, n))
-		return
-	}
-	x := s.Slice(src, -1, srcCol, srcCol+n)
-	if bias != nil {
-		x = s.Add(x, s.Slice(bias, 0, srcCol, srcCol+n))
-	}
-	g := s.GELUTanh(x)
-	placeColumns(s, dst, dstCol, g)
-	s.Free(g)
+func (ops kernels) geluInto(s *tensor.Scope, dst *tensor.Tensor, dstCol int, src, bias *tensor.Tensor, srcCol, n int) {
+	s.ActivateColumns(tensor.OpGELUTanh, dst, dstCol, src, bias, srcCol, n)
 }
 
 // qkvInto takes the q, k, v columns ([0, d), [d, 2d), [2d, 3d)) of the
@@ -147,59 +61,9 @@ func (k kernels) geluInto(s *tensor.Scope, dst *tensor.Tensor, dstCol int, src, 
 // normalises q and k per head, rotates them with the rows [off, off+Ls) of
 // the joint RoPE tables cos, sin (R, L, Dh) when cos is not nil, and writes
 // all three to rows [off, off+Ls) of the joint q, k, v (B, L, H, Dh).
-func (k kernels) qkvInto(s *tensor.Scope, q, kk, v, y, bias *tensor.Tensor, off int, nq, nk *rmsNorm, cos, sin *tensor.Tensor) {
+func (ops kernels) qkvInto(s *tensor.Scope, q, k, v, y, bias *tensor.Tensor, off int, nq, nk *rmsNorm, cos, sin *tensor.Tensor) {
 	d := q.Dim(2) * q.Dim(3)
-	if k.f != nil {
-		must("qk_norm_rope", k.f.QKNormRoPE(q, kk, v, y, bias, off, [3]int{0, d, 2 * d}, nq.Weight, nk.Weight, cos, sin, normEps))
-		return
-	}
-	if bias != nil {
-		y = s.Add(y, bias)
-	}
-	b, ls, h := y.Dim(0), y.Dim(1), q.Dim(2)
-	part := func(i int) *tensor.Tensor { return s.Slice(y, 2, i*d, (i+1)*d).Reshape(b, ls, h, -1) }
-	for i, dst := range []*tensor.Tensor{q, kk} {
-		x := []*rmsNorm{nq, nk}[i].forward(s, part(i))
-		if cos != nil {
-			x = ropeRows(s, x, cos, sin, off)
-		}
-		placeRows(s, dst, off, x)
-	}
-	placeRows(s, v, off, part(2))
-}
-
-// ropeRows rotates x (B, Ls, H, Dh) with rows [off, off+Ls) of the tables
-// (R, L, Dh), R 1 or B.
-func ropeRows(s *tensor.Scope, x, cos, sin *tensor.Tensor, off int) *tensor.Tensor {
-	ls := x.Dim(1)
-	rows := func(t *tensor.Tensor, r int) *tensor.Tensor {
-		return s.Slice(s.Slice(t, 0, r, r+1), 1, off, off+ls).Reshape(ls, -1)
-	}
-	if cos.Dim(0) == 1 {
-		return s.RoPE(x, rows(cos, 0), rows(sin, 0))
-	}
-	parts := make([]*tensor.Tensor, x.Dim(0))
-	for b := range parts {
-		parts[b] = s.RoPE(s.Slice(x, 0, b, b+1), rows(cos, b), rows(sin, b))
-	}
-	return s.Concat(0, parts...)
-}
-
-// placeRows copies src (B, Ls, ...) into rows [off, off+Ls) of dst (B, L,
-// ...), the trailing axes the same.
-func placeRows(s *tensor.Scope, dst *tensor.Tensor, off int, src *tensor.Tensor) {
-	b, l, ls := dst.Dim(0), dst.Dim(1), src.Dim(1)
-	inner := dst.Numel() / max(b*l, 1)
-	shape := []int{b, ls, inner}
-	must("copy", s.Backend().Copy(dst, off*inner, []int{l * inner, inner, 1}, src, 0, []int{ls * inner, inner, 1}, shape))
-}
-
-// placeColumns copies src (…, n) into columns [col, col+n) of dst (…, W),
-// both with the same rows.
-func placeColumns(s *tensor.Scope, dst *tensor.Tensor, col int, src *tensor.Tensor) {
-	w, n := dst.Dim(-1), src.Dim(-1)
-	rows := src.Numel() / max(n, 1)
-	must("copy", s.Backend().Copy(dst, col, []int{w, 1}, src, 0, []int{n, 1}, []int{rows, n}))
+	s.QKNormRoPE(q, k, v, y, bias, off, [3]int{0, d, 2 * d}, nq.Weight, nk.Weight, cos, sin, normEps)
 }
 
 // rowRange is rows [start, end) of t (B, L, ...): a view of t's storage for
@@ -221,7 +85,7 @@ func viewOf(be tensor.Backend, buf tensor.Buffer, off, n int64) (tensor.Buffer, 
 	if hb, ok := buf.(*tensor.HostBuffer); ok {
 		return tensor.HostBufferOf(hb.Data()[off : off+n]), true
 	}
-	if v, ok := find[viewer](be); ok {
+	if v, ok := tensor.As[tensor.Viewer](be); ok {
 		if b, err := v.View(buf, off, n); err == nil {
 			return b, true
 		}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // tokenRefiner is HunyuanVideoTokenRefiner (context_embedder): the LLaMA
@@ -15,14 +16,14 @@ type tokenRefiner struct {
 	Blocks        []refinerBlock // token_refiner.refiner_blocks.N
 }
 
-func (r *tokenRefiner) params(p params, cfg Config) {
-	r.TimeTextEmbed.params(p.sub("time_text_embed"), cfg.Inner(), cfg.TextEmbedDim)
-	r.ProjIn.params(p, "proj_in", cfg.Inner(), cfg.TextEmbedDim)
+func (r *tokenRefiner) load(p *weights.Builder, cfg Config) {
+	r.TimeTextEmbed.load(p.Sub("time_text_embed").F32(), cfg.Inner(), cfg.TextEmbedDim) // see Model.loadGlobals
+	r.ProjIn.load(p, "proj_in", cfg.Inner(), cfg.TextEmbedDim)
 	if len(r.Blocks) != cfg.NumRefinerLayers {
 		r.Blocks = make([]refinerBlock, cfg.NumRefinerLayers)
 	}
 	for i := range r.Blocks {
-		r.Blocks[i].params(p.sub("token_refiner.refiner_blocks."+strconv.Itoa(i)), cfg)
+		r.Blocks[i].load(p.Sub("token_refiner.refiner_blocks."+strconv.Itoa(i)), cfg)
 	}
 }
 

@@ -96,7 +96,7 @@ func (tc *teaCache) free(state *tensor.Scope) {
 func relL1(s *tensor.Scope, mod, prev *tensor.Tensor, dt tensor.DType) float64 {
 	num := absMean(s, s.Sub(mod, prev), dt)
 	den := absMean(s, prev, dt)
-	return float64(roundTo(dt, num/den))
+	return float64(tensor.Rounder(dt)(num / den))
 }
 
 // absMean is mean|x| over every element, rounded to dt.
@@ -108,17 +108,7 @@ func absMean(s *tensor.Scope, x *tensor.Tensor, dt tensor.DType) float32 {
 	for _, v := range means {
 		sum += float64(v)
 	}
-	return roundTo(dt, float32(sum/float64(rows)))
-}
-
-func roundTo(dt tensor.DType, v float32) float32 {
-	switch dt {
-	case tensor.BF16:
-		return tensor.RoundBF16(v)
-	case tensor.F16:
-		return tensor.RoundF16(v)
-	}
-	return v
+	return tensor.Rounder(dt)(float32(sum / float64(rows)))
 }
 
 // decimal64 is the float64 of the shortest decimal that reads back as f.

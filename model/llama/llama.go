@@ -8,7 +8,6 @@ import (
 	"math"
 	"path/filepath"
 
-	"github.com/framepack-go/framepack/model/internal/load"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )
@@ -57,7 +56,7 @@ type Model struct {
 	embed  *tensor.Tensor
 	layers []layer
 	norm   *tensor.Tensor
-	loaded *load.Loader
+	loaded *weights.Builder
 }
 
 // ReadConfig reads and checks dir/config.json as Load does. The rotary base
@@ -110,7 +109,7 @@ func Plan(cfg Config) ([]weights.Spec, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l := load.NewPlan()
+	l := weights.NewPlan()
 	build(l, cfg)
 	return l.Specs(), nil
 }
@@ -126,7 +125,7 @@ func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := load.New(ck, be, dt)
+	l := weights.FromCheckpoint(ck, be, dt)
 	m := build(l, cfg)
 	if err := l.Err(); err != nil {
 		l.Release()
@@ -136,26 +135,26 @@ func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
 }
 
 // build reads the weights of cfg through l (a plan only records them).
-func build(l *load.Loader, cfg Config) *Model {
+func build(l *weights.Builder, cfg Config) *Model {
 	d, f := cfg.HiddenSize, cfg.IntermediateSize
 	qd, kvd := cfg.NumAttentionHeads*cfg.HeadDim, cfg.NumKeyValueHeads*cfg.HeadDim
 	m := &Model{Config: cfg, dt: l.DType(), loaded: l}
-	m.embed = l.T("embed_tokens.weight", cfg.VocabSize, d)
+	m.embed = l.Get("embed_tokens.weight", cfg.VocabSize, d)
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
 		p := fmt.Sprintf("layers.%d.", i)
 		m.layers = append(m.layers, layer{
-			inputNorm: l.T(p+"input_layernorm.weight", d),
-			postNorm:  l.T(p+"post_attention_layernorm.weight", d),
+			inputNorm: l.Get(p+"input_layernorm.weight", d),
+			postNorm:  l.Get(p+"post_attention_layernorm.weight", d),
 			q:         interleaveRows(l, p+"self_attn.q_proj.weight", qd, d, cfg.HeadDim),
 			k:         interleaveRows(l, p+"self_attn.k_proj.weight", kvd, d, cfg.HeadDim),
-			v:         l.T(p+"self_attn.v_proj.weight", kvd, d),
-			o:         l.T(p+"self_attn.o_proj.weight", d, qd),
-			gate:      l.T(p+"mlp.gate_proj.weight", f, d),
-			up:        l.T(p+"mlp.up_proj.weight", f, d),
-			down:      l.T(p+"mlp.down_proj.weight", d, f),
+			v:         l.Get(p+"self_attn.v_proj.weight", kvd, d),
+			o:         l.Get(p+"self_attn.o_proj.weight", d, qd),
+			gate:      l.Get(p+"mlp.gate_proj.weight", f, d),
+			up:        l.Get(p+"mlp.up_proj.weight", f, d),
+			down:      l.Get(p+"mlp.down_proj.weight", d, f),
 		})
 	}
-	m.norm = l.T("norm.weight", d)
+	m.norm = l.Get("norm.weight", d)
 	return m
 }
 
@@ -163,8 +162,8 @@ func build(l *load.Loader, cfg Config) *Model {
 // reordered from LLaMA's half-split layout [0..D/2) ++ [D/2..D) to pairs
 // (i, i+D/2). q and k get the same order, so q·k is unchanged, and the
 // half-split rotation becomes the interleaved one the RoPE kernel does.
-func interleaveRows(l *load.Loader, name string, rows, cols, headDim int) *tensor.Tensor {
-	w := l.As(name, tensor.F32, rows, cols)
+func interleaveRows(l *weights.Builder, name string, rows, cols, headDim int) *tensor.Tensor {
+	w := l.F32().Get(name, rows, cols)
 	if w == nil {
 		return nil
 	}

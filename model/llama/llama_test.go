@@ -3,15 +3,15 @@ package llama
 import (
 	"testing"
 
-	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
 
 // The reference runs the padded sequence; FramePack uses only the positions
 // the mask keeps, so the comparison is over those.
 func TestGoldenLlama(t *testing.T) {
-	be := cpu.New()
+	be := testdevice.Backend(t)
 	for _, c := range golden.Cases(t, "text_encoder.llama") {
 		t.Run(c.Name, func(t *testing.T) {
 			m, err := Load(c.ModelDir, be, tensor.F32)

@@ -2,6 +2,7 @@ package siglip
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
@@ -41,7 +42,7 @@ func TestReleasedConfigSigLIP(t *testing.T) {
 		"vision_model.encoder.layers.26.mlp.fc1.weight":     {4304, 1152},
 		"vision_model.post_layernorm.bias":                  {1152},
 	} {
-		if got := shapes[name]; !equalInts(got, want) {
+		if got := shapes[name]; !slices.Equal(got, want) {
 			t.Errorf("%s: shape %v, want %v", name, got, want)
 		}
 	}
@@ -85,16 +86,4 @@ func TestPlanMatchesCheckpoint(t *testing.T) {
 	if err := ck.Check(bad); err == nil {
 		t.Error("a plan with more patches passes Check")
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 
 	"github.com/framepack-go/framepack/model/internal/encoder"
-	"github.com/framepack-go/framepack/model/internal/load"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )
@@ -32,7 +31,7 @@ type Model struct {
 	layers              []encoder.Layer
 	act                 encoder.Act
 	postW, postB        *tensor.Tensor
-	loaded              *load.Loader
+	loaded              *weights.Builder
 }
 
 // ReadConfig reads and checks dir/config.json as Load does. Keys the model
@@ -82,7 +81,7 @@ func Plan(cfg Config) ([]weights.Spec, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l := load.NewPlan()
+	l := weights.NewPlan()
 	build(l, cfg, 0)
 	return l.Specs(), nil
 }
@@ -100,7 +99,7 @@ func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
 		return nil, err
 	}
 	act, _ := encoder.ParseAct(cfg.HiddenAct)
-	m := build(load.New(ck, be, dt), cfg, act)
+	m := build(weights.FromCheckpoint(ck, be, dt), cfg, act)
 	if err := m.loaded.Err(); err != nil {
 		m.loaded.Release()
 		return nil, err
@@ -109,16 +108,16 @@ func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
 }
 
 // build reads the weights of cfg through l (a plan only records them).
-func build(l *load.Loader, cfg Config, act encoder.Act) *Model {
+func build(l *weights.Builder, cfg Config, act encoder.Act) *Model {
 	d, f, p := cfg.HiddenSize, cfg.IntermediateSize, cfg.PatchSize
-	l.Prefix = "vision_model."
+	l = l.Sub("vision_model")
 	m := &Model{Config: cfg, act: act, loaded: l}
-	m.patchW = l.T("embeddings.patch_embedding.weight", d, cfg.NumChannels, p, p)
-	m.patchB = l.T("embeddings.patch_embedding.bias", d)
-	m.pos = l.T("embeddings.position_embedding.weight", cfg.Tokens(), d)
+	m.patchW = l.Get("embeddings.patch_embedding.weight", d, cfg.NumChannels, p, p)
+	m.patchB = l.Get("embeddings.patch_embedding.bias", d)
+	m.pos = l.Get("embeddings.position_embedding.weight", cfg.Tokens(), d)
 	m.layers = encoder.LoadLayers(l, "encoder.layers.", cfg.NumHiddenLayers, d, f)
-	m.postW = l.T("post_layernorm.weight", d)
-	m.postB = l.T("post_layernorm.bias", d)
+	m.postW = l.Get("post_layernorm.weight", d)
+	m.postB = l.Get("post_layernorm.bias", d)
 	return m
 }
 

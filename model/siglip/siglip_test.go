@@ -10,11 +10,12 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
 
 func TestGoldenSiglip(t *testing.T) {
-	be := cpu.New()
+	be := testdevice.Backend(t)
 	for _, c := range golden.Cases(t, "image_encoder.siglip") {
 		t.Run(c.Name, func(t *testing.T) {
 			m, err := Load(c.ModelDir, be, tensor.F32)

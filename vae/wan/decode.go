@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -190,7 +189,7 @@ func (d *decoder) frames(ds *tensor.Scope, zc *tensor.Tensor, n, h0, h1, w0, w1 
 			fs := cs.Child()
 			defer fs.Close()
 			zk := sliceBox(fs, zc, k, k+1, h0, h1, w0, w1)
-			x := d.postQuant.run(fs, zk, convchain.Padding{}, zk != zc)
+			x := d.postQuant.run(fs, zk, tensor.Padding{}, zk != zc)
 			d.forward(fs, f, x, emit)
 		}()
 	}

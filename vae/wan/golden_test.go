@@ -135,7 +135,7 @@ func TestGoldenWanDecodeThroughChain(t *testing.T) {
 			}
 			be := memory.Budgeted(convchain.Wrap(host, ch), memory.Budget{Device: "test", Cap: 1 << 40})
 			v := loadCase(t, c, be, tensor.F32)
-			if paddedConvOf(be) == nil {
+			if _, ok := tensor.As[tensor.PaddedConv](be); !ok {
 				t.Fatal("no Conv3dPadded under the budget")
 			}
 			c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}))

@@ -3,7 +3,6 @@ package wan
 import (
 	"math"
 
-	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -106,71 +105,10 @@ func newConv2d(p params, name string, cout, cin, k int, stride int) *conv {
 	return &conv{w: w, b: p.get(name+".bias", cout), stride: [3]int{1, stride, stride}}
 }
 
-func (c *conv) run(s *tensor.Scope, x *tensor.Tensor, pad convchain.Padding, consume bool) *tensor.Tensor {
-	if x.Rank() != 5 || x.DType() != c.w.DType() || x.Dim(1) != c.w.Dim(1) {
-		tensor.Fail("conv3d", "input %v %s for weight %v %s", x.Shape(), x.DType(), c.w.Shape(), c.w.DType())
-	}
-	plain := pad.Before == [3]int{} && pad.After == [3]int{} && max(pad.Upsample[0], 1) == 1 &&
-		max(pad.Upsample[1], 1) == 1 && max(pad.Upsample[2], 1) == 1
-	if !plain {
-		if pc := paddedConvOf(s.Backend()); pc != nil {
-			in := pad.Shape(x.Shape())
-			shape := []int{x.Dim(0), c.w.Dim(0), 0, 0, 0}
-			for i := 0; i < 3; i++ {
-				shape[2+i] = (in[2+i]-c.w.Dim(2+i))/c.stride[i] + 1
-			}
-			y := s.Empty(x.DType(), shape...)
-			if err := pc.Conv3dPadded(y, x, c.w, c.b, tensor.ConvParams{Stride: c.stride}, pad); err != nil {
-				panic(&tensor.OpError{Op: "conv3d", Err: err})
-			}
-			if consume {
-				s.Free(x)
-			}
-			return y
-		}
-	}
-	in := x
-	if up := pad.Upsample; max(up[0], 1)*max(up[1], 1)*max(up[2], 1) > 1 {
-		u := s.UpsampleNearest(in, [3]int{max(up[0], 1), max(up[1], 1), max(up[2], 1)})
-		if in != x || consume {
-			s.Free(in)
-		}
-		in = u
-	}
-	if pad.Before != [3]int{} || pad.After != [3]int{} {
-		p := s.Pad(in, pad.Before[:], pad.After[:], tensor.PadZeros)
-		if in != x || consume {
-			s.Free(in)
-		}
-		in = p
-	}
-	y := s.Conv3d(in, c.w, c.b, c.stride, [3]int{})
-	if in != x || consume {
-		s.Free(in)
-	}
-	return y
-}
-
-// paddedConv convolves a padded input without a padded copy
-// (convchain.Backend.Conv3dPadded).
-type paddedConv interface {
-	Conv3dPadded(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad convchain.Padding) error
-}
-
-// paddedConvOf finds a paddedConv in be or under it (through Unwrap
-// layers); nil when there is none.
-func paddedConvOf(be tensor.Backend) paddedConv {
-	for be != nil {
-		if pc, ok := be.(paddedConv); ok {
-			return pc
-		}
-		u, ok := be.(interface{ Unwrap() tensor.Backend })
-		if !ok {
-			return nil
-		}
-		be = u.Unwrap()
-	}
-	return nil
+// run convolves x padded (and upsampled) as pad says, through the
+// backend's padded convolution where it has one (no padded copy).
+func (c *conv) run(s *tensor.Scope, x *tensor.Tensor, pad tensor.Padding, consume bool) *tensor.Tensor {
+	return s.Conv3dPadded(x, c.w, c.b, c.stride, pad, consume)
 }
 
 // causalConv is WanCausalConv3d with kernel 3 and padding 1: two zero
@@ -194,7 +132,7 @@ func (c *causalConv) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *t
 		s.Free(x)
 		front -= sl.x.Dim(2)
 	}
-	y := c.run(s, in, convchain.Padding{Before: [3]int{front, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadZeros}, true)
+	y := c.run(s, in, tensor.Padding{Before: [3]int{front, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadZeros}, true)
 	f.set(sl, tail)
 	return y
 }
@@ -260,7 +198,7 @@ func newResnet(p params, name string, cin, cout int) *resnet {
 func (r *resnet) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
 	res := x
 	if r.shortcut != nil {
-		res = r.shortcut.run(s, x, convchain.Padding{}, false)
+		res = r.shortcut.run(s, x, tensor.Padding{}, false)
 	}
 	h := r.norm1.channelsFirst(s, x, true)
 	if res != x {
@@ -379,10 +317,10 @@ func (r *resample) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *ten
 		if r.temporal {
 			x = r.timeUp(s, f, x)
 		}
-		return r.conv.run(s, x, convchain.Padding{Before: [3]int{0, 1, 1}, After: [3]int{0, 1, 1},
+		return r.conv.run(s, x, tensor.Padding{Before: [3]int{0, 1, 1}, After: [3]int{0, 1, 1},
 			Mode: tensor.PadZeros, Upsample: [3]int{1, 2, 2}}, true)
 	}
-	x = r.conv.run(s, x, convchain.Padding{After: [3]int{0, 1, 1}, Mode: tensor.PadZeros}, true)
+	x = r.conv.run(s, x, tensor.Padding{After: [3]int{0, 1, 1}, Mode: tensor.PadZeros}, true)
 	if r.temporal {
 		x = r.timeDown(s, f, x)
 	}
@@ -418,7 +356,7 @@ func (r *resample) timeUp(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tens
 		s.Free(x)
 		front -= sl.x.Dim(2)
 	}
-	y := r.timeConv.run(s, in, convchain.Padding{Before: [3]int{front, 0, 0}, Mode: tensor.PadZeros}, true)
+	y := r.timeConv.run(s, in, tensor.Padding{Before: [3]int{front, 0, 0}, Mode: tensor.PadZeros}, true)
 	f.set(sl, tail)
 	// (B, 2C, T, H, W) → (B, C, 2T, H, W): frame 2i is the first half of
 	// the channels at i, frame 2i+1 the second.
@@ -439,7 +377,7 @@ func (r *resample) timeDown(s *tensor.Scope, f *featCache, x *tensor.Tensor) *te
 	}
 	in := s.Concat(2, s.To(sl.x), x)
 	s.Free(x)
-	y := r.timeConv.run(s, in, convchain.Padding{}, true)
+	y := r.timeConv.run(s, in, tensor.Padding{}, true)
 	f.set(sl, last)
 	return y
 }

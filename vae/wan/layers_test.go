@@ -6,10 +6,8 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/convchain"
-	"github.com/framepack-go/framepack/gpuconv"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
-	"github.com/framepack-go/framepack/vae"
 )
 
 // hostParams hands out the given host tensors by name, random ones
@@ -306,14 +304,13 @@ func TestUpsampleF64(t *testing.T) {
 
 // TestDecodeThroughChainMatches: the whole decode and encode through the
 // conv3d chain (Conv3dPadded with zero padding and the upsample read
-// through), and through the profiler alone (bench --profile on the CPU:
-// its padded copy), equal the plain CPU path.
+// through), and through a backend without the chain (the Scope's padded copy), equal the plain CPU path.
 func TestDecodeThroughChainMatches(t *testing.T) {
 	cfg := tinyConfig()
 	z, x := randn(11, 1, 4, 3, 2, 3), randn(12, 1, 3, 5, 16, 24)
 	var outs [3]*tensor.Tensor
 	var means [3]*tensor.Tensor
-	for i, be := range []tensor.Backend{cpu.New(), chainBackend(t), gpuconv.Profiled(cpu.New(), gpuconv.NewProfile())} {
+	for i, be := range []tensor.Backend{cpu.New(), chainBackend(t), tensor.WithSettings(cpu.New(), tensor.Settings{Hook: func(_ tensor.Op, run func() error) error { return run() }})} {
 		v, err := RandomWeights(cfg, be, Options{}, 3)
 		if err != nil {
 			t.Fatal(err)
@@ -340,15 +337,15 @@ func TestDecodePeakBoundsMeasured(t *testing.T) {
 		{[]int{1, 4, 5, 3, 4}, Tiling{}},
 		{[]int{1, 4, 4, 6, 8}, SpatialTiling(32, 16)},
 	} {
-		m := vae.NewMeter(cpu.New(), 0)
+		m := memory.Budgeted(cpu.New(), memory.Budget{Device: "test", Cap: 1 << 40})
 		v, err := RandomWeights(cfg, m, Options{}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		m.ResetPeak()
-		w := m.Live()
+		w := m.Stats().InUse
 		decode(t, v, randn(1, tc.shape...), DecodeOptions{Tiling: tc.til})
-		measured := m.Peak() - w
+		measured := m.Stats().Peak - w
 		planned := v.DecodePeak(tc.shape, tc.til)
 		zn := int64(tensor.Numel(tc.shape))
 		t.Logf("%v %s: planned %d B, measured %d B", tc.shape, tc.til, planned, measured)

@@ -3,7 +3,6 @@ package wan
 import (
 	"fmt"
 
-	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -60,7 +59,7 @@ func (e *encoder) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tens
 	h := e.normOut.channelsFirst(s, x, true)
 	s.Free(x)
 	h = e.convOut.forward(s, f, h)
-	return e.quant.run(s, h, convchain.Padding{}, true)
+	return e.quant.run(s, h, tensor.Padding{}, true)
 }
 
 // decoder is post_quant_conv followed by WanDecoder3d.

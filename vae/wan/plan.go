@@ -3,7 +3,6 @@ package wan
 import (
 	"sync"
 
-	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -68,7 +67,7 @@ func (d *dryBackend) UpsampleNearest(_, _ *tensor.Tensor, _ [3]int) error       
 // chain does (no padded or upsampled copies).
 type dryPadded struct{ *dryBackend }
 
-func (d dryPadded) Conv3dPadded(_, _, _, _ *tensor.Tensor, _ tensor.ConvParams, _ convchain.Padding) error {
+func (d dryPadded) Conv3dPadded(_, _, _, _ *tensor.Tensor, _ tensor.ConvParams, _ tensor.Padding) error {
 	return nil
 }
 
@@ -138,7 +137,8 @@ func (v *VAE) DecodePeak(latentShape []int, til Tiling) int64 {
 	if v == nil {
 		return 0
 	}
-	return DecodePeak(v.cfg, latentShape, til, v.dt, paddedConvOf(v.be) != nil)
+	_, fused := tensor.As[tensor.PaddedConv](v.be)
+	return DecodePeak(v.cfg, latentShape, til, v.dt, fused)
 }
 
 // tilingLadder lists the tilings Plan chooses from, largest first: untiled

@@ -6,8 +6,8 @@ package encoder
 import (
 	"fmt"
 
-	"github.com/framepack-go/framepack/model/internal/load"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // Layer is one encoder layer, with transformers' weight names.
@@ -42,19 +42,19 @@ func ParseAct(name string) (Act, error) {
 
 // LoadLayers loads count layers named prefix+"N." for hidden size d and MLP
 // size f.
-func LoadLayers(l *load.Loader, prefix string, count, d, f int) []Layer {
+func LoadLayers(l *weights.Builder, prefix string, count, d, f int) []Layer {
 	out := make([]Layer, count)
 	for i := range out {
 		p := fmt.Sprintf("%s%d.", prefix, i)
 		out[i] = Layer{
-			ln1W: l.T(p+"layer_norm1.weight", d), ln1B: l.T(p+"layer_norm1.bias", d),
-			ln2W: l.T(p+"layer_norm2.weight", d), ln2B: l.T(p+"layer_norm2.bias", d),
-			qW: l.T(p+"self_attn.q_proj.weight", d, d), qB: l.T(p+"self_attn.q_proj.bias", d),
-			kW: l.T(p+"self_attn.k_proj.weight", d, d), kB: l.T(p+"self_attn.k_proj.bias", d),
-			vW: l.T(p+"self_attn.v_proj.weight", d, d), vB: l.T(p+"self_attn.v_proj.bias", d),
-			oW: l.T(p+"self_attn.out_proj.weight", d, d), oB: l.T(p+"self_attn.out_proj.bias", d),
-			fc1W: l.T(p+"mlp.fc1.weight", f, d), fc1B: l.T(p+"mlp.fc1.bias", f),
-			fc2W: l.T(p+"mlp.fc2.weight", d, f), fc2B: l.T(p+"mlp.fc2.bias", d),
+			ln1W: l.Get(p+"layer_norm1.weight", d), ln1B: l.Get(p+"layer_norm1.bias", d),
+			ln2W: l.Get(p+"layer_norm2.weight", d), ln2B: l.Get(p+"layer_norm2.bias", d),
+			qW: l.Get(p+"self_attn.q_proj.weight", d, d), qB: l.Get(p+"self_attn.q_proj.bias", d),
+			kW: l.Get(p+"self_attn.k_proj.weight", d, d), kB: l.Get(p+"self_attn.k_proj.bias", d),
+			vW: l.Get(p+"self_attn.v_proj.weight", d, d), vB: l.Get(p+"self_attn.v_proj.bias", d),
+			oW: l.Get(p+"self_attn.out_proj.weight", d, d), oB: l.Get(p+"self_attn.out_proj.bias", d),
+			fc1W: l.Get(p+"mlp.fc1.weight", f, d), fc1B: l.Get(p+"mlp.fc1.bias", f),
+			fc2W: l.Get(p+"mlp.fc2.weight", d, f), fc2B: l.Get(p+"mlp.fc2.bias", d),
 		}
 	}
 	return out

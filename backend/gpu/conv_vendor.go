@@ -1,0 +1,541 @@
+package gpu
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/framepack-go/framepack/convchain"
+	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/miopen"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// optimized is the chain's first tier: the vendor library (cuDNN on NVIDIA,
+// MIOpen on AMD) through package miopen.
+//
+// In channels-last layout (NDHWC, the libraries' fast path) the input is
+// packed a chunk of output frames at a time into an NDHWC scratch tensor,
+// convolved, and unpacked into the NCDHW output with the bias added in the
+// same pass: the scratch memory stays within ConvOptions.ChunkBytes whatever the
+// convolution's size, and temporal zero padding is done by the packing. In
+// NCDHW layout the library reads and writes the engine's tensors directly
+// and the bias is a separate pass. Scratch tensors and the library's
+// workspace are allocated on the output's backend, so a budget above the
+// chain counts them; when they do not fit, the chunk shrinks before the
+// tier gives up.
+type optimized struct {
+	*handle
+	o *ConvOptions
+}
+
+// handle is a GPU backend's library handle and layout kernels, shared by
+// every chain on that backend (the handle is not safe for concurrent use:
+// mu guards it).
+type handle struct {
+	be     *Backend
+	dev    *hip.Device
+	h      *miopen.Handle
+	lk     *layoutKernels
+	vendor miopen.Vendor
+	mu     sync.Mutex
+	given  map[miopen.ConvDesc]bool // descs planned with a searched algorithm
+}
+
+var (
+	handlesMu sync.Mutex
+	handles   = map[*Backend]*handle{}
+)
+
+// planData is what the tier remembers of a plan: the layout and, when a
+// search chose it, the algorithm (a cuDNN algorithm or a MIOpen solution id).
+type planData struct {
+	ID     uint64 `json:"id"`
+	Layout string `json:"layout"`
+	Given  bool   `json:"given,omitempty"` // ID was chosen by a search
+}
+
+// remembered is the planData of p in layout l: cuDNN's plans are
+// algorithms, MIOpen's solutions.
+func (t *optimized) remembered(p miopen.Plan, l miopen.Layout, given bool) []byte {
+	id := p.SolutionID
+	if t.vendor == miopen.NVIDIA {
+		id = uint64(p.Algo)
+	}
+	data, _ := json.Marshal(planData{ID: id, Layout: layoutName(l), Given: given})
+	return data
+}
+
+// live is the in-process form of a plan.
+type live struct {
+	layout miopen.Layout
+	gemm   bool // a 1×1×1 convolution as one GEMM, no library
+	id     uint64
+	given  bool
+	frames int // output frames per chunk (NDHWC) at the default bound
+}
+
+func newOptimized(be *Backend, o *ConvOptions) (*optimized, error) {
+	handlesMu.Lock()
+	defer handlesMu.Unlock()
+	if h := handles[be]; h != nil {
+		return &optimized{handle: h, o: o}, nil
+	}
+	h, err := openHandle(be)
+	if err != nil {
+		return nil, err
+	}
+	handles[be] = h
+	return &optimized{handle: h, o: o}, nil
+}
+
+// workspaceLimit bounds the library's workspace (plans needing more are
+// passed over).
+const workspaceLimit = 1 << 30
+
+func openHandle(be *Backend) (*handle, error) {
+	dev := be.Device()
+	v := miopen.AMD
+	if dev.Vendor == hip.NVIDIA {
+		v = miopen.NVIDIA
+	}
+	lib, err := miopen.OpenVendor(v)
+	if err != nil {
+		return nil, err
+	}
+	unbind, err := dev.Bind()
+	if err != nil {
+		return nil, err
+	}
+	defer unbind()
+	h, err := lib.NewHandle(uintptr(be.Stream()))
+	if err != nil {
+		return nil, err
+	}
+	h.SetWorkspaceLimit(workspaceLimit)
+	return &handle{be: be, dev: dev, h: h, vendor: v, given: map[miopen.ConvDesc]bool{},
+		lk: &layoutKernels{b: be}}, nil
+}
+
+func (t *optimized) Name() string { return "optimized" }
+
+func libDType(dt string) (miopen.DType, error) {
+	switch dt {
+	case "f32":
+		return miopen.F32, nil
+	case "f16":
+		return miopen.F16, nil
+	case "bf16":
+		return miopen.BF16, nil
+	}
+	return 0, fmt.Errorf("gpu: conv3d on %s: %w", dt, tensor.ErrUnsupported)
+}
+
+// geom is a key's convolution in numbers.
+type geom struct {
+	B, Cin, T, H, W, Cout, kT, kH, kW int
+	st, pad                           [3]int
+	To, Ho, Wo                        int
+	es                                int
+}
+
+func geomOf(k convchain.Key) (geom, error) {
+	dt, err := tensor.ParseDType(k.DType)
+	if err != nil {
+		return geom{}, err
+	}
+	g := geom{B: k.X[0], Cin: k.X[1], T: k.X[2], H: k.X[3], W: k.X[4], Cout: k.W[0], kT: k.W[2], kH: k.W[3], kW: k.W[4],
+		st: k.Stride, pad: k.Padding, es: dt.Size()}
+	for i := range g.st {
+		g.st[i] = max(g.st[i], 1)
+	}
+	g.To = (g.T+2*g.pad[0]-g.kT)/g.st[0] + 1
+	g.Ho = (g.H+2*g.pad[1]-g.kH)/g.st[1] + 1
+	g.Wo = (g.W+2*g.pad[2]-g.kW)/g.st[2] + 1
+	if g.To <= 0 || g.Ho <= 0 || g.Wo <= 0 || k.W[1] != g.Cin {
+		return geom{}, fmt.Errorf("gpu: conv3d %s: bad shapes", k)
+	}
+	return g, nil
+}
+
+// inFrames is the input frames a chunk of tc output frames reads.
+func (g geom) inFrames(tc int) int { return (tc-1)*g.st[0] + g.kT }
+
+// scratch is the bytes of a chunk's NDHWC scratch tensors (input and
+// output).
+func (g geom) scratch(tc int) int64 {
+	in := int64(g.B) * int64(g.inFrames(tc)) * int64(g.H) * int64(g.W) * int64(g.Cin)
+	out := int64(g.B) * int64(tc) * int64(g.Ho) * int64(g.Wo) * int64(g.Cout)
+	w := int64(g.Cout) * int64(g.Cin) * int64(g.kT*g.kH*g.kW)
+	return (in + out + w) * int64(g.es)
+}
+
+// chunkFrames is the most output frames whose scratch fits in limit (at
+// least 1).
+func (g geom) chunkFrames(limit int64) int {
+	lo, hi := 1, g.To
+	for lo < hi { // the largest tc with scratch(tc) <= limit
+		mid := (lo + hi + 1) / 2
+		if g.scratch(mid) <= limit {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// desc is the library's description of the convolution: the whole of it in
+// NCDHW, or a chunk of tc output frames in NDHWC (temporal padding done by
+// the packing).
+func (g geom) desc(dt miopen.DType, l miopen.Layout, tc int) miopen.ConvDesc {
+	d := miopen.ConvDesc{N: g.B, C: g.Cin, D: g.T, H: g.H, W: g.W, K: g.Cout, KD: g.kT, KH: g.kH, KW: g.kW,
+		Stride: g.st, Pad: g.pad, DType: dt, Layout: l}
+	if l == miopen.NDHWC {
+		d.D = g.inFrames(tc)
+		d.Pad[0] = 0
+	}
+	return d
+}
+
+// layouts is the order the tier tries layouts in for g.
+func (t *optimized) layouts(g geom) []miopen.Layout {
+	switch t.o.Layout {
+	case LayoutNCDHW:
+		return []miopen.Layout{miopen.NCDHW}
+	case LayoutNDHWC:
+		return []miopen.Layout{miopen.NDHWC}
+	}
+	// Channels-last is the libraries' fast path (NCDHW's fast algorithms
+	// want workspaces of several GiB at the VAE's sizes); NCDHW stays as
+	// the fallback.
+	return []miopen.Layout{miopen.NDHWC, miopen.NCDHW}
+}
+
+// pointwise is a 1×1×1 convolution with stride 1 and no padding: a GEMM.
+func (g geom) pointwise() bool {
+	return g.kT == 1 && g.kH == 1 && g.kW == 1 && g.st == [3]int{1, 1, 1} && g.pad == [3]int{}
+}
+
+func isGEMM(data json.RawMessage) bool {
+	var pd planData
+	return json.Unmarshal(data, &pd) == nil && pd.Layout == "gemm"
+}
+
+func layoutName(l miopen.Layout) string {
+	if l == miopen.NDHWC {
+		return "ndhwc"
+	}
+	return "ncdhw"
+}
+
+func parseLayout(s string) (miopen.Layout, error) {
+	switch s {
+	case "ndhwc":
+		return miopen.NDHWC, nil
+	case "ncdhw", "":
+		return miopen.NCDHW, nil
+	}
+	return 0, fmt.Errorf("gpu: unknown layout %q in a remembered plan", s)
+}
+
+// libPlan plans d on the handle: with the searched algorithm when given
+// (once per desc), else by the library's heuristics. Called with t.mu held
+// and the device bound.
+func (t *optimized) libPlan(d miopen.ConvDesc, id uint64, given bool) (miopen.Plan, error) {
+	if given && !t.given[d] {
+		p, err := t.h.PlanWith(d, id)
+		if err == nil {
+			t.given[d] = true
+		}
+		return p, err
+	}
+	return t.h.Plan(d)
+}
+
+func (t *optimized) Plan(k convchain.Key, searched *convchain.Plan) (*convchain.Plan, error) {
+	g, err := geomOf(k)
+	if err != nil {
+		return nil, err
+	}
+	dt, err := libDType(k.DType)
+	if err != nil {
+		return nil, err
+	}
+	if g.pointwise() && t.o.Layout == LayoutAuto && (searched == nil || len(searched.Data) == 0 || isGEMM(searched.Data)) {
+		data, _ := json.Marshal(planData{Layout: "gemm"})
+		return &convchain.Plan{Algorithm: "1×1×1 as one GEMM per batch on " + t.be.BLAS(), Data: data, Live: &live{gemm: true}}, nil
+	}
+	order := t.layouts(g)
+	var pd planData
+	if searched != nil && len(searched.Data) > 0 {
+		if err := json.Unmarshal(searched.Data, &pd); err != nil {
+			return nil, fmt.Errorf("gpu: remembered conv3d plan: %w", err)
+		}
+		l, err := parseLayout(pd.Layout)
+		if err != nil {
+			return nil, err
+		}
+		order = []miopen.Layout{l}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	unbind, err := t.dev.Bind()
+	if err != nil {
+		return nil, err
+	}
+	defer unbind()
+	var errs []error
+	var naive *convchain.Plan
+	for _, l := range order {
+		lv := &live{layout: l, id: pd.ID, given: pd.Given}
+		if l == miopen.NDHWC {
+			lv.frames = g.chunkFrames(t.o.chunkBytes())
+		}
+		d := g.desc(dt, l, max(lv.frames, 1))
+		p, err := t.libPlan(d, lv.id, lv.given)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", layoutName(l), err))
+			continue
+		}
+		data := t.remembered(p, l, lv.given)
+		alg := fmt.Sprintf("%s %s %s", t.h.Lib().Name(), layoutName(l), p)
+		if l == miopen.NDHWC && lv.frames < g.To {
+			alg += fmt.Sprintf(", %d of %d frames a chunk", lv.frames, g.To)
+		}
+		cp := &convchain.Plan{Algorithm: alg, Naive: p.IsNaive, Workspace: p.WorkspaceBytes, Data: data, Live: lv}
+		if p.IsNaive { // another layout may have a real solver
+			if naive == nil {
+				naive = cp
+			}
+			continue
+		}
+		return cp, nil
+	}
+	if naive != nil {
+		return naive, nil // the chain skips it and says why
+	}
+	return nil, errors.Join(errs...)
+}
+
+func (t *optimized) Run(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	return t.run(plan, dst, x, nil, w, bias, p)
+}
+
+// RunPadded is Run on x padded by pad: the channels-last path packs x
+// through the padding, the others pad a copy first.
+func (t *optimized) RunPadded(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, pad tensor.Padding) error {
+	return t.run(plan, dst, x, &pad, w, bias, p)
+}
+
+func (t *optimized) run(plan *convchain.Plan, dst, x *tensor.Tensor, pad *tensor.Padding, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	k := convchain.KeyOf("", x, w, bias, p)
+	if pad != nil {
+		copy(k.X[:], pad.Shape(x.Shape()))
+	}
+	g, err := geomOf(k)
+	if err != nil {
+		return err
+	}
+	dt, err := libDType(k.DType)
+	if err != nil {
+		return err
+	}
+	lv, _ := plan.Live.(*live)
+	if lv == nil {
+		if plan, err = t.Plan(k, plan); err != nil {
+			return err
+		}
+		lv = plan.Live.(*live)
+	}
+	alloc := dst.Backend()
+	if alloc == nil {
+		alloc = t.be
+	}
+	if pad != nil && (lv.gemm || lv.layout == miopen.NCDHW) {
+		// Only the packing reads through a padding: pad a copy.
+		var px *tensor.Tensor
+		if err := t.o.Profile.time("conv3d.pad", t.be, 0, func() (err error) {
+			px, err = pad.Materialize(alloc, x)
+			return err
+		}); err != nil {
+			return err
+		}
+		defer tensor.Release(px)
+		x, pad = px, nil
+	}
+	switch {
+	case lv.gemm:
+		return t.runGEMM(g, dst, x, w, bias)
+	case lv.layout == miopen.NCDHW:
+		return t.runNCDHW(alloc, g, dt, lv, dst, x, w, bias)
+	}
+	// A chunk that does not fit shrinks, down to one frame.
+	for tc := g.chunkFrames(t.chunkLimit(alloc)); ; tc = (tc + 1) / 2 {
+		err := t.runNDHWC(alloc, g, dt, lv, tc, dst, x, pad, w, bias)
+		if err == nil || !errors.Is(err, tensor.ErrOutOfMemory) || tc == 1 {
+			return err
+		}
+		if t.o.Log != nil {
+			t.o.Log.Info(fmt.Sprintf("conv3d: %s: %d-frame chunks do not fit (%v); trying %d", k, tc, err, (tc+1)/2))
+		}
+	}
+}
+
+// maxChunkBytes bounds the scratch of a chunk when the budget has room.
+const maxChunkBytes = 4 << 30
+
+// chunkLimit is the scratch bound of a run: ConvOptions.ChunkBytes when set,
+// else DefaultChunkBytes, raised to a quarter of what the budget still has
+// free (at most maxChunkBytes): fewer, larger chunks re-pack fewer halo
+// frames and keep the library busier.
+func (t *optimized) chunkLimit(alloc tensor.Backend) int64 {
+	if t.o.ChunkBytes > 0 {
+		return t.o.ChunkBytes
+	}
+	lim := int64(DefaultChunkBytes)
+	if av, ok := alloc.(interface{ Available() int64 }); ok {
+		lim = max(lim, min(av.Available()/4, maxChunkBytes))
+	}
+	return lim
+}
+
+// runGEMM is a pointwise convolution: dst[b] (Cout, S) = w (Cout, Cin) ·
+// x[b] (Cin, S), then the bias.
+func (t *optimized) runGEMM(g geom, dst, x, w, bias *tensor.Tensor) error {
+	S := g.T * g.H * g.W
+	y := dst.Reshape(g.B, g.Cout, S)
+	err := t.o.Profile.time("conv3d.gemm", t.be, g.flops(g.To), func() error {
+		return t.be.MatMul(y, w.Reshape(1, g.Cout, g.Cin), x.Reshape(g.B, g.Cin, S),
+			tensor.MatMulParams{Batch: g.B, M: g.Cout, N: S, K: g.Cin, Alpha: 1})
+	})
+	if err != nil || bias == nil {
+		return err
+	}
+	return t.o.Profile.time("conv3d.bias", t.be, 0, func() error {
+		return t.be.Binary(tensor.OpAdd, y, y, []int{g.Cout * S, S, 1}, bias, []int{0, 1, 0})
+	})
+}
+
+// scratch allocates n elements of dt on be.
+func scratch(be tensor.Backend, dt tensor.DType, n int64) (*tensor.Tensor, error) {
+	return tensor.Alloc(be, dt, int(n))
+}
+
+// forward runs the library on d (planning it first when needed) with a
+// workspace from alloc.
+func (t *optimized) forward(alloc tensor.Backend, d miopen.ConvDesc, lv *live, x, w, y uintptr) error {
+	t.mu.Lock()
+	unbind, err := t.dev.Bind()
+	if err != nil {
+		t.mu.Unlock()
+		return err
+	}
+	p, err := t.libPlan(d, lv.id, lv.given)
+	unbind()
+	t.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	var ws *tensor.Tensor
+	var wsp uintptr
+	if p.WorkspaceBytes > 0 {
+		if ws, err = scratch(alloc, tensor.U8, p.WorkspaceBytes); err != nil {
+			return err
+		}
+		defer tensor.Release(ws)
+		wsp = Ptr(ws)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	unbind, err = t.dev.Bind()
+	if err != nil {
+		return err
+	}
+	defer unbind()
+	return t.h.Conv3dForward(d, x, w, y, wsp)
+}
+
+func (t *optimized) runNCDHW(alloc tensor.Backend, g geom, dt miopen.DType, lv *live, dst, x, w, bias *tensor.Tensor) error {
+	d := g.desc(dt, miopen.NCDHW, 0)
+	err := t.o.Profile.time("conv3d.library", t.be, g.flops(g.To), func() error {
+		return t.forward(alloc, d, lv, Ptr(x), Ptr(w), Ptr(dst))
+	})
+	if err != nil || bias == nil {
+		return err
+	}
+	return t.o.Profile.time("conv3d.bias", t.be, 0, func() error {
+		C := dst.Dim(1)
+		S := dst.Numel() / max(dst.Dim(0)*C, 1)
+		y3 := dst.Reshape(dst.Dim(0), C, S)
+		return t.be.Binary(tensor.OpAdd, y3, y3, []int{C * S, S, 1}, bias, []int{0, 1, 0})
+	})
+}
+
+func (t *optimized) runNDHWC(alloc tensor.Backend, g geom, dt miopen.DType, lv *live, tc int, dst, x *tensor.Tensor, pad *tensor.Padding, w, bias *tensor.Tensor) error {
+	tdt := dst.DType()
+	kvol := g.kT * g.kH * g.kW
+	wl, err := scratch(alloc, tdt, int64(g.Cout)*int64(g.Cin)*int64(kvol))
+	if err != nil {
+		return err
+	}
+	defer tensor.Release(wl)
+	xc, err := scratch(alloc, tdt, int64(g.B)*int64(g.inFrames(tc))*int64(g.H)*int64(g.W)*int64(g.Cin))
+	if err != nil {
+		return err
+	}
+	defer tensor.Release(xc)
+	yc, err := scratch(alloc, tdt, int64(g.B)*int64(tc)*int64(g.Ho)*int64(g.Wo)*int64(g.Cout))
+	if err != nil {
+		return err
+	}
+	defer tensor.Release(yc)
+	pr := t.o.Profile
+	// w (K, C, kvol) → (K, kvol, C): a pack with K "batches" of one frame.
+	if err := pr.time("conv3d.pack", t.be, 0, func() error {
+		return t.lk.pack(tdt, Ptr(wl), Ptr(w), g.Cout, g.Cin, 1, kvol, 0, 1)
+	}); err != nil {
+		return err
+	}
+	S, So := g.H*g.W, g.Ho*g.Wo
+	var bp uintptr
+	if bias != nil {
+		bp = Ptr(bias)
+	}
+	for to0 := 0; to0 < g.To; to0 += tc {
+		n := min(tc, g.To-to0)
+		ti0 := to0*g.st[0] - g.pad[0]
+		in := g.inFrames(n)
+		if err := pr.time("conv3d.pack", t.be, 0, func() error {
+			if pad != nil {
+				us := pad.Shape(x.Shape())
+				pg := padGeom{N: g.B, C: g.Cin, T: x.Dim(2), H: x.Dim(3), W: x.Dim(4),
+					Tu: us[2] - pad.Before[0] - pad.After[0], Hu: us[3] - pad.Before[1] - pad.After[1], Wu: us[4] - pad.Before[2] - pad.After[2],
+					up: pad.Upsample, causal: pad.CausalFirst, Tp: g.T, Hp: g.H, Wp: g.W,
+					before: pad.Before, zt: g.pad[0], replicate: pad.Mode == tensor.PadReplicate}
+				return t.lk.packpad(tdt, Ptr(xc), Ptr(x), pg, ti0+g.pad[0], in)
+			}
+			return t.lk.pack(tdt, Ptr(xc), Ptr(x), g.B, g.Cin, g.T, S, ti0, in)
+		}); err != nil {
+			return err
+		}
+		d := g.desc(dt, miopen.NDHWC, n)
+		if err := pr.time("conv3d.library", t.be, g.flops(n), func() error {
+			return t.forward(alloc, d, lv, Ptr(xc), Ptr(wl), Ptr(yc))
+		}); err != nil {
+			return err
+		}
+		if err := pr.time("conv3d.unpack", t.be, 0, func() error {
+			return t.lk.unpack(tdt, Ptr(dst), Ptr(yc), bp, g.B, g.Cout, g.To, So, to0, n)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flops is the multiply-adds ×2 of tc output frames.
+func (g geom) flops(tc int) float64 {
+	return 2 * float64(g.B) * float64(tc) * float64(g.Ho*g.Wo) * float64(g.Cout) * float64(g.Cin*g.kT*g.kH*g.kW)
+}

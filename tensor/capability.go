@@ -1,0 +1,126 @@
+package tensor
+
+// Backends are layered: a memory budget over a conv3d chain over a device,
+// say. Optional capabilities — fused kernels, buffer views, pinned uploads,
+// convolving through a padding — live on whichever layer has them, and As
+// finds them the way errors.As finds an error in a chain, so no wrapper has
+// to forward methods it does not change.
+
+// Wrapper is a backend layered over another.
+type Wrapper interface{ Unwrap() Backend }
+
+// As returns the first backend in be's chain of wrappers (be itself, then
+// what Unwrap returns, and so on) that implements T.
+func As[T any](be Backend) (T, bool) {
+	for be != nil {
+		if t, ok := be.(T); ok {
+			return t, true
+		}
+		w, ok := be.(Wrapper)
+		if !ok {
+			break
+		}
+		be = w.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
+// FusedKernels are elementwise kernels fused around the transformer's GEMMs
+// (backend/gpu has them; backend/cpu has them as the reference). The Scope
+// methods of the same names run them when the backend has them and op by op
+// otherwise.
+type FusedKernels interface {
+	// LayerNormModulate: dst = LayerNorm(x)·(1 + scale) + shift, x (B, L, D),
+	// shift and scale B·D values.
+	LayerNormModulate(dst, x, shift, scale *Tensor, eps float32) error
+	// GatedAdd: dst = x + (y + bias)·gate, x and y (B, L, D), bias (D) or
+	// nil, gate B·D values.
+	GatedAdd(dst, x, y, bias, gate *Tensor) error
+	// QKNormRoPE writes the q, k, v columns of src (B, Ls, S) at cols, plus
+	// bias (S) or nil, to rows [rowOff, rowOff+Ls) of q, k, v (B, Lj, H,
+	// Dh), q and k through the per-head RMSNorms and, when cos is set, RoPE
+	// with rows [rowOff, rowOff+Ls) of cos, sin (R, Lj, Dh), R 1 or B.
+	QKNormRoPE(q, k, v, src, bias *Tensor, rowOff int, cols [3]int, wq, wk, cos, sin *Tensor, eps float32) error
+	// ActivateColumns applies op to columns [srcCol, srcCol+cols) of src
+	// (plus bias, one value a column of src, or nil) into columns
+	// [dstCol, dstCol+cols) of dst; dst and src have the same rows.
+	ActivateColumns(op UnaryOp, dst *Tensor, dstCol int, src, bias *Tensor, srcCol, cols int) error
+}
+
+// PaddedConv convolves the input a Padding makes from x without making it
+// (the conv3d chain packs through the padding).
+type PaddedConv interface {
+	Conv3dPadded(dst, x, w, bias *Tensor, p ConvParams, pad Padding) error
+}
+
+// Viewer makes a buffer of part of another without a copy.
+type Viewer interface {
+	View(buf Buffer, off, n int64) (Buffer, error)
+}
+
+// PinnedUploader has page-locked host memory and uploads that overlap
+// compute: what weight streaming needs.
+type PinnedUploader interface {
+	AllocPinned(n int64) (*HostBuffer, error)
+	FreePinned(*HostBuffer) error
+	UploadAsync(dst Buffer, off int64, src []byte) (wait func() error, err error)
+}
+
+// Trimmer returns a backend's pooled memory to the device.
+type Trimmer interface{ Trim() error }
+
+// Trim trims the first layer of be that pools memory; nil when none does.
+func Trim(be Backend) error {
+	if t, ok := As[Trimmer](be); ok {
+		return t.Trim()
+	}
+	return nil
+}
+
+// Op is one kernel launch as a Hook sees it.
+type Op struct {
+	// Class names the kernel for a profile: the op ("matmul", "unary
+	// silu", "fused gated_add"), convolutions with their channels and
+	// kernel ("conv3d 128→128 k3").
+	Class string
+	// Flops is the arithmetic of the ops that count it (GEMMs,
+	// convolutions, attention), else 0.
+	Flops float64
+}
+
+// Hook runs around every kernel a Scope launches, as ggml's scheduler calls
+// its eval callback: it must call run once and return run's error (a
+// profiler times it).
+type Hook func(op Op, run func() error) error
+
+// Settings travel with a backend into every Scope made on it (and its
+// children), so that model code that opens its own scopes honours them.
+type Settings struct {
+	// Hook, when set, runs around every kernel.
+	Hook Hook
+	// OpByOp leaves the fused kernels unused: the Scope runs their op-by-op
+	// fallbacks, the fused kernels' reference.
+	OpByOp bool
+}
+
+// WithSettings returns be carrying st. Put it under a memory budget (the
+// budget wraps it) so that tensors keep one backend identity.
+func WithSettings(be Backend, st Settings) Backend { return &settled{Backend: be, st: st} }
+
+type settled struct {
+	Backend
+	st Settings
+}
+
+func (s *settled) Unwrap() Backend    { return s.Backend }
+func (s *settled) settings() Settings { return s.st }
+
+type settingsCarrier interface{ settings() Settings }
+
+func settingsOf(be Backend) Settings {
+	if c, ok := As[settingsCarrier](be); ok {
+		return c.settings()
+	}
+	return Settings{}
+}
