@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin
 DEVICE  := .device
-GPU_PKGS := ./hip ./rocblas ./miopen ./backend/gpu ./internal/device ./vae ./model/hunyuan ./model/clip ./model/llama ./model/siglip ./section ./sampler
+GPU_PKGS := ./hip ./rocblas ./miopen ./backend/gpu ./internal/device ./vae ./vae/wan ./model/hunyuan ./model/clip ./model/llama ./model/siglip ./section ./sampler
 
 .PHONY: all build test test-short vet fuzz bench device-tests clean
 

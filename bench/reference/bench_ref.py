@@ -1,14 +1,16 @@
 """The PyTorch reference timings framepack's benchmarks compare against.
 
-Runs diffusers' AutoencoderKLHunyuanVideo decode and the FramePack transformer
-(HunyuanVideoFramepackTransformer3DModel) at the real configurations with
-random weights on one CUDA GPU, and prints one JSON line per measurement.
+Runs diffusers' AutoencoderKLHunyuanVideo decode, AutoencoderKLWan (Wan 2.1) decode
+and the FramePack transformer (HunyuanVideoFramepackTransformer3DModel) at the real
+configurations with random weights on one CUDA GPU, and prints one JSON line per
+measurement.
 With --save DIR it also writes the random VAE (save_pretrained), the latent and
 the decoded sample, so framepack can decode the same latent with the same
 weights and compare outputs.
 
 Needs torch and diffusers' source on PYTHONPATH:
     PYTHONPATH=/path/to/diffusers/src python3 bench_ref.py vae --save /tmp/ref
+    PYTHONPATH=/path/to/diffusers/src python3 bench_ref.py wan_vae --latent 1x16x5x40x40
 """
 import argparse
 import json
@@ -57,6 +59,41 @@ def bench_vae(args):
                       f"{args.save}/decode_{mode}.safetensors")
 
 
+def bench_wan_vae(args):
+    """AutoencoderKLWan.decode at the released Wan 2.1 config (random weights: torch's default
+    init, the norms' gamma 1), framewise = diffusers' default (one latent frame at a time with
+    the feature cache), tiled = enable_tiling() (256/192)."""
+    from diffusers import AutoencoderKLWan
+
+    torch.manual_seed(0)
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[args.dtype]
+    vae = AutoencoderKLWan().to("cuda", dtype).eval()
+    shape = [int(x) for x in args.latent.split("x")]
+    z = torch.randn(shape, generator=torch.Generator("cpu").manual_seed(1)).to("cuda", dtype)
+    if args.save:
+        import os
+        from safetensors.torch import save_file
+        os.makedirs(args.save, exist_ok=True)
+        vae.save_pretrained(os.path.join(args.save, "wan_vae"))
+    frames = 1 + (shape[2] - 1) * 4
+    for mode in args.modes.split(","):
+        vae.disable_tiling()
+        if mode == "tiled":
+            vae.enable_tiling()
+        with torch.no_grad():
+            out, times, peak = timed(lambda: vae.decode(z).sample, args.iters)
+        print(json.dumps({"bench": "vae_decode", "impl": "pytorch", "model": "wan2.1", "mode": mode,
+                          "latent": shape, "frames": frames, "height": shape[3] * 8, "width": shape[4] * 8,
+                          "dtype": args.dtype, "seconds": sorted(times)[len(times) // 2], "all": times,
+                          "peak_bytes": peak, "weights_bytes": sum(p.numel() * p.element_size() for p in vae.parameters()),
+                          "device": torch.cuda.get_device_name()}), flush=True)
+        if args.save:
+            save_file({"z": z.float().cpu().contiguous(), "sample": out.float().cpu().contiguous()},
+                      f"{args.save}/wan_decode_{mode}.safetensors")
+        del out
+        torch.cuda.empty_cache()
+
+
 def bench_transformer(args):
     from diffusers import HunyuanVideoFramepackTransformer3DModel
 
@@ -95,14 +132,18 @@ def bench_transformer(args):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["vae", "transformer"])
-    p.add_argument("--latent", default="1x16x18x68x88")
+    p.add_argument("what", choices=["vae", "wan_vae", "transformer"])
+    p.add_argument("--latent", default=None,
+                   help="BxCxTxHxW (vae: 1x16x18x68x88, a FramePack section; wan_vae: 1x16x21x60x104, 81 frames of 480x832)")
     p.add_argument("--modes", default="framewise,tiled")
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--save", default="")
+    p.add_argument("--dtype", choices=["f16", "bf16", "f32"], default="f16", help="wan_vae's dtype")
     p.add_argument("--sdpa", choices=["default", "flash", "cudnn"], default="default",
                    help="torch's attention backend for the transformer (default: torch's own choice)")
     a = p.parse_args()
+    if a.latent is None:
+        a.latent = "1x16x21x60x104" if a.what == "wan_vae" else "1x16x18x68x88"
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    {"vae": bench_vae, "transformer": bench_transformer}[a.what](a)
+    {"vae": bench_vae, "wan_vae": bench_wan_vae, "transformer": bench_transformer}[a.what](a)

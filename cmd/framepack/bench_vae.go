@@ -28,7 +28,7 @@ func init() { benchCommands = append(benchCommands, newBenchVAE) }
 type benchVAEFlags struct {
 	vaeDir, latent, dtype, tiling string
 	vramLimit, reference, device  string
-	layout                        string
+	layout, class                 string
 	iters                         int
 	seed                          uint64
 	profile                       bool
@@ -39,7 +39,8 @@ func newBenchVAE() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "vae",
 		Short: "Time the VAE decode at the released configuration (random weights unless --vae)",
-		Long: `Decode one latent with HunyuanVideo's VAE and print one JSON line per measurement:
+		Long: `Decode one latent with HunyuanVideo's VAE (--vae-class wan: Wan 2.1's, by default at
+81 frames of 480x832, latent 1x16x21x60x104) and print one JSON line per measurement:
 seconds (median of --iters after a warm-up decode), peak device memory (the budget's
 accounting, weights included, and the GPU pool's), the planned activation peak
 (vae.DecodePeak) against the measured one, the tiles, and the conv3d chain's work per tier.
@@ -54,13 +55,15 @@ writes them) decodes that z instead of a random one and reports the relative L2 
 against sample; use it with --vae pointing at the same weights.`,
 		Example: `  framepack bench vae --dtype f16 --tiling framewise
   framepack bench vae --tiling auto --vram-limit 4.2G
-  framepack bench vae --vae /tmp/ref/vae --reference /tmp/ref/decode_framewise.safetensors`,
+  framepack bench vae --vae /tmp/ref/vae --reference /tmp/ref/decode_framewise.safetensors
+  framepack bench vae --vae-class wan --latent 1x16x5x40x40`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return runBenchVAE(cmd, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.vaeDir, "vae", "", "VAE folder (config.json + diffusion_pytorch_model.safetensors); default: random weights at the released config")
-	fl.StringVar(&f.latent, "latent", "1x16x18x68x88", "latent shape BxCxTxHxW (one FramePack section at 544x704)")
+	fl.StringVar(&f.latent, "latent", "1x16x18x68x88", "latent shape BxCxTxHxW (one FramePack section at 544x704; with --vae-class wan: "+wanBenchLatent+")")
+	fl.StringVar(&f.class, "vae-class", "hunyuan", "hunyuan (AutoencoderKLHunyuanVideo) or wan (AutoencoderKLWan, Wan 2.1); framewise and none are the same for wan, whose decode is always frame by frame")
 	fl.StringVar(&f.dtype, "dtype", "f16", "compute dtype: f16, bf16 or f32")
 	fl.StringVar(&f.tiling, "tiling", "framewise", "framewise, spatial:TILE:STRIDE, none or auto")
 	fl.StringVar(&f.vramLimit, "vram-limit", "", `device memory budget ("4.2G", "50%"); default: the device's`)
@@ -189,6 +192,12 @@ func openBenchDevice(f *benchVAEFlags, log *slog.Logger) (*benchDevice, error) {
 
 func runBenchVAE(cmd *cobra.Command, f *benchVAEFlags) error {
 	log := slog.Default()
+	if f.class != "hunyuan" && f.class != "wan" {
+		return fmt.Errorf("--vae-class %q: want hunyuan or wan", f.class)
+	}
+	if f.class == "wan" && !cmd.Flags().Changed("latent") {
+		f.latent = wanBenchLatent
+	}
 	shape, err := parseShape(f.latent)
 	if err != nil {
 		return err
@@ -223,6 +232,9 @@ func runBenchVAE(cmd *cobra.Command, f *benchVAEFlags) error {
 		return err
 	}
 	defer d.close()
+	if f.class == "wan" {
+		return runBenchWan(cmd, f, d, shape, dt, til, auto, z, ref)
+	}
 	start := time.Now()
 	var v *vae.VAE
 	if f.vaeDir != "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae"
+	"github.com/framepack-go/framepack/vae/wan"
 	"github.com/framepack-go/framepack/video"
 	"github.com/framepack-go/framepack/weights"
 )
@@ -30,7 +31,7 @@ type vaeFlags struct {
 
 func (f *vaeFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.vaeDir, "vae", "", "VAE folder: config.json + diffusion_pytorch_model.safetensors (HunyuanVideo's vae/)")
+	fl.StringVar(&f.vaeDir, "vae", "", "VAE folder: config.json + diffusion_pytorch_model.safetensors (HunyuanVideo's or Wan's vae/, by its _class_name)")
 	fl.StringVarP(&f.out, "output", "o", "", "output file")
 	fl.StringVar(&f.device, "device", "auto", "auto, gpu or cpu")
 	fl.StringVar(&f.dtype, "dtype", "auto", "compute dtype: auto (f16 on a GPU, f32 on the CPU), f16, bf16 or f32")
@@ -90,7 +91,7 @@ func (f *vaeFlags) open(log *slog.Logger, opts vae.Options) (*device.Device, *va
 func newVAE() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "vae",
-		Short: "Decode latents to video, or encode an image to latents, with HunyuanVideo's VAE",
+		Short: "Decode latents to video, or encode an image to latents, with HunyuanVideo's or Wan 2.1's VAE",
 	}
 	cmd.AddCommand(newVAEDecode(), newVAEEncode())
 	return cmd
@@ -110,6 +111,11 @@ H.264 MP4 through ffmpeg (libx264, yuv420p; -o ending in .mov or .mkv picks that
 container), or as PNG frames in a folder: -o without extension, or NAME_frames when ffmpeg is
 missing. The latents are divided by the VAE's scaling factor first, as FramePack keeps them
 multiplied (--unscaled: they are not). The tensor is "latents", or the file's only tensor.
+
+The VAE's config.json names its class: AutoencoderKLWan (Wan 2.1) decodes latents (1, 16, T, h,
+w) one latent frame at a time into 1+4(T−1) frames, after mapping them from the normalized scale
+Wan's pipelines keep (z·latents_std + latents_mean; --unscaled: as they are); its decode is always
+frame by frame, so framewise and none are the same.
 
 The pixels are rounded to the compute dtype, as FramePack's vae_decode returns them. The tiles
 are chosen from the memory budget (--tiling auto), as generate chooses them, so the decode fits
@@ -199,6 +205,11 @@ func readLatents(path, name string) (*tensor.Tensor, error) {
 }
 
 func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Tiling, auto, unscaled bool, out videoOutput, vo video.Options) error {
+	if class, err := vaeClass(f.vaeDir); err != nil {
+		return err
+	} else if class == wan.ClassName {
+		return runWanDecode(cmd, f, z, til, auto, unscaled, out, vo)
+	}
 	log := slog.Default()
 	d, v, err := f.open(log, vae.Options{NoEncoder: true})
 	if err != nil {
@@ -277,7 +288,9 @@ func newVAEEncode() *cobra.Command {
 center-cropped to the nearest bucket of --resolution, mapped to x/127.5 − 1, encoded, the
 posterior's mode taken (--sample draws from it with --seed, as torch.randn does), and
 multiplied by the scaling factor, each step rounded to the compute dtype as FramePack's
-vae_encode computes in the VAE's. Written as the tensor "latents" (1, 16, 1, H/8, W/8).`,
+vae_encode computes in the VAE's. Written as the tensor "latents" (1, 16, 1, H/8, W/8).
+With a Wan VAE (config.json's _class_name AutoencoderKLWan) the latents are normalized as Wan's
+pipelines keep them instead: (z − latents_mean)/latents_std.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.check(); err != nil {
@@ -321,6 +334,11 @@ vae_encode computes in the VAE's. Written as the tensor "latents" (1, 16, 1, H/8
 }
 
 func runVAEEncode(f *vaeFlags, im *section.RGB, sample bool, seed uint64) error {
+	if class, err := vaeClass(f.vaeDir); err != nil {
+		return err
+	} else if class == wan.ClassName {
+		return runWanEncode(f, im, sample, seed)
+	}
 	log := slog.Default()
 	d, v, err := f.open(log, vae.Options{NoDecoder: true})
 	if err != nil {

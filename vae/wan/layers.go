@@ -1,0 +1,383 @@
+package wan
+
+import (
+	"math"
+
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// Every forward below consumes its input (frees it when the scope owns it)
+// as soon as it is dead, as in package vae; the feature cache's tensors live
+// in the cache's own scope until they are replaced.
+
+// params builds the weights: the tensor name with the given shape, from a
+// checkpoint, a generator or a recorder.
+type params interface {
+	get(name string, shape ...int) *tensor.Tensor
+}
+
+// cacheT is diffusers' CACHE_T: a causal conv keeps the last two frames of
+// its input for the next chunk.
+const cacheT = 2
+
+// slot is one entry of diffusers' feat_cache: nil (first chunk), "Rep" (an
+// upsampler's first chunk: no temporal upsample yet), or frames.
+type slot struct {
+	x   *tensor.Tensor
+	rep bool
+}
+
+// featCache is diffusers' feat_cache and feat_idx: each causal conv (and
+// temporal resampler) takes the next slot in forward order every chunk.
+type featCache struct {
+	s     *tensor.Scope // owns the cached frames
+	slots []slot
+	idx   int
+}
+
+func newFeatCache(s *tensor.Scope) *featCache { return &featCache{s: s} }
+
+// next is the slot of the next cached layer of this chunk.
+func (f *featCache) next() *slot {
+	if f.idx == len(f.slots) {
+		f.slots = append(f.slots, slot{})
+	}
+	sl := &f.slots[f.idx]
+	f.idx++
+	return sl
+}
+
+// chunk starts a new chunk (feat_idx = [0]).
+func (f *featCache) chunk() { f.idx = 0 }
+
+// release frees every cached tensor (clear_cache).
+func (f *featCache) release() {
+	for i := range f.slots {
+		if f.slots[i].x != nil {
+			f.s.Free(f.slots[i].x)
+		}
+	}
+	f.slots, f.idx = nil, 0
+}
+
+// set replaces the slot's frames.
+func (f *featCache) set(sl *slot, x *tensor.Tensor) {
+	if sl.x != nil {
+		f.s.Free(sl.x)
+	}
+	sl.x, sl.rep = x, false
+}
+
+// tail is x's last cacheT frames, with the previous cache's last frame in
+// front when x has fewer (diffusers' "cache last frame of last two chunk");
+// a copy owned by the cache's scope.
+func (f *featCache) tail(sl *slot, x *tensor.Tensor) *tensor.Tensor {
+	t := x.Dim(2)
+	last := f.s.Slice(x, 2, max(t-cacheT, 0), t)
+	if last.Dim(2) < cacheT && sl.x != nil {
+		prev := f.s.Slice(sl.x, 2, sl.x.Dim(2)-1, sl.x.Dim(2))
+		cat := f.s.Concat(2, prev, last)
+		f.s.Free(prev, last)
+		return cat
+	}
+	return last
+}
+
+// conv is a convolution of x under a padding (zeros; optionally reading x
+// through a nearest upsample), without a padded copy on a backend that can
+// convolve through it (the GPU's conv3d chain), with one otherwise.
+type conv struct {
+	w, b   *tensor.Tensor // w (Cout, Cin, kT, kH, kW)
+	stride [3]int
+}
+
+func newConv(p params, name string, cout, cin, kt, kh, kw int, stride [3]int) *conv {
+	return &conv{w: p.get(name+".weight", cout, cin, kt, kh, kw), b: p.get(name+".bias", cout), stride: stride}
+}
+
+// newConv2d is an nn.Conv2d run on every frame: its (Cout, Cin, kH, kW)
+// weight as a conv3d of temporal kernel 1.
+func newConv2d(p params, name string, cout, cin, k int, stride int) *conv {
+	w := p.get(name+".weight", cout, cin, k, k)
+	if w.Numel() > 0 {
+		w = w.Reshape(cout, cin, 1, k, k)
+	}
+	return &conv{w: w, b: p.get(name+".bias", cout), stride: [3]int{1, stride, stride}}
+}
+
+// run convolves x padded (and upsampled) as pad says, through the
+// backend's padded convolution where it has one (no padded copy).
+func (c *conv) run(s *tensor.Scope, x *tensor.Tensor, pad tensor.Padding, consume bool) *tensor.Tensor {
+	return s.Conv3dPadded(x, c.w, c.b, c.stride, pad, consume)
+}
+
+// causalConv is WanCausalConv3d with kernel 3 and padding 1: two zero
+// frames in front (fewer when cached frames stand in for them), one zero
+// pixel each side.
+type causalConv struct{ conv }
+
+func newCausalConv(p params, name string, cin, cout int) *causalConv {
+	return &causalConv{*newConv(p, name, cout, cin, 3, 3, 3, [3]int{1, 1, 1})}
+}
+
+// forward runs the conv on x with the feature cache: the slot's frames go
+// in front of x, and x's tail replaces them.
+func (c *causalConv) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
+	sl := f.next()
+	tail := f.tail(sl, x)
+	in, front := x, 2
+	if sl.x != nil {
+		prev := s.To(sl.x)
+		in = s.Concat(2, prev, x)
+		s.Free(x)
+		front -= sl.x.Dim(2)
+	}
+	y := c.run(s, in, tensor.Padding{Before: [3]int{front, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadZeros}, true)
+	f.set(sl, tail)
+	return y
+}
+
+// rmsNorm is WanRMS_norm without bias: F.normalize over the channels times
+// √C·γ, which is x·rsqrt(mean(x²) + ε)·γ with ε = (1e-12)²/C standing for
+// F.normalize's floor on the norm.
+type rmsNorm struct {
+	gamma *tensor.Tensor // (C)
+	eps   float32
+}
+
+func newRMSNorm(p params, name string, ch int, images bool) rmsNorm {
+	var g *tensor.Tensor
+	if images {
+		g = p.get(name+".gamma", ch, 1, 1)
+	} else {
+		g = p.get(name+".gamma", ch, 1, 1, 1)
+	}
+	if g.Numel() > 0 {
+		g = g.Reshape(ch)
+	}
+	return rmsNorm{gamma: g, eps: float32(1e-24 / float64(ch))}
+}
+
+// channelsFirst normalises x (B, C, T, H, W) over C, then SiLU when asked.
+// RMSNorm runs over the last axis, so the channels go last and back.
+func (n rmsNorm) channelsFirst(s *tensor.Scope, x *tensor.Tensor, silu bool) *tensor.Tensor {
+	cl := s.Permute(x, 0, 2, 3, 4, 1)
+	y := s.RMSNorm(cl, n.gamma, n.eps)
+	s.Free(cl)
+	out := s.Permute(y, 0, 4, 1, 2, 3)
+	s.Free(y)
+	if silu {
+		a := s.SiLU(out)
+		s.Free(out)
+		out = a
+	}
+	return out
+}
+
+// resnet is WanResidualBlock: conv2(SiLU(norm2(conv1(SiLU(norm1(x)))))) +
+// shortcut(x), the two 3×3×3 convs cached.
+type resnet struct {
+	norm1, norm2 rmsNorm
+	conv1, conv2 *causalConv
+	shortcut     *conv // 1×1×1 when the channels change
+}
+
+func newResnet(p params, name string, cin, cout int) *resnet {
+	r := &resnet{
+		norm1: newRMSNorm(p, name+".norm1", cin, false),
+		conv1: newCausalConv(p, name+".conv1", cin, cout),
+		norm2: newRMSNorm(p, name+".norm2", cout, false),
+		conv2: newCausalConv(p, name+".conv2", cout, cout),
+	}
+	if cin != cout {
+		r.shortcut = newConv(p, name+".conv_shortcut", cout, cin, 1, 1, 1, [3]int{1, 1, 1})
+	}
+	return r
+}
+
+func (r *resnet) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
+	res := x
+	if r.shortcut != nil {
+		res = r.shortcut.run(s, x, tensor.Padding{}, false)
+	}
+	h := r.norm1.channelsFirst(s, x, true)
+	if res != x {
+		s.Free(x)
+	}
+	h = r.conv1.forward(s, f, h)
+	g := r.norm2.channelsFirst(s, h, true)
+	s.Free(h)
+	h = r.conv2.forward(s, f, g)
+	out := s.Add(h, res)
+	s.Free(h, res)
+	return out
+}
+
+// attention is WanAttentionBlock: single-head self-attention within each
+// frame (no cache), RMS norm in front, residual.
+type attention struct {
+	norm       rmsNorm
+	qkv, qkvb  *tensor.Tensor // (3C, C), (3C)
+	proj, prjb *tensor.Tensor // (C, C), (C)
+}
+
+func newAttention(p params, name string, ch int) *attention {
+	a := &attention{
+		norm: newRMSNorm(p, name+".norm", ch, true),
+		qkv:  p.get(name+".to_qkv.weight", 3*ch, ch, 1, 1), qkvb: p.get(name+".to_qkv.bias", 3*ch),
+		proj: p.get(name+".proj.weight", ch, ch, 1, 1), prjb: p.get(name+".proj.bias", ch),
+	}
+	if a.qkv.Numel() > 0 {
+		a.qkv, a.proj = a.qkv.Reshape(3*ch, ch), a.proj.Reshape(ch, ch)
+	}
+	return a
+}
+
+func (a *attention) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	b, c, t, h, w := x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3), x.Dim(4)
+	hw := h * w
+	tok := s.Permute(x, 0, 2, 3, 4, 1) // (B, T, H, W, C): one row per pixel
+	n := s.RMSNorm(tok.Reshape(b*t, hw, c), a.norm.gamma, a.norm.eps)
+	s.Free(tok)
+	qkv := s.Linear(n, a.qkv, a.qkvb)
+	s.Free(n)
+	parts := s.Split(qkv, 2, c, c, c)
+	s.Free(qkv)
+	q, k, v := parts[0], parts[1], parts[2]
+	// softmax(q·kᵀ/√C)·v per frame as two BLAS products: the head size
+	// (384 in the released model) is beyond the attention kernels'.
+	sc := s.Empty(q.DType(), b*t, hw, hw)
+	err := s.Backend().MatMul(sc, q, k, tensor.MatMulParams{Batch: b * t, M: hw, N: hw, K: c, TransB: true,
+		Alpha: float32(1 / math.Sqrt(float64(c)))})
+	if err != nil {
+		panic(&tensor.OpError{Op: "matmul", Err: err})
+	}
+	s.Free(q, k)
+	pr := s.Softmax(sc)
+	s.Free(sc)
+	o := s.MatMul(pr, v, false, false)
+	s.Free(pr, v)
+	y := s.Linear(o, a.proj, a.prjb)
+	s.Free(o)
+	back := s.Permute(y.Reshape(b, t, h, w, c), 0, 4, 1, 2, 3)
+	s.Free(y)
+	out := s.Add(back, x)
+	s.Free(back, x)
+	return out
+}
+
+// midBlock is WanMidBlock: resnets.0 → attentions.0 → resnets.1.
+type midBlock struct {
+	res0, res1 *resnet
+	attn       *attention
+}
+
+func newMidBlock(p params, name string, ch int) *midBlock {
+	return &midBlock{
+		res0: newResnet(p, name+".resnets.0", ch, ch),
+		attn: newAttention(p, name+".attentions.0", ch),
+		res1: newResnet(p, name+".resnets.1", ch, ch),
+	}
+}
+
+func (m *midBlock) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
+	x = m.res0.forward(s, f, x)
+	x = m.attn.forward(s, x)
+	return m.res1.forward(s, f, x)
+}
+
+// resample is WanResample: spatial ×2 up (nearest, then a 3×3 conv to half
+// the channels) or down (pad right and bottom, 3×3 stride 2), each frame
+// alone; the 3-D modes add time_conv, cached.
+type resample struct {
+	up       bool
+	temporal bool
+	conv     *conv // resample.1
+	timeConv *conv
+}
+
+func newResample(p params, name string, dim int, up, temporal bool) *resample {
+	r := &resample{up: up, temporal: temporal}
+	if up {
+		r.conv = newConv2d(p, name+".resample.1", dim/2, dim, 3, 1)
+		if temporal {
+			r.timeConv = newConv(p, name+".time_conv", 2*dim, dim, 3, 1, 1, [3]int{1, 1, 1})
+		}
+	} else {
+		r.conv = newConv2d(p, name+".resample.1", dim, dim, 3, 2)
+		if temporal {
+			r.timeConv = newConv(p, name+".time_conv", dim, dim, 3, 1, 1, [3]int{2, 1, 1})
+		}
+	}
+	return r
+}
+
+func (r *resample) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
+	if r.up {
+		if r.temporal {
+			x = r.timeUp(s, f, x)
+		}
+		return r.conv.run(s, x, tensor.Padding{Before: [3]int{0, 1, 1}, After: [3]int{0, 1, 1},
+			Mode: tensor.PadZeros, Upsample: [3]int{1, 2, 2}}, true)
+	}
+	x = r.conv.run(s, x, tensor.Padding{After: [3]int{0, 1, 1}, Mode: tensor.PadZeros}, true)
+	if r.temporal {
+		x = r.timeDown(s, f, x)
+	}
+	return x
+}
+
+// timeUp doubles the frames: the first chunk passes through ("Rep"); later
+// ones run time_conv (2C channels out, zero frames in front for the chunk
+// after "Rep", the cached frames after that) and interleave its halves.
+func (r *resample) timeUp(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
+	sl := f.next()
+	if sl.x == nil && !sl.rep {
+		sl.rep = true
+		return x
+	}
+	var tail *tensor.Tensor
+	if sl.rep {
+		last := f.s.Slice(x, 2, max(x.Dim(2)-cacheT, 0), x.Dim(2))
+		if last.Dim(2) < cacheT {
+			z := f.s.Zeros(last.DType(), last.Shape()...)
+			tail = f.s.Concat(2, z, last)
+			f.s.Free(z, last)
+		} else {
+			tail = last
+		}
+	} else {
+		tail = f.tail(sl, x)
+	}
+	b, c, t, h, w := x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3), x.Dim(4)
+	in, front := x, 2
+	if !sl.rep {
+		in = s.Concat(2, s.To(sl.x), x)
+		s.Free(x)
+		front -= sl.x.Dim(2)
+	}
+	y := r.timeConv.run(s, in, tensor.Padding{Before: [3]int{front, 0, 0}, Mode: tensor.PadZeros}, true)
+	f.set(sl, tail)
+	// (B, 2C, T, H, W) → (B, C, 2T, H, W): frame 2i is the first half of
+	// the channels at i, frame 2i+1 the second.
+	il := s.Permute(y.Reshape(b, 2, c, t, h*w), 0, 2, 3, 1, 4)
+	s.Free(y)
+	return il.Reshape(b, c, 2*t, h, w)
+}
+
+// timeDown halves the frames: the first chunk is only cached; later ones
+// run time_conv (kernel 3, stride 2) over the cached last frame and x.
+func (r *resample) timeDown(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
+	sl := f.next()
+	t := x.Dim(2)
+	last := f.s.Slice(x, 2, t-1, t)
+	if sl.x == nil {
+		f.set(sl, last)
+		return x
+	}
+	in := s.Concat(2, s.To(sl.x), x)
+	s.Free(x)
+	y := r.timeConv.run(s, in, tensor.Padding{}, true)
+	f.set(sl, last)
+	return y
+}

@@ -1,0 +1,177 @@
+package wan
+
+import (
+	"fmt"
+
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// layer is one entry of the encoder's flat down_blocks list.
+type layer interface {
+	forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor
+}
+
+// encoder is WanEncoder3d followed by quant_conv.
+type encoder struct {
+	convIn  *causalConv
+	down    []layer
+	mid     *midBlock
+	normOut rmsNorm
+	convOut *causalConv
+	quant   *conv
+}
+
+func newEncoder(p params, c *Config) *encoder {
+	dims := []int{c.BaseDim}
+	for _, m := range c.DimMult {
+		dims = append(dims, c.BaseDim*m)
+	}
+	e := &encoder{convIn: newCausalConv(p, "encoder.conv_in", c.InChannels, dims[0])}
+	k := 0
+	name := func() string { k++; return fmt.Sprintf("encoder.down_blocks.%d", k-1) }
+	for i := range c.DimMult {
+		in, out := dims[i], dims[i+1]
+		for j := 0; j < c.NumResBlocks; j++ {
+			e.down = append(e.down, newResnet(p, name(), in, out))
+			in = out
+		}
+		if i != len(c.DimMult)-1 {
+			e.down = append(e.down, newResample(p, name(), out, false, c.TemperalDownsample[i]))
+		}
+	}
+	last := dims[len(dims)-1]
+	e.mid = newMidBlock(p, "encoder.mid_block", last)
+	e.normOut = newRMSNorm(p, "encoder.norm_out", last, false)
+	e.convOut = newCausalConv(p, "encoder.conv_out", last, 2*c.ZDim)
+	e.quant = newConv(p, "quant_conv", 2*c.ZDim, 2*c.ZDim, 1, 1, 1, [3]int{1, 1, 1})
+	return e
+}
+
+// forward runs one chunk (1 or 4 frames) through the encoder and
+// quant_conv.
+func (e *encoder) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
+	f.chunk()
+	x = e.convIn.forward(s, f, x)
+	for _, l := range e.down {
+		x = l.forward(s, f, x)
+	}
+	x = e.mid.forward(s, f, x)
+	h := e.normOut.channelsFirst(s, x, true)
+	s.Free(x)
+	h = e.convOut.forward(s, f, h)
+	return e.quant.run(s, h, tensor.Padding{}, true)
+}
+
+// decoder is post_quant_conv followed by WanDecoder3d.
+type decoder struct {
+	postQuant *conv
+	convIn    *causalConv
+	mid       *midBlock
+	blocks    []*upBlock
+	normOut   rmsNorm
+	convOut   *causalConv
+	// tailFrom is the first up block after the last temporal upsampler;
+	// wholeChunk runs the tail on the whole chunk instead (for tests).
+	tailFrom   int
+	wholeChunk bool
+}
+
+type upBlock struct {
+	resnets []*resnet
+	up      *resample // nil in the last block
+}
+
+func newDecoder(p params, c *Config) *decoder {
+	base := c.decoderBase()
+	n := len(c.DimMult)
+	dims := []int{base * c.DimMult[n-1]}
+	for i := n - 1; i >= 0; i-- {
+		dims = append(dims, base*c.DimMult[i])
+	}
+	d := &decoder{
+		postQuant: newConv(p, "post_quant_conv", c.ZDim, c.ZDim, 1, 1, 1, [3]int{1, 1, 1}),
+		convIn:    newCausalConv(p, "decoder.conv_in", c.ZDim, dims[0]),
+		mid:       newMidBlock(p, "decoder.mid_block", dims[0]),
+	}
+	for i := 0; i < n; i++ {
+		in, out := dims[i], dims[i+1]
+		if i > 0 {
+			in /= 2 // the previous upsampler halved the channels
+		}
+		name := fmt.Sprintf("decoder.up_blocks.%d", i)
+		b := &upBlock{}
+		for j := 0; j < c.NumResBlocks+1; j++ {
+			b.resnets = append(b.resnets, newResnet(p, fmt.Sprintf("%s.resnets.%d", name, j), in, out))
+			in = out
+		}
+		if i != n-1 {
+			// temperal_upsample is temperal_downsample reversed.
+			b.up = newResample(p, name+".upsamplers.0", out, true, c.TemperalDownsample[n-2-i])
+			if b.up.temporal {
+				d.tailFrom = i + 1
+			}
+		}
+		d.blocks = append(d.blocks, b)
+	}
+	d.normOut = newRMSNorm(p, "decoder.norm_out", dims[n], false)
+	d.convOut = newCausalConv(p, "decoder.conv_out", dims[n], c.OutChannels)
+	return d
+}
+
+// forward decodes one latent frame z (B, z_dim, 1, h, w) after
+// post_quant_conv, with the cache of the frames before it, handing the
+// pixels to emit (which must not keep them: they are freed after).
+//
+// After the last temporal upsampler every layer is per frame or a causal
+// conv with the cache, so from there on the chunk's frames run one at a
+// time (tail): each output frame is what diffusers computes for it, and
+// the full-resolution activations are a quarter of a 4-frame chunk's. The
+// cache ends holding the same frames, as each single frame's tail takes the
+// previous frame in front.
+func (d *decoder) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor, emit func(*tensor.Tensor)) {
+	f.chunk()
+	x = d.convIn.forward(s, f, x)
+	x = d.mid.forward(s, f, x)
+	for i, b := range d.blocks {
+		if i == d.tailFrom && !d.wholeChunk && x.Dim(2) > 1 {
+			start := f.idx
+			for k := 0; k < x.Dim(2); k++ {
+				f.idx = start
+				y := d.tail(s, f, s.Slice(x, 2, k, k+1), i)
+				emit(y)
+				s.Free(y)
+			}
+			s.Free(x)
+			return
+		}
+		x = b.forward(s, f, x)
+	}
+	y := d.head(s, f, x)
+	emit(y)
+	s.Free(y)
+}
+
+func (b *upBlock) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
+	for _, r := range b.resnets {
+		x = r.forward(s, f, x)
+	}
+	if b.up != nil {
+		x = b.up.forward(s, f, x)
+	}
+	return x
+}
+
+// tail runs up blocks from.. and the head.
+func (d *decoder) tail(s *tensor.Scope, f *featCache, x *tensor.Tensor, from int) *tensor.Tensor {
+	for _, b := range d.blocks[from:] {
+		x = b.forward(s, f, x)
+	}
+	return d.head(s, f, x)
+}
+
+// head is norm_out, SiLU and conv_out.
+func (d *decoder) head(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
+	h := d.normOut.channelsFirst(s, x, true)
+	s.Free(x)
+	return d.convOut.forward(s, f, h)
+}

@@ -1,0 +1,186 @@
+package wan
+
+import (
+	"sync"
+
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// The peak-memory model of a decode runs the decoder's own forward code on
+// a backend that allocates nothing and computes nothing (dryBackend), and
+// counts the bytes of live tensors: the model cannot drift from the code.
+// Like vae.DecodePeak it predicts the scope-level peak (activations and the
+// feature cache), not the weights, the caller's tensors nor a backend's
+// private workspaces. Three frames reach the steady state: from the third
+// on every cache slot holds its two frames.
+
+// dryBuf is a pointer, so that every allocation is its own (scopes key
+// their buffers by identity).
+type dryBuf struct{ n int64 }
+
+func (d *dryBuf) Bytes() int64 { return d.n }
+
+// dryBackend is a tensor.Backend whose kernels do nothing. An op the
+// decoder does not use reaches the nil embedded interface and panics.
+type dryBackend struct {
+	tensor.Backend
+	mu         sync.Mutex
+	live, peak int64
+}
+
+func (d *dryBackend) Name() string { return "dry-run" }
+func (d *dryBackend) Alloc(n int64) (tensor.Buffer, error) {
+	d.mu.Lock()
+	d.live += n
+	d.peak = max(d.peak, d.live)
+	d.mu.Unlock()
+	return &dryBuf{n}, nil
+}
+func (d *dryBackend) Free(b tensor.Buffer) {
+	d.mu.Lock()
+	d.live -= b.Bytes()
+	d.mu.Unlock()
+}
+func (d *dryBackend) Upload(tensor.Buffer, int64, []byte) error   { return nil }
+func (d *dryBackend) Download([]byte, tensor.Buffer, int64) error { return nil }
+func (d *dryBackend) Sync() error                                 { return nil }
+func (d *dryBackend) Fill(*tensor.Tensor, float64) error          { return nil }
+func (d *dryBackend) Cast(_, _ *tensor.Tensor) error              { return nil }
+func (d *dryBackend) Copy(*tensor.Tensor, int, []int, *tensor.Tensor, int, []int, []int) error {
+	return nil
+}
+func (d *dryBackend) Unary(tensor.UnaryOp, *tensor.Tensor, *tensor.Tensor, float32, float32) error {
+	return nil
+}
+func (d *dryBackend) Binary(tensor.BinaryOp, *tensor.Tensor, *tensor.Tensor, []int, *tensor.Tensor, []int) error {
+	return nil
+}
+func (d *dryBackend) MatMul(_, _, _ *tensor.Tensor, _ tensor.MatMulParams) error  { return nil }
+func (d *dryBackend) Linear(_, _, _, _ *tensor.Tensor) error                      { return nil }
+func (d *dryBackend) Conv3d(_, _, _, _ *tensor.Tensor, _ tensor.ConvParams) error { return nil }
+func (d *dryBackend) RMSNorm(_, _, _ *tensor.Tensor, _ float32) error             { return nil }
+func (d *dryBackend) Softmax(_, _ *tensor.Tensor) error                           { return nil }
+func (d *dryBackend) Pad(_, _ *tensor.Tensor, _ []int, _ tensor.PadMode) error    { return nil }
+func (d *dryBackend) UpsampleNearest(_, _ *tensor.Tensor, _ [3]int) error         { return nil }
+
+// dryPadded is dryBackend convolving through paddings, as the GPU's conv3d
+// chain does (no padded or upsampled copies).
+type dryPadded struct{ *dryBackend }
+
+func (d dryPadded) Conv3dPadded(_, _, _, _ *tensor.Tensor, _ tensor.ConvParams, _ tensor.Padding) error {
+	return nil
+}
+
+// dryParams allocates weights on the dry backend.
+type dryParams struct {
+	be tensor.Backend
+	dt tensor.DType
+}
+
+func (p dryParams) get(name string, shape ...int) *tensor.Tensor {
+	t, _ := tensor.Alloc(p.be, p.dt, shape...)
+	return t
+}
+
+// DecodePeak predicts the peak bytes of live tensors of Decode for latents
+// of latentShape (B, z_dim, T, h, w) at tiling til, in compute dtype dt,
+// including the latents' copy in dt and their f32 upload; fusedPad says
+// whether the backend convolves through paddings (the GPU's conv3d chain).
+func DecodePeak(cfg Config, latentShape []int, til Tiling, dt tensor.DType, fusedPad bool) int64 {
+	til = til.normalized()
+	b, nT, h, w := latentShape[0], latentShape[2], latentShape[3], latentShape[4]
+	e := int64(dt.Size())
+	zn := int64(b) * int64(cfg.ZDim) * int64(nT) * int64(h) * int64(w)
+	base := zn * e
+	peak := base + zn*4
+	r := cfg.SpatialRatio()
+	type size struct{ h, w int }
+	sizes := map[size]bool{}
+	if til.useDecode(r, h, w) {
+		th, tw, sh, sw := til.TileHeight/r, til.TileWidth/r, til.TileStrideHeight/r, til.TileStrideWidth/r
+		for i := 0; i < h; i += sh {
+			for j := 0; j < w; j += sw {
+				sizes[size{min(i+th, h) - i, min(j+tw, w) - j}] = true
+			}
+		}
+	} else {
+		sizes[size{h, w}] = true
+	}
+	for sz := range sizes {
+		peak = max(peak, base+tilePeak(cfg, b, min(nT, 3), sz.h, sz.w, dt, fusedPad))
+	}
+	return peak
+}
+
+// tilePeak runs n frames of a b×h×w latent tile on a dry backend.
+func tilePeak(cfg Config, b, n, h, w int, dt tensor.DType, fusedPad bool) int64 {
+	d := &dryBackend{}
+	var be tensor.Backend = d
+	if fusedPad {
+		be = dryPadded{d}
+	}
+	dec := newDecoder(dryParams{be: be, dt: dt}, &cfg)
+	s := tensor.NewScope(be)
+	defer s.Close()
+	z := s.Empty(dt, b, cfg.ZDim, n, h, w)
+	d.mu.Lock()
+	d.live, d.peak = 0, 0 // weights and the latents are counted elsewhere
+	d.mu.Unlock()
+	if err := tensor.Catch(func() { dec.frames(s, z, n, 0, h, 0, w, func(*tensor.Tensor) {}) }); err != nil {
+		panic(err) // a shape bug: the real decode would fail the same way
+	}
+	return d.peak
+}
+
+// DecodePeak is the package's DecodePeak for this model on its backend.
+func (v *VAE) DecodePeak(latentShape []int, til Tiling) int64 {
+	if v == nil {
+		return 0
+	}
+	_, fused := tensor.As[tensor.PaddedConv](v.be)
+	return DecodePeak(v.cfg, latentShape, til, v.dt, fused)
+}
+
+// tilingLadder lists the tilings Plan chooses from, largest first: untiled
+// (diffusers' default), then spatial tiles from 1024 down to 64 pixels with
+// stride 3/4 of the tile (256/192 is enable_tiling's default).
+func tilingLadder() []Tiling {
+	out := []Tiling{{}}
+	for _, px := range []int{1024, 768, 512, 384, 256, 192, 128, 96, 64} {
+		out = append(out, SpatialTiling(px, px*3/4))
+	}
+	return out
+}
+
+// Plan chooses the tiling for decoding latents of latentShape within budget
+// bytes of activations (the weights are already held): the first of the
+// ladder whose predicted peak fits, or the smallest when none does.
+func (v *VAE) Plan(latentShape []int, budget int64) (DecodeOptions, int64) {
+	if v == nil {
+		return DecodeOptions{}, 0
+	}
+	var best Tiling
+	bestPeak := int64(-1)
+	for _, t := range tilingLadder() {
+		p := v.DecodePeak(latentShape, t)
+		if p <= budget {
+			return DecodeOptions{Tiling: t}, p
+		}
+		if bestPeak < 0 || p < bestPeak {
+			best, bestPeak = t, p
+		}
+	}
+	return DecodeOptions{Tiling: best}, bestPeak
+}
+
+// shrink is the largest tiling of the ladder predicted to need less memory
+// than cur, for a retry after an out-of-memory failure.
+func (v *VAE) shrink(latentShape []int, cur Tiling) (Tiling, bool) {
+	now := v.DecodePeak(latentShape, cur)
+	for _, t := range tilingLadder() {
+		if v.DecodePeak(latentShape, t) < now {
+			return t, true
+		}
+	}
+	return Tiling{}, false
+}
