@@ -582,6 +582,11 @@ func (j *job) decodeSection(l *sectionLoop, sec section.Section, st *SectionStat
 		}
 		opts.Stats = &stats
 		opts.Log = func(format string, args ...any) { p.log.Warn(fmt.Sprintf(format, args...)) }
+		// Cancelling stops the decode between tiles, not at its end.
+		opts.Context = j.ctx
+		opts.Progress = func(done, total int) {
+			j.progress(Progress{Stage: StageDecode, Section: st.Index, Sections: n, Frames: max(0, (l.history.Generated-st.LatentFrames)*4-3), Tile: done, Tiles: total})
+		}
 		cs := l.video.Child()
 		defer cs.Close()
 		cur := section.VAEDecode(cs, dec, z, opts)

@@ -79,6 +79,9 @@ type Progress struct {
 	Step, Steps int
 	// Frames is the video length generated so far, in frames.
 	Frames int
+	// Tile is 1-based during StageDecode once a tile of the decode is
+	// done, of Tiles (0 when the decode starts).
+	Tile, Tiles int
 	// Denoised is the sampler's current x0 prediction (1, 16, lws, h, w)
 	// during StageSample; valid only during the call.
 	Denoised *tensor.Tensor

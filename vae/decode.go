@@ -1,6 +1,7 @@
 package vae
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -20,6 +21,13 @@ type DecodeOptions struct {
 	Stats *DecodeStats
 	// Log, when set, receives one line per notable event (a shrink).
 	Log func(format string, args ...any)
+	// Context, when set, stops the decode between tiles once it is done
+	// (cancelled): the decode fails with its error after at most one more
+	// tile, not at the end of the video.
+	Context context.Context
+	// Progress, when set, is called after each tile is assembled with the
+	// tiles done and the tiles of this attempt.
+	Progress func(done, total int)
 }
 
 // DefaultDecode is diffusers' default decode (frame-wise on, no spatial
@@ -68,7 +76,7 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 	for {
 		var out *video
 		var tiles int
-		err := tensor.Catch(func() { out, tiles = v.decodeOnce(s, z, til) })
+		err := tensor.Catch(func() { out, tiles = v.decodeOnce(s, z, til, opts) })
 		if err == nil {
 			if opts.Stats != nil {
 				*opts.Stats = DecodeStats{Tiling: til, Tiles: tiles, Retries: retries, Elapsed: time.Since(start)}
@@ -99,20 +107,26 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 // (decodeBoxes), while this goroutine blends and pastes the tiles already
 // decoded: the host work hides behind the device work. The device memory is
 // all freed when it returns.
-func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling) (*video, int) {
+func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling, opts DecodeOptions) (*video, int) {
 	c := &v.cfg
 	ss, st := c.SpatialCompressionRatio, c.TemporalCompressionRatio
 	nT, h, w := z.Dim(2), z.Dim(3), z.Dim(4)
 	boxes := decodeBoxes(c, nT, h, w, til)
-	p := v.startTiles(s, z, boxes)
+	p := v.startTiles(s, z, boxes, opts.Context)
 	defer p.stop()
 	next := 0
 	run := func(t0, t1, h0, h1, w0, w1 int) *video {
+		if ctx := opts.Context; ctx != nil && ctx.Err() != nil {
+			panic(&tensor.OpError{Op: "vae.decode", Err: ctx.Err()})
+		}
 		hv := p.next()
 		if b := boxes[next]; b != (box{t0, t1, h0, h1, w0, w1}) {
 			panic(fmt.Sprintf("vae: tile %d is %v, the assembly wants %v", next, b, box{t0, t1, h0, h1, w0, w1}))
 		}
 		next++
+		if opts.Progress != nil {
+			opts.Progress(next, len(boxes))
+		}
 		return videoOf(hv)
 	}
 	r := roundTo(v.dt)
@@ -151,7 +165,7 @@ type tileProducer struct {
 	fail  any // the producer's panic (an *tensor.OpError for op failures)
 }
 
-func (v *VAE) startTiles(s *tensor.Scope, z *tensor.Tensor, boxes []box) *tileProducer {
+func (v *VAE) startTiles(s *tensor.Scope, z *tensor.Tensor, boxes []box, ctx context.Context) *tileProducer {
 	p := &tileProducer{tiles: make(chan *tensor.Tensor), quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
@@ -160,6 +174,9 @@ func (v *VAE) startTiles(s *tensor.Scope, z *tensor.Tensor, boxes []box) *tilePr
 		defer ds.Close()
 		zc := toCompute(ds, z, v.dt)
 		for _, b := range boxes {
+			if ctx != nil && ctx.Err() != nil {
+				panic(&tensor.OpError{Op: "vae.decode", Err: ctx.Err()})
+			}
 			out := v.decodeBox(ds, zc, b)
 			select {
 			case p.tiles <- out:

@@ -135,7 +135,7 @@ func (p *progress) update(pr framepack.Progress) (string, []any) {
 		p.stepTime += now.Sub(p.last)
 		p.stepCount++
 	}
-	if pr.Stage == framepack.StageDecode {
+	if pr.Stage == framepack.StageDecode && (p.stage != framepack.StageDecode || pr.Tile == 0) {
 		p.decodeStart = now
 	}
 	p.stage, p.pr, p.last = pr.Stage, pr, now
@@ -144,6 +144,9 @@ func (p *progress) update(pr framepack.Progress) (string, []any) {
 	fields := map[string]any{"stage": pr.Stage, "elapsed": secs(now.Sub(p.start))}
 	if pr.Sections > 0 {
 		fields["section"], fields["sections"], fields["frames"] = pr.Section, pr.Sections, pr.Frames
+	}
+	if pr.Stage == framepack.StageDecode && pr.Tiles > 0 {
+		fields["tile"], fields["tiles"] = pr.Tile, pr.Tiles
 	}
 	if pr.Stage == framepack.StageSample {
 		fields["step"], fields["steps"] = pr.Step, pr.Steps
@@ -171,6 +174,9 @@ func (p *progress) update(pr framepack.Progress) (string, []any) {
 			msg += fmt.Sprintf(", %.2f s/step, section left %s, video left %s", sps.Seconds(), clock(etaSection), clock(eta))
 		}
 		return msg, []any{"section", pr.Section, "sections", pr.Sections, "step", pr.Step, "steps", pr.Steps, "frames", pr.Frames}
+	case pr.Stage == framepack.StageDecode && pr.Tiles > 0:
+		return fmt.Sprintf("decoding section %d/%d, tile %d/%d", pr.Section, pr.Sections, pr.Tile, pr.Tiles),
+			[]any{"section", pr.Section, "sections", pr.Sections, "tile", pr.Tile, "tiles", pr.Tiles}
 	case pr.Stage == framepack.StageDecode:
 		return fmt.Sprintf("decoding section %d/%d", pr.Section, pr.Sections), []any{"section", pr.Section, "sections", pr.Sections}
 	}
@@ -221,6 +227,9 @@ func (p *progress) draw(now time.Time) {
 		line += ", " + elapsed
 	case framepack.StageDecode:
 		line = fmt.Sprintf("section %d/%d decoding %s", pr.Section, pr.Sections, clock(now.Sub(p.decodeStart)))
+		if pr.Tiles > 0 {
+			line += fmt.Sprintf(", tile %d/%d", pr.Tile, pr.Tiles)
+		}
 		if eta > 0 {
 			line += fmt.Sprintf(", video %s left", clock(eta))
 		}

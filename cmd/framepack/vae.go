@@ -249,6 +249,10 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	quiet, _ := cmd.Flags().GetBool("quiet")
 	prog := newProgress(cmd.ErrOrStderr(), log, quiet, nil)
 	prog.report(framepack.Progress{Stage: framepack.StageDecode, Section: 1, Sections: 1})
+	opts.Context = cmd.Context()
+	opts.Progress = func(done, total int) {
+		prog.report(framepack.Progress{Stage: framepack.StageDecode, Section: 1, Sections: 1, Tile: done, Tiles: total})
+	}
 	err = tensor.Catch(func() {
 		if unscaled {
 			px = section.DecodeUnscaled(hs, v, z, opts)
