@@ -79,6 +79,10 @@ func ExamplePipeline_Generate() {
 			fmt.Printf("section %d/%d step %d/%d\n", pr.Section, pr.Sections, pr.Step, pr.Steps)
 		case framepack.StageSectionDone:
 			fmt.Printf("section %d/%d done: %d frames so far\n", pr.Section, pr.Sections, pr.Frames)
+		case framepack.StageDecode:
+			if pr.Tile == 0 { // later reports count the decode's tiles
+				fmt.Println(pr.Stage)
+			}
 		default:
 			fmt.Println(pr.Stage)
 		}

@@ -134,7 +134,7 @@ func TestGenerateTiny(t *testing.T) {
 							t.Errorf("preview %v for latents %v: %v", im, d, err)
 						}
 					}
-				} else {
+				} else if pr.Tile == 0 { // Tile > 0: a decode's tiles
 					stages++
 				}
 			}
