@@ -17,6 +17,7 @@ import (
 
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/internal/device"
+	"github.com/framepack-go/framepack/lora"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
@@ -43,8 +44,10 @@ type generateFlags struct {
 	posteriorMean           bool
 	parts                   map[string]*string
 	json                    bool
+	loras                   []string
 
 	// Resolved by check.
+	loraFiles  []lora.File
 	seedValue  uint64
 	seedRandom bool
 	output     videoOutput
@@ -109,6 +112,7 @@ noise, but every stage runs — a smoke test for a machine without the 30+ GB of
 	fl.StringVar(&f.vramLimit, "vram-limit", "", `hard cap on device memory ("20G", "90%"; default: the device's safe default)`)
 	fl.StringVar(&f.preserve, "preserve", "", `memory kept free for activations while weights stream (default 6G)`)
 	fl.StringVar(&f.ramLimit, "ram-limit", "", `host memory budget ("16G", "50%"; default: available memory less max(2G, 1/8 of RAM)); streamed weights are read from the mapped checkpoint when a pinned copy would not fit`)
+	fl.StringArrayVar(&f.loras, "lora", nil, "HunyuanVideo LoRA merged into the transformer, file.safetensors[:scale] (diffusers/PEFT, kohya or musubi-tuner keys; repeatable)")
 	fl.IntVar(&f.vaeTile, "vae-tile", 0, "decode in spatial tiles of this many pixels (stride 3/4 of it; 0: planned from the budget)")
 	for _, part := range []string{framepack.PartTransformer, framepack.PartVAE, framepack.PartTextEncoder, framepack.PartTextEncoder2,
 		framepack.PartTokenizer, framepack.PartTokenizer2, framepack.PartImageEncoder, framepack.PartFeatureExtractor} {
@@ -133,6 +137,17 @@ func (f *generateFlags) checkFlags() (*section.RGB, error) {
 	var err error
 	if f.seedValue, f.seedRandom, err = parseSeed(f.seed); err != nil {
 		return nil, err
+	}
+	f.loraFiles = nil
+	for _, a := range f.loras {
+		lf, err := lora.ParseArg(a)
+		if err != nil {
+			return nil, fmt.Errorf("--lora: %w", err)
+		}
+		if st, err := os.Stat(lf.Path); err != nil || st.IsDir() {
+			return nil, fmt.Errorf("--lora: %s is not a file", lf.Path)
+		}
+		f.loraFiles = append(f.loraFiles, lf)
 	}
 	img, err := section.LoadImage(f.image)
 	if err != nil {
@@ -259,7 +274,7 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 		dir = tdir
 		log.Info("no --models and no FRAMEPACK_MODELS: using the built-in tiny model" + at + " (random weights: every stage runs, the video is noise)")
 	}
-	opts := framepack.Options{Device: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, RAMLimit: f.ramLimit, Logger: log}
+	opts := framepack.Options{Device: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, RAMLimit: f.ramLimit, LoRA: f.loraFiles, Logger: log}
 	for part, p := range f.parts {
 		switch part {
 		case framepack.PartTransformer:
@@ -364,7 +379,7 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 	return &settings{Framepack: readBuildVersion(), Image: img, Prompt: f.prompt, Negative: f.negative,
 		Seed: f.seedValue, SeedRandom: f.seedRandom, Seconds: f.seconds, Steps: f.steps, Window: f.window,
 		CFG: f.cfg, GS: f.gs, RS: f.rs, TeaCache: f.teacache, Resolution: f.resolution, PosteriorMean: f.posteriorMean,
-		CRF: f.crf, Device: f.device, DType: f.dtype, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile,
+		CRF: f.crf, Device: f.device, DType: f.dtype, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles,
 		TinyModel: tiny, Models: models, Output: f.output.path}, nil
 }
 
