@@ -15,8 +15,8 @@ import (
 
 // File is one LoRA to apply: a safetensors path and its strength.
 type File struct {
-	Path  string
-	Scale float64
+	Path  string  `json:"path"`
+	Scale float64 `json:"scale"`
 }
 
 // ParseArg reads a --lora argument, "file.safetensors[:scale]" (scale 1
@@ -78,7 +78,7 @@ func Read(path string) ([]*Pair, error) {
 		if err != nil {
 			return nil, err
 		}
-		v := t.ToFloat32()
+		v := append([]float32(nil), t.ToFloat32()...) // f32 data is the mapping's, unmapped at Close
 		shape := t.Shape()
 		p := get(mod)
 		switch kind {
