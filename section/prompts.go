@@ -85,13 +85,11 @@ func ParseTimedPrompt(text string) ([]PromptSpan, error) {
 	return spans, nil
 }
 
-// nextTag is the offset of the next '[' that opens a tag in s, len(s)
-// when none.
+// nextTag is the offset of the next bracket in s (a tag, or an error the
+// caller reports), len(s) when none.
 func nextTag(s string) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '[' && (studioTag.MatchString(s[i:]) || shortTag.MatchString(s[i:])) {
-			return i
-		}
+	if i := strings.IndexAny(s, "[]"); i >= 0 {
+		return i
 	}
 	return len(s)
 }
@@ -223,4 +221,6 @@ func Blend(a, b Text, alpha float64) Text {
 	}
 }
 
-func tensorLike(t *tensor.Tensor, v []float32) *tensor.Tensor { return tensor.FromFloat32(v, t.Shape()...) }
+func tensorLike(t *tensor.Tensor, v []float32) *tensor.Tensor {
+	return tensor.FromFloat32(v, t.Shape()...)
+}

@@ -45,6 +45,8 @@ type generateFlags struct {
 	parts                   map[string]*string
 	json                    bool
 	loras                   []string
+	promptsFile             string
+	promptBlend             int
 
 	// Resolved by check.
 	loraFiles  []lora.File
@@ -91,7 +93,9 @@ noise, but every stage runs — a smoke test for a machine without the 30+ GB of
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.image, "image", "", "start image (PNG, JPEG or WebP)")
-	fl.StringVar(&f.prompt, "prompt", "", "what happens in the video")
+	fl.StringVar(&f.prompt, "prompt", "", `what happens in the video; timed parts as FramePack Studio writes them, "[0s: a cat sits] [2s: the cat jumps]", or "[0s] a cat sits [2s] the cat jumps"`)
+	fl.StringVar(&f.promptsFile, "prompts-file", "", "read the (timed) prompt from this file, its lines joined by spaces")
+	fl.IntVar(&f.promptBlend, "prompt-blend", def.PromptBlend, "timed prompts: blend the two prompts at a change over this many sections, as FramePack Studio's blend_sections (0: off)")
 	fl.StringVar(&f.negative, "negative-prompt", "", "negative prompt (used only with --cfg > 1)")
 	fl.Float64Var(&f.seconds, "seconds", def.Seconds, "video length in seconds (up to 120)")
 	fl.StringVar(&f.seed, "seed", strconv.FormatUint(def.Seed, 10), "seed of the noise: 0–18446744073709551615, or random (or -1) for a random one, printed")
@@ -137,6 +141,20 @@ func (f *generateFlags) checkFlags() (*section.RGB, error) {
 	var err error
 	if f.seedValue, f.seedRandom, err = parseSeed(f.seed); err != nil {
 		return nil, err
+	}
+	if f.promptsFile != "" {
+		if f.prompt != "" {
+			return nil, errors.New("--prompt and --prompts-file: give one")
+		}
+		b, err := os.ReadFile(f.promptsFile)
+		if err != nil {
+			return nil, fmt.Errorf("--prompts-file: %w", err)
+		}
+		f.prompt = strings.Join(strings.Fields(strings.ReplaceAll(string(b), "\r", "")), " ")
+		f.promptsFile = ""
+	}
+	if _, err := section.ParseTimedPrompt(f.prompt); err != nil {
+		return nil, fmt.Errorf("--prompt: %w", err)
 	}
 	f.loraFiles = nil
 	for _, a := range f.loras {
@@ -225,6 +243,7 @@ func (f *generateFlags) request(img *section.RGB) framepack.Request {
 	r.Prompt, r.NegativePrompt = f.prompt, f.negative
 	r.Seed, r.Seconds, r.Steps, r.LatentWindowSize = f.seedValue, f.seconds, f.steps, f.window
 	r.CFG, r.GS, r.RS, r.TeaCache = f.cfg, f.gs, f.rs, f.teacache
+	r.PromptBlend = f.promptBlend
 	r.Resolution, r.PosteriorMean = f.resolution, f.posteriorMean
 	return r
 }
@@ -379,7 +398,7 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 	return &settings{Framepack: readBuildVersion(), Image: img, Prompt: f.prompt, Negative: f.negative,
 		Seed: f.seedValue, SeedRandom: f.seedRandom, Seconds: f.seconds, Steps: f.steps, Window: f.window,
 		CFG: f.cfg, GS: f.gs, RS: f.rs, TeaCache: f.teacache, Resolution: f.resolution, PosteriorMean: f.posteriorMean,
-		CRF: f.crf, Device: f.device, DType: f.dtype, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles,
+		CRF: f.crf, Device: f.device, DType: f.dtype, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
 		TinyModel: tiny, Models: models, Output: f.output.path}, nil
 }
 

@@ -41,6 +41,8 @@ type settings struct {
 	VRAMLimit     string  `json:"vram_limit,omitempty"`
 	Preserve      string  `json:"preserve,omitempty"`
 	VAETile       int     `json:"vae_tile,omitempty"`
+	// PromptBlend is --prompt-blend (timed prompts).
+	PromptBlend int `json:"prompt_blend,omitempty"`
 	// LoRA are the --lora files with their scales.
 	LoRA []lora.File `json:"lora,omitempty"`
 	// TinyModel says the built-in random-weight model ran.
