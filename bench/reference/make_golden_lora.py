@@ -74,7 +74,13 @@ def main():
 
     model_dir = os.path.join(a.golden, "models", "transformer")
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
-    model = HunyuanVideoFramepackTransformer3DModel.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    # Built from the config's keys that the class takes, the weights loaded strictly: the folder's
+    # _class_name is FramePack's packed class, whose weight names these are.
+    import inspect
+    params = inspect.signature(HunyuanVideoFramepackTransformer3DModel.__init__).parameters
+    model = HunyuanVideoFramepackTransformer3DModel(**{k: v for k, v in cfg.items() if k in params}).float()
+    model.load_state_dict(load_file(os.path.join(model_dir, "diffusion_pytorch_model.safetensors")), strict=True)
+    model.eval()
     sd = model.state_dict()
 
     io = load_file(os.path.join(a.golden, "transformer_a", "io.safetensors"))
