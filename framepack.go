@@ -37,6 +37,7 @@ import (
 	"sync/atomic"
 
 	"github.com/framepack-go/framepack/internal/device"
+	"github.com/framepack-go/framepack/lora"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/model/clip"
 	"github.com/framepack-go/framepack/model/hunyuan"
@@ -88,6 +89,11 @@ type Options struct {
 	// TeaCacheThreshold is TeaCache's relative-L1 threshold; 0 means
 	// FramePack's 0.15. Load refuses a negative or non-finite one.
 	TeaCacheThreshold float32
+	// LoRA lists HunyuanVideo LoRAs (diffusers/PEFT, kohya or musubi-tuner
+	// safetensors) merged into the transformer's weights as it loads; Load
+	// reads them and fails on one whose modules do not all match the
+	// transformer.
+	LoRA []lora.File
 	// Logger receives progress and memory lines; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -131,6 +137,7 @@ type Pipeline struct {
 	dt struct{ transformer, text, image, vae tensor.DType }
 
 	trCfg   hunyuan.Config
+	lora    *lora.Set // Options.LoRA, resolved against the transformer
 	vaeCfg  vae.Config
 	sigSize int // the side SigLIP's processor resizes the image to
 	// Weight bytes of each part in its compute dtype.
@@ -202,6 +209,16 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 	}
 	if err := p.readConfigs(); err != nil {
 		return nil, err
+	}
+	if len(opts.LoRA) > 0 {
+		plan, err := hunyuan.Plan(p.trCfg)
+		if err != nil {
+			return nil, err
+		}
+		if p.lora, err = lora.Resolve(opts.LoRA, plan); err != nil {
+			return nil, err
+		}
+		log.Info(fmt.Sprintf("LoRA: %d files change %d transformer weights", len(opts.LoRA), p.lora.Len()))
 	}
 
 	if p.ram, err = memory.HostFor("/", opts.RAMLimit); err != nil {

@@ -75,6 +75,9 @@ type job struct {
 	mm    *memory.Manager  // places the models on p.be
 	parts map[string]*part // the models, by part name
 	cur   string           // the stage being timed, for ModelLoad.Stage
+
+	sched   []section.SectionPrompt   // a timed prompt's schedule, by section; nil: one prompt
+	prompts map[string]section.Prompt // every prompt encoded, by text
 }
 
 func (p *Pipeline) newJob(ctx context.Context, req Request) *job {
@@ -130,9 +133,18 @@ func (j *job) run(img *section.RGB) error {
 		return err
 	}
 	t := time.Now()
-	pos, neg, err := j.encodeText()
+	prompts, err := j.promptSchedule()
 	if err != nil {
 		return err
+	}
+	enc, neg, err := j.encodeText(prompts)
+	if err != nil {
+		return err
+	}
+	pos := enc[0]
+	j.prompts = map[string]section.Prompt{}
+	for i, pr := range prompts {
+		j.prompts[pr] = enc[i]
 	}
 	j.res.TextEncode = time.Since(t)
 	p.log.Info(fmt.Sprintf("text: %d prompt tokens encoded in %s", pos.Tokens, j.res.TextEncode.Round(time.Millisecond)))
@@ -173,20 +185,24 @@ func (j *job) run(img *section.RGB) error {
 }
 
 // encodeText runs the two text encoders, each loaded for this stage only.
-func (j *job) encodeText() (pos, neg section.Prompt, err error) {
+func (j *job) encodeText(prompts []string) (enc []section.Prompt, neg section.Prompt, err error) {
 	p, req := j.p, j.req
 	realCFG := req.CFG != 1
+	enc = make([]section.Prompt, len(prompts))
+	pos := &enc[0]
 
 	be := j.placeFor(PartTextEncoder)
 	lm, err := load(j, PartTextEncoder, be, func(be tensor.Backend, _ bool) (*llama.Model, error) {
 		return llama.Load(p.paths[PartTextEncoder], be, p.dt.text)
 	})
 	if err != nil {
-		return pos, neg, fmt.Errorf("framepack: loading the text encoder: %w", err)
+		return enc, neg, fmt.Errorf("framepack: loading the text encoder: %w", err)
 	}
 	j.memory("text encoder loaded (" + memory.FormatBytes(lm.Bytes()) + ")")
 	s := tensor.NewScope(be)
-	err = section.EncodeLlama(s, lm, p.llamaTok, p.cropStart, req.Prompt, &pos)
+	for i := 0; i < len(prompts) && err == nil; i++ {
+		err = section.EncodeLlama(s, lm, p.llamaTok, p.cropStart, prompts[i], &enc[i])
+	}
 	if err == nil && realCFG {
 		err = section.EncodeLlama(s, lm, p.llamaTok, p.cropStart, req.NegativePrompt, &neg)
 	}
@@ -195,7 +211,7 @@ func (j *job) encodeText() (pos, neg section.Prompt, err error) {
 		err = uerr
 	}
 	if err != nil {
-		return pos, neg, fmt.Errorf("framepack: %w", err)
+		return enc, neg, fmt.Errorf("framepack: %w", err)
 	}
 
 	be = j.placeFor(PartTextEncoder2)
@@ -203,11 +219,13 @@ func (j *job) encodeText() (pos, neg section.Prompt, err error) {
 		return clip.Load(p.paths[PartTextEncoder2], be, p.dt.text)
 	})
 	if err != nil {
-		return pos, neg, fmt.Errorf("framepack: loading text_encoder_2: %w", err)
+		return enc, neg, fmt.Errorf("framepack: loading text_encoder_2: %w", err)
 	}
 	j.memory("text_encoder_2 loaded (" + memory.FormatBytes(cm.Bytes()) + ")")
 	s = tensor.NewScope(be)
-	err = section.EncodeCLIP(s, cm, p.clipTok, req.Prompt, &pos)
+	for i := 0; i < len(prompts) && err == nil; i++ {
+		err = section.EncodeCLIP(s, cm, p.clipTok, prompts[i], &enc[i])
+	}
 	if err == nil && realCFG {
 		err = section.EncodeCLIP(s, cm, p.clipTok, req.NegativePrompt, &neg)
 	}
@@ -216,10 +234,17 @@ func (j *job) encodeText() (pos, neg section.Prompt, err error) {
 		err = uerr
 	}
 	if err != nil {
-		return pos, neg, fmt.Errorf("framepack: %w", err)
+		return enc, neg, fmt.Errorf("framepack: %w", err)
 	}
 	if !realCFG {
 		neg = pos.ZerosLike()
+	}
+	for i := range enc[1:] {
+		for _, v := range [][]float32{enc[i+1].Embeds, enc[i+1].Pooled} {
+			if err := tensor.NonFiniteError(fmt.Sprintf("framepack: text encode produced non-finite values for prompt %q", prompts[i+1]), tensor.FromFloat32(v, len(v))); err != nil {
+				return enc, neg, err
+			}
+		}
 	}
 	j.memory("text encoders unloaded")
 	for _, c := range []struct {
@@ -229,11 +254,11 @@ func (j *job) encodeText() (pos, neg section.Prompt, err error) {
 		{"the text encoder's negative prompt embeddings", neg.Embeds}, {"text_encoder_2's pooled negative prompt", neg.Pooled}} {
 		if len(c.v) > 0 {
 			if err := tensor.NonFiniteError("framepack: text encode produced non-finite values in "+c.what, tensor.FromFloat32(c.v, len(c.v))); err != nil {
-				return pos, neg, err
+				return enc, neg, err
 			}
 		}
 	}
-	return pos, neg, nil
+	return enc, neg, nil
 }
 
 // encodeImage is FramePack's vae_encode of the cropped image (the
@@ -341,7 +366,7 @@ func (j *job) loadTransformer() (*hunyuan.Model, error) {
 	pt := j.parts[PartTransformer]
 	pt.be = p.be
 	pt.build = func(be tensor.Backend, streamed bool) (closer, error) {
-		opts := hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed}
+		opts := hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed, LoRA: p.lora}
 		if streamed {
 			opts.StreamFromFile = j.streamFromFile()
 		}
@@ -444,6 +469,9 @@ func (j *job) sections(start *tensor.Tensor, pos, neg section.Prompt, imageEmb *
 	defer l.video.Close()
 
 	for i := range plan.Sections {
+		if j.sched != nil {
+			l.pos = j.sectionText(i, d)
+		}
 		sec := plan.Section(i)
 		st := SectionStats{Index: i + 1, Padding: sec.Padding}
 		if err := j.sample(l, sec, &st); err != nil {

@@ -20,8 +20,16 @@ type Request struct {
 	RGB   *section.RGB
 
 	// Prompt conditions both text encoders (LLaMA through the template,
-	// CLIP raw); NegativePrompt is encoded only when CFG ≠ 1.
+	// CLIP raw); NegativePrompt is encoded only when CFG ≠ 1. A prompt with
+	// timed parts ("[0s: a cat sits] [2s: the cat jumps]", or "[0s] a cat
+	// sits [2s] the cat jumps") gives sections of the video their own
+	// prompts, as FramePack Studio does (section.PromptSchedule); each
+	// distinct prompt is encoded once.
 	Prompt, NegativePrompt string
+	// PromptBlend is FramePack Studio's blend_sections for timed prompts:
+	// above 0, the section where the prompt changes mixes the two prompts'
+	// conditioning with weight 1/PromptBlend (0: no blending).
+	PromptBlend int
 	// Seed seeds the one CPU torch generator all sections draw noise from,
 	// so a seed gives the reference's noise.
 	Seed uint64
@@ -52,9 +60,10 @@ type Request struct {
 }
 
 // DefaultRequest is FramePack's demo defaults: seed 31337, 5 seconds,
-// window 9, 25 steps, CFG 1, GS 10, RS 0, TeaCache on, the 640 buckets.
+// window 9, 25 steps, CFG 1, GS 10, RS 0, TeaCache on, the 640 buckets;
+// timed prompts blended over FramePack Studio's default 4 sections.
 func DefaultRequest() Request {
-	return Request{Seed: 31337, Seconds: 5, LatentWindowSize: 9, Steps: 25, CFG: 1, GS: 10, RS: 0, TeaCache: true, Resolution: 640}
+	return Request{Seed: 31337, Seconds: 5, LatentWindowSize: 9, Steps: 25, CFG: 1, GS: 10, RS: 0, TeaCache: true, Resolution: 640, PromptBlend: 4}
 }
 
 // Stages reported through Progress.
@@ -217,6 +226,11 @@ func (r *Request) validate() (*section.RGB, error) {
 		return nil, fmt.Errorf("request: distilled guidance (gs) must be in 1–32, have %v", r.GS)
 	case !finite(r.RS) || r.RS < 0 || r.RS > 1:
 		return nil, fmt.Errorf("request: CFG rescale (rs) must be in 0–1, have %v", r.RS)
+	case r.PromptBlend < 0 || r.PromptBlend > 100:
+		return nil, fmt.Errorf("request: prompt blend must be in 0–100 sections, have %d", r.PromptBlend)
+	}
+	if _, err := section.ParseTimedPrompt(r.Prompt); err != nil {
+		return nil, fmt.Errorf("request: %w", err)
 	}
 	bh, bw, err := section.NearestBucket(img.H, img.W, r.Resolution)
 	if err != nil {

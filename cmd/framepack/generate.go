@@ -17,6 +17,7 @@ import (
 
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/internal/device"
+	"github.com/framepack-go/framepack/lora"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
@@ -43,8 +44,12 @@ type generateFlags struct {
 	posteriorMean           bool
 	parts                   map[string]*string
 	json                    bool
+	loras                   []string
+	promptsFile             string
+	promptBlend             int
 
 	// Resolved by check.
+	loraFiles  []lora.File
 	seedValue  uint64
 	seedRandom bool
 	output     videoOutput
@@ -88,7 +93,9 @@ noise, but every stage runs — a smoke test for a machine without the 30+ GB of
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.image, "image", "", "start image (PNG, JPEG or WebP)")
-	fl.StringVar(&f.prompt, "prompt", "", "what happens in the video")
+	fl.StringVar(&f.prompt, "prompt", "", `what happens in the video; timed parts as FramePack Studio writes them, "[0s: a cat sits] [2s: the cat jumps]", or "[0s] a cat sits [2s] the cat jumps"`)
+	fl.StringVar(&f.promptsFile, "prompts-file", "", "read the (timed) prompt from this file, its lines joined by spaces")
+	fl.IntVar(&f.promptBlend, "prompt-blend", def.PromptBlend, "timed prompts: blend the two prompts at a change over this many sections, as FramePack Studio's blend_sections (0: off)")
 	fl.StringVar(&f.negative, "negative-prompt", "", "negative prompt (used only with --cfg > 1)")
 	fl.Float64Var(&f.seconds, "seconds", def.Seconds, "video length in seconds (up to 120)")
 	fl.StringVar(&f.seed, "seed", strconv.FormatUint(def.Seed, 10), "seed of the noise: 0–18446744073709551615, or random (or -1) for a random one, printed")
@@ -109,6 +116,7 @@ noise, but every stage runs — a smoke test for a machine without the 30+ GB of
 	fl.StringVar(&f.vramLimit, "vram-limit", "", `hard cap on device memory ("20G", "90%"; default: the device's safe default)`)
 	fl.StringVar(&f.preserve, "preserve", "", `memory kept free for activations while weights stream (default 6G)`)
 	fl.StringVar(&f.ramLimit, "ram-limit", "", `host memory budget ("16G", "50%"; default: available memory less max(2G, 1/8 of RAM)); streamed weights are read from the mapped checkpoint when a pinned copy would not fit`)
+	fl.StringArrayVar(&f.loras, "lora", nil, "HunyuanVideo LoRA merged into the transformer, file.safetensors[:scale] (diffusers/PEFT, kohya or musubi-tuner keys; repeatable)")
 	fl.IntVar(&f.vaeTile, "vae-tile", 0, "decode in spatial tiles of this many pixels (stride 3/4 of it; 0: planned from the budget)")
 	for _, part := range []string{framepack.PartTransformer, framepack.PartVAE, framepack.PartTextEncoder, framepack.PartTextEncoder2,
 		framepack.PartTokenizer, framepack.PartTokenizer2, framepack.PartImageEncoder, framepack.PartFeatureExtractor} {
@@ -133,6 +141,31 @@ func (f *generateFlags) checkFlags() (*section.RGB, error) {
 	var err error
 	if f.seedValue, f.seedRandom, err = parseSeed(f.seed); err != nil {
 		return nil, err
+	}
+	if f.promptsFile != "" {
+		if f.prompt != "" {
+			return nil, errors.New("--prompt and --prompts-file: give one")
+		}
+		b, err := os.ReadFile(f.promptsFile)
+		if err != nil {
+			return nil, fmt.Errorf("--prompts-file: %w", err)
+		}
+		f.prompt = strings.Join(strings.Fields(strings.ReplaceAll(string(b), "\r", "")), " ")
+		f.promptsFile = ""
+	}
+	if _, err := section.ParseTimedPrompt(f.prompt); err != nil {
+		return nil, fmt.Errorf("--prompt: %w", err)
+	}
+	f.loraFiles = nil
+	for _, a := range f.loras {
+		lf, err := lora.ParseArg(a)
+		if err != nil {
+			return nil, fmt.Errorf("--lora: %w", err)
+		}
+		if st, err := os.Stat(lf.Path); err != nil || st.IsDir() {
+			return nil, fmt.Errorf("--lora: %s is not a file", lf.Path)
+		}
+		f.loraFiles = append(f.loraFiles, lf)
 	}
 	img, err := section.LoadImage(f.image)
 	if err != nil {
@@ -210,6 +243,7 @@ func (f *generateFlags) request(img *section.RGB) framepack.Request {
 	r.Prompt, r.NegativePrompt = f.prompt, f.negative
 	r.Seed, r.Seconds, r.Steps, r.LatentWindowSize = f.seedValue, f.seconds, f.steps, f.window
 	r.CFG, r.GS, r.RS, r.TeaCache = f.cfg, f.gs, f.rs, f.teacache
+	r.PromptBlend = f.promptBlend
 	r.Resolution, r.PosteriorMean = f.resolution, f.posteriorMean
 	return r
 }
@@ -259,7 +293,7 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 		dir = tdir
 		log.Info("no --models and no FRAMEPACK_MODELS: using the built-in tiny model" + at + " (random weights: every stage runs, the video is noise)")
 	}
-	opts := framepack.Options{Device: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, RAMLimit: f.ramLimit, Logger: log}
+	opts := framepack.Options{Device: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, RAMLimit: f.ramLimit, LoRA: f.loraFiles, Logger: log}
 	for part, p := range f.parts {
 		switch part {
 		case framepack.PartTransformer:
@@ -364,7 +398,7 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 	return &settings{Framepack: readBuildVersion(), Image: img, Prompt: f.prompt, Negative: f.negative,
 		Seed: f.seedValue, SeedRandom: f.seedRandom, Seconds: f.seconds, Steps: f.steps, Window: f.window,
 		CFG: f.cfg, GS: f.gs, RS: f.rs, TeaCache: f.teacache, Resolution: f.resolution, PosteriorMean: f.posteriorMean,
-		CRF: f.crf, Device: f.device, DType: f.dtype, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile,
+		CRF: f.crf, Device: f.device, DType: f.dtype, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
 		TinyModel: tiny, Models: models, Output: f.output.path}, nil
 }
 

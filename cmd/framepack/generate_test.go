@@ -12,6 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // runCLI runs the command line in-process with args and returns its
@@ -56,6 +59,15 @@ func TestGenerateBadInput(t *testing.T) {
 	png.Encode(&tb, image.NewGray(image.Rect(0, 0, 4000, 1)))
 	os.WriteFile(thin, tb.Bytes(), 0o644)
 
+	// A LoRA for another model: its modules match nothing of the transformer.
+	other := filepath.Join(t.TempDir(), "other.safetensors")
+	if err := weights.Save(other, map[string]*tensor.Tensor{
+		"lora_te_text_model_encoder_layers_0_mlp_fc1.lora_down.weight": tensor.New(tensor.F32, 1, 4),
+		"lora_te_text_model_encoder_layers_0_mlp_fc1.lora_up.weight":   tensor.New(tensor.F32, 4, 1),
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+
 	out := filepath.Join(dir, "out.mp4")
 	for _, c := range []struct {
 		args []string
@@ -82,6 +94,14 @@ func TestGenerateBadInput(t *testing.T) {
 		{[]string{"--image", sceneImage, "--ram-limit", "lots"}, "--ram-limit"},
 		{[]string{"--image", sceneImage, "--models", filepath.Join(dir, "nowhere")}, "does not exist"},
 		{[]string{"--image", sceneImage, "--prompt", "un café"}, "ASCII prompts only"},
+		{[]string{"--image", sceneImage, "--prompt", "[0s] a cat [2x] jumps"}, `--prompt: timed prompt: "[2x] jumps" is not a tag`},
+		{[]string{"--image", sceneImage, "--prompt", "[0s: a cat] [3s-2s: jumps]"}, "not after its start"},
+		{[]string{"--image", sceneImage, "--prompt", "a cat", "--prompts-file", sceneImage}, "--prompt and --prompts-file: give one"},
+		{[]string{"--image", sceneImage, "--prompts-file", filepath.Join(dir, "missing.txt")}, "--prompts-file"},
+		{[]string{"--image", sceneImage, "--prompt-blend", "-1"}, "prompt blend"},
+		{[]string{"--image", sceneImage, "--lora", filepath.Join(dir, "missing.safetensors")}, "--lora: " + filepath.Join(dir, "missing.safetensors") + " is not a file"},
+		{[]string{"--image", sceneImage, "--lora", other + ":lots"}, `scale "lots" is not a number`},
+		{[]string{"--image", sceneImage, "--lora", other + ":0.5"}, "1 of 1 modules match no weight of the transformer: lora_te_text_model_encoder_layers_0_mlp_fc1"},
 		{[]string{"--image", sceneImage, "-o", filepath.Join(dir, "no", "such", "dir", "x.mp4")}, "does not exist"},
 		{[]string{"--image", sceneImage, "-o", dir}, "is a folder"},
 	} {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/framepack-go/framepack"
+	"github.com/framepack-go/framepack/lora"
 )
 
 // settings record how a video was made, so it can be made again: written
@@ -40,6 +41,10 @@ type settings struct {
 	VRAMLimit     string  `json:"vram_limit,omitempty"`
 	Preserve      string  `json:"preserve,omitempty"`
 	VAETile       int     `json:"vae_tile,omitempty"`
+	// PromptBlend is --prompt-blend (timed prompts).
+	PromptBlend int `json:"prompt_blend,omitempty"`
+	// LoRA are the --lora files with their scales.
+	LoRA []lora.File `json:"lora,omitempty"`
 	// TinyModel says the built-in random-weight model ran.
 	TinyModel bool `json:"tiny_model,omitempty"`
 	// Models are the model folders by part, each with its config's hash.

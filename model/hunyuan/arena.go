@@ -136,7 +136,7 @@ func (m *Model) makeBlocks(src weights.Filler) error {
 			return nil
 		}
 		resident := !m.opts.HostBlocks || kept+a.size <= keep
-		if !resident && mapped {
+		if !resident && mapped && !m.opts.LoRA.TouchesAny(a.ws) {
 			// A broken file fails Load, not a forward pass.
 			if err := m.file.Check(a.ws); err != nil {
 				return err

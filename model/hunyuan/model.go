@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/framepack-go/framepack/lora"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )
@@ -35,6 +36,11 @@ type Options struct {
 	// one, at the price of reading the file on every pass. Load only (a
 	// model without a file streams from host memory).
 	StreamFromFile bool
+	// LoRA is merged into the weights as they are built (package lora):
+	// resident weights and the host copies of streamed blocks alike. Blocks
+	// it changes are never streamed from the file (StreamFromFile keeps a
+	// host copy of them instead). Load only.
+	LoRA *lora.Set
 }
 
 // AutoKeep as Options.KeepBlockBytes sizes the resident blocks from the
@@ -147,7 +153,11 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 	}
 	src := &weights.CheckpointSource{Ck: ck, Be: be}
 	m.file = src
-	if err := m.build(src); err != nil {
+	var fill weights.Filler = src
+	if opts.LoRA.Len() > 0 {
+		fill = &lora.Source{Inner: src, Be: be, Set: opts.LoRA}
+	}
+	if err := m.build(fill); err != nil {
 		m.Close()
 		return nil, err
 	}
