@@ -46,6 +46,28 @@ type Request struct {
 	// CPU torch generator seeded with Seed (separate from the noise's).
 	PosteriorMean bool
 
+	// Model is the transformer's variant: ModelFramePack (FramePack's
+	// backward sections; "" means it) or ModelF1 (FramePack-F1's forward
+	// sections). The checkpoints share one config, so it cannot be told
+	// from the folder: set it to match the weights.
+	Model string
+
+	// The end frame (optional): EndImage or EndRGB, cropped to the start
+	// image's bucket. It is ComfyUI-FramePackWrapper's end_latent: its
+	// latent replaces the 1x history frame of the first section generated
+	// (the video's end), and its SigLIP embedding is mixed into the start
+	// image's by EmbedInterpolation. Not with ModelF1.
+	EndImage image.Image
+	EndRGB   *section.RGB
+	// EmbedInterpolation is the wrapper's embed_interpolation, used only
+	// with an end frame: EmbedDisabled (the start embedding times
+	// StartEmbedStrength), EmbedLinear (start·f + end·(1−f), f = 1 − i/(S−1)
+	// for the i-th section generated) or EmbedWeighted (f =
+	// StartEmbedStrength). "" means EmbedDisabled.
+	EmbedInterpolation string
+	// StartEmbedStrength is the wrapper's start_embed_strength (0–1; 1).
+	StartEmbedStrength float64
+
 	// Progress, when set, is called at every stage and after every sampler
 	// step, on Generate's goroutine.
 	Progress func(Progress)
@@ -54,7 +76,47 @@ type Request struct {
 // DefaultRequest is FramePack's demo defaults: seed 31337, 5 seconds,
 // window 9, 25 steps, CFG 1, GS 10, RS 0, TeaCache on, the 640 buckets.
 func DefaultRequest() Request {
-	return Request{Seed: 31337, Seconds: 5, LatentWindowSize: 9, Steps: 25, CFG: 1, GS: 10, RS: 0, TeaCache: true, Resolution: 640}
+	return Request{Seed: 31337, Seconds: 5, LatentWindowSize: 9, Steps: 25, CFG: 1, GS: 10, RS: 0, TeaCache: true, Resolution: 640,
+		StartEmbedStrength: 1}
+}
+
+// Model variants (Request.Model).
+const (
+	ModelFramePack = "framepack" // lllyasviel/FramePackI2V_HY
+	ModelF1        = "f1"        // lllyasviel/FramePack_F1_I2V_HY_20250503
+)
+
+// Image embedding interpolation with an end frame (Request.EmbedInterpolation).
+const (
+	EmbedDisabled = "disabled"
+	EmbedLinear   = "linear"
+	EmbedWeighted = "weighted_average"
+)
+
+// forward is whether the request runs F1's forward sections.
+func (r *Request) forward() bool { return r.Model == ModelF1 }
+
+// endFrame is the end image, if any.
+func (r *Request) endFrame() (*section.RGB, error) {
+	switch {
+	case r.EndImage != nil && r.EndRGB != nil:
+		return nil, fmt.Errorf("request: set EndImage or EndRGB, not both")
+	case r.EndRGB != nil:
+		if r.EndRGB.W <= 0 || r.EndRGB.H <= 0 || len(r.EndRGB.Pix) != 3*r.EndRGB.W*r.EndRGB.H {
+			return nil, fmt.Errorf("request: end RGB image of %d×%d with %d bytes", r.EndRGB.W, r.EndRGB.H, len(r.EndRGB.Pix))
+		}
+		return r.EndRGB, nil
+	case r.EndImage != nil:
+		b := r.EndImage.Bounds()
+		if b.Dx() <= 0 || b.Dy() <= 0 {
+			return nil, fmt.Errorf("request: the end image has no pixels (%d×%d)", b.Dx(), b.Dy())
+		}
+		if int64(b.Dx())*int64(b.Dy()) > section.MaxImagePixels {
+			return nil, fmt.Errorf("request: a %d×%d end image is too large (limit %d megapixels)", b.Dx(), b.Dy(), section.MaxImagePixels/1000000)
+		}
+		return section.FromImage(r.EndImage), nil
+	}
+	return nil, nil
 }
 
 // Stages reported through Progress.
@@ -214,6 +276,19 @@ func (r *Request) validate() (*section.RGB, error) {
 		return nil, fmt.Errorf("request: distilled guidance (gs) must be in 1–32, have %v", r.GS)
 	case !finite(r.RS) || r.RS < 0 || r.RS > 1:
 		return nil, fmt.Errorf("request: CFG rescale (rs) must be in 0–1, have %v", r.RS)
+	case r.Model != "" && r.Model != ModelFramePack && r.Model != ModelF1:
+		return nil, fmt.Errorf("request: model must be %q or %q, have %q", ModelFramePack, ModelF1, r.Model)
+	case r.EmbedInterpolation != "" && r.EmbedInterpolation != EmbedDisabled && r.EmbedInterpolation != EmbedLinear && r.EmbedInterpolation != EmbedWeighted:
+		return nil, fmt.Errorf("request: embed interpolation must be %q, %q or %q, have %q", EmbedDisabled, EmbedLinear, EmbedWeighted, r.EmbedInterpolation)
+	case !finite(r.StartEmbedStrength) || r.StartEmbedStrength < 0 || r.StartEmbedStrength > 1:
+		return nil, fmt.Errorf("request: start embed strength must be in 0–1, have %v", r.StartEmbedStrength)
+	}
+	end, err := r.endFrame()
+	if err != nil {
+		return nil, err
+	}
+	if end != nil && r.forward() {
+		return nil, fmt.Errorf("request: an end image needs FramePack's backward sections, not %s", ModelF1)
 	}
 	bh, bw, err := section.NearestBucket(img.H, img.W, r.Resolution)
 	if err != nil {
