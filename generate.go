@@ -22,7 +22,9 @@ import (
 // stage: text encoding, bucket crop, VAE encode of the start image, SigLIP,
 // then the sections (last in time first), each sampled, prepended to the
 // history latents and decoded, its pixels soft-appended before the video
-// so far. Cancelling ctx stops before the next sampler step or stage and
+// so far. With Request.Model ModelF1 the sections run forward, as
+// FramePack-F1's worker() does: appended to the history, soft-appended
+// after the video. An end image conditions the first section generated. Cancelling ctx stops before the next sampler step or stage and
 // returns an error wrapping ctx.Err(); nothing is kept loaded. A NaN or
 // Inf in what a stage hands on (embeddings, latents, pixels) fails the job
 // with an error naming that stage, rather than making a black video.
@@ -462,8 +464,15 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 	if err != nil {
 		return fmt.Errorf("framepack: %w", err)
 	}
-	p.log.Info(fmt.Sprintf("sections: %d of %d latent frames for %.2f s → %d frames at %d fps; paddings %v",
-		plan.Sections, plan.WindowSize, req.Seconds, plan.VideoFrames(), FPS, plan.Paddings))
+	order := fmt.Sprintf("paddings %v", plan.Paddings)
+	if plan.Forward {
+		order = "forward (F1)"
+	}
+	if im.end != nil {
+		order += ", end image"
+	}
+	p.log.Info(fmt.Sprintf("sections: %d of %d latent frames for %.2f s → %d frames at %d fps; %s",
+		plan.Sections, plan.WindowSize, req.Seconds, plan.VideoFrames(), FPS, order))
 
 	d := p.trCfg.TextEmbedDim
 	l := &sectionLoop{

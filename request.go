@@ -134,8 +134,8 @@ const (
 // Progress is a report from Generate.
 type Progress struct {
 	Stage string
-	// Section is 1-based in generation order (the video's end first),
-	// of Sections; 0 before the section loop.
+	// Section is 1-based in generation order (the video's end first; its
+	// start first with ModelF1), of Sections; 0 before the section loop.
 	Section, Sections int
 	// Step is 1-based during StageSample, of Steps.
 	Step, Steps int
@@ -173,7 +173,7 @@ func (p Progress) PreviewRGB() (*section.RGB, error) {
 
 // SectionStats describe one generated section.
 type SectionStats struct {
-	Index, Padding int // 1-based generation order; FramePack's latent padding
+	Index, Padding int // 1-based generation order; FramePack's latent padding (0 with ModelF1)
 	LatentFrames   int // latents this section added (lws, +1 on the last)
 	Frames         int // video frames after it
 	Sample, Decode time.Duration
@@ -190,7 +190,8 @@ type Result struct {
 	// Width and Height are the bucket the image was cropped to.
 	Width, Height int
 	// Latents are every generated latent frame in time order, start latent
-	// first: (1, 16, lws·S + 1, H/8, W/8), f32 on the host.
+	// first: (1, 16, lws·S + 1, H/8, W/8), f32 on the host (with either
+	// model).
 	Latents  *tensor.Tensor
 	Sections []SectionStats
 	// Stage times before the section loop, and in total.
