@@ -22,7 +22,9 @@ import (
 // stage: text encoding, bucket crop, VAE encode of the start image, SigLIP,
 // then the sections (last in time first), each sampled, prepended to the
 // history latents and decoded, its pixels soft-appended before the video
-// so far. Cancelling ctx stops before the next sampler step or stage and
+// so far. With Request.Model ModelF1 the sections run forward, as
+// FramePack-F1's worker() does: appended to the history, soft-appended
+// after the video. An end image conditions the first section generated. Cancelling ctx stops before the next sampler step or stage and
 // returns an error wrapping ctx.Err(); nothing is kept loaded. A NaN or
 // Inf in what a stage hands on (embeddings, latents, pixels) fails the job
 // with an error naming that stage, rather than making a black video.
@@ -160,12 +162,21 @@ func (j *job) run(img *section.RGB) error {
 	}
 	j.res.Width, j.res.Height = bw, bh
 	p.log.Info(fmt.Sprintf("image: %d×%d → bucket %d×%d (resolution %d)", img.W, img.H, bw, bh, req.Resolution))
+	crops := []*section.RGB{crop}
+	if end, _ := req.endFrame(); end != nil {
+		// The end frame goes to the start image's bucket.
+		ecrop, err := section.ResizeAndCenterCrop(end, bw, bh)
+		if err != nil {
+			return fmt.Errorf("framepack: cropping the end image: %w", err)
+		}
+		crops = append(crops, ecrop)
+	}
 
 	if err := j.stage(StageVAEEncode); err != nil {
 		return err
 	}
 	t = time.Now()
-	start, err := j.encodeImage(crop)
+	lat, err := j.encodeImage(crops...)
 	if err != nil {
 		return err
 	}
@@ -175,13 +186,26 @@ func (j *job) run(img *section.RGB) error {
 		return err
 	}
 	t = time.Now()
-	imageEmb, err := j.encodeSigLIP(crop)
+	emb, err := j.encodeSigLIP(crops...)
 	if err != nil {
 		return err
 	}
 	j.res.ImageEncode = time.Since(t)
 
-	return j.sections(start, pos, neg, imageEmb, bh/8, bw/8)
+	return j.sections(images{start: lat[0], image: emb[0], end: at(lat, 1), endImage: at(emb, 1)}, pos, neg, bh/8, bw/8)
+}
+
+// images are the encoded start image and, when given, end image.
+type images struct {
+	start, image  *tensor.Tensor // VAE latent, SigLIP embedding
+	end, endImage *tensor.Tensor // nil without an end image
+}
+
+func at(ts []*tensor.Tensor, i int) *tensor.Tensor {
+	if i < len(ts) {
+		return ts[i]
+	}
+	return nil
 }
 
 // encodeText runs the two text encoders, each loaded for this stage only.
@@ -261,10 +285,10 @@ func (j *job) encodeText(prompts []string) (enc []section.Prompt, neg section.Pr
 	return enc, neg, nil
 }
 
-// encodeImage is FramePack's vae_encode of the cropped image (the
-// posterior sampled with the seed, or its mean): (1, 16, 1, h, w) f32 on
-// the host.
-func (j *job) encodeImage(crop *section.RGB) (*tensor.Tensor, error) {
+// encodeImage is FramePack's vae_encode of each cropped image in turn (the
+// posterior sampled from one generator seeded with the seed, or its mean):
+// (1, 16, 1, h, w) f32 on the host.
+func (j *job) encodeImage(crops ...*section.RGB) ([]*tensor.Tensor, error) {
 	p := j.p
 	be := j.placeFor(PartVAE)
 	v, err := load(j, PartVAE, be, func(be tensor.Backend, _ bool) (*vae.VAE, error) {
@@ -285,8 +309,12 @@ func (j *job) encodeImage(crop *section.RGB) (*tensor.Tensor, error) {
 		rng = sampler.NewTorchGenerator(j.req.Seed)
 	}
 	s := tensor.NewScope(be)
-	var start *tensor.Tensor
-	err = tensor.Catch(func() { start = section.VAEEncode(s, v, crop, til, rng) })
+	out := make([]*tensor.Tensor, len(crops))
+	err = tensor.Catch(func() {
+		for i, c := range crops {
+			out[i] = section.VAEEncode(s, v, c, til, rng)
+		}
+	})
 	s.Close()
 	if err != nil {
 		return nil, fmt.Errorf("framepack: VAE encode: %w", err)
@@ -294,15 +322,17 @@ func (j *job) encodeImage(crop *section.RGB) (*tensor.Tensor, error) {
 	if err := j.unload(PartVAE); err != nil {
 		return nil, err
 	}
-	if err := tensor.NonFiniteError("framepack: vae encode produced non-finite start latents", start); err != nil {
-		return nil, err
+	for i, t := range out {
+		if err := tensor.NonFiniteError("framepack: vae encode produced non-finite "+[]string{"start", "end"}[i]+" latents", t); err != nil {
+			return nil, err
+		}
 	}
-	return start, nil
+	return out, nil
 }
 
-// encodeSigLIP is hf_clip_vision_encode: SigLIP's last hidden state of the
+// encodeSigLIP is hf_clip_vision_encode: SigLIP's last hidden state of each
 // cropped image, (1, patches, hidden) on the host.
-func (j *job) encodeSigLIP(crop *section.RGB) (*tensor.Tensor, error) {
+func (j *job) encodeSigLIP(crops ...*section.RGB) ([]*tensor.Tensor, error) {
 	p := j.p
 	be := j.placeFor(PartImageEncoder)
 	m, err := load(j, PartImageEncoder, be, func(be tensor.Backend, _ bool) (*siglip.Model, error) {
@@ -312,20 +342,24 @@ func (j *job) encodeSigLIP(crop *section.RGB) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("framepack: loading the image encoder: %w", err)
 	}
 	j.memory("image encoder loaded (" + memory.FormatBytes(m.Bytes()) + ")")
-	px, err := section.SigLIPPixels(crop, p.sigSize)
-	if err != nil {
-		return nil, fmt.Errorf("framepack: image encoder preprocessing: %w", err)
-	}
-	s := tensor.NewScope(be)
-	defer s.Close()
-	var out *tensor.Tensor
-	if err := tensor.Catch(func() { out = hostCopy(m.Forward(s, px)) }); err != nil {
-		return nil, fmt.Errorf("framepack: image encoder: %w", err)
-	}
-	s.Close()
-	if err := tensor.NonFiniteError("framepack: image encode produced non-finite embeddings", out); err != nil {
-		j.unload(PartImageEncoder)
-		return nil, err
+	out := make([]*tensor.Tensor, len(crops))
+	for i, crop := range crops {
+		px, err := section.SigLIPPixels(crop, p.sigSize)
+		if err != nil {
+			j.unload(PartImageEncoder)
+			return nil, fmt.Errorf("framepack: image encoder preprocessing: %w", err)
+		}
+		s := tensor.NewScope(be)
+		err = tensor.Catch(func() { out[i] = hostCopy(m.Forward(s, px)) })
+		s.Close()
+		if err != nil {
+			j.unload(PartImageEncoder)
+			return nil, fmt.Errorf("framepack: image encoder: %w", err)
+		}
+		if err := tensor.NonFiniteError("framepack: image encode produced non-finite embeddings", out[i]); err != nil {
+			j.unload(PartImageEncoder)
+			return nil, err
+		}
 	}
 	return out, j.unload(PartImageEncoder)
 }
@@ -427,6 +461,8 @@ type sectionLoop struct {
 	plan    section.Plan
 	start   *tensor.Tensor       // the start image's latent
 	image   *tensor.Tensor       // SigLIP's image embedding
+	end     *tensor.Tensor       // the end image's latent, or nil
+	endImg  *tensor.Tensor       // the end image's SigLIP embedding, or nil
 	pos     section.Text         // the prompt's conditioning (the negative is in tr)
 	tr      *section.Transformer // the velocity model, its inputs set per section
 	opts    section.SampleOptions
@@ -439,22 +475,39 @@ type sectionLoop struct {
 
 // sections is FramePack's section loop: each section sampled, prepended to
 // the history latents, decoded and soft-appended before the video so far.
-func (j *job) sections(start *tensor.Tensor, pos, neg section.Prompt, imageEmb *tensor.Tensor, h, w int) error {
+func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 	p, req := j.p, j.req
-	plan, err := section.NewPlan(req.Seconds, req.LatentWindowSize)
+	newPlan, history := section.NewPlan, section.NewHistory(h, w)
+	if req.forward() {
+		newPlan = section.NewForwardPlan
+		var err error
+		if history, err = section.NewForwardHistory(im.start); err != nil {
+			return fmt.Errorf("framepack: %w", err)
+		}
+	}
+	plan, err := newPlan(req.Seconds, req.LatentWindowSize)
 	if err != nil {
 		return fmt.Errorf("framepack: %w", err)
 	}
-	p.log.Info(fmt.Sprintf("sections: %d of %d latent frames for %.2f s → %d frames at %d fps; paddings %v",
-		plan.Sections, plan.WindowSize, req.Seconds, plan.VideoFrames(), FPS, plan.Paddings))
+	order := fmt.Sprintf("paddings %v", plan.Paddings)
+	if plan.Forward {
+		order = "forward (F1)"
+	}
+	if im.end != nil {
+		order += ", end image"
+	}
+	p.log.Info(fmt.Sprintf("sections: %d of %d latent frames for %.2f s → %d frames at %d fps; %s",
+		plan.Sections, plan.WindowSize, req.Seconds, plan.VideoFrames(), FPS, order))
 
 	d := p.trCfg.TextEmbedDim
 	l := &sectionLoop{
-		plan:  plan,
-		start: start,
-		image: imageEmb,
-		pos:   pos.Padded(d),
-		tr:    &section.Transformer{Negative: neg.Padded(d)},
+		plan:   plan,
+		start:  im.start,
+		image:  im.image,
+		end:    im.end,
+		endImg: im.endImage,
+		pos:    pos.Padded(d),
+		tr:     &section.Transformer{Negative: neg.Padded(d)},
 		opts: section.SampleOptions{
 			Config: sampler.Config{Steps: req.Steps, Guidance: sampler.Guidance{
 				CFG: req.CFG, Rescale: req.RS, Distilled: req.GS, BF16: p.dt.transformer == tensor.BF16}},
@@ -462,7 +515,7 @@ func (j *job) sections(start *tensor.Tensor, pos, neg section.Prompt, imageEmb *
 			TeaCacheThresh: p.opts.TeaCacheThreshold,
 		},
 		rnd:     sampler.NewTorchGenerator(req.Seed),
-		history: section.NewHistory(h, w),
+		history: history,
 		keep:    true,
 		video:   tensor.NewScope(p.host),
 	}
@@ -514,7 +567,11 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 	if err != nil {
 		return fmt.Errorf("framepack: section %d: %w", st.Index, err)
 	}
-	l.tr.Cond = sec.Inputs(l.pos, l.image, clean, clean2x, clean4x)
+	if l.end != nil && sec.Index == 0 {
+		// The end latent stands for the 1x history frame (clean_latents_post).
+		clean = section.Concat(tensor.ToHost(l.start), l.end)
+	}
+	l.tr.Cond = sec.Inputs(l.pos, j.imageEmbedding(l, sec.Index), clean, clean2x, clean4x)
 
 	j.cur = ""
 	model, err := j.loadTransformer()
@@ -618,7 +675,9 @@ func (j *job) decodeSection(l *sectionLoop, sec section.Section, st *SectionStat
 		cs := l.video.Child()
 		defer cs.Close()
 		cur := section.VAEDecode(cs, dec, z, opts)
-		if prev != nil {
+		if prev != nil && l.plan.Forward {
+			cur = section.SoftAppend(cs, prev, cur, overlap)
+		} else if prev != nil {
 			cur = section.SoftAppend(cs, cur, prev, overlap)
 		}
 		cs.Keep(cur)
@@ -640,4 +699,26 @@ func (j *job) decodeSection(l *sectionLoop, sec section.Section, st *SectionStat
 	st.DecodeTiling = stats.Tiling.String()
 	st.Frames = l.pixels.Dim(2)
 	return nil
+}
+
+// imageEmbedding is section i's SigLIP conditioning: the start image's, or
+// with an end image ComfyUI-FramePackWrapper's embed_interpolation of the
+// two (frac·start + (1−frac)·end, in float32).
+func (j *job) imageEmbedding(l *sectionLoop, i int) *tensor.Tensor {
+	if l.endImg == nil {
+		return l.image
+	}
+	s := j.req.StartEmbedStrength
+	frac := 1.0
+	switch j.req.EmbedInterpolation {
+	case EmbedLinear:
+		if n := l.plan.Sections; n > 1 {
+			frac = 1 - float64(i)/float64(n-1)
+		}
+	case EmbedWeighted:
+		frac = s
+	default: // disabled: the start embedding scaled, the end one unused
+		return section.Mix(l.image, float32(s), nil, 0)
+	}
+	return section.Mix(l.image, float32(frac), l.endImg, float32(1-frac))
 }

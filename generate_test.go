@@ -252,7 +252,7 @@ func checkEnds(t *testing.T, p *Pipeline, req Request, res *Result) {
 	if err := j.unloadAll(); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(start.Float32s(), section.Frames(all, 0, 1).Float32s()) {
+	if !slices.Equal(start[0].Float32s(), section.Frames(all, 0, 1).Float32s()) {
 		t.Error("the first latent is not the start latent")
 	}
 	if len(res.Sections) != 2 {

@@ -48,6 +48,33 @@ func TestGoldenGenerateI2V(t *testing.T) {
 	}
 }
 
+// TestGoldenGenerateF1 is TestGoldenGenerateI2V for FramePack-F1's forward
+// sections (demo_gradio_f1.py's worker, the tiny model's weights standing in
+// for F1's): the case generate_f1.
+func TestGoldenGenerateF1(t *testing.T) { goldenGenerateCase(t, "generate_f1") }
+
+// TestGoldenGenerateEndImage is TestGoldenGenerateI2V with an end image as
+// ComfyUI-FramePackWrapper uses it (end_latent, linear embed interpolation):
+// the case generate_end_image, whose start and end latents are compared too.
+func TestGoldenGenerateEndImage(t *testing.T) { goldenGenerateCase(t, "generate_end_image") }
+
+// goldenGenerateCase runs the case folder name, whose component is its name;
+// the test skips only when the folder is absent.
+func goldenGenerateCase(t *testing.T, name string) {
+	dir, err := golden.Dir()
+	if err != nil {
+		t.Skipf("golden: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, name)); os.IsNotExist(err) {
+		t.Skipf("golden: the case %s is absent from %s (bench/reference/make_golden_generate.py --cases %s writes it)", name, dir, name)
+	}
+	cases := golden.Cases(t, name)
+	if len(cases) != 1 || cases[0].Name != name {
+		t.Fatalf("golden: want the one case %s with component %q", name, name)
+	}
+	goldenGenerate(t, cases[0])
+}
+
 // goldenSection is one entry of a generate case's section_info.
 type goldenSection struct {
 	Padding      int  `json:"latent_padding"`
@@ -83,6 +110,14 @@ func goldenGenerate(t *testing.T, c *golden.Case) {
 	c.Param("sections", &sections)
 	c.Param("section_info", &secs)
 	c.Param("crop_start", &crop0)
+	// Entries only the F1 and end-image cases have.
+	var endImage bool
+	for name, v := range map[string]any{"model_variant": &req.Model, "end_image": &endImage,
+		"embed_interpolation": &req.EmbedInterpolation, "start_embed_strength": &req.StartEmbedStrength} {
+		if _, ok := c.Raw[name]; ok {
+			c.Param(name, v)
+		}
+	}
 	req.PosteriorMean = false // the reference samples the posterior with the seeded CPU generator
 	if len(secs) != sections {
 		t.Fatalf("case.json: %d entries in section_info for %d sections", len(secs), sections)
@@ -145,6 +180,28 @@ func goldenGenerate(t *testing.T, c *golden.Case) {
 	copy(ct.HostBytes(), crop.Pix)
 	c.Compare(t, "image_cropped", ct)
 	req.RGB = rgb
+	if endImage {
+		em := c.Tensor("end_image")
+		req.EndRGB = &section.RGB{W: em.Dim(1), H: em.Dim(0), Pix: append([]uint8(nil), em.HostBytes()...)}
+		ecrop, err := section.ResizeAndCenterCrop(req.EndRGB, bw, bh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		et := tensor.New(tensor.U8, bh, bw, 3)
+		copy(et.HostBytes(), ecrop.Pix)
+		c.Compare(t, "end_image_cropped", et)
+		// Both latents as Generate draws them: one generator, start first.
+		j := p.newJob(context.Background(), req)
+		lat, err := j.encodeImage(crop, ecrop)
+		if err == nil {
+			err = j.unloadAll()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Compare(t, "start_latent", lat[0])
+		c.Compare(t, "end_latent", lat[1])
+	}
 
 	history := map[int]*tensor.Tensor{}
 	var pixels *tensor.Tensor

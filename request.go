@@ -54,6 +54,28 @@ type Request struct {
 	// CPU torch generator seeded with Seed (separate from the noise's).
 	PosteriorMean bool
 
+	// Model is the transformer's variant: ModelFramePack (FramePack's
+	// backward sections; "" means it) or ModelF1 (FramePack-F1's forward
+	// sections). The checkpoints share one config, so it cannot be told
+	// from the folder: set it to match the weights.
+	Model string
+
+	// The end frame (optional): EndImage or EndRGB, cropped to the start
+	// image's bucket. It is ComfyUI-FramePackWrapper's end_latent: its
+	// latent replaces the 1x history frame of the first section generated
+	// (the video's end), and its SigLIP embedding is mixed into the start
+	// image's by EmbedInterpolation. Not with ModelF1.
+	EndImage image.Image
+	EndRGB   *section.RGB
+	// EmbedInterpolation is the wrapper's embed_interpolation, used only
+	// with an end frame: EmbedDisabled (the start embedding times
+	// StartEmbedStrength), EmbedLinear (start·f + end·(1−f), f = 1 − i/(S−1)
+	// for the i-th section generated) or EmbedWeighted (f =
+	// StartEmbedStrength). "" means EmbedDisabled.
+	EmbedInterpolation string
+	// StartEmbedStrength is the wrapper's start_embed_strength (0–1; 1).
+	StartEmbedStrength float64
+
 	// Progress, when set, is called at every stage and after every sampler
 	// step, on Generate's goroutine.
 	Progress func(Progress)
@@ -63,7 +85,47 @@ type Request struct {
 // window 9, 25 steps, CFG 1, GS 10, RS 0, TeaCache on, the 640 buckets;
 // timed prompts blended over FramePack Studio's default 4 sections.
 func DefaultRequest() Request {
-	return Request{Seed: 31337, Seconds: 5, LatentWindowSize: 9, Steps: 25, CFG: 1, GS: 10, RS: 0, TeaCache: true, Resolution: 640, PromptBlend: 4}
+	return Request{Seed: 31337, Seconds: 5, LatentWindowSize: 9, Steps: 25, CFG: 1, GS: 10, RS: 0, TeaCache: true, Resolution: 640,
+		PromptBlend: 4, StartEmbedStrength: 1}
+}
+
+// Model variants (Request.Model).
+const (
+	ModelFramePack = "framepack" // lllyasviel/FramePackI2V_HY
+	ModelF1        = "f1"        // lllyasviel/FramePack_F1_I2V_HY_20250503
+)
+
+// Image embedding interpolation with an end frame (Request.EmbedInterpolation).
+const (
+	EmbedDisabled = "disabled"
+	EmbedLinear   = "linear"
+	EmbedWeighted = "weighted_average"
+)
+
+// forward is whether the request runs F1's forward sections.
+func (r *Request) forward() bool { return r.Model == ModelF1 }
+
+// endFrame is the end image, if any.
+func (r *Request) endFrame() (*section.RGB, error) {
+	switch {
+	case r.EndImage != nil && r.EndRGB != nil:
+		return nil, fmt.Errorf("request: set EndImage or EndRGB, not both")
+	case r.EndRGB != nil:
+		if r.EndRGB.W <= 0 || r.EndRGB.H <= 0 || len(r.EndRGB.Pix) != 3*r.EndRGB.W*r.EndRGB.H {
+			return nil, fmt.Errorf("request: end RGB image of %d×%d with %d bytes", r.EndRGB.W, r.EndRGB.H, len(r.EndRGB.Pix))
+		}
+		return r.EndRGB, nil
+	case r.EndImage != nil:
+		b := r.EndImage.Bounds()
+		if b.Dx() <= 0 || b.Dy() <= 0 {
+			return nil, fmt.Errorf("request: the end image has no pixels (%d×%d)", b.Dx(), b.Dy())
+		}
+		if int64(b.Dx())*int64(b.Dy()) > section.MaxImagePixels {
+			return nil, fmt.Errorf("request: a %d×%d end image is too large (limit %d megapixels)", b.Dx(), b.Dy(), section.MaxImagePixels/1000000)
+		}
+		return section.FromImage(r.EndImage), nil
+	}
+	return nil, nil
 }
 
 // Stages reported through Progress.
@@ -81,8 +143,8 @@ const (
 // Progress is a report from Generate.
 type Progress struct {
 	Stage string
-	// Section is 1-based in generation order (the video's end first),
-	// of Sections; 0 before the section loop.
+	// Section is 1-based in generation order (the video's end first; its
+	// start first with ModelF1), of Sections; 0 before the section loop.
 	Section, Sections int
 	// Step is 1-based during StageSample, of Steps.
 	Step, Steps int
@@ -123,7 +185,7 @@ func (p Progress) PreviewRGB() (*section.RGB, error) {
 
 // SectionStats describe one generated section.
 type SectionStats struct {
-	Index, Padding int // 1-based generation order; FramePack's latent padding
+	Index, Padding int // 1-based generation order; FramePack's latent padding (0 with ModelF1)
 	LatentFrames   int // latents this section added (lws, +1 on the last)
 	Frames         int // video frames after it
 	Sample, Decode time.Duration
@@ -140,7 +202,8 @@ type Result struct {
 	// Width and Height are the bucket the image was cropped to.
 	Width, Height int
 	// Latents are every generated latent frame in time order, start latent
-	// first: (1, 16, lws·S + 1, H/8, W/8), f32 on the host.
+	// first: (1, 16, lws·S + 1, H/8, W/8), f32 on the host (with either
+	// model).
 	Latents  *tensor.Tensor
 	Sections []SectionStats
 	// Stage times before the section loop, and in total.
@@ -228,9 +291,22 @@ func (r *Request) validate() (*section.RGB, error) {
 		return nil, fmt.Errorf("request: CFG rescale (rs) must be in 0–1, have %v", r.RS)
 	case r.PromptBlend < 0 || r.PromptBlend > 100:
 		return nil, fmt.Errorf("request: prompt blend must be in 0–100 sections, have %d", r.PromptBlend)
+	case r.Model != "" && r.Model != ModelFramePack && r.Model != ModelF1:
+		return nil, fmt.Errorf("request: model must be %q or %q, have %q", ModelFramePack, ModelF1, r.Model)
+	case r.EmbedInterpolation != "" && r.EmbedInterpolation != EmbedDisabled && r.EmbedInterpolation != EmbedLinear && r.EmbedInterpolation != EmbedWeighted:
+		return nil, fmt.Errorf("request: embed interpolation must be %q, %q or %q, have %q", EmbedDisabled, EmbedLinear, EmbedWeighted, r.EmbedInterpolation)
+	case !finite(r.StartEmbedStrength) || r.StartEmbedStrength < 0 || r.StartEmbedStrength > 1:
+		return nil, fmt.Errorf("request: start embed strength must be in 0–1, have %v", r.StartEmbedStrength)
 	}
 	if _, err := section.ParseTimedPrompt(r.Prompt); err != nil {
 		return nil, fmt.Errorf("request: %w", err)
+	}
+	end, err := r.endFrame()
+	if err != nil {
+		return nil, err
+	}
+	if end != nil && r.forward() {
+		return nil, fmt.Errorf("request: an end image needs FramePack's backward sections, not %s", ModelF1)
 	}
 	bh, bw, err := section.NearestBucket(img.H, img.W, r.Resolution)
 	if err != nil {

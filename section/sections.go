@@ -21,7 +21,22 @@ const HistoryContext = 1 + 2 + 16
 type Plan struct {
 	Sections   int
 	WindowSize int   // latent frames generated per section (latent_window_size)
-	Paddings   []int // latent_paddings, one per section
+	Paddings   []int // latent_paddings, one per section (all 0 when Forward)
+	// Forward is FramePack-F1's order (demo_gradio_f1.py): sections in time
+	// order, each conditioned on the end of the history and appended to it.
+	Forward bool
+}
+
+// NewForwardPlan is FramePack-F1's plan: the same number of sections as
+// NewPlan, generated forward in time, no paddings.
+func NewForwardPlan(seconds float64, lws int) (Plan, error) {
+	p, err := NewPlan(seconds, lws)
+	if err != nil {
+		return p, err
+	}
+	p.Forward = true
+	clear(p.Paddings)
+	return p, nil
 }
 
 // NewPlan computes the plan for a video of about seconds seconds:
@@ -74,6 +89,9 @@ type Section struct {
 
 // Section returns the layout of section i (generation order).
 func (p Plan) Section(i int) Section {
+	if p.Forward {
+		return p.forwardSection(i)
+	}
 	pad := p.Paddings[i] * p.WindowSize
 	lws := int64(p.WindowSize)
 	next := int64(1 + pad) // after pre and blank
@@ -94,6 +112,20 @@ func (p Plan) Section(i int) Section {
 	return sec
 }
 
+// forwardSection is F1's layout: [start | 4x (16) | 2x (2) | 1x | window].
+func (p Plan) forwardSection(i int) Section {
+	lws := int64(p.WindowSize)
+	seq := func(a, n int64) []int64 {
+		out := make([]int64, n)
+		for k := range out {
+			out[k] = a + int64(k)
+		}
+		return out
+	}
+	return Section{Index: i, Last: i == p.Sections-1,
+		Clean4xIndices: seq(1, 16), Clean2xIndices: seq(17, 2), CleanIndices: []int64{0, 19}, LatentIndices: seq(20, lws)}
+}
+
 // DecodeLatents is how many of the newest history latents section i decodes
 // (0 means all generated so far: the first section), and Overlap the pixel
 // frames its decode shares with the video so far (soft-appended). Later
@@ -104,7 +136,7 @@ func (p Plan) DecodeLatents(i int) (latents, overlap int) {
 		return 0, 0
 	}
 	latents = 2 * p.WindowSize
-	if p.Paddings[i] == 0 {
+	if !p.Forward && p.Paddings[i] == 0 {
 		latents++
 	}
 	return latents, p.WindowSize*4 - 3
@@ -115,15 +147,30 @@ func PixelFrames(n int) int { return 4*n - 3 }
 
 // History is FramePack's history_latents, on the host in float32: the
 // generated latents, most recent in generation order first (which is
-// earliest in time), followed by HistoryContext zero frames.
+// earliest in time), followed by HistoryContext zero frames. A Forward
+// history (F1's) is the other way round: HistoryContext zero frames, then
+// the start latent and the generated latents in time order.
 type History struct {
 	Latents   *tensor.Tensor // (1, 16, Generated + 19, h, w)
 	Generated int            // total_generated_latent_frames
+	Forward   bool
 }
 
 // NewHistory is the empty history for h×w latents.
 func NewHistory(h, w int) *History {
 	return &History{Latents: tensor.New(tensor.F32, 1, 16, HistoryContext, h, w)}
+}
+
+// NewForwardHistory is F1's initial history: 19 zero frames and the start
+// latent, which counts as generated.
+func NewForwardHistory(start *tensor.Tensor) (*History, error) {
+	hs := &History{Latents: tensor.New(tensor.F32, 1, 16, HistoryContext, start.Dim(3), start.Dim(4)), Forward: true}
+	if err := hs.checkFrames("start latent", start); err != nil {
+		return nil, err
+	}
+	hs.Latents = concatT(hs.Latents, tensor.ToHost(start))
+	hs.Generated = start.Dim(2)
+	return hs, nil
 }
 
 // Context returns a section's history conditioning, host f32 tensors:
@@ -137,6 +184,12 @@ func (hs *History) Context(start *tensor.Tensor) (clean, clean2x, clean4x *tenso
 	if start.Dim(2) != 1 {
 		return nil, nil, nil, fmt.Errorf("start latent %v: want one frame", start.Shape())
 	}
+	if hs.Forward {
+		// The last 19 frames: [4x (16) | 2x (2) | 1x].
+		n := hs.Latents.Dim(2)
+		clean = concatT(tensor.ToHost(start), hs.frames(n-1, n))
+		return clean, hs.frames(n-3, n-1), hs.frames(n-HistoryContext, n-3), nil
+	}
 	post := hs.frames(0, 1)
 	clean = concatT(tensor.ToHost(start), post)
 	return clean, hs.frames(1, 3), hs.frames(3, HistoryContext), nil
@@ -144,7 +197,7 @@ func (hs *History) Context(start *tensor.Tensor) (clean, clean2x, clean4x *tenso
 
 // Add records a section's generated latents (1, 16, lws, h, w): on the last
 // section the start latent goes in front, then all of it is prepended to
-// the history.
+// the history. A Forward history appends them (last is ignored).
 func (hs *History) Add(generated, start *tensor.Tensor, last bool) error {
 	if err := hs.checkFrames("generated latents", generated); err != nil {
 		return err
@@ -152,6 +205,11 @@ func (hs *History) Add(generated, start *tensor.Tensor, last bool) error {
 	g := tensor.ToHost(generated)
 	if g.DType() != tensor.F32 {
 		return fmt.Errorf("generated latents are %s, want f32", g.DType())
+	}
+	if hs.Forward {
+		hs.Generated += g.Dim(2)
+		hs.Latents = concatT(hs.Latents, g)
+		return nil
 	}
 	if last {
 		if err := hs.checkFrames("start latent", start); err != nil {
@@ -165,10 +223,15 @@ func (hs *History) Add(generated, start *tensor.Tensor, last bool) error {
 }
 
 // Newest returns the first n latents of the history (all generated ones
-// when n is 0): what a section decodes.
+// when n is 0), the last n of a Forward one: what a section decodes, in
+// time order.
 func (hs *History) Newest(n int) *tensor.Tensor {
 	if n <= 0 || n > hs.Generated {
 		n = hs.Generated
+	}
+	if hs.Forward {
+		t := hs.Latents.Dim(2)
+		return hs.frames(t-n, t)
 	}
 	return hs.frames(0, n)
 }
@@ -217,4 +280,29 @@ func concatT(x, y *tensor.Tensor) *tensor.Tensor {
 		copy(o[tx*plane:], b[bc*ty*plane:(bc+1)*ty*plane])
 	}
 	return out
+}
+
+// Concat joins host f32 (B, C, T, H, W) tensors along time.
+func Concat(x, y *tensor.Tensor) *tensor.Tensor { return concatT(tensor.ToHost(x), tensor.ToHost(y)) }
+
+// Mix is a·x + b·y elementwise (x·a when y is nil) in float32, each
+// product rounded before the sum as PyTorch computes it: a new host f32
+// tensor of x's shape.
+func Mix(x *tensor.Tensor, a float32, y *tensor.Tensor, b float32) *tensor.Tensor {
+	xv := tensor.Float32s(x)
+	out := make([]float32, len(xv))
+	var yv []float32
+	if y != nil {
+		if yv = tensor.Float32s(y); len(yv) != len(xv) {
+			tensor.Fail("section", "mixing %v with %v", x.Shape(), y.Shape())
+		}
+	}
+	for i, v := range xv {
+		o := float32(v * a)
+		if yv != nil {
+			o = float32(o + float32(b*yv[i]))
+		}
+		out[i] = o
+	}
+	return tensor.FromFloat32(out, x.Shape()...)
 }

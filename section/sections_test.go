@@ -200,3 +200,88 @@ func TestHistoryErrors(t *testing.T) {
 		t.Error("last section without a start latent accepted")
 	}
 }
+
+// TestForwardLayout checks F1's plan and history against demo_gradio_f1.py:
+// indices [start 0 | 4x 1–16 | 2x 17–18 | 1x 19 | window], the context read
+// from the history's end, latents appended, the last 2·lws decoded.
+func TestForwardLayout(t *testing.T) {
+	p, err := NewForwardPlan(1.2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Forward || p.Sections != 3 || !reflect.DeepEqual(p.Paddings, []int{0, 0, 0}) || p.VideoFrames() != 37 {
+		t.Fatalf("plan %+v, %d frames", p, p.VideoFrames())
+	}
+	seq := func(a, n int64) []int64 {
+		out := make([]int64, n)
+		for i := range out {
+			out[i] = a + int64(i)
+		}
+		return out
+	}
+	for i := range p.Sections {
+		s := p.Section(i)
+		want := Section{Index: i, Last: i == 2, LatentIndices: seq(20, 3), CleanIndices: []int64{0, 19},
+			Clean2xIndices: seq(17, 2), Clean4xIndices: seq(1, 16)}
+		if !reflect.DeepEqual(s, want) {
+			t.Errorf("section %d: %+v, want %+v", i, s, want)
+		}
+		n, overlap := p.DecodeLatents(i)
+		if i == 0 && (n != 0 || overlap != 0) || i > 0 && (n != 6 || overlap != 9) {
+			t.Errorf("section %d decodes %d latents overlapping %d frames", i, n, overlap)
+		}
+	}
+
+	// Frames hold their time index k+1 (the start latent 0.5).
+	frame := func(v float32) *tensor.Tensor {
+		x := tensor.New(tensor.F32, 1, 16, 1, 2, 2)
+		for i := range x.Float32s() {
+			x.Float32s()[i] = v
+		}
+		return x
+	}
+	hs, err := NewForwardHistory(frame(0.5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := func(x *tensor.Tensor) []float32 {
+		out := make([]float32, x.Dim(2))
+		for k := range out {
+			out[k] = Frames(x, k, k+1).Float32s()[0]
+		}
+		return out
+	}
+	clean, c2, c4, err := hs.Context(frame(0.5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(first(clean), []float32{0.5, 0.5}) || !reflect.DeepEqual(first(c2), []float32{0, 0}) || first(c4)[15] != 0 {
+		t.Errorf("initial context %v %v %v", first(clean), first(c2), first(c4))
+	}
+	for k := 0; k < 6; k += 3 {
+		g := Concat(Concat(frame(float32(k+1)), frame(float32(k+2))), frame(float32(k+3)))
+		if err := hs.Add(g, nil, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if hs.Generated != 7 || !reflect.DeepEqual(first(hs.Newest(0)), []float32{0.5, 1, 2, 3, 4, 5, 6}) ||
+		!reflect.DeepEqual(first(hs.Newest(2)), []float32{5, 6}) {
+		t.Errorf("history %d: %v", hs.Generated, first(hs.Newest(0)))
+	}
+	clean, c2, c4, _ = hs.Context(frame(0.5))
+	if !reflect.DeepEqual(first(clean), []float32{0.5, 6}) || !reflect.DeepEqual(first(c2), []float32{4, 5}) ||
+		!reflect.DeepEqual(first(c4)[12:], []float32{0.5, 1, 2, 3}) || first(c4)[11] != 0 {
+		t.Errorf("context %v %v %v", first(clean), first(c2), first(c4))
+	}
+}
+
+func TestMix(t *testing.T) {
+	x := tensor.FromFloat32([]float32{1, 2, 3}, 1, 3)
+	y := tensor.FromFloat32([]float32{10, 20, 30}, 1, 3)
+	if got := Mix(x, 0.25, y, 0.75).Float32s(); !reflect.DeepEqual(got, []float32{7.75, 15.5, 23.25}) {
+		t.Errorf("Mix %v", got)
+	}
+	if got := Mix(x, 0.5, nil, 0).Float32s(); !reflect.DeepEqual(got, []float32{0.5, 1, 1.5}) {
+		t.Errorf("Mix without y %v", got)
+	}
+}

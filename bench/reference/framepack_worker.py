@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""FramePack's demo_gradio.py worker(), headless.
+"""FramePack's demo_gradio.py worker(), headless (or demo_gradio_f1.py's with
+--variant f1; or with --end-image, ComfyUI-FramePackWrapper's end_latent).
 
 The same stages, in the same order, through the same diffusers_helper calls as
 FramePack's Gradio demo: encode_prompt_conds, crop_or_pad_yield_mask,
@@ -37,6 +38,27 @@ What differs from the demo, and why:
   * a tokenizer/ folder without tokenizer_config.json (the tiny model) gets
     the real tokenizer's special tokens (bos <|begin_of_text|>,
     eos <|end_of_text|>, pad <pad>, right padding).
+
+--variant f1 runs the section loop of demo_gradio_f1.py's worker() (the
+stages before it are the same in both demos): history starts as 19 zero
+frames and the start latent, each section reads its 4x/2x/1x context from
+the end of the history with the indices [start, 4x, 2x, 1x, window], appends
+its latents, decodes the last 2*lws and soft-appends them after the video.
+Load --models/transformer with the F1 weights for a real run.
+
+--end-image PATH is the end frame as kijai/ComfyUI-FramePackWrapper's
+FramePackSampler.process (nodes.py, end_latent, end_image_embeds,
+embed_interpolation, start_embed_strength) uses it, its sampling-loop logic
+ported into this worker's loop (ComfyUI is not needed): the end image is
+resized and center-cropped to the start image's bucket, VAE-encoded right
+after the start image (the same global generator, not reseeded) and
+SigLIP-encoded; in the first section generated its latent replaces
+clean_latents_post; every section's image embedding is
+start*frac + (1-frac)*end with frac = 1 - i/(S-1) (linear), start_embed_strength
+(weighted_average), or start*start_embed_strength (disabled). The wrapper
+returns latents only; decoding here stays the demo's per-section decode and
+soft append. The wrapper also ignores history_latents' seed path differences
+(none here): its noise is the same torch.Generator("cpu").manual_seed(seed).
 """
 
 import argparse
@@ -100,6 +122,13 @@ def parse_args(argv=None):
                     help="seed torch's global generator with --seed right before vae_encode, so that the posterior sample "
                          "is torch.randn from a CPU generator seeded with the seed (the golden run; framepack's Generate "
                          "draws it that way)")
+    ap.add_argument("--variant", choices=["framepack", "f1"], default="framepack",
+                    help="section loop: demo_gradio.py's (framepack) or demo_gradio_f1.py's (f1)")
+    ap.add_argument("--end-image", default="", help="end frame (ComfyUI-FramePackWrapper's end_latent); framepack only")
+    ap.add_argument("--embed-interpolation", choices=["disabled", "weighted_average", "linear"], default="disabled",
+                    help="with --end-image: the wrapper's embed_interpolation")
+    ap.add_argument("--start-embed-strength", type=float, default=1.0,
+                    help="with --end-image: the wrapper's start_embed_strength")
     ap.add_argument("--record", default="", help="folder for record.safetensors + record.json (golden)")
     ap.add_argument("--out", default="", help="video.mp4 (none when empty)")
     ap.add_argument("--work", default="", help="folder for generated configs (default: --record, else a temporary folder)")
@@ -449,6 +478,9 @@ def run(args):
     transformer.transformer_blocks[0].register_forward_pre_hook(count_blocks)
 
     input_image = np.array(Image.open(args.image).convert("RGB"))
+    if args.end_image and args.variant != "framepack":
+        raise SystemExit("framepack_worker: --end-image is for --variant framepack")
+    end_image = np.array(Image.open(args.end_image).convert("RGB")) if args.end_image else None
     rec = {} if args.record else None
     info = {}
 
@@ -458,7 +490,7 @@ def run(args):
         rec.update(token_ids(fp, tokenizer, tokenizer_2, args.prompt))
 
     with torch.no_grad():
-        out = worker(locals_ns(), input_image, args, rec, info)
+        out = worker(locals_ns(), input_image, args, rec, info, end_image)
     info["times"] = dict(tm.t)
     return out, rec, info
 
@@ -546,7 +578,7 @@ def locals_ns():
     return types.SimpleNamespace(**inspect.currentframe().f_back.f_locals)
 
 
-def worker(g, input_image, args, rec, info):
+def worker(g, input_image, args, rec, info, end_image=None):
     import numpy as np
     import torch
 
@@ -605,6 +637,12 @@ def worker(g, input_image, args, rec, info):
         # of the VAE's device; seeded here so a port can reproduce it.
         torch.manual_seed(seed)
     start_latent = g.vae_encode(input_image_pt, vae)
+    has_end_image = end_image is not None
+    if has_end_image:
+        # The end frame at the start image's bucket, encoded right after it.
+        end_image_np = g.resize_and_center_crop(end_image, target_width=width, target_height=height)
+        end_image_pt = (torch.from_numpy(end_image_np).float() / 127.5 - 1).permute(2, 0, 1)[None, :, None]
+        end_latent = g.vae_encode(end_image_pt, vae)
 
     # CLIP Vision
     if not high_vram:
@@ -612,6 +650,8 @@ def worker(g, input_image, args, rec, info):
 
     image_encoder_output = g.hf_clip_vision_encode(input_image_np, feature_extractor, image_encoder)
     image_encoder_last_hidden_state = image_encoder_output.last_hidden_state
+    if has_end_image:
+        end_image_encoder_last_hidden_state = g.hf_clip_vision_encode(end_image_np, feature_extractor, image_encoder).last_hidden_state
     tm.add("image", t0)
 
     if rec is not None:
@@ -619,6 +659,11 @@ def worker(g, input_image, args, rec, info):
         rec["image_cropped"] = torch.from_numpy(np.ascontiguousarray(input_image_np)).to(torch.uint8)
         rec["start_latent"] = start_latent.float().cpu()
         rec["image_embeddings"] = image_encoder_last_hidden_state.float().cpu()
+        if has_end_image:
+            rec["end_image"] = torch.from_numpy(np.ascontiguousarray(end_image)).to(torch.uint8)
+            rec["end_image_cropped"] = torch.from_numpy(np.ascontiguousarray(end_image_np)).to(torch.uint8)
+            rec["end_latent"] = end_latent.float().cpu()
+            rec["end_image_embeddings"] = end_image_encoder_last_hidden_state.float().cpu()
     info.update(width=width, height=height, sections=total_latent_sections)
 
     # Dtype
@@ -627,9 +672,22 @@ def worker(g, input_image, args, rec, info):
     clip_l_pooler = clip_l_pooler.to(transformer.dtype)
     clip_l_pooler_n = clip_l_pooler_n.to(transformer.dtype)
     image_encoder_last_hidden_state = image_encoder_last_hidden_state.to(transformer.dtype)
+    start_image_encoder_last_hidden_state = image_encoder_last_hidden_state
+    if has_end_image:
+        end_image_encoder_last_hidden_state = end_image_encoder_last_hidden_state.to(transformer.dtype)
 
     # Sampling
     rnd = torch.Generator("cpu").manual_seed(seed)
+
+    sample_kwargs = dict(
+        transformer=transformer, sampler='unipc', width=width, height=height, frames=latent_window_size * 4 - 3,
+        real_guidance_scale=cfg, distilled_guidance_scale=gs, guidance_rescale=rs, num_inference_steps=steps,
+        generator=rnd, prompt_embeds=llama_vec, prompt_embeds_mask=llama_attention_mask, prompt_poolers=clip_l_pooler,
+        negative_prompt_embeds=llama_vec_n, negative_prompt_embeds_mask=llama_attention_mask_n,
+        negative_prompt_poolers=clip_l_pooler_n, device=gpu, dtype=sample_dtype)
+    if args.variant == "f1":
+        return worker_f1_sections(g, args, rec, info, start_latent, image_encoder_last_hidden_state, sample_kwargs,
+                                  total_latent_sections, height, width)
     num_frames = latent_window_size * 4 - 3
 
     history_latents = torch.zeros(size=(1, 16, 1 + 2 + 16, height // 8, width // 8), dtype=torch.float32).cpu()
@@ -646,10 +704,26 @@ def worker(g, input_image, args, rec, info):
     section = 0
     sections_info = []
     writes = 0
-    for latent_padding in latent_paddings:
+    latent_paddings = list(latent_paddings)
+    for i, latent_padding in enumerate(latent_paddings):
         section += 1
         is_last_section = latent_padding == 0
         latent_padding_size = latent_padding * latent_window_size
+        is_first_section = latent_padding == latent_paddings[0]
+
+        if has_end_image:
+            # ComfyUI-FramePackWrapper's embed_interpolation.
+            if args.embed_interpolation != "disabled":
+                if args.embed_interpolation == "linear":
+                    if total_latent_sections <= 1:
+                        frac = 1.0
+                    else:
+                        frac = 1 - i / (total_latent_sections - 1)
+                else:
+                    frac = args.start_embed_strength
+                image_encoder_last_hidden_state = start_image_encoder_last_hidden_state * frac + (1 - frac) * end_image_encoder_last_hidden_state
+            else:
+                image_encoder_last_hidden_state = start_image_encoder_last_hidden_state * args.start_embed_strength
 
         print(f'latent_padding_size = {latent_padding_size}, is_last_section = {is_last_section}', file=sys.stderr)
 
@@ -660,6 +734,11 @@ def worker(g, input_image, args, rec, info):
         clean_latents_pre = start_latent.to(history_latents)
         clean_latents_post, clean_latents_2x, clean_latents_4x = history_latents[:, :, :1 + 2 + 16, :, :].split([1, 2, 16], dim=2)
         clean_latents = torch.cat([clean_latents_pre, clean_latents_post], dim=2)
+
+        if has_end_image and is_first_section:
+            # The wrapper: the end latent is the first section's clean_latents_post.
+            clean_latents_post = end_latent.to(history_latents)
+            clean_latents = torch.cat([clean_latents_pre, clean_latents_post], dim=2)
 
         t0 = tm.start()
         if not high_vram:
@@ -836,3 +915,115 @@ def save_record(args, rec, info):
 
 if __name__ == "__main__":
     main()
+
+
+def worker_f1_sections(g, args, rec, info, start_latent, image_encoder_last_hidden_state, sample_kwargs,
+                       total_latent_sections, height, width):
+    """demo_gradio_f1.py's section loop (after the same stages as demo_gradio.py)."""
+    import torch
+
+    latent_window_size, steps = args.latent_window_size, args.steps
+    use_teacache, high_vram, gpu, tm, mem = args.teacache == "on", g.high_vram, g.gpu, g.tm, g.mem
+    transformer, vae = g.transformer, g.vae
+
+    history_latents = torch.zeros(size=(1, 16, 16 + 2 + 1, height // 8, width // 8), dtype=torch.float32).cpu()
+    history_pixels = None
+
+    history_latents = torch.cat([history_latents, start_latent.to(history_latents)], dim=2)
+    total_generated_latent_frames = 1
+
+    sections_info = []
+    writes = 0
+    for section_index in range(total_latent_sections):
+        section = section_index + 1
+        print(f'section_index = {section_index}, total_latent_sections = {total_latent_sections}', file=sys.stderr)
+
+        t0 = tm.start()
+        if not high_vram:
+            mem.unload_complete_models()
+            mem.move_model_to_device_with_memory_preservation(transformer, target_device=gpu, preserved_memory_gb=args.gpu_memory_preservation)
+        tm.add("transformer_move", t0)
+
+        if use_teacache:
+            if args.teacache_thresh is None:
+                transformer.initialize_teacache(enable_teacache=True, num_steps=steps)
+            else:
+                transformer.initialize_teacache(enable_teacache=True, num_steps=steps, rel_l1_thresh=args.teacache_thresh)
+        else:
+            transformer.initialize_teacache(enable_teacache=False)
+
+        def callback(d):
+            print(f'section {section}/{total_latent_sections} step {d["i"] + 1}/{steps}', file=sys.stderr)
+
+        indices = torch.arange(0, sum([1, 16, 2, 1, latent_window_size])).unsqueeze(0)
+        clean_latent_indices_start, clean_latent_4x_indices, clean_latent_2x_indices, clean_latent_1x_indices, latent_indices = indices.split([1, 16, 2, 1, latent_window_size], dim=1)
+        clean_latent_indices = torch.cat([clean_latent_indices_start, clean_latent_1x_indices], dim=1)
+
+        clean_latents_4x, clean_latents_2x, clean_latents_1x = history_latents[:, :, -sum([16, 2, 1]):, :, :].split([16, 2, 1], dim=2)
+        clean_latents = torch.cat([start_latent.to(history_latents), clean_latents_1x], dim=2)
+
+        g.counts["calls"] = g.counts["blocks"] = 0
+        t0 = tm.start()
+        generated_latents = g.sample_hunyuan(
+            **sample_kwargs,
+            image_embeddings=image_encoder_last_hidden_state,
+            latent_indices=latent_indices,
+            clean_latents=clean_latents,
+            clean_latent_indices=clean_latent_indices,
+            clean_latents_2x=clean_latents_2x,
+            clean_latent_2x_indices=clean_latent_2x_indices,
+            clean_latents_4x=clean_latents_4x,
+            clean_latent_4x_indices=clean_latent_4x_indices,
+            callback=callback,
+        )
+        tm.add("sample", t0)
+        calls, blocks = g.counts["calls"], g.counts["blocks"]
+
+        total_generated_latent_frames += int(generated_latents.shape[2])
+        history_latents = torch.cat([history_latents, generated_latents.to(history_latents)], dim=2)
+
+        t0 = tm.start()
+        if not high_vram:
+            mem.offload_model_from_device_for_memory_preservation(transformer, target_device=gpu, preserved_memory_gb=8)
+            mem.load_model_as_complete(vae, target_device=gpu)
+
+        real_history_latents = history_latents[:, :, -total_generated_latent_frames:, :, :]
+
+        if history_pixels is None:
+            history_pixels = g.vae_decode(real_history_latents, vae).cpu()
+        else:
+            section_latent_frames = latent_window_size * 2
+            overlapped_frames = latent_window_size * 4 - 3
+
+            current_pixels = g.vae_decode(real_history_latents[:, :, -section_latent_frames:], vae).cpu()
+            history_pixels = g.soft_append_bcthw(history_pixels, current_pixels, overlapped_frames)
+
+        if not high_vram:
+            mem.unload_complete_models()
+        tm.add("decode", t0)
+
+        if rec is not None:
+            rec[f"generated_latents_section_{section}"] = generated_latents.float().cpu().contiguous()
+            rec[f"history_latents_section_{section}"] = real_history_latents.float().cpu().contiguous()
+        sections_info.append({
+            "section": section, "latent_padding": 0, "is_last_section": section == total_latent_sections,
+            "latent_frames": int(generated_latents.shape[2]), "total_generated_latent_frames": total_generated_latent_frames,
+            "pixel_frames": int(history_pixels.shape[2]),
+            "transformer_calls": calls, "transformer_block_calls": blocks,
+            "teacache_computed": blocks if use_teacache else 0,
+            "teacache_skipped": (calls - blocks) if use_teacache else 0,
+        })
+
+        if args.out:
+            t0 = tm.start()
+            if write_mp4(history_pixels, args.out, fps=30, crf=args.mp4_crf):
+                writes += 1
+            tm.add("write", t0)
+
+        print(f'Decoded. Current latent shape {real_history_latents.shape}; pixel shape {history_pixels.shape}', file=sys.stderr)
+
+    if rec is not None:
+        rec["pixels"] = history_pixels.float().cpu().contiguous()
+    info.update(frames=int(history_pixels.shape[2]), sections_info=sections_info, writes=writes,
+                latent_paddings=[s["latent_padding"] for s in sections_info])
+    return history_pixels

@@ -47,12 +47,16 @@ type generateFlags struct {
 	loras                   []string
 	promptsFile             string
 	promptBlend             int
+	model                   string
+	endImage, embedInterp   string
+	startEmbed              float64
 
 	// Resolved by check.
 	loraFiles  []lora.File
 	seedValue  uint64
 	seedRandom bool
 	output     videoOutput
+	endRGB     *section.RGB
 }
 
 func newGenerate() *cobra.Command {
@@ -71,11 +75,17 @@ are in the video's comment tag. An existing output is replaced only when it is a
 (or a folder of frame_*.png); symbolic links, devices and other folders are refused.
 
 The model folder (--models, or $FRAMEPACK_MODELS) has the Hugging Face layout FramePack uses:
-transformer/ (lllyasviel/FramePackI2V_HY); vae/, text_encoder/, text_encoder_2/, tokenizer/,
+transformer/ (lllyasviel/FramePackI2V_HY, or lllyasviel/FramePack_F1_I2V_HY_20250503 with
+--model f1: FramePack-F1, which generates forward in time; both checkpoints have the same config,
+so --model must name F1's weights); vae/, text_encoder/, text_encoder_2/, tokenizer/,
 tokenizer_2/ (hunyuanvideo-community/HunyuanVideo); image_encoder/ (lllyasviel/flux_redux_bfl).
 Without one, a tiny random-weight model built into the binary runs instead: the video is
 noise, but every stage runs — a smoke test for a machine without the 30+ GB of weights
-(at --resolution 128 unless set).`,
+(at --resolution 128 unless set).
+
+--end-image makes the video end on that image (cropped to the start image's bucket), as
+ComfyUI-FramePackWrapper's end_latent does: it conditions the first section generated, and
+--embed-interpolation mixes its image embedding with the start image's (FramePack model only).`,
 		Example: `  framepack generate --image testdata/images/scene.png --seconds 1 -o out.mp4
   framepack generate --models ~/models/framepack --image girl.png --prompt "The girl dances gracefully." -o dance.mp4`,
 		Args: cobra.NoArgs,
@@ -96,6 +106,10 @@ noise, but every stage runs — a smoke test for a machine without the 30+ GB of
 	fl.StringVar(&f.prompt, "prompt", "", `what happens in the video; timed parts as FramePack Studio writes them, "[0s: a cat sits] [2s: the cat jumps]", or "[0s] a cat sits [2s] the cat jumps"`)
 	fl.StringVar(&f.promptsFile, "prompts-file", "", "read the (timed) prompt from this file, its lines joined by spaces")
 	fl.IntVar(&f.promptBlend, "prompt-blend", def.PromptBlend, "timed prompts: blend the two prompts at a change over this many sections, as FramePack Studio's blend_sections (0: off)")
+	fl.StringVar(&f.model, "model", framepack.ModelFramePack, "transformer variant: framepack (FramePackI2V_HY, backward sections) or f1 (FramePack_F1_I2V_HY_20250503, forward sections)")
+	fl.StringVar(&f.endImage, "end-image", "", "end image: the video ends on it (PNG, JPEG or WebP; not with --model f1)")
+	fl.StringVar(&f.embedInterp, "embed-interpolation", framepack.EmbedDisabled, "with --end-image: disabled, linear or weighted_average (ComfyUI-FramePackWrapper's embed_interpolation)")
+	fl.Float64Var(&f.startEmbed, "start-embed-strength", def.StartEmbedStrength, "with --end-image: the start image embedding's weight (0–1)")
 	fl.StringVar(&f.negative, "negative-prompt", "", "negative prompt (used only with --cfg > 1)")
 	fl.Float64Var(&f.seconds, "seconds", def.Seconds, "video length in seconds (up to 120)")
 	fl.StringVar(&f.seed, "seed", strconv.FormatUint(def.Seed, 10), "seed of the noise: 0–18446744073709551615, or random (or -1) for a random one, printed")
@@ -171,6 +185,11 @@ func (f *generateFlags) checkFlags() (*section.RGB, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f.endImage != "" {
+		if f.endRGB, err = section.LoadImage(f.endImage); err != nil {
+			return nil, fmt.Errorf("--end-image: %w", err)
+		}
+	}
 	req := f.request(img)
 	if err := req.Validate(); err != nil {
 		return nil, errors.New(flagNames.Replace(strings.TrimPrefix(err.Error(), "request: ")))
@@ -235,7 +254,8 @@ func parseSeed(s string) (seed uint64, random bool, err error) {
 // flagNames maps the request's field names in errors to the flags.
 var flagNames = strings.NewReplacer("latent window size", "--window", "distilled guidance (gs)", "--gs",
 	"CFG rescale (rs)", "--rs", "CFG must", "--cfg must", "seconds must", "--seconds must", "steps must", "--steps must",
-	"resolution", "--resolution")
+	"resolution", "--resolution", "model must", "--model must", "embed interpolation", "--embed-interpolation",
+	"start embed strength", "--start-embed-strength")
 
 func (f *generateFlags) request(img *section.RGB) framepack.Request {
 	r := framepack.DefaultRequest()
@@ -245,6 +265,7 @@ func (f *generateFlags) request(img *section.RGB) framepack.Request {
 	r.CFG, r.GS, r.RS, r.TeaCache = f.cfg, f.gs, f.rs, f.teacache
 	r.PromptBlend = f.promptBlend
 	r.Resolution, r.PosteriorMean = f.resolution, f.posteriorMean
+	r.Model, r.EndRGB, r.EmbedInterpolation, r.StartEmbedStrength = f.model, f.endRGB, f.embedInterp, f.startEmbed
 	return r
 }
 
@@ -395,8 +416,16 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 	if img.SHA256, err = fileSHA256(f.image); err != nil {
 		return nil, err
 	}
-	return &settings{Framepack: readBuildVersion(), Image: img, Prompt: f.prompt, Negative: f.negative,
+	var end *fileRef
+	if f.endImage != "" {
+		end = &fileRef{Path: f.endImage}
+		if end.SHA256, err = fileSHA256(f.endImage); err != nil {
+			return nil, err
+		}
+	}
+	return &settings{Framepack: readBuildVersion(), Image: img, EndImage: end, Prompt: f.prompt, Negative: f.negative,
 		Seed: f.seedValue, SeedRandom: f.seedRandom, Seconds: f.seconds, Steps: f.steps, Window: f.window,
+		Model: f.model, EmbedInterpolation: f.embedInterp, StartEmbedStrength: f.startEmbed,
 		CFG: f.cfg, GS: f.gs, RS: f.rs, TeaCache: f.teacache, Resolution: f.resolution, PosteriorMean: f.posteriorMean,
 		CRF: f.crf, Device: f.device, DType: f.dtype, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
 		TinyModel: tiny, Models: models, Output: f.output.path}, nil

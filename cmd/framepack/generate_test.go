@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"hash/crc32"
 	"image"
 	"image/png"
@@ -102,6 +103,11 @@ func TestGenerateBadInput(t *testing.T) {
 		{[]string{"--image", sceneImage, "--lora", filepath.Join(dir, "missing.safetensors")}, "--lora: " + filepath.Join(dir, "missing.safetensors") + " is not a file"},
 		{[]string{"--image", sceneImage, "--lora", other + ":lots"}, `scale "lots" is not a number`},
 		{[]string{"--image", sceneImage, "--lora", other + ":0.5"}, "1 of 1 modules match no weight of the transformer: lora_te_text_model_encoder_layers_0_mlp_fc1"},
+		{[]string{"--image", sceneImage, "--model", "f2"}, "--model must be"},
+		{[]string{"--image", sceneImage, "--end-image", filepath.Join(dir, "missing.png")}, "--end-image"},
+		{[]string{"--image", sceneImage, "--end-image", sceneImage, "--model", "f1"}, "an end image needs"},
+		{[]string{"--image", sceneImage, "--end-image", sceneImage, "--embed-interpolation", "cubic"}, "--embed-interpolation must be"},
+		{[]string{"--image", sceneImage, "--start-embed-strength", "2"}, "--start-embed-strength must be"},
 		{[]string{"--image", sceneImage, "-o", filepath.Join(dir, "no", "such", "dir", "x.mp4")}, "does not exist"},
 		{[]string{"--image", sceneImage, "-o", dir}, "is a folder"},
 	} {
@@ -187,5 +193,48 @@ func TestGenerateCancelled(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("a cancelled job left %d entries", len(ents))
+	}
+}
+
+// TestGenerateF1AndEndImage runs --model f1 and --end-image on the tiny
+// model (as PNG frames) and checks the settings file records them.
+func TestGenerateF1AndEndImage(t *testing.T) {
+	tinyEnv(t)
+	for _, c := range []struct {
+		name string
+		args []string
+		want map[string]any
+	}{
+		{"f1", []string{"--model", "f1"}, map[string]any{"model": "f1"}},
+		{"end", []string{"--end-image", sceneImage, "--embed-interpolation", "linear"},
+			map[string]any{"model": "framepack", "embed_interpolation": "linear"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "frames")
+			args := append(append([]string{"generate", "--image", sceneImage, "-o", out, "--seconds", "0.8"}, quick[:2]...), "--window", "3", "--steps", "2")
+			if _, err := runCLI(t, context.Background(), append(args, c.args...)...); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(out + ".json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range c.want {
+				if got[k] != v {
+					t.Errorf("settings %s = %v, want %v", k, got[k], v)
+				}
+			}
+			if c.name == "end" && got["end_image"] == nil {
+				t.Error("settings lack end_image")
+			}
+			// 0.8 s at window 3: 2 sections, 4·(2·3+1)−3 frames.
+			if fr, _ := got["frames"].(float64); fr != 25 {
+				t.Errorf("%v frames, want 25", got["frames"])
+			}
+		})
 	}
 }

@@ -21,9 +21,15 @@ import (
 type settings struct {
 	Framepack buildVersion `json:"framepack"`
 	Image     fileRef      `json:"image"`
-	Prompt    string       `json:"prompt"`
-	Negative  string       `json:"negative_prompt"`
-	Seed      uint64       `json:"seed"`
+	// EndImage is --end-image, when given.
+	EndImage *fileRef `json:"end_image,omitempty"`
+	// Model is the transformer variant (framepack or f1).
+	Model              string  `json:"model"`
+	EmbedInterpolation string  `json:"embed_interpolation,omitempty"`
+	StartEmbedStrength float64 `json:"start_embed_strength,omitempty"`
+	Prompt             string  `json:"prompt"`
+	Negative           string  `json:"negative_prompt"`
+	Seed               uint64  `json:"seed"`
 	// SeedRandom says the seed was drawn at random (--seed random).
 	SeedRandom    bool    `json:"seed_random,omitempty"`
 	Seconds       float64 `json:"seconds"`

@@ -1,0 +1,108 @@
+package framepack
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/framepack-go/framepack/section"
+)
+
+// TestGenerateF1 runs F1's forward sections on the tiny model: after each
+// section the latents are the start latent then lws more per section, in
+// time order, and the video grows at its end (its first frames, decoded
+// from the first section only, stay put).
+func TestGenerateF1(t *testing.T) {
+	p := loadTiny(t)
+	req := smallRequest(testImage(t))
+	req.Model = ModelF1
+	req.Seconds = 1.2 // 3 sections
+	req.Steps = 2
+	var first []byte
+	var firstLatent []float32
+	req.Progress = func(pr Progress) {
+		if pr.Stage != StageSectionDone {
+			return
+		}
+		n := 1 + req.LatentWindowSize*pr.Section
+		if pr.Latents == nil || pr.Latents.Dim(2) != n || pr.Pixels == nil || pr.Pixels.Dim(2) != 4*n-3 || pr.Frames != 4*n-3 {
+			t.Errorf("section %d done: latents %v, pixels %v, %d frames; want %d latent frames", pr.Section, pr.Latents, pr.Pixels, pr.Frames, n)
+			return
+		}
+		l0 := section.Frames(pr.Latents, 0, 1).Float32s()
+		px := section.Frames(pr.Pixels, 0, 1).HostBytes()
+		if pr.Section == 1 {
+			firstLatent, first = slices.Clone(l0), bytes.Clone(px)
+		} else if !slices.Equal(l0, firstLatent) || !bytes.Equal(px, first) {
+			t.Errorf("section %d changed the video's first latent or frame", pr.Section)
+		}
+	}
+	res, err := p.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Sections) != 3 || res.T != 37 || res.Latents.Dim(2) != 10 {
+		t.Fatalf("%d sections, %d frames, latents %v", len(res.Sections), res.T, res.Latents.Shape())
+	}
+	j := p.newJob(context.Background(), req)
+	crop, err := section.ResizeAndCenterCrop(req.RGB, res.Width, res.Height)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, err := j.encodeImage(crop)
+	if err == nil {
+		err = j.unloadAll()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(start[0].Float32s(), firstLatent) {
+		t.Error("the first latent is not the start latent")
+	}
+	req.Model, req.Progress = ModelFramePack, nil
+	back, err := p.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(back.Pix, res.Pix) {
+		t.Error("F1 and FramePack gave the same frames")
+	}
+}
+
+// TestGenerateEndImage checks that the end image conditions the run and
+// that each embedding interpolation is its own video; F1 refuses it.
+func TestGenerateEndImage(t *testing.T) {
+	p := loadTiny(t)
+	img := testImage(t)
+	end := &section.RGB{W: img.W, H: img.H, Pix: slices.Clone(img.Pix)}
+	slices.Reverse(end.Pix) // turned 180° (and BGR)
+	req := smallRequest(img)
+	req.Seconds, req.Steps = 1.2, 2
+	plain, err := p.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.EndRGB = end
+	var videos [][]byte
+	for _, mode := range []string{EmbedDisabled, EmbedLinear, EmbedWeighted} {
+		req.EmbedInterpolation, req.StartEmbedStrength = mode, 0.5
+		res, err := p.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.T != plain.T || bytes.Equal(res.Pix, plain.Pix) {
+			t.Errorf("%s: %d frames (want %d), same as without the end image: %v", mode, res.T, plain.T, bytes.Equal(res.Pix, plain.Pix))
+		}
+		for _, v := range videos {
+			if bytes.Equal(v, res.Pix) {
+				t.Errorf("%s gave the frames of another interpolation", mode)
+			}
+		}
+		videos = append(videos, res.Pix)
+	}
+	req.Model = ModelF1
+	if _, err := p.Generate(context.Background(), req); err == nil {
+		t.Error("F1 with an end image: no error")
+	}
+}
