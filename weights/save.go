@@ -49,7 +49,7 @@ func Save(path string, tensors map[string]*tensor.Tensor, metadata map[string]st
 			return fmt.Errorf("weights: save %s: tensor %q: %w", path, name, err)
 		}
 		n := t.Bytes()
-		hdr[name] = hdrEntry{DType: dtName, Shape: t.Shape(), Offsets: []int64{off, off + n}}
+		hdr[name] = hdrEntry{DType: dtName, Shape: append([]int{}, t.Shape()...), Offsets: []int64{off, off + n}}
 		off += n
 	}
 	js, err := json.Marshal(hdr)
