@@ -35,6 +35,11 @@ type Options struct {
 	// one, at the price of reading the file on every pass. Load only (a
 	// model without a file streams from host memory).
 	StreamFromFile bool
+	// FP8 holds the blocks' linear weights (all but the modulations) as
+	// FP8 E4M3 with one scale per output channel: stored so in the
+	// checkpoint, or quantized at load. They are dequantized on the fly
+	// (weight-only), on every backend.
+	FP8 bool
 }
 
 // AutoKeep as Options.KeepBlockBytes sizes the resident blocks from the
