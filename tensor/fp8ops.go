@@ -2,8 +2,8 @@ package tensor
 
 // LinearFP8 is Linear with an F8E4M3 weight w (out, in) dequantized per
 // output channel: x·(w·scale)ᵀ + bias, scale (out) F32. A backend without
-// FP8Weights dequantizes w into x's dtype first (Cast, then the scale), a
-// whole weight at a time.
+// FP8Weights dequantizes w into x's dtype first with ops every backend has
+// (dequantFP8), a whole weight at a time.
 func (s *Scope) LinearFP8(x, w, scale, bias *Tensor) *Tensor {
 	s.check("linear_fp8", x.dtype, x, bias)
 	s.check("linear_fp8", F8E4M3, w)
@@ -20,10 +20,7 @@ func (s *Scope) LinearFP8(x, w, scale, bias *Tensor) *Tensor {
 	}
 	f, ok := As[FP8Weights](s.be)
 	if !ok {
-		c := s.Child()
-		defer c.Close()
-		wd := c.Mul(c.Cast(w, x.dtype), c.Cast(scale, x.dtype).Reshape(w.shape[0], 1))
-		return s.Linear(x, wd, bias)
+		return s.Linear(x, s.dequantFP8(w, scale, x.dtype), bias)
 	}
 	shape := cloneInts(x.shape)
 	shape[len(shape)-1] = w.shape[0]
@@ -34,4 +31,20 @@ func (s *Scope) LinearFP8(x, w, scale, bias *Tensor) *Tensor {
 		s.run("linear_fp8", describe, func() error { return f.LinearFP8(out.Reshape(m, w.shape[0]), x.Reshape(m, k), w, scale, bias) })
 	}
 	return out
+}
+
+// dequantFP8 is w·scale (w F8E4M3 (N, K), scale (N) F32) in dtype dt, made
+// with ops every backend has: the codes, read as bytes and widened to i32,
+// index a 256-entry f32 table of E4M3 values (Embedding); the product with
+// the scale is f32, rounded once to dt. Its temporaries (i32 and f32 copies
+// of the weight) live only for the call.
+func (s *Scope) dequantFP8(w, scale *Tensor, dt DType) *Tensor {
+	c := s.Child()
+	defer c.Close()
+	codes := &Tensor{shape: []int{w.Numel()}, dtype: U8, buf: w.buf, be: w.be}
+	lut := FromFloat32(append([]float32(nil), f8e4m3Table[:]...), 256, 1)
+	vals := c.Embedding(c.To(lut), c.Cast(codes, I32)).Reshape(w.shape...)
+	wd := c.Cast(c.Mul(vals, scale.Reshape(w.shape[0], 1)), dt)
+	c.Keep(wd)
+	return wd
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -40,5 +41,28 @@ func TestGoldenFP8Weights(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// noFP8 hides the backend's FP8Weights (and its other capabilities): the
+// Scope dequantizes with ordinary ops, as on a GPU.
+type noFP8 struct{ tensor.Backend }
+
+// TestGoldenFP8Dequantized runs FP8 weights through the Scope's dequantizing
+// fallback: the same figures as the CPU's own FP8 Linear, within bf16.
+func TestGoldenFP8Dequantized(t *testing.T) {
+	c := golden.Cases(t, "transformer")[0]
+	in := caseInputs(c)
+	m := loadModel(t, c.ModelDir, Options{DType: tensor.BF16, FP8: true})
+	want := forward(t, m, in).Float32s()
+	m2, err := Load(c.ModelDir, noFP8{cpu.New()}, Options{DType: tensor.BF16, FP8: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	r := relL2(forward(t, m2, in).Float32s(), want)
+	t.Logf("dequantized fallback vs FP8 Linear: rel_l2 %.3g", r)
+	if r > 1e-2 || math.IsNaN(r) {
+		t.Errorf("dequantized fallback vs FP8 Linear: rel_l2 %.3g > 1e-2", r)
 	}
 }
