@@ -69,6 +69,10 @@ type Options struct {
 	// Invalid means F32 on the CPU and FramePack's choice on a GPU: bf16
 	// for the transformer, f16 for the text encoders, SigLIP and the VAE.
 	DType tensor.DType
+	// FP8Weights holds the transformer's block linears as FP8 E4M3 with
+	// per-channel scales (--weights fp8): an fp8 checkpoint's as stored,
+	// others quantized at load; dequantized on the fly on every backend.
+	FP8Weights bool
 	// VRAMLimit and Preserve are the --vram-limit and --preserve flags
 	// (memory.ParseSize: "20G", "90%"; empty: the device's default).
 	VRAMLimit, Preserve string

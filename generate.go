@@ -341,7 +341,7 @@ func (j *job) loadTransformer() (*hunyuan.Model, error) {
 	pt := j.parts[PartTransformer]
 	pt.be = p.be
 	pt.build = func(be tensor.Backend, streamed bool) (closer, error) {
-		opts := hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed}
+		opts := hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed, FP8: p.opts.FP8Weights}
 		if streamed {
 			opts.StreamFromFile = j.streamFromFile()
 		}
