@@ -70,6 +70,10 @@ type Options struct {
 	// Invalid means F32 on the CPU and FramePack's choice on a GPU: bf16
 	// for the transformer, f16 for the text encoders, SigLIP and the VAE.
 	DType tensor.DType
+	// FP8Weights holds the transformer's block linears as FP8 E4M3 with
+	// per-channel scales (--weights fp8): an fp8 checkpoint's as stored,
+	// others quantized at load; dequantized on the fly on every backend.
+	FP8Weights bool
 	// VRAMLimit and Preserve are the --vram-limit and --preserve flags
 	// (memory.ParseSize: "20G", "90%"; empty: the device's default).
 	VRAMLimit, Preserve string
@@ -211,6 +215,11 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 		return nil, err
 	}
 	if len(opts.LoRA) > 0 {
+		// The merge writes into weights as they are built at the compute
+		// dtype; FP8 codes would need a low-rank add at run time instead.
+		if opts.FP8Weights {
+			return nil, fmt.Errorf("framepack: LoRA with FP8 weights is not supported yet: load the transformer in bf16 (no --weights fp8)")
+		}
 		plan, err := hunyuan.Plan(p.trCfg)
 		if err != nil {
 			return nil, err

@@ -400,7 +400,7 @@ func (j *job) loadTransformer() (*hunyuan.Model, error) {
 	pt := j.parts[PartTransformer]
 	pt.be = p.be
 	pt.build = func(be tensor.Backend, streamed bool) (closer, error) {
-		opts := hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed, LoRA: p.lora}
+		opts := hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed, LoRA: p.lora, FP8: p.opts.FP8Weights}
 		if streamed {
 			opts.StreamFromFile = j.streamFromFile()
 		}

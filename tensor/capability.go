@@ -124,3 +124,13 @@ func settingsOf(be Backend) Settings {
 	}
 	return Settings{}
 }
+
+// FP8Weights runs a Linear whose weight is F8E4M3 with one f32 scale per
+// output channel (weight-only FP8: the weight is dequantized on the fly, the
+// product computed in the compute dtype with f32 accumulation).
+type FP8Weights interface {
+	// LinearFP8: dst = x · (w·scale)ᵀ + bias for x (M, K) and dst (M, N) in
+	// the compute dtype, w (N, K) F8E4M3, scale (N) F32, bias (N) in dst's
+	// dtype or nil.
+	LinearFP8(dst, x, w, scale, bias *Tensor) error
+}

@@ -14,7 +14,8 @@ const (
 	I32
 	U8
 	Bool
-	F64 // host-side reference math only; no backend computes in it
+	F64    // host-side reference math only; no backend computes in it
+	F8E4M3 // FP8 E4M3 ("e4m3fn"), a weight storage type (fp8.go)
 )
 
 var dtypeInfo = [...]struct {
@@ -30,6 +31,7 @@ var dtypeInfo = [...]struct {
 	U8:      {"u8", 1},
 	Bool:    {"bool", 1},
 	F64:     {"f64", 8},
+	F8E4M3:  {"f8e4m3", 1},
 }
 
 // Size is the size of one element in bytes.

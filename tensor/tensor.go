@@ -184,6 +184,10 @@ func (t *Tensor) ToFloat32() []float32 {
 			out[i] = float32(v)
 		}
 		return out
+	case F8E4M3:
+		out := make([]float32, t.Numel())
+		WidenF8E4M3(out, t.HostBytes())
+		return out
 	}
 	panic(fmt.Sprintf("tensor: ToFloat32 of a %s tensor", t.dtype))
 }

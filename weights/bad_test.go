@@ -139,8 +139,8 @@ func TestBadInput(t *testing.T) {
 		{"metadata not strings", one(`{"__metadata__":{"n":1}}`, nil), nil, []string{"__metadata__"}},
 		{"unknown dtype", one(`{"a.weight":{"dtype":"Q7","shape":[4],"data_offsets":[0,16]}}`, make([]byte, 16)), nil,
 			[]string{"model.safetensors", `"a.weight"`, `unknown dtype "Q7"`}},
-		{"fp8 requested", one(`{"a.weight":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}}`, make([]byte, 4)), nil,
-			[]string{"model.safetensors", `"a.weight"`, "F8_E4M3 is not supported"}},
+		{"fp8 requested", one(`{"a.weight":{"dtype":"F8_E5M2","shape":[4],"data_offsets":[0,4]}}`, make([]byte, 4)), nil,
+			[]string{"model.safetensors", `"a.weight"`, "F8_E5M2 is not supported"}},
 		{"missing tensor", func(t *testing.T) string {
 			return write(t, filepath.Join(t.TempDir(), "model.safetensors"), goodFile())
 		},
@@ -232,7 +232,7 @@ func TestBadInput(t *testing.T) {
 // A file with an FP8 tensor still serves its other tensors.
 func TestFP8FileServesOtherTensors(t *testing.T) {
 	p := write(t, filepath.Join(t.TempDir(), "model.safetensors"), rawFile(
-		`{"q":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]},`+
+		`{"q":{"dtype":"F8_E5M2","shape":[4],"data_offsets":[0,4]},`+
 			`"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}`, []byte{1, 2, 3, 4, 0, 0, 0x80, 0x3f}))
 	c, err := OpenFile(p)
 	if err != nil {
@@ -246,7 +246,7 @@ func TestFP8FileServesOtherTensors(t *testing.T) {
 	if !c.Has("q") {
 		t.Error("q not listed")
 	}
-	if _, _, err := c.Info("q"); err == nil || !strings.Contains(err.Error(), "F8_E4M3") {
+	if _, _, err := c.Info("q"); err == nil || !strings.Contains(err.Error(), "F8_E5M2") {
 		t.Errorf("Info(q): %v", err)
 	}
 }

@@ -16,6 +16,7 @@ type Weight struct {
 	DType    tensor.DType // the dtype it is made in
 	Round    tensor.DType // values rounded through this dtype first (Invalid: none)
 	Optional bool         // absent from the checkpoint: nil, not an error
+	FP8      FP8Kind      // one half of an FP8 Linear weight (fp8.go)
 }
 
 // Bytes is the weight's storage.
@@ -49,6 +50,7 @@ type Builder struct {
 	prefix string
 	dt     tensor.DType
 	round  tensor.DType
+	fp8    bool
 	st     *builderState
 }
 
@@ -140,10 +142,17 @@ func (b *Builder) Cat(names []string, rows []int, rest ...int) *tensor.Tensor {
 }
 
 func (b *Builder) make(name string, shape []int, parts []Spec, optional bool) *tensor.Tensor {
+	return b.makeWeight(Weight{Name: name, Shape: append([]int(nil), shape...), Parts: parts, DType: b.dt, Round: b.round, Optional: optional})
+}
+
+func (b *Builder) makeFP8(name string, shape []int, parts []Spec, kind FP8Kind) *tensor.Tensor {
+	return b.makeWeight(Weight{Name: name, Shape: shape, Parts: parts, DType: b.dt, FP8: kind})
+}
+
+func (b *Builder) makeWeight(w Weight) *tensor.Tensor {
 	if b.st.err != nil {
 		return nil
 	}
-	w := Weight{Name: name, Shape: append([]int(nil), shape...), Parts: parts, DType: b.dt, Round: b.round, Optional: optional}
 	if _, ok := b.src.(planSource); ok {
 		b.st.planned = append(b.st.planned, w)
 		return nil
@@ -183,7 +192,9 @@ func (b *Builder) Weights() []Weight { return b.st.planned }
 func (b *Builder) Specs() []Spec {
 	var out []Spec
 	for _, w := range b.st.planned {
-		out = append(out, w.Parts...)
+		if w.FP8 != FP8Scales { // the codes' parts again
+			out = append(out, w.Parts...)
+		}
 	}
 	return out
 }

@@ -47,9 +47,9 @@ func TestCheck(t *testing.T) {
 		{"fp8 shard", func(t *testing.T) string {
 			d := shardedDir(t, goodIndex)
 			write(t, filepath.Join(d, "model-00002-of-00002.safetensors"),
-				rawFile(`{"b":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}}`, make([]byte, 4)))
+				rawFile(`{"b":{"dtype":"F8_E5M2","shape":[4],"data_offsets":[0,4]}}`, make([]byte, 4)))
 			return d
-		}, goodSpecs, []string{"model-00002-of-00002.safetensors", `tensor "b"`, "F8_E4M3 is not supported"}},
+		}, goodSpecs, []string{"model-00002-of-00002.safetensors", `tensor "b"`, "F8_E5M2 is not supported"}},
 		{"shard truncated", func(t *testing.T) string {
 			d := shardedDir(t, goodIndex)
 			write(t, filepath.Join(d, "model-00002-of-00002.safetensors"),

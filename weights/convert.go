@@ -14,7 +14,7 @@ func convertible(from, to tensor.DType) bool {
 	if from == to {
 		return true
 	}
-	fromFloat := from == tensor.F32 || from == tensor.F16 || from == tensor.BF16 || from == tensor.F64
+	fromFloat := from == tensor.F32 || from == tensor.F16 || from == tensor.BF16 || from == tensor.F64 || from == tensor.F8E4M3
 	toFloat := to == tensor.F32 || to == tensor.F16 || to == tensor.BF16
 	return fromFloat && toFloat
 }
@@ -88,6 +88,19 @@ func convertRange(dst []byte, to tensor.DType, src []byte, from tensor.DType, lo
 		for i := 0; i < len(in); i += len(tmp) {
 			j := min(i+len(tmp), len(in))
 			widen16(tmp[:j-i], in[i:j], from)
+			narrow16(out[i:j], tmp[:j-i], to)
+		}
+	case tensor.F8E4M3: // exact in every float dtype (a scale is applied before: fp8.go)
+		in := src[lo:hi]
+		if to == tensor.F32 {
+			tensor.WidenF8E4M3(tensor.ViewAs[float32](dst)[lo:hi], in)
+			return
+		}
+		var tmp [1024]float32
+		out := tensor.ViewAs[uint16](dst)[lo:hi]
+		for i := 0; i < len(in); i += len(tmp) {
+			j := min(i+len(tmp), len(in))
+			tensor.WidenF8E4M3(tmp[:j-i], in[i:j])
 			narrow16(out[i:j], tmp[:j-i], to)
 		}
 	case tensor.F64:

@@ -14,7 +14,7 @@ import (
 func FuzzParseHeader(f *testing.F) {
 	f.Add(goodFile())
 	f.Add(rawFile(`{"__metadata__":{"format":"pt"},"b":{"dtype":"BF16","shape":[2,0],"data_offsets":[0,0]}}`, nil))
-	f.Add(rawFile(`{"q":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}}`, make([]byte, 4)))
+	f.Add(rawFile(`{"q":{"dtype":"F8_E5M2","shape":[4],"data_offsets":[0,4]}}`, make([]byte, 4)))
 	f.Add(rawFile(`{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}}`, make([]byte, 24)))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {

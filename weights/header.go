@@ -37,7 +37,7 @@ var fileDTypes = map[string]fileDType{
 	"I16":     {2, tensor.Invalid},
 	"U16":     {2, tensor.Invalid},
 	"I8":      {1, tensor.Invalid},
-	"F8_E4M3": {1, tensor.Invalid},
+	"F8_E4M3": {1, tensor.F8E4M3},
 	"F8_E5M2": {1, tensor.Invalid},
 	"F8_E8M0": {1, tensor.Invalid},
 }
@@ -61,6 +61,8 @@ func fileDTypeName(dt tensor.DType) (string, bool) {
 		return "U8", true
 	case tensor.Bool:
 		return "BOOL", true
+	case tensor.F8E4M3:
+		return "F8_E4M3", true
 	}
 	return "", false
 }
@@ -203,7 +205,7 @@ func parseEntry(name string, msg json.RawMessage, dataLen int64) (*entry, error)
 			name, e.dtype, *js.Shape, nbytes, begin, end, end-begin)
 	}
 	if fd.dt == tensor.Invalid {
-		e.problem = fmt.Sprintf("dtype %s is not supported by framepack (it loads F32, F16, BF16, F64, I64, I32, U8 and BOOL)", e.dtype)
+		e.problem = fmt.Sprintf("dtype %s is not supported by framepack (it loads F32, F16, BF16, F64, F8_E4M3, I64, I32, U8 and BOOL)", e.dtype)
 	}
 	return e, nil
 }

@@ -19,6 +19,9 @@ func (s *CheckpointSource) Make(w Weight) (*tensor.Tensor, error) {
 	if w.Optional && !s.Ck.Has(w.Parts[0].Name) {
 		return nil, nil
 	}
+	if w.FP8 != NotFP8 {
+		return makeFilled(s.Be, w, s.Fill)
+	}
 	if len(w.Parts) == 1 && w.Round == tensor.Invalid {
 		return s.Ck.Load(s.Be, w.Name, w.DType, w.Shape...)
 	}
@@ -44,6 +47,13 @@ func (s *CheckpointSource) Make(w Weight) (*tensor.Tensor, error) {
 // bounded chunks, or straight from the mapping when no conversion is
 // needed), releasing each part's mapped pages after.
 func (s *CheckpointSource) Upload(w Weight, dst tensor.Buffer, off int64) error {
+	if w.FP8 != NotFP8 {
+		host := make([]byte, w.Bytes())
+		if err := s.Fill(w, host); err != nil {
+			return err
+		}
+		return s.Be.Upload(dst, off, host)
+	}
 	for _, p := range w.Parts {
 		if err := s.Ck.put(s.Be, dst, off, p.Name, p.Shape, w.DType, w.Round); err != nil {
 			return err
@@ -55,6 +65,9 @@ func (s *CheckpointSource) Upload(w Weight, dst tensor.Buffer, off int64) error 
 
 // Fill writes w's values into the host bytes dst.
 func (s *CheckpointSource) Fill(w Weight, dst []byte) error {
+	if w.FP8 != NotFP8 {
+		return fillFP8(w, dst, s.Ck.partFP8)
+	}
 	off := int64(0)
 	for _, p := range w.Parts {
 		n := p.Numel() * int64(w.DType.Size())
@@ -118,6 +131,9 @@ func (s *RandomSource) Make(w Weight) (*tensor.Tensor, error) {
 
 // Fill writes w's values into the host bytes dst.
 func (s *RandomSource) Fill(w Weight, dst []byte) error {
+	if w.FP8 != NotFP8 {
+		return fillFP8(w, dst, s.randomFP8)
+	}
 	switch w.DType {
 	case tensor.F32, tensor.F16, tensor.BF16:
 	default:

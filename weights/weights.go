@@ -459,10 +459,14 @@ func (c *Checkpoint) put(be tensor.Backend, dst tensor.Buffer, off int64, name s
 	if dt == tensor.Invalid {
 		dt = e.dt
 	}
-	n := int64(len(data)/e.dt.Size()) * int64(dt.Size())
+	data, from, err := c.dequantized(e, name, data, dt)
+	if err != nil {
+		return err
+	}
+	n := int64(len(data)/from.Size()) * int64(dt.Size())
 	if hb, ok := dst.(*tensor.HostBuffer); ok && tensor.IsHostBacked(be) {
-		convertThrough(hb.Data()[off:off+n], dt, round, data, e.dt)
-	} else if err := uploadConverted(be, dst, off, dt, round, data, e.dt); err != nil {
+		convertThrough(hb.Data()[off:off+n], dt, round, data, from)
+	} else if err := uploadConverted(be, dst, off, dt, round, data, from); err != nil {
 		return fmt.Errorf("weights: %s: tensor %q: upload: %w", sh.path, e.name, err)
 	}
 	// The tensor is a copy now: its pages of the mapping need not stay in
@@ -478,7 +482,11 @@ func (c *Checkpoint) fill(dst []byte, name string, shape []int, dt, round tensor
 	if err != nil {
 		return err
 	}
-	convertThrough(dst[:len(data)/e.dt.Size()*dt.Size()], dt, round, data, e.dt)
+	data, from, err := c.dequantized(e, name, data, dt)
+	if err != nil {
+		return err
+	}
+	convertThrough(dst[:len(data)/from.Size()*dt.Size()], dt, round, data, from)
 	c.drop(sh, e)
 	return nil
 }

@@ -129,6 +129,10 @@ func readF64(dst []float64, b []byte, dt tensor.DType, off int) {
 		for i, v := range b[off : off+len(dst)] {
 			dst[i] = float64(v)
 		}
+	case tensor.F8E4M3:
+		for i, v := range b[off : off+len(dst)] {
+			dst[i] = float64(tensor.F32FromF8E4M3(v))
+		}
 	}
 }
 
@@ -167,6 +171,11 @@ func writeF64(b []byte, dt tensor.DType, off int, src []float64) {
 		d := b[off : off+len(src)]
 		for i, v := range src {
 			d[i] = uint8(int64(v))
+		}
+	case tensor.F8E4M3: // through f32, as torch: no saturation (fp8.go)
+		d := b[off : off+len(src)]
+		for i, v := range src {
+			d[i] = tensor.F8E4M3FromF32(float32(v))
 		}
 	case tensor.Bool:
 		d := b[off : off+len(src)]

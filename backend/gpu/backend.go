@@ -55,6 +55,10 @@ type Options struct {
 	// NoFusedAttention skips cuDNN's fused attention: framepack's own
 	// kernels run every attention (also FRAMEPACK_ATTN=kernel).
 	NoFusedAttention bool
+	// Lt runs Linear layers (bf16/f16, bias fused in the epilogue) through
+	// cuBLASLt / hipBLASLt when the library loads; off by default until it
+	// measures faster than the plain GEMM (also FRAMEPACK_BLAS=lt).
+	Lt bool
 	// Log receives one-line notes (library choices, compile times); nil
 	// means slog.Default().
 	Log *slog.Logger
@@ -78,6 +82,8 @@ type Backend struct {
 	blas    *rocblas.Handle
 	blasErr error
 	blasMu  sync.Mutex
+	lt      *rocblas.LtHandle // Options.Lt: Linear through cuBLASLt / hipBLASLt (under blasMu)
+	ltWork  *Buffer
 
 	// cuDNN for fused attention, opened on first use (attention.go).
 	dnn        *miopen.Handle
@@ -100,6 +106,7 @@ func New(o Options) (*Backend, error) {
 	o.RuntimeCompile = o.RuntimeCompile || env.RuntimeCompile
 	o.GenericAttention = o.GenericAttention || env.GenericAttention
 	o.NoFusedAttention = o.NoFusedAttention || env.KernelAttention
+	o.Lt = o.Lt || env.Lt
 	d, err := hip.Open(o.Device)
 	if err != nil {
 		return nil, err
@@ -124,8 +131,44 @@ func New(o Options) (*Backend, error) {
 	}
 	if !o.NoBLAS {
 		b.openBLAS()
+		if o.Lt {
+			b.openLt()
+		}
 	}
 	return b, nil
+}
+
+// openLt opens cuBLASLt / hipBLASLt with its workspace; without it Linear
+// stays on the plain GEMM, with a log line saying why.
+func (b *Backend) openLt() {
+	v := rocblas.AMD
+	if b.dev.Vendor == hip.NVIDIA {
+		v = rocblas.NVIDIA
+	}
+	lib, err := rocblas.OpenLt(v)
+	if err != nil {
+		b.log.Info("gpu: no Lt library, Linear runs on the plain GEMM", "why", err)
+		return
+	}
+	ws, err := b.alloc.alloc(rocblas.LtWorkspace)
+	if err != nil {
+		b.log.Info("gpu: no memory for the Lt workspace, Linear runs on the plain GEMM", "why", err)
+		return
+	}
+	unbind, err := b.dev.Bind()
+	if err != nil {
+		b.alloc.free(ws)
+		return
+	}
+	defer unbind()
+	h, err := lib.NewHandle(uintptr(b.stream), ws.ptr, rocblas.LtWorkspace)
+	if err != nil {
+		b.alloc.free(ws)
+		b.log.Info("gpu: Lt handle failed, Linear runs on the plain GEMM", "why", err)
+		return
+	}
+	b.lt, b.ltWork = h, ws
+	b.log.Info("gpu: Linear through " + lib.String())
 }
 
 func (b *Backend) openBLAS() {
@@ -188,6 +231,10 @@ func (b *Backend) Close() error {
 	err := b.Sync()
 	if b.blas != nil {
 		b.blas.Close()
+	}
+	if b.lt != nil {
+		b.lt.Close()
+		b.alloc.free(b.ltWork)
 	}
 	if b.dnn != nil {
 		b.dnn.Close()

@@ -166,5 +166,32 @@ func (b *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 		}
 		return b.Binary(tensor.OpAdd, dst, dst, []int{0, 0}, bias, []int{0, 1})
 	}
+	if b.lt != nil && (dt == tensor.BF16 || dt == tensor.F16) {
+		return b.ltLinear(dt, ps[0], ps[1], ps[2], ps[3], M, N, K)
+	}
 	return b.gemm(dt, ps[0], ps[1], ps[2], ps[3], 1, M, N, K, false, true, false, false, 1)
+}
+
+// ltLinear is Linear through cuBLASLt / hipBLASLt (Options.Lt), the bias
+// added by the GEMM's epilogue.
+func (b *Backend) ltLinear(dt tensor.DType, d, x, w, bias uintptr, M, N, K int) error {
+	t := rocblas.LtBF16
+	if dt == tensor.F16 {
+		t = rocblas.LtF16
+	}
+	g := rocblas.LtLinear{M: M, N: N, K: K, X: x, W: w, D: d, XType: t, WType: t, DType: t}
+	if bias != 0 {
+		g.Bias, g.Epilogue = bias, rocblas.EpilogueBias
+	}
+	b.blasMu.Lock()
+	defer b.blasMu.Unlock()
+	unbind, err := b.dev.Bind()
+	if err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	defer unbind()
+	if err := b.lt.Linear(g); err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	return nil
 }

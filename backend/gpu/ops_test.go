@@ -56,6 +56,15 @@ func TestOps(t *testing.T) {
 	t.Run("no_blas", func(t *testing.T) {
 		backendtest.Run(t, noBLAS, backendtest.Select("matmul", "linear", "conv3d")...)
 	})
+	// Linear through cuBLASLt / hipBLASLt (Options.Lt), the bias in its
+	// epilogue.
+	lt := newGPU(t, Options{Lt: true})
+	t.Run("lt", func(t *testing.T) {
+		if lt.lt == nil {
+			t.Skip("no Lt library (the log says why)")
+		}
+		backendtest.Run(t, lt, backendtest.Select("linear")...)
+	})
 	// The kernels as the run-time compiler builds them (hiprtc / NVRTC, the
 	// vendor's math on NVIDIA), where the default loads precompiled ones.
 	rt := newGPU(t, Options{RuntimeCompile: true, CacheDir: "-"})

@@ -24,6 +24,7 @@ func init() { benchCommands = append(benchCommands, newBenchTransformer) }
 
 type benchTransformerFlags struct {
 	modes, dtype, device   string
+	weightsMode            string
 	vramLimit, preserve    string
 	iters, warmup          int
 	layers, singleLayers   int
@@ -60,6 +61,7 @@ streamed weights). --check compares the streamed output with the resident one.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.modes, "mode", "resident,streamed", "resident, streamed, or both comma-separated")
 	fl.StringVar(&f.dtype, "dtype", "bf16", "compute dtype: bf16, f16 or f32")
+	fl.StringVar(&f.weightsMode, "weights", "", "block weights: empty for the compute dtype, or fp8 (FP8 E4M3, per-channel scales, dequantized on the fly)")
 	fl.StringVar(&f.device, "device", "auto", "auto, gpu or cpu")
 	fl.StringVar(&f.vramLimit, "vram-limit", "6G", "the streamed mode's device memory budget")
 	fl.StringVar(&f.preserve, "preserve", "3.5G", "the streamed mode's memory kept free for activations and streamed blocks")
@@ -82,6 +84,9 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 	dt, err := parseTrDType(f.dtype)
 	if err != nil {
 		return err
+	}
+	if f.weightsMode != "" && f.weightsMode != "fp8" {
+		return fmt.Errorf("--weights %q: want fp8 or nothing", f.weightsMode)
 	}
 	modes := strings.Split(f.modes, ",")
 	for _, m := range modes {
@@ -120,7 +125,7 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 	img, txt := cfg.Tokens(sec)
 	gemmF, attnF := cfg.BlockFLOPs(img, txt)
 	base := benchResult{
-		"bench": "transformer_forward", "impl": "framepack", "dtype": dt.String(), "device": d.Name,
+		"bench": "transformer_forward", "impl": "framepack", "dtype": dt.String(), "weights": f.weightsMode, "device": d.Name,
 		"latent":     []int{sec.Batch, cfg.InChannels, sec.WindowSize, sec.LatentH, sec.LatentW},
 		"valid_text": sec.ValidText,
 		"tokens":     img + txt,
@@ -134,7 +139,7 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 	var residentOut []float32
 	for _, mode := range modes {
 		budget := d.Budget
-		opts := hunyuan.Options{DType: dt}
+		opts := hunyuan.Options{DType: dt, FP8: f.weightsMode == "fp8"}
 		if mode == "streamed" {
 			budget, err = d.Budget.WithFlags(f.vramLimit, f.preserve)
 			if err != nil {

@@ -38,6 +38,7 @@ type generateFlags struct {
 	resolution, crf         int
 	models, out             string
 	device, dtype           string
+	weightsMode             string
 	vramLimit, preserve     string
 	ramLimit                string
 	vaeTile                 int
@@ -127,6 +128,7 @@ ComfyUI-FramePackWrapper's end_latent does: it conditions the first section gene
 	fl.BoolVar(&f.json, "json", false, "print progress, stage timings and the result as JSON, one object a line, on stdout")
 	fl.StringVar(&f.device, "device", framepack.DeviceAuto, "auto, cpu or gpu")
 	fl.StringVar(&f.dtype, "dtype", "", "compute dtype f32, bf16 or f16 (default: f32 on the CPU; bf16 transformer, f16 others on a GPU)")
+	fl.StringVar(&f.weightsMode, "weights", "", "transformer block weights: empty for the compute dtype, or fp8 (FP8 E4M3 with per-channel scales, as stored in an fp8 checkpoint or quantized at load; dequantized on the fly)")
 	fl.StringVar(&f.vramLimit, "vram-limit", "", `hard cap on device memory ("20G", "90%"; default: the device's safe default)`)
 	fl.StringVar(&f.preserve, "preserve", "", `memory kept free for activations while weights stream (default 6G)`)
 	fl.StringVar(&f.ramLimit, "ram-limit", "", `host memory budget ("16G", "50%"; default: available memory less max(2G, 1/8 of RAM)); streamed weights are read from the mapped checkpoint when a pinned copy would not fit`)
@@ -201,6 +203,9 @@ func (f *generateFlags) checkFlags() (*section.RGB, error) {
 		if _, err := tensor.ParseDType(f.dtype); err != nil {
 			return nil, fmt.Errorf("--dtype: %w", err)
 		}
+	}
+	if f.weightsMode != "" && f.weightsMode != "fp8" {
+		return nil, fmt.Errorf("--weights %q: want fp8 or nothing", f.weightsMode)
 	}
 	if f.crf < 0 || f.crf > 51 {
 		return nil, fmt.Errorf("--crf %d: want 0–51", f.crf)
@@ -338,6 +343,7 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 	if f.dtype != "" {
 		opts.DType, _ = tensor.ParseDType(f.dtype)
 	}
+	opts.FP8Weights = f.weightsMode == "fp8"
 	if f.vaeTile > 0 {
 		til := vae.SpatialTiling(f.vaeTile, f.vaeTile*3/4)
 		opts.VAETiling = &til
@@ -427,7 +433,7 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 		Seed: f.seedValue, SeedRandom: f.seedRandom, Seconds: f.seconds, Steps: f.steps, Window: f.window,
 		Model: f.model, EmbedInterpolation: f.embedInterp, StartEmbedStrength: f.startEmbed,
 		CFG: f.cfg, GS: f.gs, RS: f.rs, TeaCache: f.teacache, Resolution: f.resolution, PosteriorMean: f.posteriorMean,
-		CRF: f.crf, Device: f.device, DType: f.dtype, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
+		CRF: f.crf, Device: f.device, DType: f.dtype, Weights: f.weightsMode, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
 		TinyModel: tiny, Models: models, Output: f.output.path}, nil
 }
 

@@ -44,6 +44,7 @@ type settings struct {
 	CRF           int     `json:"crf"`
 	Device        string  `json:"device"`
 	DType         string  `json:"dtype,omitempty"`
+	Weights       string  `json:"weights,omitempty"`
 	VRAMLimit     string  `json:"vram_limit,omitempty"`
 	Preserve      string  `json:"preserve,omitempty"`
 	VAETile       int     `json:"vae_tile,omitempty"`

@@ -12,7 +12,7 @@ import (
 // The variables (docs/architecture.md lists them for users).
 const (
 	GPU     = "FRAMEPACK_GPU"      // hip, cuda or none: which GPU platform to try
-	BLAS    = "FRAMEPACK_BLAS"     // gonum: do not load OpenBLAS
+	BLAS    = "FRAMEPACK_BLAS"     // gonum: do not load OpenBLAS; lt: GPU Linear through cuBLASLt / hipBLASLt
 	Kernels = "FRAMEPACK_KERNELS"  // compile: compile every kernel module at run time
 	Attn    = "FRAMEPACK_ATTN"     // kernel: no cuDNN attention; generic: the portable kernel only
 	OpByOp  = "FRAMEPACK_OP_BY_OP" // 1: the fused kernels are not used
@@ -25,6 +25,8 @@ type Config struct {
 	GPU string
 	// GonumBLAS: FRAMEPACK_BLAS=gonum.
 	GonumBLAS bool
+	// Lt: FRAMEPACK_BLAS=lt.
+	Lt bool
 	// RuntimeCompile: FRAMEPACK_KERNELS=compile.
 	RuntimeCompile bool
 	// KernelAttention: FRAMEPACK_ATTN=kernel or generic (framepack's
@@ -43,6 +45,7 @@ func Read() Config {
 	return Config{
 		GPU:              strings.ToLower(os.Getenv(GPU)),
 		GonumBLAS:        strings.ToLower(os.Getenv(BLAS)) == "gonum",
+		Lt:               strings.ToLower(os.Getenv(BLAS)) == "lt",
 		RuntimeCompile:   os.Getenv(Kernels) == "compile",
 		KernelAttention:  attn == "kernel" || attn == "generic",
 		GenericAttention: attn == "generic",

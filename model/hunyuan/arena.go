@@ -88,6 +88,9 @@ func (a *arena) free() {
 // loadBlock reads the weights of block i (the double blocks first) through
 // p into blk, a *doubleBlock or *singleBlock.
 func (m *Model) loadBlock(p *weights.Builder, i int, blk any) {
+	if m.opts.FP8 {
+		p = p.FP8()
+	}
 	switch b := blk.(type) {
 	case *doubleBlock:
 		b.load(p.Sub(fmt.Sprintf("transformer_blocks.%d", i)), m.cfg)

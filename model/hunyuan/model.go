@@ -41,6 +41,11 @@ type Options struct {
 	// it changes are never streamed from the file (StreamFromFile keeps a
 	// host copy of them instead). Load only.
 	LoRA *lora.Set
+	// FP8 holds the blocks' linear weights (all but the modulations) as
+	// FP8 E4M3 with one scale per output channel: stored so in the
+	// checkpoint, or quantized at load. They are dequantized on the fly
+	// (weight-only), on every backend.
+	FP8 bool
 }
 
 // AutoKeep as Options.KeepBlockBytes sizes the resident blocks from the

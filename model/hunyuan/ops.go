@@ -28,7 +28,7 @@ func (ops kernels) project(s *tensor.Scope, l *linear, x *tensor.Tensor) (y, bia
 	if !ops.fused {
 		return l.forward(s, x), nil
 	}
-	return s.Linear(x, l.Weight, nil), l.Bias
+	return l.apply(s, x, nil), l.Bias
 }
 
 // gatedAdd is x + (y + bias)·gate with gate (B, 1, D) broadcast over the

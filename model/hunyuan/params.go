@@ -1,15 +1,29 @@
 package hunyuan
 
 import (
+	"strings"
+
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )
 
-// linear is torch.nn.Linear: weight (out, in), bias (out).
-type linear struct{ Weight, Bias *tensor.Tensor }
+// linear is torch.nn.Linear: weight (out, in), bias (out). With FP8
+// weights (Options.FP8) Weight is F8E4M3 and Scale its f32 per-row scales.
+type linear struct{ Weight, Scale, Bias *tensor.Tensor }
+
+// fp8 reports whether layer name loads as FP8: under an FP8 builder, every
+// linear but the modulations (names with "norm"), which stay in the compute
+// dtype as in the community's fp8 checkpoints.
+func fp8(p *weights.Builder, name string) bool {
+	return p.IsFP8() && !strings.Contains(name, "norm")
+}
 
 func (l *linear) load(p *weights.Builder, name string, out, in int) {
-	l.Weight = p.Get(name+".weight", out, in)
+	if fp8(p, name) {
+		l.Weight, l.Scale = p.GetFP8(name+".weight", out, in)
+	} else {
+		l.Weight = p.Get(name+".weight", out, in)
+	}
 	l.Bias = p.Get(name+".bias", out)
 }
 
@@ -21,12 +35,24 @@ func (l *linear) loadCat(p *weights.Builder, names []string, outs []int, in int)
 	for i, n := range names {
 		w[i], b[i] = n+".weight", n+".bias"
 	}
-	l.Weight = p.Cat(w, outs, in)
+	if fp8(p, names[0]) {
+		l.Weight, l.Scale = p.CatFP8(w, outs, in)
+	} else {
+		l.Weight = p.Cat(w, outs, in)
+	}
 	l.Bias = p.Cat(b, outs)
 }
 
 func (l *linear) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
-	return s.Linear(x, l.Weight, l.Bias)
+	return l.apply(s, x, l.Bias)
+}
+
+// apply is x·Weightᵀ + bias (bias nil: none).
+func (l *linear) apply(s *tensor.Scope, x, bias *tensor.Tensor) *tensor.Tensor {
+	if l.Scale != nil {
+		return s.LinearFP8(x, l.Weight, l.Scale, bias)
+	}
+	return s.Linear(x, l.Weight, bias)
 }
 
 // rmsNorm is diffusers' RMSNorm with a weight (the per-head q/k norms).

@@ -1,0 +1,164 @@
+package rocblas
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/framepack-go/framepack/rocblas/gputest"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// openLt gives a device and an Lt handle on its stream with a workspace,
+// skipping without a GPU or without the Lt library.
+func openLt(t *testing.T) (*gputest.Device, *LtHandle) {
+	t.Helper()
+	dev := gputest.Open(t)
+	v := AMD
+	if dev.Platform == "cuda" {
+		v = NVIDIA
+	}
+	lib, err := OpenLt(v)
+	if err != nil {
+		t.Skipf("GPU %s present but no Lt library: %v", dev.Name, err)
+	}
+	h, err := lib.NewHandle(dev.Stream, dev.Alloc(t, LtWorkspace), LtWorkspace)
+	if err != nil {
+		t.Fatalf("%v: NewHandle: %v", lib, err)
+	}
+	t.Cleanup(func() { h.Close() })
+	t.Logf("device %s (%s), %v", dev.Name, dev.Platform, lib)
+	return dev, h
+}
+
+func geluTanh(x float64) float64 {
+	return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
+}
+
+// linearRef is epilogue(x·wᵀ·scale + bias) in float64; x (m, k), w (n, k).
+func linearRef(x, w, bias []float64, m, n, k int, scale float64, ep Epilogue) []float64 {
+	out := make([]float64, m*n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s float64
+			for p := 0; p < k; p++ {
+				s += x[i*k+p] * w[j*k+p]
+			}
+			s *= scale
+			if ep == EpilogueBias || ep == EpilogueGELUBias {
+				s += bias[j]
+			}
+			if ep == EpilogueGELU || ep == EpilogueGELUBias {
+				s = geluTanh(s)
+			}
+			out[i*n+j] = s
+		}
+	}
+	return out
+}
+
+var epilogues = []Epilogue{EpilogueNone, EpilogueBias, EpilogueGELU, EpilogueGELUBias}
+
+// TestLtLinearBF16 runs bf16 Linears with every epilogue against float64.
+func TestLtLinearBF16(t *testing.T) {
+	dev, h := openLt(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, sz := range [][3]int{{1, 64, 32}, {37, 96, 80}, {256, 512, 384}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		x, xb := gputest.Random(rng, BF16, m*k)
+		w, wb := gputest.Random(rng, BF16, n*k)
+		bias, bb := gputest.Random(rng, BF16, n)
+		for _, ep := range epilogues {
+			g := LtLinear{M: m, N: n, K: k, X: dev.Upload(t, xb), W: dev.Upload(t, wb), D: dev.Alloc(t, int64(2*m*n)),
+				XType: LtBF16, WType: LtBF16, DType: LtBF16, Epilogue: ep}
+			if ep == EpilogueBias || ep == EpilogueGELUBias {
+				g.Bias = dev.Upload(t, bb)
+			}
+			dev.Poison(t, g.D, int64(2*m*n))
+			name := fmt.Sprintf("bf16 %dx%dx%d epilogue %d", m, n, k, ep)
+			if err := h.Linear(g); err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			got := gputest.Decode(BF16, dev.Download(t, g.D, 2*m*n))
+			if e := gputest.RelL2(got, linearRef(x, w, bias, m, n, k, 1, ep)); e > 1e-2 {
+				t.Errorf("%s: rel L2 %.3g > 1e-2", name, e)
+			} else {
+				t.Logf("%s: rel L2 %.3g", name, e)
+			}
+		}
+	}
+}
+
+// TestLtLinearFP8 runs FP8 E4M3 Linears (per-tensor scales on x and w,
+// bf16 output) against float64 math on the same codes and scales.
+func TestLtLinearFP8(t *testing.T) {
+	dev, h := openLt(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	codes := func(n int, amp float64) ([]float64, []byte) {
+		v, b := make([]float64, n), make([]byte, n)
+		for i := range b {
+			b[i] = tensor.F8E4M3FromF32(float32((rng.Float64()*2 - 1) * amp))
+			v[i] = float64(tensor.F32FromF8E4M3(b[i]))
+		}
+		return v, b
+	}
+	scalar := func(f float32) uintptr {
+		var b [4]byte
+		binary.LittleEndian.PutUint32(b[:], math.Float32bits(f))
+		return dev.Upload(t, b[:])
+	}
+	for _, sz := range [][3]int{{16, 64, 32}, {40, 128, 256}, {256, 512, 1024}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		x, xb := codes(m*k, 448)
+		w, wb := codes(n*k, 448)
+		bias, bb := gputest.Random(rng, BF16, n)
+		const xs, ws = 1.0 / 512, 1.0 / 1024
+		for _, ep := range epilogues {
+			g := LtLinear{M: m, N: n, K: k, X: dev.Upload(t, xb), W: dev.Upload(t, wb), D: dev.Alloc(t, int64(2*m*n)),
+				XType: LtF8E4M3, WType: LtF8E4M3, DType: LtBF16, XScale: scalar(xs), WScale: scalar(ws), Epilogue: ep}
+			if ep == EpilogueBias || ep == EpilogueGELUBias {
+				g.Bias = dev.Upload(t, bb)
+			}
+			dev.Poison(t, g.D, int64(2*m*n))
+			name := fmt.Sprintf("fp8 %dx%dx%d epilogue %d", m, n, k, ep)
+			if err := h.Linear(g); err != nil {
+				var le *Error
+				if errors.As(err, &le) && ep != EpilogueNone {
+					// Not every library version fuses every epilogue with FP8.
+					t.Logf("%s: %v (skipped)", name, err)
+					continue
+				}
+				t.Fatalf("%s: %v (an FP8 GPU is needed: NVIDIA sm_89+, AMD with OCP FP8)", name, err)
+			}
+			got := gputest.Decode(BF16, dev.Download(t, g.D, 2*m*n))
+			if e := gputest.RelL2(got, linearRef(x, w, bias, m, n, k, xs*ws, ep)); e > 1e-2 {
+				t.Errorf("%s: rel L2 %.3g > 1e-2", name, e)
+			} else {
+				t.Logf("%s: rel L2 %.3g", name, e)
+			}
+		}
+	}
+}
+
+func TestLtLinearValidate(t *testing.T) {
+	ok := LtLinear{M: 2, N: 16, K: 16, X: 1, W: 1, D: 1, XType: LtF8E4M3, WType: LtF8E4M3, DType: LtBF16}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []LtLinear{
+		{M: 2, N: 15, K: 16, X: 1, W: 1, D: 1, XType: LtF8E4M3, WType: LtF8E4M3, DType: LtBF16},
+		{M: 2, N: 16, K: 16, X: 1, W: 1, D: 1, XType: LtF8E4M3, WType: LtBF16, DType: LtBF16},
+		{M: 2, N: 16, K: 16, X: 1, W: 1, D: 1, XType: LtBF16, WType: LtBF16, DType: LtBF16, XScale: 1},
+		{M: 2, N: 16, K: 16, X: 1, W: 1, D: 1, XType: LtBF16, WType: LtBF16, DType: LtBF16, Epilogue: EpilogueBias},
+		{M: 2, N: 16, K: 16, X: 1, W: 1, D: 1, XType: LtBF16, WType: LtBF16, DType: LtF16},
+		{M: 2, N: 16, K: 16, W: 1, D: 1, XType: LtBF16, WType: LtBF16, DType: LtBF16},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+}

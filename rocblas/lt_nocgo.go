@@ -1,0 +1,20 @@
+//go:build !cgo
+
+package rocblas
+
+import "github.com/framepack-go/framepack/internal/dynlib"
+
+func ltSymbols(Vendor) []dynlib.Symbol { return nil }
+
+func initLt(Vendor, *dynlib.Table) (*LtLib, error) { return nil, errNoCgo }
+
+// NewHandle fails: this build cannot load GPU libraries.
+func (l *LtLib) NewHandle(stream, workspace uintptr, wsBytes int64) (*LtHandle, error) {
+	return nil, errNoCgo
+}
+
+// Close does nothing in this build.
+func (h *LtHandle) Close() error { return nil }
+
+// Linear fails: this build cannot load GPU libraries.
+func (h *LtHandle) Linear(LtLinear) error { return errNoCgo }

@@ -1,0 +1,50 @@
+package tensor
+
+// LinearFP8 is Linear with an F8E4M3 weight w (out, in) dequantized per
+// output channel: x·(w·scale)ᵀ + bias, scale (out) F32. A backend without
+// FP8Weights dequantizes w into x's dtype first with ops every backend has
+// (dequantFP8), a whole weight at a time.
+func (s *Scope) LinearFP8(x, w, scale, bias *Tensor) *Tensor {
+	s.check("linear_fp8", x.dtype, x, bias)
+	s.check("linear_fp8", F8E4M3, w)
+	s.check("linear_fp8", F32, scale)
+	if len(w.shape) != 2 || scale.Numel() != w.shape[0] {
+		s.failf("linear_fp8", "weight %v with scale %v: want (out, in) and (out)", w.shape, scale.shape)
+	}
+	k := x.shape[len(x.shape)-1]
+	if w.shape[1] != k {
+		s.failf("linear_fp8", "input %v does not fit weight %v", x.shape, w.shape)
+	}
+	if bias != nil && (len(bias.shape) != 1 || bias.shape[0] != w.shape[0]) {
+		s.failf("linear_fp8", "bias %v does not fit weight %v", bias.shape, w.shape)
+	}
+	f, ok := As[FP8Weights](s.be)
+	if !ok {
+		return s.Linear(x, s.dequantFP8(w, scale, x.dtype), bias)
+	}
+	shape := cloneInts(x.shape)
+	shape[len(shape)-1] = w.shape[0]
+	out := s.Empty(x.dtype, shape...)
+	if out.Numel() > 0 {
+		m := x.Numel() / max(k, 1)
+		describe := func() Op { return Op{Class: "linear fp8", Flops: 2 * float64(out.Numel()) * float64(k)} }
+		s.run("linear_fp8", describe, func() error { return f.LinearFP8(out.Reshape(m, w.shape[0]), x.Reshape(m, k), w, scale, bias) })
+	}
+	return out
+}
+
+// dequantFP8 is w·scale (w F8E4M3 (N, K), scale (N) F32) in dtype dt, made
+// with ops every backend has: the codes, read as bytes and widened to i32,
+// index a 256-entry f32 table of E4M3 values (Embedding); the product with
+// the scale is f32, rounded once to dt. Its temporaries (i32 and f32 copies
+// of the weight) live only for the call.
+func (s *Scope) dequantFP8(w, scale *Tensor, dt DType) *Tensor {
+	c := s.Child()
+	defer c.Close()
+	codes := &Tensor{shape: []int{w.Numel()}, dtype: U8, buf: w.buf, be: w.be}
+	lut := FromFloat32(append([]float32(nil), f8e4m3Table[:]...), 256, 1)
+	vals := c.Embedding(c.To(lut), c.Cast(codes, I32)).Reshape(w.shape...)
+	wd := c.Cast(c.Mul(vals, scale.Reshape(w.shape[0], 1)), dt)
+	c.Keep(wd)
+	return wd
+}
