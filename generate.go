@@ -23,7 +23,7 @@ import (
 // then the sections (last in time first), each sampled, prepended to the
 // history latents and decoded, its pixels soft-appended before the video
 // so far. Cancelling ctx stops before the next sampler step or stage and
-// returns an error wrapping ctx.Err(); nothing is kept loaded. A NaN or
+// returns an error wrapping ctx.Err(); after a failure nothing is kept loaded. A NaN or
 // Inf in what a stage hands on (embeddings, latents, pixels) fails the job
 // with an error naming that stage, rather than making a black video.
 //
@@ -50,8 +50,15 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (res *Result, err 
 		return nil, err
 	}
 	j := p.newJob(ctx, req)
+	p.job = j
 	defer func() {
-		if uerr := j.unloadAll(); uerr != nil && err == nil {
+		p.job = nil
+		// The models stay loaded for the next call when they all fit;
+		// after a failure nothing stays.
+		if j.keepAll && err == nil {
+			return
+		}
+		if uerr := p.unloadAll(); uerr != nil && err == nil {
 			res, err = nil, uerr
 		}
 	}()
@@ -72,15 +79,15 @@ type job struct {
 	ctx context.Context
 	res *Result
 
-	mm    *memory.Manager  // places the models on p.be
-	parts map[string]*part // the models, by part name
-	cur   string           // the stage being timed, for ModelLoad.Stage
+	mm      *memory.Manager  // p.mm: places the models on p.be
+	parts   map[string]*part // p.parts: the models, by part name
+	cur     string           // the stage being timed, for ModelLoad.Stage
+	keepAll bool             // p.keepAll(): every model stays loaded
 }
 
 func (p *Pipeline) newJob(ctx context.Context, req Request) *job {
-	j := &job{p: p, req: req, ctx: ctx, res: &Result{FPS: FPS}}
-	j.newManager()
-	return j
+	p.manager()
+	return &job{p: p, req: req, ctx: ctx, res: &Result{FPS: FPS}, mm: p.mm, parts: p.parts, keepAll: p.keepAll()}
 }
 
 func (j *job) progress(pr Progress) {
@@ -108,6 +115,9 @@ func (j *job) memory(stage string) {
 // has free.
 func (j *job) placeFor(part string) tensor.Backend {
 	p := j.p
+	if pt := j.parts[part]; pt.m != nil {
+		return pt.be // kept loaded
+	}
 	need := p.bytes[part] + p.bytes[part]/8 + 256*memory.MiB
 	if p.gpu && need > p.be.Available() {
 		p.log.Warn(fmt.Sprintf("memory: %s needs about %s (%s of weights and room to compute), more than the %s free on the device; running it on the CPU",
@@ -191,7 +201,7 @@ func (j *job) encodeText() (pos, neg section.Prompt, err error) {
 		err = section.EncodeLlama(s, lm, p.llamaTok, p.cropStart, req.NegativePrompt, &neg)
 	}
 	s.Close()
-	if uerr := j.unload(PartTextEncoder); err == nil {
+	if uerr := j.release(PartTextEncoder); err == nil {
 		err = uerr
 	}
 	if err != nil {
@@ -212,7 +222,7 @@ func (j *job) encodeText() (pos, neg section.Prompt, err error) {
 		err = section.EncodeCLIP(s, cm, p.clipTok, req.NegativePrompt, &neg)
 	}
 	s.Close()
-	if uerr := j.unload(PartTextEncoder2); err == nil {
+	if uerr := j.release(PartTextEncoder2); err == nil {
 		err = uerr
 	}
 	if err != nil {
@@ -243,7 +253,7 @@ func (j *job) encodeImage(crop *section.RGB) (*tensor.Tensor, error) {
 	p := j.p
 	be := j.placeFor(PartVAE)
 	v, err := load(j, PartVAE, be, func(be tensor.Backend, _ bool) (*vae.VAE, error) {
-		return vae.Load(p.paths[PartVAE], be, vae.Options{DType: p.dt.vae, NoDecoder: true})
+		return vae.Load(p.paths[PartVAE], be, vae.Options{DType: p.dt.vae, NoDecoder: !j.keepAll})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("framepack: loading the VAE encoder: %w", err)
@@ -266,7 +276,7 @@ func (j *job) encodeImage(crop *section.RGB) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("framepack: VAE encode: %w", err)
 	}
-	if err := j.unload(PartVAE); err != nil {
+	if err := j.release(PartVAE); err != nil {
 		return nil, err
 	}
 	if err := tensor.NonFiniteError("framepack: vae encode produced non-finite start latents", start); err != nil {
@@ -299,10 +309,9 @@ func (j *job) encodeSigLIP(crop *section.RGB) (*tensor.Tensor, error) {
 	}
 	s.Close()
 	if err := tensor.NonFiniteError("framepack: image encode produced non-finite embeddings", out); err != nil {
-		j.unload(PartImageEncoder)
 		return nil, err
 	}
-	return out, j.unload(PartImageEncoder)
+	return out, j.release(PartImageEncoder)
 }
 
 // hostCopy is t as a host f32 tensor that owns its memory (so it outlives

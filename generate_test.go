@@ -249,7 +249,7 @@ func checkEnds(t *testing.T, p *Pipeline, req Request, res *Result) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := j.unloadAll(); err != nil {
+	if err := p.unloadAll(); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(start.Float32s(), section.Frames(all, 0, 1).Float32s()) {
