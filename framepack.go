@@ -91,6 +91,12 @@ type Options struct {
 	// TeaCacheThreshold is TeaCache's relative-L1 threshold; 0 means
 	// FramePack's 0.15. Load refuses a negative or non-finite one.
 	TeaCacheThreshold float32
+	// SequentialDecode decodes each section before the next one samples,
+	// as FramePack's loop does. By default a section's decode runs beside
+	// the next section's sampling when both models stay loaded and memory
+	// allows (on a GPU only its host side, the soft append); the frames
+	// are the same either way.
+	SequentialDecode bool
 	// Logger receives progress and memory lines; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -68,7 +68,7 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (res *Result, err 
 		return nil, err
 	}
 	j.res.Total = time.Since(t0)
-	j.res.PeakBytes = p.be.Stats().Peak
+	j.res.PeakBytes = max(j.peak, p.be.Stats().Peak)
 	return j.res, nil
 }
 
@@ -82,6 +82,7 @@ type job struct {
 	mm      *memory.Manager  // p.mm: places the models on p.be
 	parts   map[string]*part // p.parts: the models, by part name
 	cur     string           // the stage being timed, for ModelLoad.Stage
+	peak    int64            // the device's peak before the last ResetPeak
 	keepAll bool             // p.keepAll(): every model stays loaded
 }
 
@@ -419,6 +420,10 @@ type sectionLoop struct {
 	keep    bool          // the transformer and the VAE decoder stay loaded
 	video   *tensor.Scope // the video so far, on the host
 	pixels  *tensor.Tensor
+	// sampleAct is the most a section's sampling took above what was in
+	// use when it began (measured while no decode ran beside it).
+	sampleAct int64
+	pending   *decodeJob // the decode running beside the sampling, if any
 }
 
 // sections is FramePack's section loop: each section sampled, prepended to
@@ -451,28 +456,44 @@ func (j *job) sections(start *tensor.Tensor, pos, neg section.Prompt, imageEmb *
 		video:   tensor.NewScope(p.host),
 	}
 	defer l.video.Close()
+	// A decode still running when the loop fails is waited for before the
+	// scopes and models it uses go.
+	defer func() {
+		if l.pending != nil {
+			<-l.pending.done
+		}
+	}()
 
 	for i := range plan.Sections {
 		sec := plan.Section(i)
-		st := SectionStats{Index: i + 1, Padding: sec.Padding}
-		if err := j.sample(l, sec, &st); err != nil {
+		st := &SectionStats{Index: i + 1, Padding: sec.Padding}
+		if err := j.sample(l, sec, st); err != nil {
 			return err
 		}
-		if err := j.decodeSection(l, sec, &st); err != nil {
+		// The previous section's decode, which ran beside this sampling.
+		if d := l.pending; d != nil {
+			l.pending = nil
+			if err := j.finishDecode(l, d); err != nil {
+				return err
+			}
+		}
+		d, err := j.startDecode(l, sec, st, i+1 < plan.Sections)
+		if err != nil {
 			return err
 		}
-		j.res.Sections = append(j.res.Sections, st)
-		if j.req.Progress != nil {
-			j.progress(Progress{Stage: StageSectionDone, Section: st.Index, Sections: plan.Sections, Frames: st.Frames,
-				Latents: l.history.Newest(0), Pixels: l.pixels})
+		if d.done != nil {
+			l.pending = d
+			continue
 		}
-		tc := ""
-		if req.TeaCache {
-			tc = fmt.Sprintf(" (TeaCache: %d computed, %d skipped)", st.TeaCacheComputed, st.TeaCacheSkipped)
+		if err := j.finishDecode(l, d); err != nil {
+			return err
 		}
-		p.log.Info(fmt.Sprintf("section %d/%d (padding %d): sampled in %s%s, decoded in %s (%s); %d latent frames, %d video frames",
-			st.Index, plan.Sections, sec.Padding, st.Sample.Round(time.Millisecond), tc, st.Decode.Round(time.Millisecond),
-			st.DecodeTiling, l.history.Generated, st.Frames))
+	}
+	if d := l.pending; d != nil {
+		l.pending = nil
+		if err := j.finishDecode(l, d); err != nil {
+			return err
+		}
 	}
 
 	f, err := video.FromPixels(l.pixels)
@@ -521,7 +542,14 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 	// trims the pools and samples the section again (SampleSection starts
 	// afresh, TeaCache included).
 	var gen *tensor.Tensor
-	err = j.mm.Run(memory.Attempt{Op: fmt.Sprintf("sampling section %d", st.Index), Keep: []string{PartTransformer}, Run: func() error {
+	keep := []string{PartTransformer}
+	if l.pending != nil {
+		keep = append(keep, PartVAE) // decoding beside this sampling
+	}
+	stats := p.be.Stats()
+	j.peak = max(j.peak, stats.Peak)
+	p.be.ResetPeak()
+	err = j.mm.Run(memory.Attempt{Op: fmt.Sprintf("sampling section %d", st.Index), Keep: keep, Run: func() error {
 		ss := tensor.NewScope(p.be)
 		defer ss.Close()
 		out, err := section.SampleSection(j.ctx, ss, l.tr, ss.To(noise), l.opts, cb)
@@ -533,6 +561,9 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 		}
 		return err
 	}})
+	if l.pending == nil {
+		l.sampleAct = max(l.sampleAct, p.be.Stats().Peak-stats.InUse)
+	}
 	if err == nil {
 		before := l.history.Generated
 		err = l.history.Add(gen, l.start, sec.Last)
@@ -551,69 +582,189 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 	return nil
 }
 
-// decodeSection is FramePack's per-section decode: the newest history
-// latents (all of them after the first section, then the newest 2·lws, +1
-// on the last: section.Plan.DecodeLatents) decoded, their pixels
-// soft-appended before the video so far. Pixels stay unclamped, in the
-// VAE's dtype, on the host.
-func (j *job) decodeSection(l *sectionLoop, sec section.Section, st *SectionStats) error {
+// decodeJob is one section's decode: the latents FramePack's loop decodes
+// after sampling it (the newest history latents: all of them after the
+// first section, then the newest 2·lws, +1 on the last:
+// section.Plan.DecodeLatents), and their pixels soft-appended before the
+// video so far. Pixels stay unclamped, in the VAE's dtype, on the host.
+type decodeJob struct {
+	sec     section.Section
+	st      *SectionStats
+	dec     *vae.VAE
+	z       *tensor.Tensor // the latents to decode
+	overlap int            // frames blended by the soft append
+	latents *tensor.Tensor // the history after this section, for Progress
+	opts    vae.DecodeOptions
+	stats   vae.DecodeStats
+	keep    []string // models the decode's out-of-memory retry keeps
+	px      *tensor.Tensor
+	took    time.Duration
+
+	done chan struct{} // closed when the decode running beside the next sampling ends; nil when run in line
+	err  error
+}
+
+// startDecode starts section st's decode. The next section's sampling
+// needs only the history latents, so when there is one (more), both
+// models stay loaded and the memory allows, the decode runs on its own
+// goroutine beside it: on the CPU the whole decode, whose planned peak
+// plus the measured sampling activations must fit the room the sequential
+// decode would have (so the tiling, and the result, are the sequential
+// path's); on a GPU, whose work goes through one stream, the soft append
+// on the host. Otherwise it runs here and now, as FramePack's loop does.
+func (j *job) startDecode(l *sectionLoop, sec section.Section, st *SectionStats, more bool) (*decodeJob, error) {
 	p, n := j.p, l.plan.Sections
 	if err := j.ctx.Err(); err != nil {
-		return fmt.Errorf("framepack: cancelled before decoding section %d: %w", st.Index, err)
+		return nil, fmt.Errorf("framepack: cancelled before decoding section %d: %w", st.Index, err)
 	}
 	j.cur = StageDecode
 	j.progress(Progress{Stage: StageDecode, Section: st.Index, Sections: n, Frames: max(0, (l.history.Generated-st.LatentFrames)*4-3)})
 	t := time.Now()
 	dec, err := j.loadDecoder()
 	if err != nil {
-		return fmt.Errorf("framepack: section %d of %d: %w", st.Index, n, err)
+		return nil, fmt.Errorf("framepack: section %d of %d: %w", st.Index, n, err)
 	}
 	nz, overlap := l.plan.DecodeLatents(sec.Index)
-	z, prev := l.history.Newest(nz), l.pixels
-	// Out of memory even at the smallest tiling: the Manager evicts every
-	// other model (the transformer, kept in high-VRAM mode), trims the
-	// pools and decodes again, planning the tiling afresh.
-	var stats vae.DecodeStats
-	err = j.mm.Run(memory.Attempt{Op: "VAE decode", Keep: []string{PartVAE}, Run: func() error {
-		var opts vae.DecodeOptions
-		if p.opts.VAETiling != nil {
-			opts.Tiling = *p.opts.VAETiling
-		} else {
+	d := &decodeJob{sec: sec, st: st, dec: dec, z: l.history.Newest(nz), overlap: overlap, latents: l.history.Newest(0),
+		keep: []string{PartVAE}}
+	room, err := p.dev.DecodeRoom()
+	var peak int64
+	if p.opts.VAETiling != nil {
+		d.opts.Tiling = *p.opts.VAETiling
+		peak = dec.DecodePeak(d.z.Shape(), d.opts.Tiling)
+	} else if err == nil {
+		if d.opts, peak = dec.Plan(d.z.Shape(), room); peak > room {
+			p.log.Warn(fmt.Sprintf("memory: the smallest decode tiling needs %s, more than the %s free; trying it anyway",
+				memory.FormatBytes(peak), memory.FormatBytes(room)))
+		}
+	}
+	async := more && l.keep && !p.opts.SequentialDecode && err == nil
+	if async && !p.gpu {
+		// The sampling's activations with an eighth to spare.
+		if need := peak + l.sampleAct + l.sampleAct/8; need > room {
+			async = false
+			p.log.Debug(fmt.Sprintf("memory: section %d's decode (%s) and the next sampling (%s) do not fit the %s free together; decoding first",
+				st.Index, memory.FormatBytes(peak), memory.FormatBytes(l.sampleAct), memory.FormatBytes(room)))
+		}
+	}
+	st.DecodeOverlapped = async
+	if !async || p.gpu {
+		if async {
+			d.keep = append(d.keep, PartTransformer)
+		}
+		err := j.decodeLatents(l, d, err)
+		d.took = time.Since(t)
+		if err != nil || !async {
+			d.err = err
+			return d, nil
+		}
+	}
+	if d.px == nil {
+		d.took = time.Since(t) // the decoder's load, if any
+	}
+	d.done = make(chan struct{})
+	d.keep = []string{PartVAE, PartTransformer} // the next sampling runs beside it
+	go func() {
+		defer close(d.done)
+		t := time.Now()
+		if d.px == nil {
+			d.err = j.decodeLatents(l, d, nil)
+		}
+		if d.err == nil {
+			d.err = tensor.Catch(func() { j.appendPixels(l, d) })
+		}
+		d.took += time.Since(t)
+	}()
+	return d, nil
+}
+
+// decodeLatents decodes d's latents into d.px (on the host, in l.video)
+// with the planned tiling. Out of memory even at the smallest tiling: the
+// Manager evicts every model not in d.keep (the transformer, kept in
+// high-VRAM mode, when nothing samples beside), trims the pools and decodes
+// again, planning the tiling afresh.
+func (j *job) decodeLatents(l *sectionLoop, d *decodeJob, roomErr error) error {
+	if roomErr != nil {
+		return roomErr
+	}
+	p, first := j.p, true
+	return j.mm.Run(memory.Attempt{Op: "VAE decode", Keep: d.keep, Run: func() error {
+		opts := d.opts
+		if !first && p.opts.VAETiling == nil {
 			room, err := p.dev.DecodeRoom()
 			if err != nil {
 				return err
 			}
-			var peak int64
-			if opts, peak = dec.Plan(z.Shape(), room); peak > room {
-				p.log.Warn(fmt.Sprintf("memory: the smallest decode tiling needs %s, more than the %s free; trying it anyway",
-					memory.FormatBytes(peak), memory.FormatBytes(room)))
-			}
+			opts, _ = d.dec.Plan(d.z.Shape(), room)
 		}
-		opts.Stats = &stats
+		first = false
+		opts.Stats = &d.stats
 		opts.Log = func(format string, args ...any) { p.log.Warn(fmt.Sprintf(format, args...)) }
 		cs := l.video.Child()
 		defer cs.Close()
-		cur := section.VAEDecode(cs, dec, z, opts)
-		if prev != nil {
-			cur = section.SoftAppend(cs, cur, prev, overlap)
-		}
-		cs.Keep(cur)
-		l.pixels = cur
+		d.px = section.VAEDecode(cs, d.dec, d.z, opts)
+		cs.Keep(d.px)
 		return nil
 	}})
-	if err != nil {
-		return fmt.Errorf("framepack: section %d of %d: VAE decode: %w", st.Index, n, err)
+}
+
+// appendPixels soft-appends d's pixels before the video so far
+// (soft_append_bcthw) and makes the result l.pixels.
+func (j *job) appendPixels(l *sectionLoop, d *decodeJob) {
+	prev := l.pixels
+	if prev == nil {
+		l.pixels = d.px
+		return
 	}
-	if prev != nil && prev != l.pixels {
+	cs := l.video.Child()
+	defer cs.Close()
+	cur := section.SoftAppend(cs, d.px, prev, d.overlap)
+	cs.Keep(cur)
+	l.pixels = cur
+	if cur != d.px {
+		l.video.Free(d.px)
+	}
+	if prev != cur {
 		l.video.Free(prev)
+	}
+}
+
+// finishDecode waits for d, completes the section (the soft append when
+// it ran in line, the VAE's unload in low-VRAM mode, its stats) and
+// reports it.
+func (j *job) finishDecode(l *sectionLoop, d *decodeJob) error {
+	p, n, st := j.p, l.plan.Sections, d.st
+	if d.done != nil {
+		<-d.done
+	} else if d.err == nil {
+		d.err = tensor.Catch(func() { j.appendPixels(l, d) })
+	}
+	if d.err != nil {
+		return fmt.Errorf("framepack: section %d of %d: VAE decode: %w", st.Index, n, d.err)
 	}
 	if !l.keep {
 		if err := j.unload(PartVAE); err != nil {
 			return err
 		}
 	}
-	st.Decode = time.Since(t)
-	st.DecodeTiling = stats.Tiling.String()
+	st.Decode = d.took
+	st.DecodeTiling = d.stats.Tiling.String()
 	st.Frames = l.pixels.Dim(2)
+	j.res.Sections = append(j.res.Sections, *st)
+	if j.req.Progress != nil {
+		j.progress(Progress{Stage: StageSectionDone, Section: st.Index, Sections: n, Frames: st.Frames,
+			Latents: d.latents, Pixels: l.pixels})
+	}
+	tc := ""
+	if j.req.TeaCache {
+		tc = fmt.Sprintf(" (TeaCache: %d computed, %d skipped)", st.TeaCacheComputed, st.TeaCacheSkipped)
+	}
+	how := ""
+	if st.DecodeOverlapped {
+		how = ", beside the next sampling"
+	}
+	p.log.Info(fmt.Sprintf("section %d/%d (padding %d): sampled in %s%s, decoded in %s (%s%s); %d latent frames, %d video frames",
+		st.Index, n, d.sec.Padding, st.Sample.Round(time.Millisecond), tc, st.Decode.Round(time.Millisecond),
+		st.DecodeTiling, how, d.latents.Dim(2), st.Frames))
 	return nil
 }

@@ -119,6 +119,9 @@ type SectionStats struct {
 	// that reused the cached residual (0/0 when TeaCache is off).
 	TeaCacheComputed, TeaCacheSkipped int
 	DecodeTiling                      string
+	// DecodeOverlapped: the decode ran beside the next section's sampling
+	// (its Decode time then overlaps that Sample time).
+	DecodeOverlapped bool
 }
 
 // Result is a finished video.
