@@ -735,7 +735,9 @@ func (j *job) appendPixels(l *sectionLoop, d *decodeJob) {
 func (j *job) finishDecode(l *sectionLoop, d *decodeJob) error {
 	p, n, st := j.p, l.plan.Sections, d.st
 	if d.done != nil {
+		t := time.Now()
 		<-d.done
+		st.DecodeWait = time.Since(t)
 	} else if d.err == nil {
 		d.err = tensor.Catch(func() { j.appendPixels(l, d) })
 	}

@@ -122,6 +122,9 @@ type SectionStats struct {
 	// DecodeOverlapped: the decode ran beside the next section's sampling
 	// (its Decode time then overlaps that Sample time).
 	DecodeOverlapped bool
+	// DecodeWait is, for an overlapped decode, how long the loop waited
+	// for it after the next section's sampling.
+	DecodeWait time.Duration
 }
 
 // Result is a finished video.
