@@ -313,7 +313,11 @@ func TestGenerateCancel(t *testing.T) {
 	if _, err := p.Generate(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
+	// Its models stay loaded for the next job until Unload.
+	if err := p.Unload(); err != nil {
+		t.Fatal(err)
+	}
 	if in := p.MemoryStats().InUse; in != 0 {
-		t.Errorf("%d bytes still in use after a job", in)
+		t.Errorf("%d bytes still in use after a job and Unload", in)
 	}
 }
