@@ -630,8 +630,13 @@ func (j *job) startDecode(l *sectionLoop, sec section.Section, st *SectionStats,
 	room, err := p.dev.DecodeRoom()
 	var peak int64
 	if p.opts.VAETiling != nil {
+		// A fixed tiling decodes whatever the room; without any, in line.
 		d.opts.Tiling = *p.opts.VAETiling
 		peak = dec.DecodePeak(d.z.Shape(), d.opts.Tiling)
+		if err != nil {
+			room, err = 0, nil
+			more = false
+		}
 	} else if err == nil {
 		if d.opts, peak = dec.Plan(d.z.Shape(), room); peak > room {
 			p.log.Warn(fmt.Sprintf("memory: the smallest decode tiling needs %s, more than the %s free; trying it anyway",

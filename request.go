@@ -141,7 +141,8 @@ type Result struct {
 	TextEncode, VAEEncode, ImageEncode, Total time.Duration
 	// PeakBytes is the compute device's peak use during the job.
 	PeakBytes int64
-	// Loads is every model load of the job, in order.
+	// Loads is every model load of the job, in order; empty when every
+	// model stayed loaded from the Pipeline's previous call.
 	Loads []ModelLoad
 }
 
