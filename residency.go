@@ -142,10 +142,13 @@ func (p *Pipeline) keepAll() bool {
 // Generate loads them again. Close calls it.
 func (p *Pipeline) Unload() error {
 	if p == nil {
-		return nil
+		return errors.New("framepack: Unload on a nil Pipeline")
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.open() {
+		return errors.New("framepack: the pipeline is closed or was not made by Load")
+	}
 	return p.unloadAll()
 }
 

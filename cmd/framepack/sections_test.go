@@ -15,8 +15,8 @@ import (
 )
 
 // TestSectionWriter: the video after section 1 is a valid file holding
-// that section's frames by the time section 2 samples, and a failed job
-// removes it.
+// that section's frames by the time section 2 decodes (section 1's decode
+// may run beside section 2's sampling), and a failed job removes it.
 func TestSectionWriter(t *testing.T) {
 	if !video.HaveFFmpeg() {
 		t.Skip("ffmpeg is not installed")
@@ -44,14 +44,14 @@ func TestSectionWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := framepack.DefaultRequest()
-	req.RGB, req.Resolution, req.Seconds, req.LatentWindowSize, req.Steps = img, 64, 0.8, 3, 2
+	req.RGB, req.Resolution, req.Seconds, req.LatentWindowSize, req.Steps = img, 64, 1.2, 3, 2 // three sections
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sw := newSectionWriter(ctx, out, video.Options{FPS: framepack.FPS}, log)
 	checked := false
 	req.Progress = func(pr framepack.Progress) {
 		sw.report(pr)
-		if pr.Stage == framepack.StageSample && pr.Section == 2 && pr.Step == 1 {
+		if pr.Stage == framepack.StageDecode && pr.Section == 2 {
 			if err := sw.wait(); err != nil {
 				t.Fatal(err)
 			}
@@ -60,14 +60,14 @@ func TestSectionWriter(t *testing.T) {
 				t.Errorf("after section 1: %d frames in the file, %d made", n, pr.Frames)
 			}
 			checked = true
-			cancel() // the job fails: the section video goes
+			cancel() // the job stops before section 3: the section video goes
 		}
 	}
 	if _, err := p.Generate(ctx, req); err == nil {
 		t.Fatal("the cancelled job succeeded")
 	}
 	if !checked {
-		t.Fatal("section 2 never sampled")
+		t.Fatal("section 2 never decoded")
 	}
 	sw.discard()
 	if _, err := os.Stat(out.path); !os.IsNotExist(err) {
