@@ -15,10 +15,13 @@
 //
 // Load reads the model folder's configs and tokenizers and checks every
 // weight's name, shape and dtype; Generate loads each
-// model when its stage begins and frees it when the stage is done (the text
-// encoders after encoding, the VAE encoder and SigLIP after the start
-// image), keeping the transformer and the VAE decoder across sections when
-// the memory budget holds both, and otherwise freeing the transformer
+// model when its stage first needs it. When the device budget holds every
+// model at once with the preserved amount free, each stays loaded after its
+// stage and across Generate calls (FramePack's high-VRAM mode): a second
+// Generate loads nothing. Otherwise each is freed when its stage is done
+// (the text encoders after encoding, the VAE encoder and SigLIP after the
+// start image), the transformer and the VAE decoder stay across sections
+// when the budget holds both, and otherwise the transformer is freed
 // before each decode as FramePack's low-VRAM mode does. Models move through
 // a memory.Manager: each one's device bytes are charged to its part name,
 // and freeing one is checked to leave 0 bytes charged to it, then trims the
@@ -98,6 +101,12 @@ type Options struct {
 	// reads them and fails on one whose modules do not all match the
 	// transformer.
 	LoRA []lora.File
+	// SequentialDecode decodes each section before the next one samples,
+	// as FramePack's loop does. By default a section's decode runs beside
+	// the next section's sampling when both models stay loaded and memory
+	// allows (on a GPU only its host side, the soft append); the frames
+	// are the same either way.
+	SequentialDecode bool
 	// Logger receives progress and memory lines; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -146,6 +155,11 @@ type Pipeline struct {
 	sigSize int // the side SigLIP's processor resizes the image to
 	// Weight bytes of each part in its compute dtype.
 	bytes map[string]int64
+
+	// The models, kept between Generate calls as the budget allows.
+	mm    *memory.Manager
+	parts map[string]*part
+	job   *job // the Generate call running, told of each model load
 
 	mu     sync.Mutex  // one Generate at a time; Close waits for it
 	closed atomic.Bool // set by Close once the device is released
@@ -284,10 +298,10 @@ func (p *Pipeline) HostStats() memory.HostStats {
 	return p.ram.Stats()
 }
 
-// Close releases the device, logging first the conv3d chain's one line per
-// tier (how many convolutions each tier ran, and how long). The Pipeline
-// holds no weights between Generate calls. Closing twice, or closing a nil
-// or zero Pipeline, does nothing.
+// Close unloads every model and releases the device, logging first the
+// conv3d chain's one line per tier (how many convolutions each tier ran,
+// and how long). Closing twice, or closing a nil or zero Pipeline, does
+// nothing.
 //
 // After Close, Generate returns an error and the methods without one
 // return zero values (Device "", a zero Budget and Stats, CropStart 0); so
@@ -299,6 +313,9 @@ func (p *Pipeline) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dev != nil && !p.closed.Load() {
+		if err := p.unloadAll(); err != nil {
+			p.log.Warn("closing: " + err.Error())
+		}
 		if p.dev.Conv != nil {
 			p.dev.Conv.Chain().LogSummary()
 		}

@@ -24,8 +24,9 @@ import (
 // history latents and decoded, its pixels soft-appended before the video
 // so far. With Request.Model ModelF1 the sections run forward, as
 // FramePack-F1's worker() does: appended to the history, soft-appended
-// after the video. An end image conditions the first section generated. Cancelling ctx stops before the next sampler step or stage and
-// returns an error wrapping ctx.Err(); nothing is kept loaded. A NaN or
+// after the video. An end image conditions the first section generated.
+// Cancelling ctx stops before the next sampler step or stage and
+// returns an error wrapping ctx.Err(); after a failure nothing is kept loaded. A NaN or
 // Inf in what a stage hands on (embeddings, latents, pixels) fails the job
 // with an error naming that stage, rather than making a black video.
 //
@@ -52,8 +53,15 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (res *Result, err 
 		return nil, err
 	}
 	j := p.newJob(ctx, req)
+	p.job = j
 	defer func() {
-		if uerr := j.unloadAll(); uerr != nil && err == nil {
+		p.job = nil
+		// The models stay loaded for the next call when they all fit;
+		// after a failure nothing stays.
+		if j.keepAll && err == nil {
+			return
+		}
+		if uerr := p.unloadAll(); uerr != nil && err == nil {
 			res, err = nil, uerr
 		}
 	}()
@@ -63,7 +71,7 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (res *Result, err 
 		return nil, err
 	}
 	j.res.Total = time.Since(t0)
-	j.res.PeakBytes = p.be.Stats().Peak
+	j.res.PeakBytes = max(j.peak, p.be.Stats().Peak)
 	return j.res, nil
 }
 
@@ -74,18 +82,19 @@ type job struct {
 	ctx context.Context
 	res *Result
 
-	mm    *memory.Manager  // places the models on p.be
-	parts map[string]*part // the models, by part name
-	cur   string           // the stage being timed, for ModelLoad.Stage
+	mm      *memory.Manager  // p.mm: places the models on p.be
+	parts   map[string]*part // p.parts: the models, by part name
+	cur     string           // the stage being timed, for ModelLoad.Stage
+	peak    int64            // the device's peak before the last ResetPeak
+	keepAll bool             // p.keepAll(): every model stays loaded
 
 	sched   []section.SectionPrompt   // a timed prompt's schedule, by section; nil: one prompt
 	prompts map[string]section.Prompt // every prompt encoded, by text
 }
 
 func (p *Pipeline) newJob(ctx context.Context, req Request) *job {
-	j := &job{p: p, req: req, ctx: ctx, res: &Result{FPS: FPS}}
-	j.newManager()
-	return j
+	p.manager()
+	return &job{p: p, req: req, ctx: ctx, res: &Result{FPS: FPS}, mm: p.mm, parts: p.parts, keepAll: p.keepAll()}
 }
 
 func (j *job) progress(pr Progress) {
@@ -113,6 +122,9 @@ func (j *job) memory(stage string) {
 // has free.
 func (j *job) placeFor(part string) tensor.Backend {
 	p := j.p
+	if pt := j.parts[part]; pt.m != nil {
+		return pt.be // kept loaded
+	}
 	need := p.bytes[part] + p.bytes[part]/8 + 256*memory.MiB
 	if p.gpu && need > p.be.Available() {
 		p.log.Warn(fmt.Sprintf("memory: %s needs about %s (%s of weights and room to compute), more than the %s free on the device; running it on the CPU",
@@ -231,7 +243,7 @@ func (j *job) encodeText(prompts []string) (enc []section.Prompt, neg section.Pr
 		err = section.EncodeLlama(s, lm, p.llamaTok, p.cropStart, req.NegativePrompt, &neg)
 	}
 	s.Close()
-	if uerr := j.unload(PartTextEncoder); err == nil {
+	if uerr := j.release(PartTextEncoder); err == nil {
 		err = uerr
 	}
 	if err != nil {
@@ -254,7 +266,7 @@ func (j *job) encodeText(prompts []string) (enc []section.Prompt, neg section.Pr
 		err = section.EncodeCLIP(s, cm, p.clipTok, req.NegativePrompt, &neg)
 	}
 	s.Close()
-	if uerr := j.unload(PartTextEncoder2); err == nil {
+	if uerr := j.release(PartTextEncoder2); err == nil {
 		err = uerr
 	}
 	if err != nil {
@@ -292,7 +304,7 @@ func (j *job) encodeImage(crops ...*section.RGB) ([]*tensor.Tensor, error) {
 	p := j.p
 	be := j.placeFor(PartVAE)
 	v, err := load(j, PartVAE, be, func(be tensor.Backend, _ bool) (*vae.VAE, error) {
-		return vae.Load(p.paths[PartVAE], be, vae.Options{DType: p.dt.vae, NoDecoder: true})
+		return vae.Load(p.paths[PartVAE], be, vae.Options{DType: p.dt.vae, NoDecoder: !j.keepAll})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("framepack: loading the VAE encoder: %w", err)
@@ -319,7 +331,7 @@ func (j *job) encodeImage(crops ...*section.RGB) ([]*tensor.Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("framepack: VAE encode: %w", err)
 	}
-	if err := j.unload(PartVAE); err != nil {
+	if err := j.release(PartVAE); err != nil {
 		return nil, err
 	}
 	for i, t := range out {
@@ -346,22 +358,19 @@ func (j *job) encodeSigLIP(crops ...*section.RGB) ([]*tensor.Tensor, error) {
 	for i, crop := range crops {
 		px, err := section.SigLIPPixels(crop, p.sigSize)
 		if err != nil {
-			j.unload(PartImageEncoder)
 			return nil, fmt.Errorf("framepack: image encoder preprocessing: %w", err)
 		}
 		s := tensor.NewScope(be)
 		err = tensor.Catch(func() { out[i] = hostCopy(m.Forward(s, px)) })
 		s.Close()
 		if err != nil {
-			j.unload(PartImageEncoder)
 			return nil, fmt.Errorf("framepack: image encoder: %w", err)
 		}
 		if err := tensor.NonFiniteError("framepack: image encode produced non-finite embeddings", out[i]); err != nil {
-			j.unload(PartImageEncoder)
 			return nil, err
 		}
 	}
-	return out, j.unload(PartImageEncoder)
+	return out, j.release(PartImageEncoder)
 }
 
 // hostCopy is t as a host f32 tensor that owns its memory (so it outlives
@@ -471,6 +480,10 @@ type sectionLoop struct {
 	keep    bool          // the transformer and the VAE decoder stay loaded
 	video   *tensor.Scope // the video so far, on the host
 	pixels  *tensor.Tensor
+	// sampleAct is the most a section's sampling took above what was in
+	// use when it began (measured while no decode ran beside it).
+	sampleAct int64
+	pending   *decodeJob // the decode running beside the sampling, if any
 }
 
 // sections is FramePack's section loop: each section sampled, prepended to
@@ -520,31 +533,47 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 		video:   tensor.NewScope(p.host),
 	}
 	defer l.video.Close()
+	// A decode still running when the loop fails is waited for before the
+	// scopes and models it uses go.
+	defer func() {
+		if l.pending != nil {
+			<-l.pending.done
+		}
+	}()
 
 	for i := range plan.Sections {
 		if j.sched != nil {
 			l.pos = j.sectionText(i, d)
 		}
 		sec := plan.Section(i)
-		st := SectionStats{Index: i + 1, Padding: sec.Padding}
-		if err := j.sample(l, sec, &st); err != nil {
+		st := &SectionStats{Index: i + 1, Padding: sec.Padding}
+		if err := j.sample(l, sec, st); err != nil {
 			return err
 		}
-		if err := j.decodeSection(l, sec, &st); err != nil {
+		// The previous section's decode, which ran beside this sampling.
+		if d := l.pending; d != nil {
+			l.pending = nil
+			if err := j.finishDecode(l, d); err != nil {
+				return err
+			}
+		}
+		d, err := j.startDecode(l, sec, st, i+1 < plan.Sections)
+		if err != nil {
 			return err
 		}
-		j.res.Sections = append(j.res.Sections, st)
-		if j.req.Progress != nil {
-			j.progress(Progress{Stage: StageSectionDone, Section: st.Index, Sections: plan.Sections, Frames: st.Frames,
-				Latents: l.history.Newest(0), Pixels: l.pixels})
+		if d.done != nil {
+			l.pending = d
+			continue
 		}
-		tc := ""
-		if req.TeaCache {
-			tc = fmt.Sprintf(" (TeaCache: %d computed, %d skipped)", st.TeaCacheComputed, st.TeaCacheSkipped)
+		if err := j.finishDecode(l, d); err != nil {
+			return err
 		}
-		p.log.Info(fmt.Sprintf("section %d/%d (padding %d): sampled in %s%s, decoded in %s (%s); %d latent frames, %d video frames",
-			st.Index, plan.Sections, sec.Padding, st.Sample.Round(time.Millisecond), tc, st.Decode.Round(time.Millisecond),
-			st.DecodeTiling, l.history.Generated, st.Frames))
+	}
+	if d := l.pending; d != nil {
+		l.pending = nil
+		if err := j.finishDecode(l, d); err != nil {
+			return err
+		}
 	}
 
 	f, err := video.FromPixels(l.pixels)
@@ -597,7 +626,14 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 	// trims the pools and samples the section again (SampleSection starts
 	// afresh, TeaCache included).
 	var gen *tensor.Tensor
-	err = j.mm.Run(memory.Attempt{Op: fmt.Sprintf("sampling section %d", st.Index), Keep: []string{PartTransformer}, Run: func() error {
+	keep := []string{PartTransformer}
+	if l.pending != nil {
+		keep = append(keep, PartVAE) // decoding beside this sampling
+	}
+	stats := p.be.Stats()
+	j.peak = max(j.peak, stats.Peak)
+	p.be.ResetPeak()
+	err = j.mm.Run(memory.Attempt{Op: fmt.Sprintf("sampling section %d", st.Index), Keep: keep, Run: func() error {
 		ss := tensor.NewScope(p.be)
 		defer ss.Close()
 		out, err := section.SampleSection(j.ctx, ss, l.tr, ss.To(noise), l.opts, cb)
@@ -609,6 +645,9 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 		}
 		return err
 	}})
+	if l.pending == nil {
+		l.sampleAct = max(l.sampleAct, p.be.Stats().Peak-stats.InUse)
+	}
 	if err == nil {
 		before := l.history.Generated
 		err = l.history.Add(gen, l.start, sec.Last)
@@ -627,77 +666,213 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 	return nil
 }
 
-// decodeSection is FramePack's per-section decode: the newest history
-// latents (all of them after the first section, then the newest 2·lws, +1
-// on the last: section.Plan.DecodeLatents) decoded, their pixels
-// soft-appended before the video so far. Pixels stay unclamped, in the
-// VAE's dtype, on the host.
-func (j *job) decodeSection(l *sectionLoop, sec section.Section, st *SectionStats) error {
+// decodeJob is one section's decode: the latents FramePack's loop decodes
+// after sampling it (the newest history latents: all of them after the
+// first section, then the newest 2·lws, +1 on the last:
+// section.Plan.DecodeLatents), and their pixels soft-appended before the
+// video so far. Pixels stay unclamped, in the VAE's dtype, on the host.
+type decodeJob struct {
+	sec     section.Section
+	st      *SectionStats
+	dec     *vae.VAE
+	z       *tensor.Tensor // the latents to decode
+	overlap int            // frames blended by the soft append
+	latents *tensor.Tensor // the history after this section, for Progress
+	opts    vae.DecodeOptions
+	stats   vae.DecodeStats
+	keep    []string // models the decode's out-of-memory retry keeps
+	px      *tensor.Tensor
+	took    time.Duration
+
+	done chan struct{} // closed when the decode running beside the next sampling ends; nil when run in line
+	err  error
+}
+
+// startDecode starts section st's decode. The next section's sampling
+// needs only the history latents, so when there is one (more), both
+// models stay loaded and the memory allows, the decode runs on its own
+// goroutine beside it: on the CPU the whole decode, whose planned peak
+// plus the measured sampling activations must fit the room the sequential
+// decode would have (so the tiling, and the result, are the sequential
+// path's); on a GPU, whose work goes through one stream, the soft append
+// on the host. Otherwise it runs here and now, as FramePack's loop does.
+func (j *job) startDecode(l *sectionLoop, sec section.Section, st *SectionStats, more bool) (*decodeJob, error) {
 	p, n := j.p, l.plan.Sections
 	if err := j.ctx.Err(); err != nil {
-		return fmt.Errorf("framepack: cancelled before decoding section %d: %w", st.Index, err)
+		return nil, fmt.Errorf("framepack: cancelled before decoding section %d: %w", st.Index, err)
 	}
 	j.cur = StageDecode
 	j.progress(Progress{Stage: StageDecode, Section: st.Index, Sections: n, Frames: max(0, (l.history.Generated-st.LatentFrames)*4-3)})
 	t := time.Now()
 	dec, err := j.loadDecoder()
 	if err != nil {
-		return fmt.Errorf("framepack: section %d of %d: %w", st.Index, n, err)
+		return nil, fmt.Errorf("framepack: section %d of %d: %w", st.Index, n, err)
 	}
 	nz, overlap := l.plan.DecodeLatents(sec.Index)
-	z, prev := l.history.Newest(nz), l.pixels
-	// Out of memory even at the smallest tiling: the Manager evicts every
-	// other model (the transformer, kept in high-VRAM mode), trims the
-	// pools and decodes again, planning the tiling afresh.
-	var stats vae.DecodeStats
-	err = j.mm.Run(memory.Attempt{Op: "VAE decode", Keep: []string{PartVAE}, Run: func() error {
-		var opts vae.DecodeOptions
-		if p.opts.VAETiling != nil {
-			opts.Tiling = *p.opts.VAETiling
-		} else {
+	d := &decodeJob{sec: sec, st: st, dec: dec, z: l.history.Newest(nz), overlap: overlap, latents: l.history.Newest(0),
+		keep: []string{PartVAE}}
+	room, err := p.dev.DecodeRoom()
+	var peak int64
+	if p.opts.VAETiling != nil {
+		// A fixed tiling decodes whatever the room; without any, in line.
+		d.opts.Tiling = *p.opts.VAETiling
+		peak = dec.DecodePeak(d.z.Shape(), d.opts.Tiling)
+		if err != nil {
+			room, err = 0, nil
+			more = false
+		}
+	} else if err == nil {
+		if d.opts, peak = dec.Plan(d.z.Shape(), room); peak > room {
+			p.log.Warn(fmt.Sprintf("memory: the smallest decode tiling needs %s, more than the %s free; trying it anyway",
+				memory.FormatBytes(peak), memory.FormatBytes(room)))
+		}
+	}
+	async := more && l.keep && !p.opts.SequentialDecode && err == nil
+	if async && !p.gpu {
+		// The sampling's activations with an eighth to spare.
+		if need := peak + l.sampleAct + l.sampleAct/8; need > room {
+			async = false
+			p.log.Debug(fmt.Sprintf("memory: section %d's decode (%s) and the next sampling (%s) do not fit the %s free together; decoding first",
+				st.Index, memory.FormatBytes(peak), memory.FormatBytes(l.sampleAct), memory.FormatBytes(room)))
+		}
+	}
+	st.DecodeOverlapped = async
+	if !async || p.gpu {
+		if async {
+			d.keep = append(d.keep, PartTransformer)
+		}
+		err := j.decodeLatents(l, d, err)
+		d.took = time.Since(t)
+		if err != nil || !async {
+			d.err = err
+			return d, nil
+		}
+	}
+	if d.px == nil {
+		d.took = time.Since(t) // the decoder's load, if any
+	}
+	d.done = make(chan struct{})
+	d.keep = []string{PartVAE, PartTransformer} // the next sampling runs beside it
+	go func() {
+		defer close(d.done)
+		t := time.Now()
+		if d.px == nil {
+			d.err = j.decodeLatents(l, d, nil)
+		}
+		if d.err == nil {
+			d.err = tensor.Catch(func() { j.appendPixels(l, d) })
+		}
+		d.took += time.Since(t)
+	}()
+	return d, nil
+}
+
+// decodeLatents decodes d's latents into d.px (on the host, in l.video)
+// with the planned tiling. Out of memory even at the smallest tiling: the
+// Manager evicts every model not in d.keep (the transformer, kept in
+// high-VRAM mode, when nothing samples beside), trims the pools and decodes
+// again, planning the tiling afresh.
+func (j *job) decodeLatents(l *sectionLoop, d *decodeJob, roomErr error) error {
+	if roomErr != nil {
+		return roomErr
+	}
+	p, first := j.p, true
+	return j.mm.Run(memory.Attempt{Op: "VAE decode", Keep: d.keep, Run: func() error {
+		opts := d.opts
+		if !first && p.opts.VAETiling == nil {
 			room, err := p.dev.DecodeRoom()
 			if err != nil {
 				return err
 			}
-			var peak int64
-			if opts, peak = dec.Plan(z.Shape(), room); peak > room {
-				p.log.Warn(fmt.Sprintf("memory: the smallest decode tiling needs %s, more than the %s free; trying it anyway",
-					memory.FormatBytes(peak), memory.FormatBytes(room)))
-			}
+			opts, _ = d.dec.Plan(d.z.Shape(), room)
 		}
-		opts.Stats = &stats
+		first = false
+		opts.Stats = &d.stats
 		opts.Log = func(format string, args ...any) { p.log.Warn(fmt.Sprintf(format, args...)) }
-		// Cancelling stops the decode between tiles, not at its end.
+		// Cancelling stops the decode between tiles, not at its end. Tiles
+		// are reported by a decode in line only: one beside the next
+		// sampling would interleave with its steps.
 		opts.Context = j.ctx
-		opts.Progress = func(done, total int) {
-			j.progress(Progress{Stage: StageDecode, Section: st.Index, Sections: n, Frames: max(0, (l.history.Generated-st.LatentFrames)*4-3), Tile: done, Tiles: total})
+		if d.done == nil {
+			st, n := d.st, l.plan.Sections
+			opts.Progress = func(done, total int) {
+				j.progress(Progress{Stage: StageDecode, Section: st.Index, Sections: n, Tile: done, Tiles: total})
+			}
 		}
 		cs := l.video.Child()
 		defer cs.Close()
-		cur := section.VAEDecode(cs, dec, z, opts)
-		if prev != nil && l.plan.Forward {
-			cur = section.SoftAppend(cs, prev, cur, overlap)
-		} else if prev != nil {
-			cur = section.SoftAppend(cs, cur, prev, overlap)
-		}
-		cs.Keep(cur)
-		l.pixels = cur
+		d.px = section.VAEDecode(cs, d.dec, d.z, opts)
+		cs.Keep(d.px)
 		return nil
 	}})
-	if err != nil {
-		return fmt.Errorf("framepack: section %d of %d: VAE decode: %w", st.Index, n, err)
+}
+
+// appendPixels soft-appends d's pixels before the video so far
+// (soft_append_bcthw) and makes the result l.pixels.
+func (j *job) appendPixels(l *sectionLoop, d *decodeJob) {
+	prev := l.pixels
+	if prev == nil {
+		l.pixels = d.px
+		return
 	}
-	if prev != nil && prev != l.pixels {
+	cs := l.video.Child()
+	defer cs.Close()
+	// Backward sections go before the video so far; F1's forward ones after.
+	var cur *tensor.Tensor
+	if l.plan.Forward {
+		cur = section.SoftAppend(cs, prev, d.px, d.overlap)
+	} else {
+		cur = section.SoftAppend(cs, d.px, prev, d.overlap)
+	}
+	cs.Keep(cur)
+	l.pixels = cur
+	if cur != d.px {
+		l.video.Free(d.px)
+	}
+	if prev != cur {
 		l.video.Free(prev)
+	}
+}
+
+// finishDecode waits for d, completes the section (the soft append when
+// it ran in line, the VAE's unload in low-VRAM mode, its stats) and
+// reports it.
+func (j *job) finishDecode(l *sectionLoop, d *decodeJob) error {
+	p, n, st := j.p, l.plan.Sections, d.st
+	if d.done != nil {
+		t := time.Now()
+		<-d.done
+		st.DecodeWait = time.Since(t)
+	} else if d.err == nil {
+		d.err = tensor.Catch(func() { j.appendPixels(l, d) })
+	}
+	if d.err != nil {
+		return fmt.Errorf("framepack: section %d of %d: VAE decode: %w", st.Index, n, d.err)
 	}
 	if !l.keep {
 		if err := j.unload(PartVAE); err != nil {
 			return err
 		}
 	}
-	st.Decode = time.Since(t)
-	st.DecodeTiling = stats.Tiling.String()
+	st.Decode = d.took
+	st.DecodeTiling = d.stats.Tiling.String()
 	st.Frames = l.pixels.Dim(2)
+	j.res.Sections = append(j.res.Sections, *st)
+	if j.req.Progress != nil {
+		j.progress(Progress{Stage: StageSectionDone, Section: st.Index, Sections: n, Frames: st.Frames,
+			Latents: d.latents, Pixels: l.pixels})
+	}
+	tc := ""
+	if j.req.TeaCache {
+		tc = fmt.Sprintf(" (TeaCache: %d computed, %d skipped)", st.TeaCacheComputed, st.TeaCacheSkipped)
+	}
+	how := ""
+	if st.DecodeOverlapped {
+		how = ", beside the next sampling"
+	}
+	p.log.Info(fmt.Sprintf("section %d/%d (padding %d): sampled in %s%s, decoded in %s (%s%s); %d latent frames, %d video frames",
+		st.Index, n, d.sec.Padding, st.Sample.Round(time.Millisecond), tc, st.Decode.Round(time.Millisecond),
+		st.DecodeTiling, how, d.latents.Dim(2), st.Frames))
 	return nil
 }
 

@@ -249,7 +249,7 @@ func checkEnds(t *testing.T, p *Pipeline, req Request, res *Result) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := j.unloadAll(); err != nil {
+	if err := p.unloadAll(); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(start[0].Float32s(), section.Frames(all, 0, 1).Float32s()) {
@@ -313,7 +313,11 @@ func TestGenerateCancel(t *testing.T) {
 	if _, err := p.Generate(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
+	// Its models stay loaded for the next job until Unload.
+	if err := p.Unload(); err != nil {
+		t.Fatal(err)
+	}
 	if in := p.MemoryStats().InUse; in != 0 {
-		t.Errorf("%d bytes still in use after a job", in)
+		t.Errorf("%d bytes still in use after a job and Unload", in)
 	}
 }

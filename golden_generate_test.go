@@ -194,7 +194,7 @@ func goldenGenerate(t *testing.T, c *golden.Case) {
 		j := p.newJob(context.Background(), req)
 		lat, err := j.encodeImage(crop, ecrop)
 		if err == nil {
-			err = j.unloadAll()
+			err = p.Unload()
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -66,7 +66,7 @@ func TestGenerateGPU(t *testing.T) {
 }
 
 // generate runs req on the tiny model with o and checks that nothing stays
-// allocated afterwards.
+// allocated after it and Unload.
 func generate(t *testing.T, o Options, req Request) *Result {
 	t.Helper()
 	o.Logger = quietLogger(t)
@@ -79,8 +79,11 @@ func generate(t *testing.T, o Options, req Request) *Result {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := p.Unload(); err != nil {
+		t.Fatal(err)
+	}
 	if in := p.MemoryStats().InUse; in != 0 {
-		t.Errorf("%s: %d bytes still allocated after the job", p.Device(), in)
+		t.Errorf("%s: %d bytes still allocated after the job and Unload", p.Device(), in)
 	}
 	return res
 }

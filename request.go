@@ -193,6 +193,12 @@ type SectionStats struct {
 	// that reused the cached residual (0/0 when TeaCache is off).
 	TeaCacheComputed, TeaCacheSkipped int
 	DecodeTiling                      string
+	// DecodeOverlapped: the decode ran beside the next section's sampling
+	// (its Decode time then overlaps that Sample time).
+	DecodeOverlapped bool
+	// DecodeWait is, for an overlapped decode, how long the loop waited
+	// for it after the next section's sampling.
+	DecodeWait time.Duration
 }
 
 // Result is a finished video.
@@ -210,7 +216,8 @@ type Result struct {
 	TextEncode, VAEEncode, ImageEncode, Total time.Duration
 	// PeakBytes is the compute device's peak use during the job.
 	PeakBytes int64
-	// Loads is every model load of the job, in order.
+	// Loads is every model load of the job, in order; empty when every
+	// model stayed loaded from the Pipeline's previous call.
 	Loads []ModelLoad
 }
 

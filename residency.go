@@ -100,22 +100,56 @@ func (p *part) chargeHost() {
 	}
 }
 
-// newManager registers the pipeline's models, in stage order, with a
-// Manager on the job's budgeted backend.
-func (j *job) newManager() {
-	p := j.p
-	j.mm = memory.NewManager(p.be, p.log)
-	j.parts = map[string]*part{}
+// manager registers the pipeline's models, in stage order, with a Manager
+// on the budgeted backend, once: the models it holds outlive a Generate
+// call. A backend swapped since (tests do) gets a fresh Manager.
+func (p *Pipeline) manager() {
+	if p.mm != nil && p.mm.Backend() == p.be {
+		return
+	}
+	p.mm = memory.NewManager(p.be, p.log)
+	p.parts = map[string]*part{}
 	for _, name := range []string{PartTextEncoder, PartTextEncoder2, PartImageEncoder, PartVAE, PartTransformer} {
 		pt := &part{mb: p.be, ram: p.ram, name: name, bytes: p.bytes[name], be: p.be}
 		pt.built = func(d time.Duration) {
-			j.res.Loads = append(j.res.Loads, ModelLoad{Part: name, Stage: j.cur, Time: d, Bytes: pt.bytes})
+			if j := p.job; j != nil {
+				j.res.Loads = append(j.res.Loads, ModelLoad{Part: name, Stage: j.cur, Time: d, Bytes: pt.bytes})
+			}
 		}
-		j.parts[name] = pt
-		if err := j.mm.Add(name, pt, memory.Unloaded); err != nil {
+		p.parts[name] = pt
+		if err := p.mm.Add(name, pt, memory.Unloaded); err != nil {
 			panic(err) // the names above are distinct
 		}
 	}
+}
+
+// keepAll is whether every model fits the device budget at once with the
+// preserved amount free: then each stays loaded after its stage and across
+// Generate calls (FramePack's high-VRAM mode), and the VAE is loaded whole,
+// encoder and decoder together. Otherwise each model is loaded for its
+// stage only and nothing stays after a job.
+func (p *Pipeline) keepAll() bool {
+	var sum int64
+	for _, n := range []string{PartTextEncoder, PartTextEncoder2, PartImageEncoder, PartVAE, PartTransformer} {
+		sum += p.bytes[n]
+	}
+	b := p.be.Budget()
+	return sum+max(b.Preserve, 256*memory.MiB) <= b.Cap
+}
+
+// Unload frees every model the Pipeline holds between Generate calls
+// (each owner checked to hold 0 bytes, the pools trimmed); the next
+// Generate loads them again. Close calls it.
+func (p *Pipeline) Unload() error {
+	if p == nil {
+		return errors.New("framepack: Unload on a nil Pipeline")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.open() {
+		return errors.New("framepack: the pipeline is closed or was not made by Load")
+	}
+	return p.unloadAll()
 }
 
 // load builds part name on be (through the Manager, which evicts other
@@ -123,6 +157,17 @@ func (j *job) newManager() {
 // returns it.
 func load[M closer](j *job, name string, be tensor.Backend, build func(be tensor.Backend, streamed bool) (M, error)) (M, error) {
 	pt := j.parts[name]
+	if m, ok := pt.m.(M); ok && pt.be == be {
+		// Kept from an earlier stage or job: a no-op for the Manager
+		// apart from its use count.
+		return m, j.mm.Load(name)
+	}
+	if pt.m != nil {
+		if err := j.unload(name); err != nil {
+			var zero M
+			return zero, err
+		}
+	}
 	pt.be = be
 	pt.build = func(be tensor.Backend, streamed bool) (closer, error) { return build(be, streamed) }
 	var zero M
@@ -140,21 +185,32 @@ func loaded[M closer](j *job, name string) M {
 
 // unload frees everything part name holds: the Manager checks that its
 // owner then holds 0 bytes on the device and trims the device's pools.
-func (j *job) unload(name string) error {
-	if j.parts[name].m == nil && j.p.be.Held(name) == 0 {
+func (j *job) unload(name string) error { return j.p.unload(name) }
+
+// release unloads part name after its stage unless every model stays
+// loaded (keepAll) and it runs on the device.
+func (j *job) release(name string) error {
+	if j.keepAll && j.parts[name].be == tensor.Backend(j.p.be) {
 		return nil
 	}
-	if err := j.mm.Unload(name); err != nil {
+	return j.unload(name)
+}
+
+func (p *Pipeline) unload(name string) error {
+	if p.mm == nil || (p.parts[name].m == nil && p.be.Held(name) == 0) {
+		return nil
+	}
+	if err := p.mm.Unload(name); err != nil {
 		return fmt.Errorf("framepack: %w", err)
 	}
 	return nil
 }
 
 // unloadAll unloads every model, returning the first failure.
-func (j *job) unloadAll() error {
+func (p *Pipeline) unloadAll() error {
 	var first error
 	for _, name := range []string{PartTextEncoder, PartTextEncoder2, PartImageEncoder, PartVAE, PartTransformer} {
-		if err := j.unload(name); err != nil && first == nil {
+		if err := p.unload(name); err != nil && first == nil {
 			first = err
 		}
 	}

@@ -60,8 +60,8 @@ func TestGenerateResidency(t *testing.T) {
 				case pr.Stage == StageSample && pr.Step == 1:
 					checked++
 					for _, o := range []string{PartTextEncoder, PartTextEncoder2, PartImageEncoder} {
-						if held(o) != 0 {
-							t.Errorf("section %d: %s holds %d bytes while sampling", pr.Section, o, held(o))
+						if c.keep != (held(o) != 0) {
+							t.Errorf("section %d: %s holds %d bytes while sampling (every model kept loaded: %v)", pr.Section, o, held(o), c.keep)
 						}
 					}
 					if held(PartTransformer) <= 0 {
@@ -82,6 +82,18 @@ func TestGenerateResidency(t *testing.T) {
 			}
 			if checked != 4 {
 				t.Fatalf("%d checks ran, want 4", checked)
+			}
+			if c.keep {
+				// Every model stays loaded for the next Generate until
+				// Unload (or Close).
+				for _, o := range owners {
+					if p.be.Held(o) <= 0 {
+						t.Errorf("%s holds nothing after the run though every model fits", o)
+					}
+				}
+				if err := p.Unload(); err != nil {
+					t.Fatal(err)
+				}
 			}
 
 			st := p.MemoryStats()
@@ -121,10 +133,10 @@ func TestGenerateResidency(t *testing.T) {
 					t.Errorf("%s: loaded logged %v, unloaded logged %v", o, loadedLine, unloadedLine)
 				}
 			}
-			// text encoders, image encoder, VAE encoder, then the
-			// transformer and the decoder: once at the end, or once a
-			// section.
-			want := 6
+			// Kept: each model once, by Unload. Otherwise the text
+			// encoders, image encoder, VAE encoder, then the transformer
+			// and the decoder once a section.
+			want := 5
 			if !c.keep {
 				want = 4 + 2*2
 			}

@@ -52,7 +52,7 @@ func TestGenerateF1(t *testing.T) {
 	}
 	start, err := j.encodeImage(crop)
 	if err == nil {
-		err = j.unloadAll()
+		err = p.Unload()
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -58,8 +58,11 @@ start (/proc/self/stat) to the written file.
 Modes: nocap (no --vram-limit: the device's default budget), or a --vram-limit value such as
 20G or 6G. The stages are disjoint: load_s (framepack.Load and every model's weights, the
 transformer's and VAE decoder's reloads included), text_s, image_s (VAE encode and SigLIP),
-sample_s (every section's sampling; sample_s_per_step divides by sections × steps), decode_s,
-write_s; other_s is the rest of total_s (process start-up, reading the image, unloading).
+sample_s (every section's sampling; sample_s_per_step divides by sections × steps), decode_s
+(the decodes run in line, and the waits for those run beside the next sampling), write_s;
+other_s is the rest of total_s (process start-up, reading the image, unloading).
+decode_overlapped_sections and decode_overlapped_s are the decodes that ran beside a sampling
+and their time; loop_idle_share is the section loop's share of time without sampling.
 compile_s is the GPU kernel compile time the backend logged, summed over modules, part of the
 stage that first needed them; kernels are cached on disk, so only a first run compiles
 (--cold-cache gives every run an empty cache). device_peak_gib is the engine allocator's peak during the job,
@@ -389,12 +392,20 @@ func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.D
 			gbps[part] = b[0] / 1e9 / b[1]
 		}
 	}
-	var sample, decode time.Duration
+	var sample, decode, overlappedDecode time.Duration
 	var sectionSample []float64
-	skipped := 0
+	skipped, overlapped := 0, 0
 	for _, s := range res.Sections {
 		sample += s.Sample
-		decode += s.Decode
+		if s.DecodeOverlapped {
+			// Only the wait for it adds to the wall time; the rest ran
+			// beside the next sampling.
+			overlapped++
+			decode += s.DecodeWait
+			overlappedDecode += s.Decode
+		} else {
+			decode += s.Decode
+		}
 		sectionSample = append(sectionSample, s.Sample.Seconds())
 		skipped += s.TeaCacheSkipped
 	}
@@ -420,6 +431,13 @@ func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.D
 		}
 	}
 	r["latents_nonfinite"] = nonFinite
+	// The section loop's share of time with the transformer not sampling
+	// (its loads, decodes that did not run beside a sampling, joins).
+	r["decode_overlapped_sections"] = overlapped
+	r["decode_overlapped_s"] = overlappedDecode.Seconds()
+	if loop := res.Total - res.TextEncode - res.VAEEncode - res.ImageEncode - transformerLoad(res); loop > 0 {
+		r["loop_idle_share"] = max(0, 1-sample.Seconds()/loop.Seconds())
+	}
 	if n := len(res.Sections) * steps; n > 0 {
 		r["sample_s_per_step"] = sample.Seconds() / float64(n)
 	}
@@ -461,4 +479,16 @@ func processStart() (time.Time, error) {
 	}
 	age := uptime - float64(ticks)/100
 	return now.Add(-time.Duration(age * float64(time.Second))), nil
+}
+
+// transformerLoad is the time the job spent loading the transformer (no
+// stage time includes it).
+func transformerLoad(res *framepack.Result) time.Duration {
+	var d time.Duration
+	for _, l := range res.Loads {
+		if l.Part == framepack.PartTransformer {
+			d += l.Time
+		}
+	}
+	return d
 }

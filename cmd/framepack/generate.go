@@ -51,20 +51,30 @@ type generateFlags struct {
 	model                   string
 	endImage, embedInterp   string
 	startEmbed              float64
+	jobs                    string
+	writeSections           bool
 
 	// Resolved by check.
-	loraFiles  []lora.File
-	seedValue  uint64
-	seedRandom bool
-	output     videoOutput
-	endRGB     *section.RGB
+	loraFiles         []lora.File
+	seedValue         uint64
+	seedRandom        bool
+	output            videoOutput
+	endRGB            *section.RGB
+	changedResolution bool // --resolution given (in --jobs, on the command line or the job's line)
 }
 
 func newGenerate() *cobra.Command {
+	cmd, _ := newGenerateCmd()
+	return cmd
+}
+
+// newGenerateCmd is the generate command and the flags it fills (also a
+// job line's, in --jobs).
+func newGenerateCmd() (*cobra.Command, *generateFlags) {
 	def := framepack.DefaultRequest()
 	f := &generateFlags{parts: map[string]*string{}}
 	cmd := &cobra.Command{
-		Use:   "generate --image IMAGE [--prompt TEXT] [-o out.mp4]",
+		Use:   "generate --image IMAGE [--prompt TEXT] [-o out.mp4] | --jobs JOBS.jsonl",
 		Short: "Generate a video from an image and a prompt, as FramePack does",
 		Long: `Generate a video from a start image and a prompt with FramePack's HunyuanVideo model,
 section by section as FramePack's demo does, and write it as H.264 through ffmpeg: -o ending
@@ -86,7 +96,17 @@ noise, but every stage runs — a smoke test for a machine without the 30+ GB of
 
 --end-image makes the video end on that image (cropped to the start image's bucket), as
 ComfyUI-FramePackWrapper's end_latent does: it conditions the first section generated, and
---embed-interpolation mixes its image embedding with the start image's (FramePack model only).`,
+--embed-interpolation mixes its image embedding with the start image's (FramePack model only).
+
+--jobs FILE runs many jobs with the models loaded once: one JSON object a line, its keys
+generate's long flag names (or "o"), e.g. {"image":"a.png","prompt":"…","seconds":2,"seed":1,
+"o":"a.mp4","steps":10}; the command line's flags are every job's defaults, and the flags
+that choose the models, the device and the memory apply to all of them. Each job prints one
+result line (a JSON "result" or "error" record with --json, carrying its "line"); a bad line
+fails only its job, and the exit status is 1 when any job failed.
+
+--write-sections writes the video so far to the output after every section, as FramePack
+does, each time replacing it whole; the last write is the full video.`,
 		Example: `  framepack generate --image testdata/images/scene.png --seconds 1 -o out.mp4
   framepack generate --models ~/models/framepack --image girl.png --prompt "The girl dances gracefully." -o dance.mp4`,
 		Args: cobra.NoArgs,
@@ -139,7 +159,9 @@ ComfyUI-FramePackWrapper's end_latent does: it conditions the first section gene
 		f.parts[part] = new(string)
 		fl.StringVar(f.parts[part], strings.ReplaceAll(part, "_", "-"), "", "folder of the "+part+" (default <models>/"+part+")")
 	}
-	return cmd
+	fl.StringVar(&f.jobs, "jobs", "", "run the jobs of a JSON-lines file (one object a line, keys are long flag names) with the models loaded once")
+	fl.BoolVar(&f.writeSections, "write-sections", false, "write the video so far to the output after every section (replaced each time; the last write is the whole video)")
+	return cmd, f
 }
 
 // check validates everything that can be checked before loading a model,
@@ -282,12 +304,12 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if f.jobs != "" {
+		return runJobs(ctx, cmd, f, ev)
+	}
 	began := time.Now()
 	log := slog.Default()
-	dir := f.models
-	if dir == "" {
-		dir = os.Getenv("FRAMEPACK_MODELS")
-	}
+	dir := modelFolder(f)
 	tiny := dir == ""
 	at := ""
 	if tiny && !cmd.Flags().Changed("resolution") {
@@ -304,21 +326,66 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 		log.Info(fmt.Sprintf("seed %d (random)", f.seedValue))
 	}
 	if tiny {
-		for _, p := range []string{f.prompt, f.negative} {
-			if i := strings.IndexFunc(p, func(r rune) bool { return r > unicode.MaxASCII }); i >= 0 {
-				return usagef("the built-in tiny model reads ASCII prompts only (its CLIP vocabulary has 200 ids); %q is not ASCII — use --models for real weights", []rune(p[i:])[0])
-			}
+		if err := f.checkTinyPrompts(); err != nil {
+			return err
 		}
-		tdir, temporary, err := tinymodel.Dir()
+		tdir, cleanup, err := tinyModel(log, at)
 		if err != nil {
 			return err
 		}
-		if temporary {
-			defer os.RemoveAll(tdir)
-		}
+		defer cleanup()
 		dir = tdir
-		log.Info("no --models and no FRAMEPACK_MODELS: using the built-in tiny model" + at + " (random weights: every stage runs, the video is noise)")
 	}
+	set, err := f.settings(dir, tiny)
+	if err != nil {
+		return err
+	}
+	ev.emit("start", map[string]any{"settings": set})
+
+	t := time.Now()
+	p, err := framepack.Load(dir, f.loadOptions(log))
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	_, err = generateOne(ctx, cmd, p, f, img, set, began, time.Since(t), ev, nil)
+	return err
+}
+
+// modelFolder is --models, else $FRAMEPACK_MODELS; "" for the tiny model.
+func modelFolder(f *generateFlags) string {
+	if f.models != "" {
+		return f.models
+	}
+	return os.Getenv("FRAMEPACK_MODELS")
+}
+
+// checkTinyPrompts refuses prompts the tiny model's tokenizer cannot read.
+func (f *generateFlags) checkTinyPrompts() error {
+	for _, p := range []string{f.prompt, f.negative} {
+		if i := strings.IndexFunc(p, func(r rune) bool { return r > unicode.MaxASCII }); i >= 0 {
+			return usagef("the built-in tiny model reads ASCII prompts only (its CLIP vocabulary has 200 ids); %q is not ASCII — use --models for real weights", []rune(p[i:])[0])
+		}
+	}
+	return nil
+}
+
+// tinyModel extracts the built-in tiny model; cleanup removes a temporary
+// copy.
+func tinyModel(log *slog.Logger, at string) (dir string, cleanup func(), err error) {
+	tdir, temporary, err := tinymodel.Dir()
+	if err != nil {
+		return "", nil, err
+	}
+	log.Info("no --models and no FRAMEPACK_MODELS: using the built-in tiny model" + at + " (random weights: every stage runs, the video is noise)")
+	if temporary {
+		return tdir, func() { os.RemoveAll(tdir) }, nil
+	}
+	return tdir, func() {}, nil
+}
+
+// loadOptions are framepack.Load's options from the flags.
+func (f *generateFlags) loadOptions(log *slog.Logger) framepack.Options {
 	opts := framepack.Options{Device: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, RAMLimit: f.ramLimit, LoRA: f.loraFiles, Logger: log}
 	for part, p := range f.parts {
 		switch part {
@@ -348,28 +415,44 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 		til := vae.SpatialTiling(f.vaeTile, f.vaeTile*3/4)
 		opts.VAETiling = &til
 	}
-	set, err := f.settings(dir, tiny)
-	if err != nil {
-		return err
-	}
-	ev.emit("start", map[string]any{"settings": set})
+	return opts
+}
 
-	t := time.Now()
-	p, err := framepack.Load(dir, opts)
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	load := time.Since(t)
-
+// generateOne runs one job on the loaded pipeline p and writes its video
+// and settings file; extra goes into the result record (--jobs: the line).
+func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline, f *generateFlags, img *section.RGB,
+	set *settings, began time.Time, load time.Duration, ev *events, extra map[string]any) (*framepack.Result, error) {
+	log := slog.Default()
 	req := f.request(img)
 	quiet, _ := cmd.Flags().GetBool("quiet")
 	prog := newProgress(cmd.ErrOrStderr(), log, quiet, ev)
 	req.Progress = prog.report
+	crf := f.crf
+	if crf == 0 {
+		crf = video.CRFZero
+	}
+	var sw *sectionWriter
+	if f.writeSections {
+		sw = newSectionWriter(ctx, f.output, video.Options{FPS: framepack.FPS, CRF: crf, Log: log}, log)
+		req.Progress = func(pr framepack.Progress) {
+			prog.report(pr)
+			sw.report(pr)
+		}
+	}
 	res, err := p.Generate(ctx, req)
 	prog.done()
+	if sw != nil {
+		// The last section's write is the full video's, below; one still
+		// running is waited for first.
+		if werr := sw.wait(); werr != nil && err == nil {
+			err = werr
+		}
+		if err != nil {
+			sw.discard()
+		}
+	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	set.Frames, set.FPS, set.Width, set.Height = res.T, res.FPS, res.W, res.H
 	set.Timings = newTimings(time.Since(began), load, res)
@@ -380,36 +463,39 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 	comment.Timings = nil
 	tag, err := json.Marshal(&comment)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sf, err := createSettings(settingsPath(f.output.path), set)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	crf := f.crf
-	if crf == 0 {
-		crf = video.CRFZero
-	}
-	t = time.Now()
+	t := time.Now()
 	if err := f.output.write(ctx, res.Frames, video.Options{FPS: res.FPS, CRF: crf, Log: log, Comment: string(tag)}, log); err != nil {
 		sf.discard()
-		return err
+		if sw != nil {
+			sw.discard()
+		}
+		return nil, err
 	}
 	if err := sf.commit(); err != nil {
-		return err
+		return nil, err
 	}
 	write := time.Since(t)
-	ev.emit("result", map[string]any{"output": f.output.path, "settings_file": sf.path, "seed": set.Seed,
+	fields := map[string]any{"output": f.output.path, "settings_file": sf.path, "seed": set.Seed,
 		"frames": res.T, "fps": res.FPS, "width": res.W, "height": res.H, "timings": set.Timings, "write": secs(write),
-		"peak_bytes": res.PeakBytes})
-	if !f.json && !quiet {
+		"peak_bytes": res.PeakBytes, "loads": len(res.Loads)}
+	for k, v := range extra {
+		fields[k] = v
+	}
+	ev.emit("result", fields)
+	if !f.json && !quiet && extra == nil {
 		summary(cmd.OutOrStdout(), res, f.output.path)
 		if f.seedRandom {
 			fmt.Fprintf(cmd.OutOrStdout(), "seed %d (random)\n", set.Seed)
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "settings in %s\n", sf.path)
 	}
-	return nil
+	return res, nil
 }
 
 // settings are the run's settings as the settings file records them.

@@ -1,0 +1,81 @@
+package framepack
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// TestDecodeOverlap: a section's decode beside the next section's sampling
+// gives the sequential path's latents and frames bit for bit; under a cap
+// where the decode and the sampling do not fit together the planner decodes
+// first, and the budget is never exceeded.
+func TestDecodeOverlap(t *testing.T) {
+	img := testImage(t)
+	req := smallRequest(img)
+	req.Seconds = 1.2 // three sections
+	req.Steps = 2
+	run := func(t *testing.T, sequential bool, capBytes int64) (*Result, []bool) {
+		p, err := Load(tinyDir(t), Options{Device: DeviceCPU, DType: tensor.F32, SequentialDecode: sequential, Logger: quietLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		if capBytes > 0 {
+			p.be = memory.Budgeted(p.dev.CPU, memory.Budget{Device: "test", Total: capBytes, Cap: capBytes})
+			p.dev.Backend = p.be // the decode plans in its room
+		}
+		res, err := p.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if capBytes > 0 && res.PeakBytes > capBytes {
+			t.Errorf("peak %d over the %d cap", res.PeakBytes, capBytes)
+		}
+		var ov []bool
+		for _, s := range res.Sections {
+			ov = append(ov, s.DecodeOverlapped)
+		}
+		return res, ov
+	}
+	seq, ov := run(t, true, 0)
+	if slices.Contains(ov, true) {
+		t.Fatalf("SequentialDecode overlapped: %v", ov)
+	}
+	same := func(t *testing.T, res, seq *Result) {
+		t.Helper()
+		if !bytes.Equal(res.Pix, seq.Pix) || !slices.Equal(res.Latents.Float32s(), seq.Latents.Float32s()) {
+			t.Errorf("the overlapped path's frames or latents differ from the sequential path's")
+		}
+	}
+	res, ov := run(t, false, 0)
+	if want := []bool{true, true, false}; !slices.Equal(ov, want) {
+		t.Errorf("overlapped sections %v, want %v (all but the last)", ov, want)
+	}
+	same(t, res, seq)
+	for _, s := range res.Sections {
+		if s.Decode <= 0 || s.Frames == 0 {
+			t.Errorf("section %d: decode %v, %d frames", s.Index, s.Decode, s.Frames)
+		}
+	}
+
+	// The tiny model's weights are about 9 MiB, a section's decode at this
+	// size a few; at 12 MiB the decode and the sampling no longer fit
+	// together, at 1 GiB they do.
+	for _, c := range []struct {
+		cap     int64
+		overlap bool
+	}{{1 << 30, true}, {12 << 20, false}} {
+		seq, _ := run(t, true, c.cap)
+		res, ov := run(t, false, c.cap)
+		t.Logf("cap %s: overlapped %v, peak %s", memory.FormatBytes(c.cap), ov, memory.FormatBytes(res.PeakBytes))
+		if slices.Contains(ov, true) != c.overlap {
+			t.Errorf("cap %s: overlapped %v", memory.FormatBytes(c.cap), ov)
+		}
+		same(t, res, seq)
+	}
+}
