@@ -86,6 +86,15 @@ def main():
     io = load_file(os.path.join(a.golden, "transformer_a", "io.safetensors"))
     inputs = {k: v for k, v in io.items() if k != "output"}
 
+    # diffusers' rope takes one row of frame indices (torch.meshgrid wants 1-D); the case is batch 1.
+    def idx(k):
+        t = io[k]
+        if t.dim() > 1:
+            if t.shape[0] != 1:
+                raise SystemExit("%s has %d rows; the reference class takes one" % (k, t.shape[0]))
+            t = t[0]
+        return t
+
     def forward():
         with torch.no_grad():
             return model(
@@ -93,10 +102,10 @@ def main():
                 encoder_hidden_states=io["encoder_hidden_states"],
                 encoder_attention_mask=io["encoder_attention_mask"].bool(),
                 pooled_projections=io["pooled_projections"], image_embeds=io["image_embeddings"],
-                indices_latents=io["latent_indices"], guidance=io["guidance"],
-                latents_clean=io["clean_latents"], indices_latents_clean=io["clean_latent_indices"],
-                latents_history_2x=io["clean_latents_2x"], indices_latents_history_2x=io["clean_latent_2x_indices"],
-                latents_history_4x=io["clean_latents_4x"], indices_latents_history_4x=io["clean_latent_4x_indices"],
+                indices_latents=idx("latent_indices"), guidance=io["guidance"],
+                latents_clean=io["clean_latents"], indices_latents_clean=idx("clean_latent_indices"),
+                latents_history_2x=io["clean_latents_2x"], indices_latents_history_2x=idx("clean_latent_2x_indices"),
+                latents_history_4x=io["clean_latents_4x"], indices_latents_history_4x=idx("clean_latent_4x_indices"),
                 return_dict=False,
             )[0].float()
 
