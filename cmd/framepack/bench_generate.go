@@ -35,6 +35,8 @@ type benchGenFlags struct {
 	seconds                                      float64
 	resolution, steps, window                    int
 	seed                                         uint64
+	gpus                                         string
+	cfg                                          float64
 
 	// The child's run (hidden flags): one mode, TeaCache on or off.
 	child   bool
@@ -74,7 +76,7 @@ generated latents (0 unless the weights or the engine misbehave).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.child {
-				return runBenchGenChild(cmd.Context(), cmd.OutOrStdout(), f)
+				return runBenchGenChild(cmd.Context(), cmd, f)
 			}
 			return runBenchGenParent(cmd.Context(), cmd, f)
 		},
@@ -93,6 +95,8 @@ generated latents (0 unless the weights or the engine misbehave).`,
 	fl.StringVar(&f.device, "device", framepack.DeviceAuto, "auto, cpu or gpu")
 	fl.StringVar(&f.preserve, "preserve", "", "--preserve for every run (default: the engine's)")
 	fl.StringVarP(&f.out, "out", "o", "", "folder for the videos (default: a temporary folder, removed after)")
+	fl.StringVar(&f.gpus, "gpus", "", gpusUsage)
+	fl.Float64Var(&f.cfg, "cfg", def.CFG, "real classifier-free guidance scale (> 1 runs the negative prompt too)")
 	fl.BoolVar(&f.coldCache, "cold-cache", false, "give each run empty cache folders (XDG_CACHE_HOME, and CUDA_CACHE_PATH for the NVIDIA driver's compiled PTX): GPU kernels compiled and conv3d algorithms chosen afresh, as on a machine's first run")
 	fl.BoolVar(&f.child, "child", false, "run one job in this process (what the parent runs)")
 	fl.StringVar(&f.mode, "mode", "nocap", "the child's memory mode")
@@ -194,7 +198,10 @@ func runBenchGenParent(ctx context.Context, cmd *cobra.Command, f *benchGenFlags
 			"--models", f.models, "--image", f.image, "--prompt", f.prompt,
 			"--seconds", strconv.FormatFloat(f.seconds, 'g', -1, 64), "--resolution", strconv.Itoa(f.resolution),
 			"--steps", strconv.Itoa(f.steps), "--window", strconv.Itoa(f.window), "--seed", strconv.FormatUint(f.seed, 10),
-			"--device", f.device}
+			"--device", f.device, "--cfg", strconv.FormatFloat(f.cfg, 'g', -1, 64)}
+		if f.gpus != "" {
+			args = append(args, "--gpus", f.gpus)
+		}
 		if f.preserve != "" {
 			args = append(args, "--preserve", f.preserve)
 		}
@@ -297,7 +304,8 @@ func (h compileTimer) WithGroup(name string) slog.Handler {
 }
 
 // runBenchGenChild runs one job in this process and prints its JSON line.
-func runBenchGenChild(ctx context.Context, w io.Writer, f *benchGenFlags) error {
+func runBenchGenChild(ctx context.Context, cmd *cobra.Command, f *benchGenFlags) error {
+	w := cmd.OutOrStdout()
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -316,9 +324,15 @@ func runBenchGenChild(ctx context.Context, w io.Writer, f *benchGenFlags) error 
 	if err != nil {
 		return err
 	}
+	if supervised, err := superviseGPUs(ctx, cmd, f.gpus); supervised {
+		return err
+	}
 	opts := framepack.Options{Device: f.device, Preserve: f.preserve, Logger: log}
 	if f.mode != "nocap" {
 		opts.VRAMLimit = f.mode
+	}
+	if err := rankOptions(&opts); err != nil {
+		return err
 	}
 	t := time.Now()
 	p, err := framepack.Load(f.models, opts)
@@ -333,6 +347,7 @@ func runBenchGenChild(ctx context.Context, w io.Writer, f *benchGenFlags) error 
 	req.Prompt = f.prompt
 	req.Seconds, req.Resolution, req.Steps, req.LatentWindowSize, req.Seed = f.seconds, f.resolution, f.steps, f.window, f.seed
 	req.TeaCache = f.tcOn
+	req.CFG = f.cfg
 	res, err := p.Generate(ctx, req)
 	if err != nil {
 		return err
@@ -418,7 +433,10 @@ func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.D
 		"load_s": load.Seconds(), "text_s": text.Seconds(), "image_s": image.Seconds(),
 		"sample_s": sample.Seconds(), "decode_s": decode.Seconds(), "write_s": write.Seconds(),
 		"section_sample_s": sectionSample, "teacache_skipped_steps": skipped,
-		"device_peak_gib": gib(res.PeakBytes), "load_gbps": gbps,
+		"device_peak_gib": gib(res.PeakBytes), "load_gbps": gbps, "cfg": f.cfg, "gpus": 1,
+	}
+	if rk, _ := thisRank(); rk != nil {
+		r["gpus"] = rk.Size // device_peak_gib and rss_peak_gib are rank 0's
 	}
 	// Random weights must still compute numbers: a NaN would give a
 	// video of black frames and a timing that means nothing.

@@ -53,6 +53,7 @@ type generateFlags struct {
 	startEmbed              float64
 	jobs                    string
 	writeSections           bool
+	gpus                    string
 
 	// Resolved by check.
 	loraFiles         []lora.File
@@ -160,6 +161,7 @@ does, each time replacing it whole; the last write is the full video.`,
 		fl.StringVar(f.parts[part], strings.ReplaceAll(part, "_", "-"), "", "folder of the "+part+" (default <models>/"+part+")")
 	}
 	fl.StringVar(&f.jobs, "jobs", "", "run the jobs of a JSON-lines file (one object a line, keys are long flag names) with the models loaded once")
+	fl.StringVar(&f.gpus, "gpus", "", gpusUsage)
 	fl.BoolVar(&f.writeSections, "write-sections", false, "write the video so far to the output after every section (replaced each time; the last write is the whole video)")
 	return cmd, f
 }
@@ -322,8 +324,11 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 	if err != nil {
 		return err
 	}
-	if f.seedRandom {
+	if f.seedRandom && !isFollower() {
 		log.Info(fmt.Sprintf("seed %d (random)", f.seedValue))
+	}
+	if supervised, err := superviseGPUs(ctx, cmd, f.gpus, rankSeed(f)...); supervised {
+		return err
 	}
 	if tiny {
 		if err := f.checkTinyPrompts(); err != nil {
@@ -343,7 +348,11 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 	ev.emit("start", map[string]any{"settings": set})
 
 	t := time.Now()
-	p, err := framepack.Load(dir, f.loadOptions(log))
+	opts := f.loadOptions(log)
+	if err := rankOptions(&opts); err != nil {
+		return err
+	}
+	p, err := framepack.Load(dir, opts)
 	if err != nil {
 		return err
 	}
@@ -425,6 +434,7 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 	log := slog.Default()
 	req := f.request(img)
 	quiet, _ := cmd.Flags().GetBool("quiet")
+	quiet = quiet || isFollower()
 	prog := newProgress(cmd.ErrOrStderr(), log, quiet, ev)
 	req.Progress = prog.report
 	crf := f.crf
@@ -432,7 +442,7 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 		crf = video.CRFZero
 	}
 	var sw *sectionWriter
-	if f.writeSections {
+	if f.writeSections && !isFollower() {
 		sw = newSectionWriter(ctx, f.output, video.Options{FPS: framepack.FPS, CRF: crf, Log: log}, log)
 		req.Progress = func(pr framepack.Progress) {
 			prog.report(pr)
@@ -453,6 +463,9 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 	}
 	if err != nil {
 		return nil, err
+	}
+	if isFollower() { // rank 0 writes the video
+		return res, nil
 	}
 	set.Frames, set.FPS, set.Width, set.Height = res.T, res.FPS, res.W, res.H
 	set.Timings = newTimings(time.Since(began), load, res)

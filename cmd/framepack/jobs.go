@@ -54,9 +54,16 @@ func runJobs(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *even
 		if js.img, js.err = js.f.check(); js.err == nil && tiny {
 			js.err = js.f.checkTinyPrompts()
 		}
+		if js.err == nil && js.f.seedRandom && f.gpus != "" {
+			// Each rank reads the file: a seed drawn by each would differ.
+			js.err = errors.New("a random seed cannot be shared by the processes of --gpus: give the seed")
+		}
 		if js.err != nil {
 			js.err = fmt.Errorf("%s line %d: %s", f.jobs, js.line, errorText(js.err))
 		}
+	}
+	if supervised, err := superviseGPUs(ctx, cmd, f.gpus); supervised {
+		return err
 	}
 	if tiny {
 		tdir, cleanup, err := tinyModel(log, "")
@@ -69,6 +76,7 @@ func runJobs(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *even
 
 	out := cmd.OutOrStdout()
 	quiet, _ := cmd.Flags().GetBool("quiet")
+	quiet = quiet || isFollower()
 	failed, done := 0, 0
 	fail := func(js *jobSpec, err error) {
 		failed++
@@ -90,7 +98,11 @@ func runJobs(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *even
 		began := time.Now()
 		if p == nil {
 			var err error
-			if p, err = framepack.Load(dir, f.loadOptions(log)); err != nil {
+			opts := f.loadOptions(log)
+			if err := rankOptions(&opts); err != nil {
+				return err
+			}
+			if p, err = framepack.Load(dir, opts); err != nil {
 				return err
 			}
 			defer p.Close()
