@@ -17,6 +17,10 @@ type joint struct {
 	// keyMask (B, L) is nil for batch 1, where the text is cropped to its
 	// valid tokens; otherwise it hides each element's text padding.
 	keyMask *tensor.Tensor
+	// sh, under sequence parallelism, is the division of the image tokens:
+	// the blocks then see this rank's shard of them before the text, and
+	// cos and sin are those rows' (ulysses.go).
+	sh *shards
 }
 
 // empty allocates q, k or v of the joint sequence: (B, L, heads, head_dim)
@@ -28,6 +32,9 @@ func (j *joint) empty(s *tensor.Scope, dt tensor.DType, b, l, inner int) *tensor
 // attend is scaled-dot-product attention over the joint sequence, returning
 // (B, L, inner).
 func (j *joint) attend(s *tensor.Scope, q, k, v *tensor.Tensor) *tensor.Tensor {
+	if j.sh != nil {
+		return j.sh.attend(s, q, k, v, tensor.AttnParams{KeyMask: j.keyMask})
+	}
 	o := s.Attention(q, k, v, tensor.AttnParams{KeyMask: j.keyMask})
 	return o.Reshape(o.Dim(0), o.Dim(1), -1)
 }

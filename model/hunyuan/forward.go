@@ -79,16 +79,29 @@ func (m *Model) Forward(s *tensor.Scope, in *Inputs) *tensor.Tensor {
 	}
 	rope.nText = txt.Dim(1)
 	j.cos, j.sin = m.ropeTables(rope)
+	if m.sp != nil {
+		j.sh = newShards(m.sp, img.Dim(1))
+		j.cos, j.sin = j.sh.localRope(cs, j.cos), j.sh.localRope(cs, j.sin)
+		full := img
+		img = j.sh.take(cs, full)
+		cs.Free(full)
+	}
 
 	img = m.runBlocks(cs, img, txt, temb, j)
 
 	// norm_out: AdaLayerNormContinuous, chunked [scale, shift].
 	mod := adaChunks(cs, &m.normOut, temb, 2)
 	img = kernelsFor(cs).lnModulate(cs, img, mod[1], mod[0])
-	img = cs.Slice(img, 1, img.Dim(1)-originalContextLength, img.Dim(1))
+	if j.sh == nil {
+		img = cs.Slice(img, 1, img.Dim(1)-originalContextLength, img.Dim(1))
+	}
 
 	// high_quality_fp32_output_for_inference: proj_out in f32.
 	out := m.projOut.forward(cs, cs.Cast(img, tensor.F32))
+	if j.sh != nil {
+		all := j.sh.gather(cs, out)
+		out = cs.Slice(all, 1, all.Dim(1)-originalContextLength, all.Dim(1))
+	}
 
 	// b (t h w) (c pt ph pw) -> b c (t pt) (h ph) (w pw)
 	p := cfg.PatchSize
@@ -213,7 +226,7 @@ func (m *Model) runBlocks(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joi
 	ms.Close()
 	u.release()
 
-	calc := m.tc.step(func() float64 { return relL1(s, mod, m.tc.prevMod, m.dt) })
+	calc := m.tc.step(func() float64 { return relL1(s, mod, m.tc.prevMod, m.dt, j.sh) })
 	m.tc.keep(m.state, &m.tc.prevMod, mod)
 	s.Free(mod)
 	if !calc {

@@ -81,6 +81,7 @@ type Model struct {
 		cos, sin *tensor.Tensor
 	}
 	state *tensor.Scope // owns what is kept between calls (TeaCache, RoPE)
+	sp    tensor.Comm   // the sequence-parallel group, or nil
 }
 
 // Config is the model's configuration.

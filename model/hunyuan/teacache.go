@@ -93,17 +93,22 @@ func (tc *teaCache) free(state *tensor.Scope) {
 // relL1 is mean|mod − prev| / mean|prev| as the reference computes it: the
 // difference in the compute dtype, each mean rounded to the compute dtype
 // (accumulated in f32 or better), and the quotient rounded too.
-func relL1(s *tensor.Scope, mod, prev *tensor.Tensor, dt tensor.DType) float64 {
-	num := absMean(s, s.Sub(mod, prev), dt)
-	den := absMean(s, prev, dt)
+func relL1(s *tensor.Scope, mod, prev *tensor.Tensor, dt tensor.DType, sh *shards) float64 {
+	num := absMean(s, s.Sub(mod, prev), dt, sh)
+	den := absMean(s, prev, dt, sh)
 	return float64(tensor.Rounder(dt)(num / den))
 }
 
-// absMean is mean|x| over every element, rounded to dt.
-func absMean(s *tensor.Scope, x *tensor.Tensor, dt tensor.DType) float32 {
+// absMean is mean|x| over every element, rounded to dt; x (B, L, D) is this
+// rank's shard of the tokens when sh is set, and the mean is the whole's.
+func absMean(s *tensor.Scope, x *tensor.Tensor, dt tensor.DType, sh *shards) float32 {
 	cols := x.Dim(x.Rank() - 1)
 	rows := x.Numel() / cols
 	means := tensor.Float32s(s.ReduceLast(tensor.ReduceAbsMean, s.Cast(x, tensor.F32).Reshape(rows, cols)))
+	if sh != nil {
+		means = sh.rowMeans(s, means, x.Dim(0))
+		rows = len(means)
+	}
 	var sum float64
 	for _, v := range means {
 		sum += float64(v)

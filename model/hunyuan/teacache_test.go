@@ -77,7 +77,7 @@ func TestRelL1(t *testing.T) {
 		num += math.Abs(float64(b[i] - a[i]))
 		den += math.Abs(float64(a[i]))
 	}
-	got := relL1(s, tensor.FromFloat32(b, 2, 3, 40), tensor.FromFloat32(a, 2, 3, 40), tensor.F32)
+	got := relL1(s, tensor.FromFloat32(b, 2, 3, 40), tensor.FromFloat32(a, 2, 3, 40), tensor.F32, nil)
 	if want := num / den; math.Abs(got-want) > 1e-6*want {
 		t.Errorf("relL1 = %v, want %v", got, want)
 	}
