@@ -107,6 +107,15 @@ type Options struct {
 	// allows (on a GPU only its host side, the soft append); the frames
 	// are the same either way.
 	SequentialDecode bool
+	// GPU is the ordinal of the GPU to open (0: the first).
+	GPU int
+	// Ranks joins this pipeline to the other processes of a multi-GPU
+	// run, one per GPU (parallel.go); Comm does the same with a
+	// communicator the caller made (parallel.Local's in-process ranks, say)
+	// and keeps. Every rank loads the same model and calls Generate with
+	// the same requests; rank 0 returns the frames.
+	Ranks *Ranks
+	Comm  tensor.Comm
 	// Logger receives progress and memory lines; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -160,6 +169,11 @@ type Pipeline struct {
 	mm    *memory.Manager
 	parts map[string]*part
 	job   *job // the Generate call running, told of each model load
+
+	// The ranks of a multi-GPU run (parallel.go): every rank, and the
+	// groups real CFG splits it into.
+	world, cfgSeq, cfgPair tensor.Comm
+	ownWorld               bool
 
 	mu     sync.Mutex  // one Generate at a time; Close waits for it
 	closed atomic.Bool // set by Close once the device is released
@@ -247,16 +261,22 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 	if p.ram, err = memory.HostFor("/", opts.RAMLimit); err != nil {
 		return nil, err
 	}
-	if p.dev, err = device.Open(device.Options{Choice: opts.Device, VRAMLimit: opts.VRAMLimit, Preserve: opts.Preserve, Log: log}); err != nil {
+	if p.dev, err = device.Open(device.Options{Choice: opts.Device, Ordinal: opts.GPU, VRAMLimit: opts.VRAMLimit, Preserve: opts.Preserve, Log: log}); err != nil {
 		return nil, err
 	}
 	p.be, p.host, p.gpu = p.dev.Backend, p.dev.CPU, p.dev.IsGPU()
+	if err := p.joinRanks(); err != nil {
+		p.dev.Close()
+		return nil, err
+	}
 	p.useHostBudget()
 	if err := p.chooseDTypes(); err != nil {
+		p.closeRanks()
 		p.dev.Close()
 		return nil, err
 	}
 	if err := p.measure(); err != nil {
+		p.closeRanks()
 		p.dev.Close()
 		return nil, err
 	}
@@ -319,6 +339,7 @@ func (p *Pipeline) Close() {
 		if p.dev.Conv != nil {
 			p.dev.Conv.Chain().LogSummary()
 		}
+		p.closeRanks()
 		p.dev.Close()
 		p.closed.Store(true)
 	}

@@ -467,6 +467,7 @@ func (j *job) loadDecoder() (*vae.VAE, error) {
 // sectionLoop is the state FramePack's section loop (demo_gradio.py worker())
 // carries from one section to the next.
 type sectionLoop struct {
+	seq     tensor.Comm // the sequence-parallel group, or nil
 	plan    section.Plan
 	start   *tensor.Tensor       // the start image's latent
 	image   *tensor.Tensor       // SigLIP's image embedding
@@ -512,15 +513,20 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 	p.log.Info(fmt.Sprintf("sections: %d of %d latent frames for %.2f s → %d frames at %d fps; %s",
 		plan.Sections, plan.WindowSize, req.Seconds, plan.VideoFrames(), FPS, order))
 
+	seq, pair, err := p.groups(req.CFG != 1, req.TeaCache)
+	if err != nil {
+		return fmt.Errorf("framepack: %w", err)
+	}
 	d := p.trCfg.TextEmbedDim
 	l := &sectionLoop{
+		seq:    seq,
 		plan:   plan,
 		start:  im.start,
 		image:  im.image,
 		end:    im.end,
 		endImg: im.endImage,
 		pos:    pos.Padded(d),
-		tr:     &section.Transformer{Negative: neg.Padded(d)},
+		tr:     &section.Transformer{Negative: neg.Padded(d), CFG: pair},
 		opts: section.SampleOptions{
 			Config: sampler.Config{Steps: req.Steps, Guidance: sampler.Guidance{
 				CFG: req.CFG, Rescale: req.RS, Distilled: req.GS, BF16: p.dt.transformer == tensor.BF16}},
@@ -550,6 +556,9 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 		if err := j.sample(l, sec, st); err != nil {
 			return err
 		}
+		if p.follower() {
+			continue // rank 0 decodes
+		}
 		// The previous section's decode, which ran beside this sampling.
 		if d := l.pending; d != nil {
 			l.pending = nil
@@ -576,12 +585,15 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 		}
 	}
 
+	j.res.Latents = l.history.Newest(0)
+	if p.follower() {
+		return nil
+	}
 	f, err := video.FromPixels(l.pixels)
 	if err != nil {
 		return fmt.Errorf("framepack: %w", err)
 	}
 	j.res.Frames = f
-	j.res.Latents = l.history.Newest(0)
 	return nil
 }
 
@@ -612,6 +624,9 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 			p.log.Info("memory: the transformer and the VAE decoder do not both fit the budget; each is loaded for its stage only")
 		}
 	}
+	if err := model.SetSequenceParallel(l.seq); err != nil {
+		return fmt.Errorf("framepack: %w", err)
+	}
 	l.tr.Model = model
 	noise := section.SectionNoise(l.rnd, l.plan.WindowSize, l.history.Latents.Dim(3), l.history.Latents.Dim(4))
 
@@ -633,7 +648,13 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 	stats := p.be.Stats()
 	j.peak = max(j.peak, stats.Peak)
 	p.be.ResetPeak()
-	err = j.mm.Run(memory.Attempt{Op: fmt.Sprintf("sampling section %d", st.Index), Keep: keep, Run: func() error {
+	run := j.mm.Run
+	if p.world != nil {
+		// Ranks sample in lockstep: one that retried alone would leave the
+		// others waiting in an exchange. An out-of-memory error is final.
+		run = func(a memory.Attempt) error { return a.Run() }
+	}
+	err = run(memory.Attempt{Op: fmt.Sprintf("sampling section %d", st.Index), Keep: keep, Run: func() error {
 		ss := tensor.NewScope(p.be)
 		defer ss.Close()
 		out, err := section.SampleSection(j.ctx, ss, l.tr, ss.To(noise), l.opts, cb)

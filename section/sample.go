@@ -25,6 +25,12 @@ type Transformer struct {
 	// Cond holds every input but HiddenStates, Timestep and Guidance.
 	Cond     hunyuan.Inputs
 	Negative Text
+	// CFG, a group of two, runs real CFG's passes side by side: its rank 0
+	// the positive, its rank 1 the negative, each given both. nil: one
+	// after the other here.
+	CFG tensor.Comm
+
+	negative *tensor.Tensor // the negative pass made beside the positive one
 }
 
 var _ sampler.Model = (*Transformer)(nil)
@@ -32,6 +38,32 @@ var _ sampler.Model = (*Transformer)(nil)
 // Velocity runs one forward pass (sample_hunyuan's positive or negative
 // kwargs: the text differs, the image and history are shared).
 func (t *Transformer) Velocity(s *tensor.Scope, x *tensor.Tensor, timestep, guidance float32, negative bool) *tensor.Tensor {
+	if t.CFG == nil {
+		return t.forward(s, x, timestep, guidance, negative)
+	}
+	// The sampler asks for the positive pass, then the negative one with
+	// the same x: both are made at the first call, one on each rank.
+	if negative && t.negative != nil {
+		v := t.negative
+		t.negative = nil
+		return v
+	}
+	mine := t.forward(s, x, timestep, guidance, t.CFG.Rank() == 1)
+	both := []*tensor.Tensor{s.Empty(mine.DType(), mine.Shape()...), s.Empty(mine.DType(), mine.Shape()...)}
+	if err := t.CFG.AllGather(mine, both); err != nil {
+		tensor.Fail("section", "CFG parallel: %v", err)
+	}
+	s.Free(mine)
+	if negative { // asked for the negative first: not the sampler's order
+		s.Free(both[0])
+		return both[1]
+	}
+	t.negative = both[1]
+	return both[0]
+}
+
+// forward is one pass on this rank.
+func (t *Transformer) forward(s *tensor.Scope, x *tensor.Tensor, timestep, guidance float32, negative bool) *tensor.Tensor {
 	in := t.Cond
 	in.HiddenStates = x
 	b := x.Dim(0)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -352,6 +351,9 @@ func runBenchGenChild(ctx context.Context, cmd *cobra.Command, f *benchGenFlags)
 	if err != nil {
 		return err
 	}
+	if isFollower() { // rank 0 decodes, writes and reports
+		return nil
+	}
 	t = time.Now()
 	wrote, err := video.Write(ctx, f.outFile, res.Frames, video.Options{FPS: res.FPS, Log: log})
 	if err != nil {
@@ -361,7 +363,7 @@ func runBenchGenChild(ctx context.Context, cmd *cobra.Command, f *benchGenFlags)
 	write := end.Sub(t)
 
 	r := benchGenResult(res, f.steps, loadPipeline, write)
-	r["mode"], r["teacache"] = f.mode, f.tcOn
+	r["mode"], r["teacache"], r["cfg"] = f.mode, f.tcOn, f.cfg
 	r["seconds"], r["steps"] = f.seconds, f.steps
 	r["total_s"] = end.Sub(start).Seconds()
 	stages := 0.0
@@ -433,7 +435,7 @@ func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.D
 		"load_s": load.Seconds(), "text_s": text.Seconds(), "image_s": image.Seconds(),
 		"sample_s": sample.Seconds(), "decode_s": decode.Seconds(), "write_s": write.Seconds(),
 		"section_sample_s": sectionSample, "teacache_skipped_steps": skipped,
-		"device_peak_gib": gib(res.PeakBytes), "load_gbps": gbps, "cfg": f.cfg, "gpus": 1,
+		"device_peak_gib": gib(res.PeakBytes), "load_gbps": gbps, "gpus": 1,
 	}
 	if rk, _ := thisRank(); rk != nil {
 		r["gpus"] = rk.Size // device_peak_gib and rss_peak_gib are rank 0's

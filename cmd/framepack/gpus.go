@@ -46,7 +46,7 @@ func superviseGPUs(ctx context.Context, cmd *cobra.Command, gpus string, extra .
 	}
 	list, err := launch.ParseGPUs(gpus)
 	if err != nil {
-		return true, usageErrorf("%v", err)
+		return true, usage(err)
 	}
 	if len(list) == 1 {
 		return false, nil

@@ -31,6 +31,9 @@ const (
 type Options struct {
 	// Choice is Auto (also ""), CPU or GPU.
 	Choice string
+	// Ordinal is the GPU to open (0: the first), for one process per GPU
+	// with every GPU visible to the collective library.
+	Ordinal int
 	// VRAMLimit is --vram-limit in memory.ParseSize's forms ("20G", "90%");
 	// "" keeps the device's default budget.
 	VRAMLimit string
@@ -100,6 +103,9 @@ func ParseChoice(s string) (string, error) {
 // checkOptions checks the flags' syntax before a device is opened; whether
 // the sizes fit the device is checked against its budget.
 func checkOptions(o Options) error {
+	if o.Ordinal < 0 {
+		return fmt.Errorf("GPU ordinal %d: want 0 or more", o.Ordinal)
+	}
 	if _, err := gpu.ParseLayout(string(o.Conv.Layout)); err != nil {
 		return err
 	}
@@ -250,7 +256,7 @@ func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 	// The device is opened first to read its memory: the GPU backend's
 	// allocator takes its cap when it is made. (hip.Open of an open
 	// device shares its context; one Close releases it.)
-	hd, err := hip.Open(0)
+	hd, err := hip.Open(o.Ordinal)
 	if err != nil {
 		if errors.Is(err, hip.ErrNoGPU) {
 			return nil, err
@@ -272,7 +278,7 @@ func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 		hd.Close()
 		return nil, &configError{err}
 	}
-	g, err := gpu.New(gpu.Options{Limit: b.Cap, Log: log})
+	g, err := gpu.New(gpu.Options{Device: o.Ordinal, Limit: b.Cap, Log: log})
 	if err != nil {
 		hd.Close()
 		return nil, fmt.Errorf("opening the GPU backend on %s: %w", hd.Name, err)

@@ -1,0 +1,182 @@
+package gpu
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/framepack-go/framepack/nccl"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// Comm is a tensor.Comm over NCCL (RCCL on AMD): one process per GPU,
+// every exchange queued on the backend's stream in order with its kernels.
+type Comm struct {
+	b    *Backend
+	c    *nccl.Comm
+	held int64 // device memory NCCL took at init
+}
+
+var _ tensor.Comm = (*Comm)(nil)
+
+// OpenNCCL loads the collective library of the backend's platform.
+func OpenNCCL(be tensor.Backend) (*nccl.Lib, error) {
+	b, ok := tensor.As[*Backend](be)
+	if !ok {
+		return nil, fmt.Errorf("gpu: %s is not a GPU backend", be.Name())
+	}
+	return nccl.OpenVendor(b.dev.Vendor)
+}
+
+// NewComm joins be's GPU as rank of size to the communicator id; rank 0
+// makes id with lib.NewUniqueID. It fails, rather than waits forever, when
+// the other ranks have not joined within timeout. NCCL allocates its own
+// device buffers here; DeviceBytes says how much.
+func NewComm(be tensor.Backend, lib *nccl.Lib, id nccl.UniqueID, rank, size int, timeout time.Duration) (*Comm, error) {
+	b, ok := tensor.As[*Backend](be)
+	if !ok {
+		return nil, fmt.Errorf("gpu: %s is not a GPU backend", be.Name())
+	}
+	if err := b.Sync(); err != nil {
+		return nil, err
+	}
+	before, _, _ := b.dev.MemGetInfo()
+	c, err := lib.NewComm(id, rank, size, timeout, b.dev.Bind)
+	if err != nil {
+		return nil, err
+	}
+	after, _, _ := b.dev.MemGetInfo()
+	cm := &Comm{b: b, c: c}
+	if before > after {
+		cm.held = int64(before - after)
+	}
+	b.log.Info(fmt.Sprintf("gpu: %s communicator: rank %d of %d, %.0f MiB of device memory", lib, rank, size, float64(cm.held)/(1<<20)))
+	return cm, nil
+}
+
+func (c *Comm) Rank() int { return c.c.Rank() }
+func (c *Comm) Size() int { return c.c.Size() }
+
+// DeviceBytes is the device memory NCCL allocated for the communicator,
+// outside the engine's allocator (measured from the driver's free count).
+func (c *Comm) DeviceBytes() int64 { return c.held }
+
+// Abort stops the communicator's work at once (a peer died); safe from
+// another goroutine.
+func (c *Comm) Abort() error { return c.c.Abort() }
+
+// bound runs fn with the device current on a locked thread.
+func (c *Comm) bound(what string, fn func(stream uintptr) error) error {
+	unbind, err := c.b.dev.Bind()
+	if err != nil {
+		return err
+	}
+	defer unbind()
+	if err := fn(uintptr(c.b.stream)); err != nil {
+		return fmt.Errorf("gpu: %s: %w", what, err)
+	}
+	return nil
+}
+
+// pointers checks that ts live on this backend.
+func (c *Comm) ptr(t *tensor.Tensor) (uintptr, error) { return c.b.ptr(t) }
+
+// group queues sends and receives as one NCCL group.
+func (c *Comm) group(what string, sends, recvs []*tensor.Tensor) error {
+	n, me := c.Size(), c.Rank()
+	return c.bound(what, func(stream uintptr) error {
+		if sends[me] != nil && recvs[me] != nil {
+			if sends[me].Bytes() != recvs[me].Bytes() {
+				return fmt.Errorf("rank %d sends itself %d bytes into %d", me, sends[me].Bytes(), recvs[me].Bytes())
+			}
+			src, err := c.ptr(sends[me])
+			if err != nil {
+				return err
+			}
+			dst, err := c.ptr(recvs[me])
+			if err != nil {
+				return err
+			}
+			if err := c.b.dev.CopyD2DAsync(dst, src, sends[me].Bytes(), c.b.stream); err != nil {
+				return err
+			}
+		}
+		if err := c.c.GroupStart(); err != nil {
+			return err
+		}
+		var first error
+		for p := 0; p < n; p++ {
+			if p == me {
+				continue
+			}
+			if s := sends[p]; s != nil && first == nil {
+				ptr, err := c.ptr(s)
+				if err == nil {
+					err = c.c.Send(ptr, int(s.Bytes()), nccl.Uint8, p, stream)
+				}
+				first = err
+			}
+			if r := recvs[p]; r != nil && first == nil {
+				ptr, err := c.ptr(r)
+				if err == nil {
+					err = c.c.Recv(ptr, int(r.Bytes()), nccl.Uint8, p, stream)
+				}
+				first = err
+			}
+		}
+		if err := c.c.GroupEnd(); first == nil {
+			first = err
+		}
+		return first
+	})
+}
+
+func (c *Comm) AllToAll(send, recv []*tensor.Tensor) error {
+	if len(send) != c.Size() || len(recv) != c.Size() {
+		return fmt.Errorf("gpu: all-to-all: %d sends and %d receives for %d ranks", len(send), len(recv), c.Size())
+	}
+	return c.group("all-to-all", send, recv)
+}
+
+// AllGather sends x to every peer straight into its recv slot: no
+// staging buffer, and the same traffic as ncclAllGather.
+func (c *Comm) AllGather(x *tensor.Tensor, recv []*tensor.Tensor) error {
+	if len(recv) != c.Size() {
+		return fmt.Errorf("gpu: all-gather: %d receives for %d ranks", len(recv), c.Size())
+	}
+	send := make([]*tensor.Tensor, c.Size())
+	for p := range send {
+		send[p] = x
+	}
+	return c.group("all-gather", send, recv)
+}
+
+func (c *Comm) AllReduceSum(x *tensor.Tensor) error {
+	if x.DType() != tensor.F32 {
+		return fmt.Errorf("gpu: all-reduce: %s, want f32", x.DType())
+	}
+	return c.bound("all-reduce", func(stream uintptr) error {
+		p, err := c.ptr(x)
+		if err != nil {
+			return err
+		}
+		return c.c.AllReduce(p, p, x.Numel(), nccl.Float32, nccl.Sum, stream)
+	})
+}
+
+func (c *Comm) Split(color, key int) (tensor.Comm, error) {
+	var sub *nccl.Comm
+	err := c.bound("split", func(uintptr) error {
+		var err error
+		sub, err = c.c.Split(color, key)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Comm{b: c.b, c: sub}, nil
+}
+
+// Close destroys the communicator after the work queued on it.
+func (c *Comm) Close() error {
+	return c.bound("close", func(uintptr) error { return c.c.Destroy() })
+}

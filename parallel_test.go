@@ -1,0 +1,100 @@
+package framepack
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/framepack-go/framepack/parallel"
+)
+
+// generateRanks runs req on n in-process ranks of the tiny pipeline (each
+// its own CPU pipeline, one Local communicator) and returns each rank's
+// result.
+func generateRanks(t *testing.T, n int, req Request) []*Result {
+	t.Helper()
+	comms := parallel.Local(n)
+	res := make([]*Result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer comms[r].Close()
+			p, err := Load(tinyDir(t), Options{Device: DeviceCPU, Logger: quietLogger(t), Comm: comms[r]})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer p.Close()
+			res[r], errs[r] = p.Generate(t.Context(), req)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return res
+}
+
+func latentRelL2(a, b []float32) float64 {
+	var num, den float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		num += d * d
+		den += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(num / den)
+}
+
+// A whole job on 2 ranks (sequence parallel), and with real CFG on 2 and 4
+// ranks (the passes side by side, each half sequence parallel on 4), gives
+// the one-rank latents and video on rank 0; the other ranks return the
+// latents and no frames.
+func TestParallelGenerate(t *testing.T) {
+	img := testImage(t)
+	for _, c := range []struct {
+		name     string
+		ranks    int
+		cfg      float64
+		teacache bool
+	}{
+		{"seq_2", 2, 1, true},
+		{"cfg_2", 2, 3, false},
+		{"cfg_4", 4, 3, false},
+		{"cfg_teacache_2", 2, 3, true}, // TeaCache keeps both passes on every rank
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req := smallRequest(img)
+			req.Seconds = 0.8 // 2 sections
+			req.CFG, req.TeaCache = c.cfg, c.teacache
+			req.NegativePrompt = "blurry"
+			want := generateRanks(t, 1, req)[0]
+			got := generateRanks(t, c.ranks, req)
+			for r, res := range got {
+				if d := latentRelL2(res.Latents.ToFloat32(), want.Latents.ToFloat32()); d > 1e-5 || math.IsNaN(d) {
+					t.Errorf("rank %d: latents rel_l2 %.3g from one rank", r, d)
+				}
+				if r > 0 && res.T != 0 {
+					t.Errorf("rank %d returned %d frames: only rank 0 decodes", r, res.T)
+				}
+			}
+			if got[0].T != want.T || fmt.Sprint(got[0].Width, got[0].Height) != fmt.Sprint(want.Width, want.Height) {
+				t.Fatalf("rank 0: %d frames %d×%d, one rank %d %d×%d", got[0].T, got[0].Width, got[0].Height, want.T, want.Width, want.Height)
+			}
+			diff := 0
+			for i := range got[0].Pix {
+				if d := int(got[0].Pix[i]) - int(want.Pix[i]); d > 1 || d < -1 {
+					diff++
+				}
+			}
+			if diff > 0 {
+				t.Errorf("rank 0 frames: %d of %d bytes differ by more than 1 from one rank's", diff, len(want.Pix))
+			}
+		})
+	}
+}
