@@ -24,7 +24,7 @@ import (
 const (
 	EnvRank  = "FRAMEPACK_RANK"       // this process's rank, 0 … size−1
 	EnvSize  = "FRAMEPACK_WORLD_SIZE" // the number of ranks
-	EnvGPU   = "FRAMEPACK_GPU"        // the device ordinal this rank opens
+	EnvGPU   = "FRAMEPACK_RANK_GPU"   // the device ordinal this rank opens
 	EnvID    = "FRAMEPACK_COMM_ID"    // the communicator's id (ranks 1 …)
 	EnvIDFD  = "FRAMEPACK_COMM_ID_FD" // rank 0 writes the id there
 	idFD     = 3
@@ -157,6 +157,9 @@ type ExitError struct {
 
 func (e *ExitError) Error() string {
 	msg := fmt.Sprintf("rank %d (GPU %d) exited with status %d", e.Rank, e.GPU, e.Code)
+	if e.Rank == 0 {
+		msg += " (its error is above)"
+	}
 	if e.Tail != "" {
 		msg += ": " + lastLine(e.Tail)
 	}

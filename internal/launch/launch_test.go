@@ -133,6 +133,15 @@ func TestParseGPUs(t *testing.T) {
 	}
 }
 
+// The rank's variables are its own: none is one the engine reads already.
+func TestEnvNamesAreOwn(t *testing.T) {
+	for _, n := range []string{EnvRank, EnvSize, EnvGPU, EnvID, EnvIDFD} {
+		if n == "FRAMEPACK_GPU" || n == "FRAMEPACK_DEVICE" {
+			t.Errorf("%s is an engine setting", n)
+		}
+	}
+}
+
 func TestFromEnv(t *testing.T) {
 	t.Setenv(EnvRank, "1")
 	t.Setenv(EnvSize, "2")

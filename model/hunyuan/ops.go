@@ -69,15 +69,26 @@ func (ops kernels) qkvInto(s *tensor.Scope, q, k, v, y, bias *tensor.Tensor, off
 // rowRange is rows [start, end) of t (B, L, ...): a view of t's storage for
 // batch 1 when the backend can make one (valid while t is), else a copy.
 func rowRange(s *tensor.Scope, t *tensor.Tensor, start, end int) *tensor.Tensor {
-	if t.Dim(0) == 1 {
-		inner := int64(t.Numel()/max(t.Dim(1), 1)) * int64(t.DType().Size())
-		if buf, ok := viewOf(s.Backend(), t.Buffer(), int64(start)*inner, int64(end-start)*inner); ok {
-			shape := t.Shape()
-			shape[1] = end - start
-			return tensor.Wrap(s.Backend(), buf, t.DType(), shape...)
-		}
+	if v, ok := rowView(s, t, start, end); ok {
+		return v
 	}
 	return s.Slice(t, 1, start, end)
+}
+
+// rowView is rows [start, end) of t (B, L, ...) as a view of t's storage
+// (writes land in t), when t has batch 1 and the backend makes views.
+func rowView(s *tensor.Scope, t *tensor.Tensor, start, end int) (*tensor.Tensor, bool) {
+	if t.Dim(0) != 1 {
+		return nil, false
+	}
+	inner := int64(t.Numel()/max(t.Dim(1), 1)) * int64(t.DType().Size())
+	buf, ok := viewOf(s.Backend(), t.Buffer(), int64(start)*inner, int64(end-start)*inner)
+	if !ok {
+		return nil, false
+	}
+	shape := t.Shape()
+	shape[1] = end - start
+	return tensor.Wrap(s.Backend(), buf, t.DType(), shape...), true
 }
 
 // viewOf is n bytes of buf at off without a copy, when possible.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/parallel"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -29,6 +30,11 @@ func parallelSection(batch int) Section {
 	return Section{Batch: batch, LatentH: 10, LatentW: 12, WindowSize: 3, LatentPadding: 1, ImageTokens: 5, TextTokens: 9, ValidText: 6}
 }
 
+// rankBackend makes each rank's backend: the CPU, whose host buffers the
+// exchanges read and write in place, or (TestParallelForwardDevice) the
+// CPU dressed as a device, whose buffers are reached through views.
+var rankBackend = func() tensor.Backend { return cpu.New() }
+
 // runRanks runs fn on n ranks (goroutines, each with its own CPU backend
 // and its own copy of the model, the same seed) and returns each rank's
 // host outputs.
@@ -44,7 +50,7 @@ func runRanks(t *testing.T, n int, dt tensor.DType, fn func(m *Model) []*tensor.
 		go func() {
 			defer wg.Done()
 			defer comms[r].Close()
-			m, err := RandomModel(parallelConfig(), cpu.New(), Options{DType: dt}, 7)
+			m, err := RandomModel(parallelConfig(), rankBackend(), Options{DType: dt}, 7)
 			if err != nil {
 				errs[r] = err
 				return
@@ -134,6 +140,20 @@ func TestParallelForward(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+func TestParallelForwardDevice(t *testing.T) {
+	rankBackend = func() tensor.Backend { return testdevice.NewFake() }
+	defer func() { rankBackend = func() tensor.Backend { return cpu.New() } }()
+	in := SectionInputs(parallelConfig(), parallelSection(1), 3)
+	want := runRanks(t, 1, tensor.F32, func(m *Model) []*tensor.Tensor { return []*tensor.Tensor{forwardHost(m, in)} })[0][0]
+	for _, n := range []int{2, 4} {
+		for r, o := range runRanks(t, n, tensor.F32, func(m *Model) []*tensor.Tensor { return []*tensor.Tensor{forwardHost(m, in)} }) {
+			if d := maxRelL2(t, o[0], want); d > 1e-6 || math.IsNaN(d) {
+				t.Errorf("%d ranks, rank %d: rel_l2 %.3g from one rank", n, r, d)
+			}
 		}
 	}
 }

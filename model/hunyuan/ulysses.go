@@ -91,6 +91,9 @@ func (sh *shards) exchange(s *tensor.Scope, what string, fn func() error) {
 // attend is the joint attention of a rank's rows [image shard | text], q,
 // k, v (B, shard+text, H, Dh), returning (B, shard+text, H·Dh).
 func (sh *shards) attend(s *tensor.Scope, q, k, v *tensor.Tensor, p tensor.AttnParams) *tensor.Tensor {
+	if _, ok := rowView(s, q, 0, 1); ok {
+		return sh.attendInPlace(s, q, k, v, p)
+	}
 	n, r := sh.comm.Size(), sh.rank()
 	b, rows, heads, dh := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
 	hp := heads / n
@@ -145,6 +148,70 @@ func (sh *shards) attend(s *tensor.Scope, q, k, v *tensor.Tensor, p tensor.AttnP
 	out := s.Concat(1, img, txtAll)
 	s.Free(img, txtAll)
 	return out.Reshape(b, rows, heads*dh)
+}
+
+// attendInPlace is attend for batch 1 on a backend that makes views: the
+// exchanges read from and write into rows of the tensors attention uses,
+// so each of q, k, v is copied once (its heads split for the peers) and
+// the output once (its heads placed back), where attend copies each three
+// or four times.
+func (sh *shards) attendInPlace(s *tensor.Scope, q, k, v *tensor.Tensor, p tensor.AttnParams) *tensor.Tensor {
+	n, r := sh.comm.Size(), sh.rank()
+	rows, heads, dh := q.Dim(1), q.Dim(2), q.Dim(3)
+	hp := heads / n
+	mine, total := sh.size(r), sh.total()
+	text := rows - mine
+	view := func(t *tensor.Tensor, a, b int) *tensor.Tensor {
+		t, ok := rowView(s, t, a, b)
+		if !ok {
+			tensor.Fail("hunyuan", "sequence parallel: no view of rows %d..%d", a, b)
+		}
+		return t
+	}
+
+	// Tokens → heads, straight into [all image tokens | text] of this
+	// rank's heads.
+	toHeads := func(x *tensor.Tensor) *tensor.Tensor {
+		full := s.Empty(x.DType(), 1, total+text, hp, dh)
+		split := make([]*tensor.Tensor, n)
+		send, recv := make([]*tensor.Tensor, n), make([]*tensor.Tensor, n)
+		for p := 0; p < n; p++ {
+			split[p] = s.Slice(x, 2, p*hp, (p+1)*hp) // (1, rows, hp, dh)
+			send[p] = view(split[p], 0, mine)
+			recv[p] = view(full, sh.start[p], sh.start[p+1])
+		}
+		s.PlaceRows(full, total, view(split[r], mine, rows))
+		sh.exchange(s, "all-to-all", func() error { return sh.comm.AllToAll(send, recv) })
+		s.Free(split...)
+		return full
+	}
+	qf, kf, vf := toHeads(q), toHeads(k), toHeads(v)
+	o := s.Attention(qf, kf, vf, p) // (1, total+text, H/N, Dh)
+	s.Free(qf, kf, vf)
+
+	// Heads → tokens: every peer's heads of this rank's image rows, and
+	// every rank's heads of the text, placed as columns of the output.
+	out := s.Empty(o.DType(), 1, rows, heads*dh)
+	send, recv := make([]*tensor.Tensor, n), make([]*tensor.Tensor, n)
+	for p := 0; p < n; p++ {
+		send[p] = view(o, sh.start[p], sh.start[p+1])
+		recv[p] = s.Empty(o.DType(), 1, mine, hp, dh)
+	}
+	sh.exchange(s, "all-to-all", func() error { return sh.comm.AllToAll(send, recv) })
+	gathered := make([]*tensor.Tensor, n)
+	for p := range gathered {
+		gathered[p] = s.Empty(o.DType(), 1, text, hp, dh)
+	}
+	sh.exchange(s, "all-gather", func() error { return sh.comm.AllGather(view(o, total, total+text), gathered) })
+	img, txt := view(out, 0, mine), view(out, mine, rows)
+	for p := 0; p < n; p++ {
+		s.PlaceColumns(img, p*hp*dh, recv[p].Reshape(1, mine, hp*dh))
+		s.PlaceColumns(txt, p*hp*dh, gathered[p].Reshape(1, text, hp*dh))
+	}
+	s.Free(recv...)
+	s.Free(gathered...)
+	s.Free(o)
+	return out
 }
 
 // rowMeans gathers every rank's per-token values, means (B, shard) row-major,
