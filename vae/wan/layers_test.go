@@ -8,24 +8,19 @@ import (
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
-// hostParams hands out the given host tensors by name, random ones
-// otherwise.
-type hostParams struct {
-	seed uint64
-	got  map[string]*tensor.Tensor
+// hostSource hands out random host f32 weights, a new seed each.
+type hostSource struct{ seed uint64 }
+
+func (p *hostSource) Make(w weights.Weight) (*tensor.Tensor, error) {
+	p.seed++
+	return randn(p.seed, w.Shape...), nil
 }
 
-func (p *hostParams) get(name string, shape ...int) *tensor.Tensor {
-	p.seed++
-	t := randn(p.seed, shape...)
-	if p.got == nil {
-		p.got = map[string]*tensor.Tensor{}
-	}
-	p.got[name] = t
-	return t
-}
+// hostParams builds layers with random host weights.
+func hostParams() *weights.Builder { return weights.NewBuilder(&hostSource{}, tensor.F32) }
 
 func f64(t *tensor.Tensor) []float64 {
 	v := tensor.Float32s(t)
@@ -58,7 +53,7 @@ func relL2(t *testing.T, what string, got *tensor.Tensor, want []float64, lim fl
 // times √C·γ, in float64; a zero channel vector stays zero.
 func TestRMSNormF64(t *testing.T) {
 	const b, c, T, h, w = 2, 5, 3, 2, 4
-	p := &hostParams{}
+	p := hostParams()
 	n := newRMSNorm(p, "n", c, false)
 	x := randn(9, b, c, T, h, w)
 	xs := x.Float32s()
@@ -95,7 +90,7 @@ func TestRMSNormF64(t *testing.T) {
 // to_qkv, proj and the residual, in float64.
 func TestAttentionF64(t *testing.T) {
 	const b, c, T, h, w = 1, 6, 2, 2, 3
-	p := &hostParams{}
+	p := hostParams()
 	a := newAttention(p, "a", c)
 	x := randn(3, b, c, T, h, w)
 	xs := f64(x)
@@ -212,7 +207,7 @@ func zeroPad(x []float64, c, T, H, W int, before, after [3]int) ([]float64, [3]i
 // conv3d chain's Conv3dPadded.
 func TestCausalConvCacheF64(t *testing.T) {
 	const cin, cout, T, H, W = 3, 4, 9, 5, 6
-	p := &hostParams{}
+	p := hostParams()
 	cv := newCausalConv(p, "c", cin, cout)
 	x := randn(4, 1, cin, T, H, W)
 	padded, ps := zeroPad(f64(x), cin, T, H, W, [3]int{2, 1, 1}, [3]int{0, 1, 1})
@@ -250,7 +245,7 @@ func chainBackend(t *testing.T) tensor.Backend {
 // interleaved in time, then nearest ×2 and the 3×3 conv, in float64.
 func TestUpsampleF64(t *testing.T) {
 	const c, H, W = 4, 3, 2
-	p := &hostParams{}
+	p := hostParams()
 	r := newResample(p, "u", c, true, true)
 	x0, x1 := randn(5, 1, c, 1, H, W), randn(6, 1, c, 1, H, W)
 	for _, tc := range []struct {
@@ -362,7 +357,7 @@ func TestDecodePeakBoundsMeasured(t *testing.T) {
 // chunk's last frame and the chunk, in float64.
 func TestDownsample3dF64(t *testing.T) {
 	const c, T, H, W = 3, 9, 6, 4
-	p := &hostParams{}
+	p := hostParams()
 	r := newResample(p, "d", c, false, true)
 	x := randn(8, 1, c, T, H, W)
 	// spatial: every frame alone
@@ -408,7 +403,7 @@ func TestDownsample3dF64(t *testing.T) {
 // input) in front of x2.
 func TestUpsampleThirdChunkF64(t *testing.T) {
 	const c, H, W = 2, 2, 3
-	p := &hostParams{}
+	p := hostParams()
 	r := newResample(p, "u", c, true, true)
 	xs := []*tensor.Tensor{randn(21, 1, c, 1, H, W), randn(22, 1, c, 1, H, W), randn(23, 1, c, 1, H, W)}
 	s := tensor.NewScope(cpu.New())
