@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -21,18 +19,9 @@ const goldenVAE = "../../testdata/golden/models/vae"
 func wroteFrames(t *testing.T, path string) int {
 	t.Helper()
 	if _, err := os.Stat(path); err == nil {
-		probe, err := exec.LookPath("ffprobe")
-		if err != nil {
+		n := probeFrames(t, path)
+		if n < 0 {
 			t.Skipf("%s written, but no ffprobe to count its frames", path)
-		}
-		out, err := exec.Command(probe, "-v", "error", "-count_frames", "-select_streams", "v:0",
-			"-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", path).Output()
-		if err != nil {
-			t.Fatalf("ffprobe %s: %v", path, err)
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(string(out)))
-		if err != nil {
-			t.Fatalf("ffprobe %s: %q", path, out)
 		}
 		return n
 	}
@@ -69,15 +58,7 @@ func TestVAERoundTrip(t *testing.T) {
 	}
 
 	// Three latent frames (the same one repeated) → 4·3−3 = 9 frames.
-	sh := z.Shape()
-	z3 := tensor.New(tensor.F32, 1, 16, 3, sh[3], sh[4])
-	src, dst := z.Float32s(), z3.Float32s()
-	plane := sh[3] * sh[4]
-	for c := 0; c < 16; c++ {
-		for f := 0; f < 3; f++ {
-			copy(dst[(c*3+f)*plane:(c*3+f+1)*plane], src[c*plane:(c+1)*plane])
-		}
-	}
+	z3 := repeatFrame(z, 3)
 	lat3 := filepath.Join(dir, "lat3.safetensors")
 	if err := weights.Save(lat3, map[string]*tensor.Tensor{"z": z3}, nil); err != nil {
 		t.Fatal(err)
@@ -139,4 +120,18 @@ func TestVAEBadInput(t *testing.T) {
 			t.Fatalf("%v wrote %s", tc.args, video.PNGDir(out))
 		}
 	}
+}
+
+// repeatFrame is the one-frame latents z (1, C, 1, h, w) repeated n times.
+func repeatFrame(z *tensor.Tensor, n int) *tensor.Tensor {
+	sh := z.Shape()
+	out := tensor.New(tensor.F32, 1, sh[1], n, sh[3], sh[4])
+	src, dst := z.Float32s(), out.Float32s()
+	plane := sh[3] * sh[4]
+	for c := 0; c < sh[1]; c++ {
+		for f := 0; f < n; f++ {
+			copy(dst[(c*n+f)*plane:(c*n+f+1)*plane], src[c*plane:(c+1)*plane])
+		}
+	}
+	return out
 }

@@ -69,14 +69,7 @@ func TestWanVAERoundTrip(t *testing.T) {
 	if len(sh) != 5 || sh[0] != 1 || sh[1] != 4 || sh[2] != 1 {
 		t.Fatalf("latents %v, want (1, 4, 1, h, w)", sh)
 	}
-	z3 := tensor.New(tensor.F32, 1, 4, 3, sh[3], sh[4])
-	src, dst := z.Float32s(), z3.Float32s()
-	plane := sh[3] * sh[4]
-	for c := 0; c < 4; c++ {
-		for f := 0; f < 3; f++ {
-			copy(dst[(c*3+f)*plane:(c*3+f+1)*plane], src[c*plane:(c+1)*plane])
-		}
-	}
+	z3 := repeatFrame(z, 3)
 	lat3 := filepath.Join(dir, "lat3.safetensors")
 	if err := weights.Save(lat3, map[string]*tensor.Tensor{"latents": z3}, nil); err != nil {
 		t.Fatal(err)
