@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/scopetest"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/sampler"
 	"github.com/framepack-go/framepack/tensor"
@@ -20,13 +21,11 @@ func goldenModel(t *testing.T) *VAE {
 
 func encode(t *testing.T, v *VAE, x *tensor.Tensor, til Tiling) (mean, logvar *tiles.Video) {
 	t.Helper()
-	s := tensor.NewScope(v.Backend())
-	defer s.Close()
-	var m, lv *tensor.Tensor
-	if err := tensor.Catch(func() { m, lv = v.EncodeWith(s, x, til) }); err != nil {
-		t.Fatal(err)
-	}
-	return tiles.Of(m), tiles.Of(lv)
+	out := scopetest.Run(t, v.Backend(), func(s *tensor.Scope) [2]*tensor.Tensor {
+		m, lv := v.EncodeWith(s, x, til)
+		return [2]*tensor.Tensor{m, lv}
+	})
+	return tiles.Of(out[0]), tiles.Of(out[1])
 }
 
 // crop copies x[..., t0:t1, h0:h1, w0:w1] of a host tensor.

@@ -387,3 +387,15 @@ func float64s(t *tensor.Tensor) ([]float64, error) {
 	}
 	return out, nil
 }
+
+// Model loads the case's model (from c.ModelDir) with load, failing the
+// test when it cannot, and closes it when the test ends.
+func Model[M interface{ Close() }](t testing.TB, c *Case, load func(dir string) (M, error)) M {
+	t.Helper()
+	m, err := load(c.ModelDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}

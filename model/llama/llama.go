@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 
+	"github.com/framepack-go/framepack/internal/hfmodel"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )
@@ -106,32 +107,12 @@ func (c Config) Theta() float64 { return c.theta() }
 // Plan lists the weights a model of config cfg reads (checkpoint names and
 // shapes) without loading anything.
 func Plan(cfg Config) ([]weights.Spec, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	l := weights.NewPlan()
-	build(l, cfg)
-	return l.Specs(), nil
+	return hfmodel.Plan(cfg, cfg.Validate, build)
 }
 
 // Load reads a LlamaModel folder onto be in dtype dt.
 func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
-	ck, err := weights.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer ck.Close()
-	cfg, err := ReadConfig(ck.Dir())
-	if err != nil {
-		return nil, err
-	}
-	l := weights.FromCheckpoint(ck, be, dt)
-	m := build(l, cfg)
-	if err := l.Err(); err != nil {
-		l.Release()
-		return nil, err
-	}
-	return m, nil
+	return hfmodel.Load(dir, be, dt, ReadConfig, build)
 }
 
 // build reads the weights of cfg through l (a plan only records them).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/framepack-go/framepack/internal/hfmodel"
 	"github.com/framepack-go/framepack/model/internal/encoder"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -78,37 +79,18 @@ func (c Config) Tokens() int { return c.PatchesPerSide() * c.PatchesPerSide() }
 // Plan lists the weights a model of config cfg reads (checkpoint names with
 // the "vision_model." prefix, and shapes) without loading anything.
 func Plan(cfg Config) ([]weights.Spec, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	l := weights.NewPlan()
-	build(l, cfg, 0)
-	return l.Specs(), nil
+	return hfmodel.Plan(cfg, cfg.Validate, build)
 }
 
 // Load reads a SiglipVisionModel folder (names with or without the
 // "vision_model." prefix) onto be in dtype dt.
 func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
-	ck, err := weights.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer ck.Close()
-	cfg, err := ReadConfig(ck.Dir())
-	if err != nil {
-		return nil, err
-	}
-	act, _ := encoder.ParseAct(cfg.HiddenAct)
-	m := build(weights.FromCheckpoint(ck, be, dt), cfg, act)
-	if err := m.loaded.Err(); err != nil {
-		m.loaded.Release()
-		return nil, err
-	}
-	return m, nil
+	return hfmodel.Load(dir, be, dt, ReadConfig, build)
 }
 
 // build reads the weights of cfg through l (a plan only records them).
-func build(l *weights.Builder, cfg Config, act encoder.Act) *Model {
+func build(l *weights.Builder, cfg Config) *Model {
+	act, _ := encoder.ParseAct(cfg.HiddenAct) // checked by Validate
 	d, f, p := cfg.HiddenSize, cfg.IntermediateSize, cfg.PatchSize
 	l = l.Sub("vision_model")
 	m := &Model{Config: cfg, act: act, loaded: l}
