@@ -134,6 +134,19 @@ func raw(t *tensor.Tensor) ([]byte, error) {
 	return d[:t.Bytes()], nil
 }
 
+// rawAll is each tensor's host bytes (see raw).
+func rawAll(ts ...*tensor.Tensor) ([][]byte, error) {
+	out := make([][]byte, len(ts))
+	for i, t := range ts {
+		b, err := raw(t)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = b
+	}
+	return out, nil
+}
+
 func isHalf(dt tensor.DType) bool { return dt == tensor.F16 || dt == tensor.BF16 }
 
 func isCompute(dt tensor.DType) bool { return dt == tensor.F32 || isHalf(dt) }
@@ -199,6 +212,26 @@ func (tm *temps) widenAll(ts ...*tensor.Tensor) ([][]float32, error) {
 		out[i] = f
 	}
 	return out, nil
+}
+
+// inF32 runs a kernel on f32 data: ins read as f32 (see widen; a nil input
+// stays nil) and dst's values computed into out, narrowed into dst after
+// (see output). The scratch, and what the kernel takes from tm, is released
+// when it returns.
+func (be *Backend) inF32(dst *tensor.Tensor, ins []*tensor.Tensor, kernel func(tm *temps, in [][]float32, out []float32)) error {
+	tm := be.temps()
+	defer tm.release()
+	in, err := tm.widenAll(ins...)
+	if err != nil {
+		return err
+	}
+	out, commit, err := tm.output(dst)
+	if err != nil {
+		return err
+	}
+	kernel(tm, in, out)
+	commit()
+	return nil
 }
 
 func (be *Backend) widenInto(dst []float32, src []uint16, dt tensor.DType) {
@@ -320,19 +353,16 @@ func (be *Backend) parallel(n, grain int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
-	var wg sync.WaitGroup
-	for p := 0; p < parts; p++ {
-		lo, hi := n*p/parts, n*(p+1)/parts
-		if lo == hi {
-			continue
+	be.parallelParts(n, parts, fn)
+}
+
+// eachRow runs fn on every row of [0, n), rows of d elements, in parallel.
+func (be *Backend) eachRow(n, d int, fn func(r int)) {
+	be.parallel(n, max(1, 4096/max(d, 1)), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			fn(r)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
-	}
-	wg.Wait()
+	})
 }
 
 // parallelParts splits [0, n) into exactly parts ranges run concurrently.

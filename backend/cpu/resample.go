@@ -43,14 +43,11 @@ func (be *Backend) Pad(dst, src *tensor.Tensor, before []int, mode tensor.PadMod
 	if dst.Numel() == 0 {
 		return nil
 	}
-	db, err := raw(dst)
+	bs, err := rawAll(dst, src)
 	if err != nil {
 		return err
 	}
-	sb, err := raw(src)
-	if err != nil {
-		return err
-	}
+	db, sb := bs[0], bs[1]
 	rep := mode == tensor.PadReplicate
 	return bySize(dst.DType(), db, sb,
 		func(d, s []uint8) { padRows(be, d, s, ds, ss, bf, rep) },
@@ -117,14 +114,11 @@ func (be *Backend) UpsampleNearest(dst, src *tensor.Tensor, scale [3]int) error 
 	if dst.Numel() == 0 {
 		return nil
 	}
-	db, err := raw(dst)
+	bs, err := rawAll(dst, src)
 	if err != nil {
 		return err
 	}
-	sb, err := raw(src)
-	if err != nil {
-		return err
-	}
+	db, sb := bs[0], bs[1]
 	g := [6]int{ss[r-3], ss[r-2], ss[r-1], scale[0], scale[1], scale[2]}
 	return bySize(dst.DType(), db, sb,
 		func(d, s []uint8) { upsampleRows(be, d, s, g) },
@@ -180,42 +174,33 @@ func (be *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
 	if dst.Numel() == 0 {
 		return nil
 	}
-	tm := be.temps()
-	defer tm.release()
-	xf, err := tm.widen(src)
-	if err != nil {
-		return err
-	}
-	out, commit, err := tm.output(dst)
-	if err != nil {
-		return err
-	}
-	T, H, W := ss[r-3], ss[r-2], ss[r-1]
-	kt, kh, kw := kernel[0], kernel[1], kernel[2]
-	ot, oh, ow := T/kt, H/kh, W/kw
-	inv := 1 / float64(kt*kh*kw)
-	rows := len(out) / ow
-	be.parallel(rows, max(1, 1024/ow), func(lo, hi int) {
-		for row := lo; row < hi; row++ {
-			y := row % oh
-			t := (row / oh) % ot
-			pre := row / (oh * ot)
-			for x := 0; x < ow; x++ {
-				var s float64
-				for a := 0; a < kt; a++ {
-					for b := 0; b < kh; b++ {
-						base := ((pre*T+t*kt+a)*H+y*kh+b)*W + x*kw
-						for _, v := range xf[base : base+kw] {
-							s += float64(v)
+	return be.inF32(dst, []*tensor.Tensor{src}, func(_ *temps, in [][]float32, out []float32) {
+		xf := in[0]
+		T, H, W := ss[r-3], ss[r-2], ss[r-1]
+		kt, kh, kw := kernel[0], kernel[1], kernel[2]
+		ot, oh, ow := T/kt, H/kh, W/kw
+		inv := 1 / float64(kt*kh*kw)
+		rows := len(out) / ow
+		be.parallel(rows, max(1, 1024/ow), func(lo, hi int) {
+			for row := lo; row < hi; row++ {
+				y := row % oh
+				t := (row / oh) % ot
+				pre := row / (oh * ot)
+				for x := 0; x < ow; x++ {
+					var s float64
+					for a := 0; a < kt; a++ {
+						for b := 0; b < kh; b++ {
+							base := ((pre*T+t*kt+a)*H+y*kh+b)*W + x*kw
+							for _, v := range xf[base : base+kw] {
+								s += float64(v)
+							}
 						}
 					}
+					out[row*ow+x] = float32(s * inv)
 				}
-				out[row*ow+x] = float32(s * inv)
 			}
-		}
+		})
 	})
-	commit()
-	return nil
 }
 
 func (be *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
@@ -250,14 +235,11 @@ func (be *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
 	default:
 		return fmt.Errorf("cpu: embedding ids of %s: %w", ids.DType(), tensor.ErrUnsupported)
 	}
-	db, err := raw(dst)
+	bs, err := rawAll(dst, table)
 	if err != nil {
 		return err
 	}
-	tb, err := raw(table)
-	if err != nil {
-		return err
-	}
+	db, tb := bs[0], bs[1]
 	row := D * table.DType().Size()
 	be.parallel(n, max(1, (1<<16)/max(row, 1)), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
