@@ -138,26 +138,12 @@ func maskedSoftmax(row []float32, n int, keyMask, add []float32) {
 			}
 		}
 	}
-	m := negInf
-	for _, v := range row {
-		if v > m || v != v {
-			m = v
-		}
-	}
+	m := rowMax(row)
 	if m == negInf {
 		clear(row)
 		return
 	}
-	var s float64
-	for j, v := range row {
-		e := expf(v - m)
-		row[j] = float32(e)
-		s += e
-	}
-	inv := 1 / s
-	for j := range row {
-		row[j] = float32(float64(row[j]) * inv)
-	}
+	softmaxFrom(row, row, m)
 }
 
 func (be *Backend) RoPE(dst, x, cos, sin *tensor.Tensor) error {

@@ -91,29 +91,33 @@ func (be *Backend) Alloc(n int64) (buf tensor.Buffer, err error) {
 func (be *Backend) Free(tensor.Buffer) {}
 
 func (be *Backend) Upload(dst tensor.Buffer, off int64, src []byte) error {
-	hb, ok := dst.(*tensor.HostBuffer)
-	if !ok {
-		return fmt.Errorf("cpu: upload into a %T", dst)
+	d, err := hostRange("upload", "into", dst, off, len(src))
+	if err == nil {
+		copy(d, src)
 	}
-	d := hb.Data()
-	if off < 0 || off+int64(len(src)) > int64(len(d)) {
-		return fmt.Errorf("cpu: upload of %d bytes at %d into %d", len(src), off, len(d))
-	}
-	copy(d[off:], src)
-	return nil
+	return err
 }
 
 func (be *Backend) Download(dst []byte, src tensor.Buffer, off int64) error {
-	hb, ok := src.(*tensor.HostBuffer)
+	d, err := hostRange("download", "from", src, off, len(dst))
+	if err == nil {
+		copy(dst, d)
+	}
+	return err
+}
+
+// hostRange is bytes [off, off+n) of a host buffer, for op (upload into,
+// download from) to copy.
+func hostRange(op, prep string, b tensor.Buffer, off int64, n int) ([]byte, error) {
+	hb, ok := b.(*tensor.HostBuffer)
 	if !ok {
-		return fmt.Errorf("cpu: download from a %T", src)
+		return nil, fmt.Errorf("cpu: %s %s a %T", op, prep, b)
 	}
 	d := hb.Data()
-	if off < 0 || off+int64(len(dst)) > int64(len(d)) {
-		return fmt.Errorf("cpu: download of %d bytes at %d from %d", len(dst), off, len(d))
+	if off < 0 || off+int64(n) > int64(len(d)) {
+		return nil, fmt.Errorf("cpu: %s of %d bytes at %d %s %d", op, n, off, prep, len(d))
 	}
-	copy(dst, d[off:])
-	return nil
+	return d[off : off+int64(n)], nil
 }
 
 func (be *Backend) Sync() error { return nil }

@@ -95,12 +95,20 @@ func (be *Backend) GroupNorm(dst, x, w, b *tensor.Tensor, groups int, eps float3
 	})
 }
 
-// rowsOf checks a last-axis op's shapes and returns (rows, row length).
-func rowsOf(op string, dst, x *tensor.Tensor) (int, int, error) {
-	if x.Rank() == 0 || dst.Numel() != x.Numel() || dst.DType() != x.DType() {
+// rowsOf checks a last-axis op's dtype and shapes, and its per-channel
+// parameters (nil: absent), and returns (rows, row length).
+func rowsOf(op string, dst, x *tensor.Tensor, params ...*tensor.Tensor) (int, int, error) {
+	dt := dst.DType()
+	if !isCompute(dt) {
+		return 0, 0, unsupported(op, dt)
+	}
+	if x.Rank() == 0 || dst.Numel() != x.Numel() || x.DType() != dt {
 		return 0, 0, fmt.Errorf("cpu: %s of %v into %v", op, x, dst)
 	}
 	d := x.Dim(-1)
+	if err := checkAffine(op, dt, d, params...); err != nil {
+		return 0, 0, err
+	}
 	if d == 0 {
 		return 0, 0, nil
 	}
@@ -108,15 +116,8 @@ func rowsOf(op string, dst, x *tensor.Tensor) (int, int, error) {
 }
 
 func (be *Backend) LayerNorm(dst, x, w, b *tensor.Tensor, eps float32) error {
-	dt := dst.DType()
-	if !isCompute(dt) {
-		return unsupported("layer_norm", dt)
-	}
-	n, d, err := rowsOf("layer_norm", dst, x)
+	n, d, err := rowsOf("layer_norm", dst, x, w, b)
 	if err != nil {
-		return err
-	}
-	if err := checkAffine("layer_norm", dt, d, w, b); err != nil {
 		return err
 	}
 	return be.inF32(dst, []*tensor.Tensor{x, w, b}, func(_ *temps, in [][]float32, out []float32) {
@@ -141,20 +142,13 @@ func (be *Backend) LayerNorm(dst, x, w, b *tensor.Tensor, eps float32) error {
 }
 
 func (be *Backend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
-	dt := dst.DType()
-	if !isCompute(dt) {
-		return unsupported("rms_norm", dt)
-	}
-	n, d, err := rowsOf("rms_norm", dst, x)
+	n, d, err := rowsOf("rms_norm", dst, x, w)
 	if err != nil {
-		return err
-	}
-	if err := checkAffine("rms_norm", dt, d, w); err != nil {
 		return err
 	}
 	return be.inF32(dst, []*tensor.Tensor{x, w}, func(_ *temps, in [][]float32, out []float32) {
 		xf, wf := in[0], in[1]
-		round := tensor.Rounder(dt)
+		round := tensor.Rounder(dst.DType())
 		be.eachRow(n, d, func(r int) {
 			xs, ys := xf[r*d:(r+1)*d], out[r*d:(r+1)*d]
 			var q float64
@@ -176,10 +170,6 @@ func (be *Backend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
 }
 
 func (be *Backend) Softmax(dst, x *tensor.Tensor) error {
-	dt := dst.DType()
-	if !isCompute(dt) {
-		return unsupported("softmax", dt)
-	}
 	n, d, err := rowsOf("softmax", dst, x)
 	if err != nil {
 		return err
@@ -191,13 +181,22 @@ func (be *Backend) Softmax(dst, x *tensor.Tensor) error {
 
 // softmaxRow is a max-subtracted softmax with a float64 sum. A row of -Inf
 // gives NaN, as torch does.
-func softmaxRow(y, x []float32) {
+func softmaxRow(y, x []float32) { softmaxFrom(y, x, rowMax(x)) }
+
+// rowMax is x's largest value, NaN when x holds one, −Inf when x is empty.
+func rowMax(x []float32) float32 {
 	m := float32(math.Inf(-1))
 	for _, v := range x {
 		if v > m || v != v {
 			m = v
 		}
 	}
+	return m
+}
+
+// softmaxFrom writes the softmax of x into y, shifted by x's maximum m,
+// summed in float64.
+func softmaxFrom(y, x []float32, m float32) {
 	var s float64
 	for j, v := range x {
 		e := expf(v - m)

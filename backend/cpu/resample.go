@@ -6,10 +6,19 @@ import (
 	"github.com/framepack-go/framepack/tensor"
 )
 
-// bySize runs a dtype-agnostic kernel on element words of the tensors' size.
-func bySize(dt tensor.DType, db, sb []byte, k8 func([]uint8, []uint8), k16 func([]uint16, []uint16),
+// bySize runs a dtype-agnostic kernel from src into dst on element words of
+// their dtype's size (nothing for an empty dst).
+func bySize(dst, src *tensor.Tensor, k8 func([]uint8, []uint8), k16 func([]uint16, []uint16),
 	k32 func([]uint32, []uint32), k64 func([]uint64, []uint64)) error {
-	switch dt.Size() {
+	if dst.Numel() == 0 {
+		return nil
+	}
+	bs, err := rawAll(dst, src)
+	if err != nil {
+		return err
+	}
+	db, sb := bs[0], bs[1]
+	switch dt := dst.DType(); dt.Size() {
 	case 1:
 		k8(tensor.ViewAs[uint8](db), tensor.ViewAs[uint8](sb))
 	case 2:
@@ -40,16 +49,8 @@ func (be *Backend) Pad(dst, src *tensor.Tensor, before []int, mode tensor.PadMod
 			return fmt.Errorf("cpu: pad of %v into %v with %v in front", src, dst, before)
 		}
 	}
-	if dst.Numel() == 0 {
-		return nil
-	}
-	bs, err := rawAll(dst, src)
-	if err != nil {
-		return err
-	}
-	db, sb := bs[0], bs[1]
 	rep := mode == tensor.PadReplicate
-	return bySize(dst.DType(), db, sb,
+	return bySize(dst, src,
 		func(d, s []uint8) { padRows(be, d, s, ds, ss, bf, rep) },
 		func(d, s []uint16) { padRows(be, d, s, ds, ss, bf, rep) },
 		func(d, s []uint32) { padRows(be, d, s, ds, ss, bf, rep) },
@@ -111,16 +112,8 @@ func (be *Backend) UpsampleNearest(dst, src *tensor.Tensor, scale [3]int) error 
 			return fmt.Errorf("cpu: upsample of %v by %v into %v", src, scale, dst)
 		}
 	}
-	if dst.Numel() == 0 {
-		return nil
-	}
-	bs, err := rawAll(dst, src)
-	if err != nil {
-		return err
-	}
-	db, sb := bs[0], bs[1]
 	g := [6]int{ss[r-3], ss[r-2], ss[r-1], scale[0], scale[1], scale[2]}
-	return bySize(dst.DType(), db, sb,
+	return bySize(dst, src,
 		func(d, s []uint8) { upsampleRows(be, d, s, g) },
 		func(d, s []uint16) { upsampleRows(be, d, s, g) },
 		func(d, s []uint32) { upsampleRows(be, d, s, g) },
