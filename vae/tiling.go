@@ -40,17 +40,13 @@ func SpatialTiling(tile, stride int) Tiling {
 }
 
 func (t Tiling) normalized() Tiling {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
+	if t.TileFrames == 0 {
+		t.TileFrames = 16
 	}
-	def(&t.TileFrames, 16)
-	def(&t.TileFrameStride, 12)
-	def(&t.TileHeight, 256)
-	def(&t.TileWidth, 256)
-	def(&t.TileStrideHeight, 192)
-	def(&t.TileStrideWidth, 192)
+	if t.TileFrameStride == 0 {
+		t.TileFrameStride = 12
+	}
+	tiles.DefaultSize(&t.TileHeight, &t.TileWidth, &t.TileStrideHeight, &t.TileStrideWidth)
 	return t
 }
 

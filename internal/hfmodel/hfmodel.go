@@ -6,9 +6,30 @@
 package hfmodel
 
 import (
+	"fmt"
+	"path/filepath"
+
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )
+
+// ReadConfig reads dir/config.json, lets complete fill in what the file may
+// leave out (nil: nothing), and validates the result; an invalid config's
+// error names the model (name) and the file. Keys the model does not use
+// are ignored.
+func ReadConfig[C interface{ Validate() error }](dir, name string, complete func(*C)) (C, error) {
+	var cfg C
+	if err := weights.ReadConfig(dir, &cfg); err != nil {
+		return cfg, err
+	}
+	if complete != nil {
+		complete(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("%s: %s: %w", name, filepath.Join(dir, "config.json"), err)
+	}
+	return cfg, nil
+}
 
 // Load reads the model in dir onto be in dtype dt: read reads and checks
 // its config.json, build makes the model through l.

@@ -4,7 +4,6 @@ package clip
 
 import (
 	"fmt"
-	"path/filepath"
 
 	"github.com/framepack-go/framepack/internal/hfmodel"
 	"github.com/framepack-go/framepack/model/internal/encoder"
@@ -42,14 +41,7 @@ type Model struct {
 // ignored; eos_token_id 2 (the released text_encoder_2) selects the legacy
 // pooling.
 func ReadConfig(dir string) (Config, error) {
-	var cfg Config
-	if err := weights.ReadConfig(dir, &cfg); err != nil {
-		return cfg, err
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("clip: %s: %w", filepath.Join(dir, "config.json"), err)
-	}
-	return cfg, nil
+	return hfmodel.ReadConfig[Config](dir, "clip", nil)
 }
 
 // Validate reports a config this implementation cannot run, naming the key.

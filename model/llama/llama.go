@@ -6,7 +6,6 @@ package llama
 import (
 	"fmt"
 	"math"
-	"path/filepath"
 
 	"github.com/framepack-go/framepack/internal/hfmodel"
 	"github.com/framepack-go/framepack/tensor"
@@ -65,20 +64,14 @@ type Model struct {
 // rope_parameters; keys the model does not use (torch_dtype,
 // transformers_version, ...) are ignored.
 func ReadConfig(dir string) (Config, error) {
-	var cfg Config
-	if err := weights.ReadConfig(dir, &cfg); err != nil {
-		return cfg, err
-	}
-	if cfg.HeadDim == 0 && cfg.NumAttentionHeads > 0 {
-		cfg.HeadDim = cfg.HiddenSize / cfg.NumAttentionHeads
-	}
-	if cfg.NumKeyValueHeads == 0 {
-		cfg.NumKeyValueHeads = cfg.NumAttentionHeads
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("llama: %s: %w", filepath.Join(dir, "config.json"), err)
-	}
-	return cfg, nil
+	return hfmodel.ReadConfig(dir, "llama", func(c *Config) {
+		if c.HeadDim == 0 && c.NumAttentionHeads > 0 {
+			c.HeadDim = c.HiddenSize / c.NumAttentionHeads
+		}
+		if c.NumKeyValueHeads == 0 {
+			c.NumKeyValueHeads = c.NumAttentionHeads
+		}
+	})
 }
 
 // Validate reports a config this implementation cannot run, naming the key.

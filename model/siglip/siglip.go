@@ -4,7 +4,6 @@ package siglip
 
 import (
 	"fmt"
-	"path/filepath"
 
 	"github.com/framepack-go/framepack/internal/hfmodel"
 	"github.com/framepack-go/framepack/model/internal/encoder"
@@ -39,17 +38,11 @@ type Model struct {
 // does not use (architectures, torch_dtype, transformers_version, ...) are
 // ignored.
 func ReadConfig(dir string) (Config, error) {
-	var cfg Config
-	if err := weights.ReadConfig(dir, &cfg); err != nil {
-		return cfg, err
-	}
-	if cfg.NumChannels == 0 {
-		cfg.NumChannels = 3
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("siglip: %s: %w", filepath.Join(dir, "config.json"), err)
-	}
-	return cfg, nil
+	return hfmodel.ReadConfig(dir, "siglip", func(c *Config) {
+		if c.NumChannels == 0 {
+			c.NumChannels = 3
+		}
+	})
 }
 
 // Validate reports a config this implementation cannot run, naming the key.

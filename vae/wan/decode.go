@@ -25,15 +25,7 @@ func SpatialTiling(tile, stride int) Tiling {
 }
 
 func (t Tiling) normalized() Tiling {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&t.TileHeight, 256)
-	def(&t.TileWidth, 256)
-	def(&t.TileStrideHeight, 192)
-	def(&t.TileStrideWidth, 192)
+	tiles.DefaultSize(&t.TileHeight, &t.TileWidth, &t.TileStrideHeight, &t.TileStrideWidth)
 	return t
 }
 

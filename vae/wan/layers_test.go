@@ -212,6 +212,21 @@ func TestCausalConvCacheF64(t *testing.T) {
 	x := randn(4, 1, cin, T, H, W)
 	padded, ps := zeroPad(f64(x), cin, T, H, W, [3]int{2, 1, 1}, [3]int{0, 1, 1})
 	want, _ := conv3dF64(padded, cin, ps[0], ps[1], ps[2], f64(cv.w), f64(cv.b), cout, 3, 3, 3, [3]int{1, 1, 1})
+	onCPUAndChain(t, func(t *testing.T, s *tensor.Scope) {
+		c := &causalConv{conv{w: s.To(cv.w), b: s.To(cv.b), stride: cv.stride}}
+		f := newFeatCache(s)
+		var outs []*tensor.Tensor
+		for _, r := range [][2]int{{0, 1}, {1, 5}, {5, 9}} {
+			f.chunk()
+			outs = append(outs, c.forward(s, f, s.Slice(s.To(x), 2, r[0], r[1])))
+		}
+		relL2(t, "chunked causal conv", s.Concat(2, outs...), want, 1e-6)
+	})
+}
+
+// onCPUAndChain runs f on the plain CPU and through the conv3d chain
+// (chainBackend), each a subtest with its own scope.
+func onCPUAndChain(t *testing.T, f func(t *testing.T, s *tensor.Scope)) {
 	for _, tc := range []struct {
 		name string
 		be   tensor.Backend
@@ -219,14 +234,7 @@ func TestCausalConvCacheF64(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tensor.NewScope(tc.be)
 			defer s.Close()
-			c := &causalConv{conv{w: s.To(cv.w), b: s.To(cv.b), stride: cv.stride}}
-			f := newFeatCache(s)
-			var outs []*tensor.Tensor
-			for _, r := range [][2]int{{0, 1}, {1, 5}, {5, 9}} {
-				f.chunk()
-				outs = append(outs, c.forward(s, f, s.Slice(s.To(x), 2, r[0], r[1])))
-			}
-			relL2(t, "chunked causal conv", s.Concat(2, outs...), want, 1e-6)
+			f(t, s)
 		})
 	}
 }
@@ -248,53 +256,46 @@ func TestUpsampleF64(t *testing.T) {
 	p := hostParams()
 	r := newResample(p, "u", c, true, true)
 	x0, x1 := randn(5, 1, c, 1, H, W), randn(6, 1, c, 1, H, W)
-	for _, tc := range []struct {
-		name string
-		be   tensor.Backend
-	}{{"cpu", cpu.New()}, {"chain", chainBackend(t)}} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := tensor.NewScope(tc.be)
-			defer s.Close()
-			rr := &resample{up: true, temporal: true,
-				conv:     &conv{w: s.To(r.conv.w), b: s.To(r.conv.b), stride: r.conv.stride},
-				timeConv: &conv{w: s.To(r.timeConv.w), b: s.To(r.timeConv.b), stride: r.timeConv.stride}}
-			f := newFeatCache(s)
-			f.chunk()
-			first := rr.forward(s, f, s.To(x0))
-			if got := first.Shape(); !equal(got, []int{1, c / 2, 1, 2 * H, 2 * W}) {
-				t.Fatalf("first chunk %v", got)
-			}
-			f.chunk()
-			got := rr.forward(s, f, s.To(x1))
-			// time_conv over [0, 0, x1]: one frame of 2c channels.
-			pt, pts := zeroPad(f64(x1), c, 1, H, W, [3]int{2, 0, 0}, [3]int{})
-			tc1, _ := conv3dF64(pt, c, pts[0], pts[1], pts[2], f64(r.timeConv.w), f64(r.timeConv.b), 2*c, 3, 1, 1, [3]int{1, 1, 1})
-			var want []float64
-			for k := 0; k < 2; k++ { // frame k: channels [k·c, (k+1)·c)
-				fr := tc1[k*c*H*W : (k+1)*c*H*W]
-				up := make([]float64, c*2*H*2*W)
-				for ch := 0; ch < c; ch++ {
-					for y := 0; y < 2*H; y++ {
-						for xx := 0; xx < 2*W; xx++ {
-							up[(ch*2*H+y)*2*W+xx] = fr[(ch*H+y/2)*W+xx/2]
-						}
+	onCPUAndChain(t, func(t *testing.T, s *tensor.Scope) {
+		rr := &resample{up: true, temporal: true,
+			conv:     &conv{w: s.To(r.conv.w), b: s.To(r.conv.b), stride: r.conv.stride},
+			timeConv: &conv{w: s.To(r.timeConv.w), b: s.To(r.timeConv.b), stride: r.timeConv.stride}}
+		f := newFeatCache(s)
+		f.chunk()
+		first := rr.forward(s, f, s.To(x0))
+		if got := first.Shape(); !equal(got, []int{1, c / 2, 1, 2 * H, 2 * W}) {
+			t.Fatalf("first chunk %v", got)
+		}
+		f.chunk()
+		got := rr.forward(s, f, s.To(x1))
+		// time_conv over [0, 0, x1]: one frame of 2c channels.
+		pt, pts := zeroPad(f64(x1), c, 1, H, W, [3]int{2, 0, 0}, [3]int{})
+		tc1, _ := conv3dF64(pt, c, pts[0], pts[1], pts[2], f64(r.timeConv.w), f64(r.timeConv.b), 2*c, 3, 1, 1, [3]int{1, 1, 1})
+		var want []float64
+		for k := 0; k < 2; k++ { // frame k: channels [k·c, (k+1)·c)
+			fr := tc1[k*c*H*W : (k+1)*c*H*W]
+			up := make([]float64, c*2*H*2*W)
+			for ch := 0; ch < c; ch++ {
+				for y := 0; y < 2*H; y++ {
+					for xx := 0; xx < 2*W; xx++ {
+						up[(ch*2*H+y)*2*W+xx] = fr[(ch*H+y/2)*W+xx/2]
 					}
 				}
-				pu, pus := zeroPad(up, c, 1, 2*H, 2*W, [3]int{0, 1, 1}, [3]int{0, 1, 1})
-				o, _ := conv3dF64(pu, c, pus[0], pus[1], pus[2], f64(r.conv.w), f64(r.conv.b), c/2, 1, 3, 3, [3]int{1, 1, 1})
-				want = append(want, o...)
 			}
-			// want is (frame, c/2, 2H, 2W); the output is (c/2, frame, 2H, 2W).
-			hw := 4 * H * W
-			ordered := make([]float64, len(want))
-			for k := 0; k < 2; k++ {
-				for ch := 0; ch < c/2; ch++ {
-					copy(ordered[(ch*2+k)*hw:(ch*2+k+1)*hw], want[(k*c/2+ch)*hw:(k*c/2+ch+1)*hw])
-				}
+			pu, pus := zeroPad(up, c, 1, 2*H, 2*W, [3]int{0, 1, 1}, [3]int{0, 1, 1})
+			o, _ := conv3dF64(pu, c, pus[0], pus[1], pus[2], f64(r.conv.w), f64(r.conv.b), c/2, 1, 3, 3, [3]int{1, 1, 1})
+			want = append(want, o...)
+		}
+		// want is (frame, c/2, 2H, 2W); the output is (c/2, frame, 2H, 2W).
+		hw := 4 * H * W
+		ordered := make([]float64, len(want))
+		for k := 0; k < 2; k++ {
+			for ch := 0; ch < c/2; ch++ {
+				copy(ordered[(ch*2+k)*hw:(ch*2+k+1)*hw], want[(k*c/2+ch)*hw:(k*c/2+ch+1)*hw])
 			}
-			relL2(t, "upsample3d", got, ordered, 1e-6)
-		})
-	}
+		}
+		relL2(t, "upsample3d", got, ordered, 1e-6)
+	})
 }
 
 // TestDecodeThroughChainMatches: the whole decode and encode through the
@@ -378,24 +379,17 @@ func TestDownsample3dF64(t *testing.T) {
 	want[0] = frames(0)
 	want[1], _ = conv3dF64(frames(0, 1, 2, 3, 4), c, 5, ss[1], ss[2], f64(r.timeConv.w), f64(r.timeConv.b), c, 3, 1, 1, [3]int{2, 1, 1})
 	want[2], _ = conv3dF64(frames(4, 5, 6, 7, 8), c, 5, ss[1], ss[2], f64(r.timeConv.w), f64(r.timeConv.b), c, 3, 1, 1, [3]int{2, 1, 1})
-	for _, tc := range []struct {
-		name string
-		be   tensor.Backend
-	}{{"cpu", cpu.New()}, {"chain", chainBackend(t)}} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := tensor.NewScope(tc.be)
-			defer s.Close()
-			rr := &resample{temporal: true,
-				conv:     &conv{w: s.To(r.conv.w), b: s.To(r.conv.b), stride: r.conv.stride},
-				timeConv: &conv{w: s.To(r.timeConv.w), b: s.To(r.timeConv.b), stride: r.timeConv.stride}}
-			f := newFeatCache(s)
-			for i, rg := range [][2]int{{0, 1}, {1, 5}, {5, 9}} {
-				f.chunk()
-				got := rr.forward(s, f, s.Slice(s.To(x), 2, rg[0], rg[1]))
-				relL2(t, "downsample3d chunk "+string(rune('0'+i)), got, want[i], 1e-6)
-			}
-		})
-	}
+	onCPUAndChain(t, func(t *testing.T, s *tensor.Scope) {
+		rr := &resample{temporal: true,
+			conv:     &conv{w: s.To(r.conv.w), b: s.To(r.conv.b), stride: r.conv.stride},
+			timeConv: &conv{w: s.To(r.timeConv.w), b: s.To(r.timeConv.b), stride: r.timeConv.stride}}
+		f := newFeatCache(s)
+		for i, rg := range [][2]int{{0, 1}, {1, 5}, {5, 9}} {
+			f.chunk()
+			got := rr.forward(s, f, s.Slice(s.To(x), 2, rg[0], rg[1]))
+			relL2(t, "downsample3d chunk "+string(rune('0'+i)), got, want[i], 1e-6)
+		}
+	})
 }
 
 // TestUpsampleThirdChunkF64: upsample3d's time_conv on the third chunk

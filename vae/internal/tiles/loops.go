@@ -93,6 +93,19 @@ func (r Blender) Temporal(tile func(t0, t1 int) *Video, n, tin, sin, sout, bout,
 // _width and tile_sample_stride_height, _width.
 type Size struct{ TileHeight, TileWidth, StrideHeight, StrideWidth int }
 
+// DefaultSize gives zero sizes diffusers' defaults, the same for both VAEs:
+// 256-pixel tiles every 192 pixels.
+func DefaultSize(tileH, tileW, strideH, strideW *int) {
+	for _, d := range []struct {
+		v *int
+		n int
+	}{{tileH, 256}, {tileW, 256}, {strideH, 192}, {strideW, 192}} {
+		if *d.v == 0 {
+			*d.v = d.n
+		}
+	}
+}
+
 // Decode is the grid of a tiled decode of an h×w latent, r pixels a latent:
 // latent tiles in, pixels out.
 func (s Size) Decode(r, h, w int) Grid {
