@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/internal/scopetest"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/sampler"
@@ -54,7 +55,7 @@ func TestEncodeTemporalTiles(t *testing.T) {
 	want := tiles.New(1, 16, 6, 2, 2)
 	tiles.Paste(want, 0, 0, 0, a, 0, 0, 0, 5, 2, 2)
 	tiles.Paste(want, 5, 0, 0, b, 2, 0, 0, 1, 2, 2)
-	if d := relL2(values(got), values(want)); d != 0 {
+	if d := numcmp.RelL2(values(got), values(want)); d != 0 {
 		t.Errorf("frame-wise encode differs from the hand-made one: rel_l2 %g", d)
 	}
 }
@@ -98,13 +99,13 @@ func TestEncodeSpatialTiles(t *testing.T) {
 			tiles.Paste(want, 0, 3*i, 3*j, tile, 0, 0, 0, 1, nh, nw)
 		}
 	}
-	if d := relL2(values(got), values(want)); d != 0 {
+	if d := numcmp.RelL2(values(got), values(want)); d != 0 {
 		t.Errorf("tiled encode differs from the hand-made one: rel_l2 %g", d)
 	}
 	// A tile as large as the image is the plain encode.
 	plain, _ := encode(t, v, x, Tiling{})
 	big, _ := encode(t, v, x, SpatialTiling(64, 32))
-	if d := relL2(values(big), values(plain)); d != 0 {
+	if d := numcmp.RelL2(values(big), values(plain)); d != 0 {
 		t.Errorf("tile ≥ image changed the result: rel_l2 %g", d)
 	}
 }
