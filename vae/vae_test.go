@@ -28,15 +28,9 @@ func decode(t *testing.T, v *VAE, z *tensor.Tensor, opts DecodeOptions) *tensor.
 
 // caseTiling is enable_tiling(**tiling) of a case.
 func caseTiling(c *golden.Case) Tiling {
-	var p struct {
-		H  int `json:"tile_sample_min_height"`
-		W  int `json:"tile_sample_min_width"`
-		SH int `json:"tile_sample_stride_height"`
-		SW int `json:"tile_sample_stride_width"`
-	}
-	c.Param("tiling", &p)
-	return Tiling{Framewise: true, Spatial: true, TileHeight: p.H, TileWidth: p.W,
-		TileStrideHeight: p.SH, TileStrideWidth: p.SW}.normalized()
+	p := c.Tiling()
+	return Tiling{Framewise: true, Spatial: true, TileHeight: p.TileHeight, TileWidth: p.TileWidth,
+		TileStrideHeight: p.StrideHeight, TileStrideWidth: p.StrideWidth}.normalized()
 }
 
 func TestGoldenDecode(t *testing.T) {

@@ -37,14 +37,8 @@ func encode(t *testing.T, v *VAE, x *tensor.Tensor, til Tiling) (mean, logvar *t
 
 // caseTiling is enable_tiling(**tiling) of a case.
 func caseTiling(c *golden.Case) Tiling {
-	var p struct {
-		H  int `json:"tile_sample_min_height"`
-		W  int `json:"tile_sample_min_width"`
-		SH int `json:"tile_sample_stride_height"`
-		SW int `json:"tile_sample_stride_width"`
-	}
-	c.Param("tiling", &p)
-	return Tiling{Spatial: true, TileHeight: p.H, TileWidth: p.W, TileStrideHeight: p.SH, TileStrideWidth: p.SW}
+	p := c.Tiling()
+	return Tiling{Spatial: true, TileHeight: p.TileHeight, TileWidth: p.TileWidth, TileStrideHeight: p.StrideHeight, TileStrideWidth: p.StrideWidth}
 }
 
 func TestGoldenWanDecode(t *testing.T) {
