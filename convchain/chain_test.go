@@ -157,6 +157,16 @@ func (f *fixture) conv(t *testing.T, c *Chain) ([]float32, error) {
 	return out, err
 }
 
+// convOK runs the convolution through c and checks its result.
+func (f *fixture) convOK(t *testing.T, c *Chain) {
+	t.Helper()
+	got, err := f.conv(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.check(t, got)
+}
+
 func (f *fixture) check(t *testing.T, got []float32) {
 	t.Helper()
 	if len(got) != len(f.want) {
@@ -180,11 +190,7 @@ func (f *fixture) runs() []int {
 func TestOptimizedTierWithSearch(t *testing.T) {
 	f := newFixture(t)
 	c := f.chain(t, "", 20*time.Second)
-	got, err := f.conv(t, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.check(t, got)
+	f.convOK(t, c)
 	if r := f.runs(); r[0] != 1 || r[1]+r[2] != 0 {
 		t.Fatalf("runs %v", r)
 	}
@@ -256,11 +262,7 @@ func TestHungSearch(t *testing.T) {
 func TestHangWithoutSearch(t *testing.T) {
 	f := newFixture(t)
 	c := f.chain(t, "conv3d.optimized=error,conv3d.gemm=hang", time.Second)
-	got, err := f.conv(t, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.check(t, got)
+	f.convOK(t, c)
 	if r := f.runs(); r[2] != 1 || r[1] != 0 {
 		t.Fatalf("runs %v: want the naive tier", r)
 	}
@@ -280,11 +282,7 @@ func TestErrorAndOOMFallThrough(t *testing.T) {
 		t.Run(tc.faults, func(t *testing.T) {
 			f := newFixture(t)
 			c := f.chain(t, tc.faults, 20*time.Second)
-			got, err := f.conv(t, c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.check(t, got)
+			f.convOK(t, c)
 			r := f.runs()
 			for i := range r {
 				if (i == tc.tier) != (r[i] == 1) {
@@ -334,11 +332,7 @@ func TestSearchFailures(t *testing.T) {
 	naivest := &fakeTier{name: "naivest", be: f.cpu, search: true}
 	f.tiers = []*fakeTier{crashy, hungry, naivest, {name: "gemm", be: f.cpu}}
 	c := f.chain(t, "", 20*time.Second)
-	got, err := f.conv(t, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.check(t, got)
+	f.convOK(t, c)
 	if r := f.runs(); r[3] != 1 || r[0]+r[1]+r[2] != 0 {
 		t.Fatalf("runs %v", r)
 	}
@@ -441,11 +435,7 @@ func TestCorruptCache(t *testing.T) {
 	if !strings.Contains(f.log.String(), "ignoring the remembered choices in "+f.cache) {
 		t.Fatalf("no warning:\n%s", f.log)
 	}
-	got, err := f.conv(t, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.check(t, got)
+	f.convOK(t, c)
 	ch, err := Remembered(f.cache)
 	if err != nil || len(ch) != 1 {
 		t.Fatalf("the file was not rewritten: %v %v", ch, err)
@@ -518,11 +508,7 @@ func TestHungSearchWithGrandchild(t *testing.T) {
 	f.tiers = []*fakeTier{{name: "spawner", be: f.cpu, search: true}, {name: "gemm", be: f.cpu}}
 	c := f.chain(t, "", time.Second)
 	start := time.Now()
-	got, err := f.conv(t, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.check(t, got)
+	f.convOK(t, c)
 	if el := time.Since(start); el > 2*time.Second {
 		t.Fatalf("took %v with a 1 s deadline", el)
 	}
@@ -561,11 +547,7 @@ func TestNoChildHook(t *testing.T) {
 	defer hooked.Store(true)
 	f := newFixture(t)
 	c := f.chain(t, "", 20*time.Second)
-	got, err := f.conv(t, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.check(t, got)
+	f.convOK(t, c)
 	if r := f.runs(); r[0] != 0 || r[1] != 1 || !strings.Contains(f.log.String(), "does not call convchain.MaybeRunChild") {
 		t.Fatalf("runs %v, log:\n%s", r, f.log)
 	}

@@ -262,14 +262,18 @@ func (s Stats) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "device %s: cap %s, in use %s, peak %s", s.Device, FormatBytes(s.Cap), FormatBytes(s.InUse), FormatBytes(s.Peak))
 	for i, h := range s.Owners {
-		if i == 0 {
-			sb.WriteString("; ")
-		} else {
-			sb.WriteString(", ")
-		}
-		fmt.Fprintf(&sb, "%s %s", h.Owner, FormatBytes(h.Bytes))
+		fmt.Fprintf(&sb, "%s%s %s", listSep(i), h.Owner, FormatBytes(h.Bytes))
 	}
 	return sb.String()
+}
+
+// listSep is what goes before owner i of a stats line: "; " before the
+// first, ", " between.
+func listSep(i int) string {
+	if i == 0 {
+		return "; "
+	}
+	return ", "
 }
 
 // String is Stats().String().

@@ -2,9 +2,7 @@ package memory
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 )
@@ -271,12 +269,7 @@ func (s HostStats) String() string {
 		fmt.Fprintf(&sb, ", rss %s (peak %s)", FormatBytes(s.RSS), FormatBytes(s.RSSPeak))
 	}
 	for i, o := range s.Owners {
-		if i == 0 {
-			sb.WriteString("; ")
-		} else {
-			sb.WriteString(", ")
-		}
-		fmt.Fprintf(&sb, "%s %s", o.Owner, FormatBytes(o.Bytes))
+		fmt.Fprintf(&sb, "%s%s %s", listSep(i), o.Owner, FormatBytes(o.Bytes))
 		if o.How != "" && o.Bytes > 0 {
 			sb.WriteString(" " + o.How)
 		}
@@ -287,32 +280,16 @@ func (s HostStats) String() string {
 // ReadRSS is the process's resident set now and its peak (VmRSS and VmHWM
 // of /proc/self/status), -1 each where the system does not say.
 func ReadRSS() (rss, peak int64) {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return -1, -1
-	}
 	rss, peak = -1, -1
-	for _, line := range strings.Split(string(b), "\n") {
-		key, rest, ok := strings.Cut(line, ":")
-		if !ok || (key != "VmRSS" && key != "VmHWM") {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		if len(f) > 1 && strings.EqualFold(f[1], "kB") {
-			v *= KiB
-		}
-		if key == "VmRSS" {
-			rss = v
-		} else {
-			peak = v
-		}
+	st, err := readMeminfo("/proc/self/status")
+	if err != nil {
+		return rss, peak
+	}
+	if v, ok := st["VmRSS"]; ok {
+		rss = v
+	}
+	if v, ok := st["VmHWM"]; ok {
+		peak = v
 	}
 	return rss, peak
 }

@@ -199,6 +199,8 @@ func deviceLabel(d DeviceInfo) string {
 	return d.Arch
 }
 
+// readMeminfo reads a /proc file of "Key: value [kB]" lines (meminfo,
+// self/status) into values by key, kB made bytes.
 func readMeminfo(path string) (map[string]int64, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -82,23 +82,13 @@ func conv3dRef(d ConvDesc, x, w []float64) []float64 {
 
 // toLayout reorders a logical (A, B, C, D, E) array — (N, C, D, H, W) or
 // (K, C, kD, kH, kW) — into l's storage order; fromLayout undoes it.
-func toLayout(v []float64, s [5]int, l Layout) []float64 {
-	if l == NCDHW {
-		return v
-	}
-	out := make([]float64, len(v))
-	inner := s[2] * s[3] * s[4]
-	for a := range s[0] {
-		for c := range s[1] {
-			for p := range inner {
-				out[(a*inner+p)*s[1]+c] = v[(a*s[1]+c)*inner+p]
-			}
-		}
-	}
-	return out
-}
+func toLayout(v []float64, s [5]int, l Layout) []float64 { return relayout(v, s, l, true) }
 
-func fromLayout(v []float64, s [5]int, l Layout) []float64 {
+func fromLayout(v []float64, s [5]int, l Layout) []float64 { return relayout(v, s, l, false) }
+
+// relayout moves the channel axis B of v last (toStorage) or back from last
+// when l is NDHWC.
+func relayout(v []float64, s [5]int, l Layout, toStorage bool) []float64 {
 	if l == NCDHW {
 		return v
 	}
@@ -107,7 +97,12 @@ func fromLayout(v []float64, s [5]int, l Layout) []float64 {
 	for a := range s[0] {
 		for c := range s[1] {
 			for p := range inner {
-				out[(a*s[1]+c)*inner+p] = v[(a*inner+p)*s[1]+c]
+				last, first := (a*inner+p)*s[1]+c, (a*s[1]+c)*inner+p
+				if toStorage {
+					out[last] = v[first]
+				} else {
+					out[first] = v[last]
+				}
 			}
 		}
 	}

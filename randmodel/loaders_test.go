@@ -68,31 +68,19 @@ func TestDistinctDimsLoad(t *testing.T) {
 		"patch_size": 2, "patch_size_t": 1, "pooled_projection_dim": 24, "qk_norm": "rms_norm", "rope_axes_dim": []int{4, 6, 6},
 		"rope_theta": 256.0, "text_embed_dim": 40}
 	c := mk("transformer", "diffusion_pytorch_model", "BF16", 100_000, tr)
-	if m, err := hunyuan.Load(writeComponent(t, c), be, hunyuan.Options{DType: tensor.F32}); err != nil {
-		t.Errorf("transformer: %v", err)
-	} else {
-		m.Close()
-	}
+	loads[*hunyuan.Model](t, "transformer")(hunyuan.Load(writeComponent(t, c), be, hunyuan.Options{DType: tensor.F32}))
 
 	ll := map[string]any{"architectures": []string{"LlamaModel"}, "hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2,
 		"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 50, "rms_norm_eps": 1e-5,
 		"rope_theta": 500000.0, "rope_scaling": nil, "max_position_embeddings": 64, "hidden_act": "silu", "model_type": "llama"}
 	c = mk("text_encoder", "model", "F16", 10_000, ll)
-	if m, err := llama.Load(writeComponent(t, c), be, tensor.F32); err != nil {
-		t.Errorf("text_encoder: %v", err)
-	} else {
-		m.Close()
-	}
+	loads[*llama.Model](t, "text_encoder")(llama.Load(writeComponent(t, c), be, tensor.F32))
 
 	cl := map[string]any{"architectures": []string{"CLIPTextModel"}, "hidden_size": 36, "intermediate_size": 56, "num_hidden_layers": 2,
 		"num_attention_heads": 3, "vocab_size": 70, "max_position_embeddings": 77, "hidden_act": "quick_gelu", "layer_norm_eps": 1e-5,
 		"eos_token_id": 2, "bos_token_id": 0, "pad_token_id": 1, "model_type": "clip_text_model"}
 	c = mk("text_encoder_2", "model", "F16", 0, cl)
-	if m, err := clip.Load(writeComponent(t, c), be, tensor.F32); err != nil {
-		t.Errorf("text_encoder_2: %v", err)
-	} else {
-		m.Close()
-	}
+	loads[*clip.Model](t, "text_encoder_2")(clip.Load(writeComponent(t, c), be, tensor.F32))
 
 	sg := map[string]any{"architectures": []string{"SiglipVisionModel"}, "hidden_size": 40, "intermediate_size": 72, "num_hidden_layers": 2,
 		"num_attention_heads": 4, "image_size": 30, "patch_size": 7, "num_channels": 3, "layer_norm_eps": 1e-6,
@@ -122,9 +110,17 @@ func TestDistinctDimsLoad(t *testing.T) {
 		"down_block_types": []string{"HunyuanVideoDownBlock3D", "HunyuanVideoDownBlock3D", "HunyuanVideoDownBlock3D", "HunyuanVideoDownBlock3D"},
 		"up_block_types":   []string{"HunyuanVideoUpBlock3D", "HunyuanVideoUpBlock3D", "HunyuanVideoUpBlock3D", "HunyuanVideoUpBlock3D"}}
 	c = mk("vae", "diffusion_pytorch_model", "F16", 0, va)
-	if v, err := vae.Load(writeComponent(t, c), be, vae.Options{DType: tensor.F32}); err != nil {
-		t.Errorf("vae: %v", err)
-	} else {
-		v.Close()
+	loads[*vae.VAE](t, "vae")(vae.Load(writeComponent(t, c), be, vae.Options{DType: tensor.F32}))
+}
+
+// loads checks that the component name loads, and frees it.
+func loads[M interface{ Close() }](t *testing.T, name string) func(M, error) {
+	return func(m M, err error) {
+		t.Helper()
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			return
+		}
+		m.Close()
 	}
 }

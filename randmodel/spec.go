@@ -36,23 +36,11 @@ func loaderTensors(folder string, cfg map[string]any) ([]weights.Spec, error) {
 	}
 	switch folder {
 	case "transformer":
-		c, err := hunyuan.ReadConfig(dir)
-		if err != nil {
-			return nil, err
-		}
-		return hunyuan.Plan(c)
+		return readPlan(dir, hunyuan.ReadConfig, hunyuan.Plan)
 	case "text_encoder":
-		c, err := llama.ReadConfig(dir)
-		if err != nil {
-			return nil, err
-		}
-		return llama.Plan(c)
+		return readPlan(dir, llama.ReadConfig, llama.Plan)
 	case "text_encoder_2":
-		c, err := clip.ReadConfig(dir)
-		if err != nil {
-			return nil, err
-		}
-		return clip.Plan(c)
+		return readPlan(dir, clip.ReadConfig, clip.Plan)
 	case "image_encoder":
 		c, err := siglip.ReadConfig(dir)
 		if err != nil {
@@ -61,11 +49,7 @@ func loaderTensors(folder string, cfg map[string]any) ([]weights.Spec, error) {
 		specs, err := siglip.Plan(c)
 		return append(specs, siglipHead(c.HiddenSize, c.IntermediateSize)...), err
 	case "vae":
-		c, err := vae.ReadConfig(dir)
-		if err != nil {
-			return nil, err
-		}
-		return vae.Plan(c)
+		return readPlan(dir, vae.ReadConfig, vae.Plan)
 	}
 	return nil, fmt.Errorf("no loader for %s", folder)
 }
@@ -88,4 +72,14 @@ func siglipHead(d, f int) []weights.Spec {
 		{Name: h + "mlp.fc2.weight", Shape: []int{d, f}},
 		{Name: h + "mlp.fc2.bias", Shape: []int{d}},
 	}
+}
+
+// readPlan reads dir's config.json with read, as the model's Load does, and
+// plans its weights.
+func readPlan[C any](dir string, read func(string) (C, error), plan func(C) ([]weights.Spec, error)) ([]weights.Spec, error) {
+	c, err := read(dir)
+	if err != nil {
+		return nil, err
+	}
+	return plan(c)
 }

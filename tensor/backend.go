@@ -120,11 +120,14 @@ const (
 var unaryNames = [...]string{"neg", "exp", "log", "sin", "cos", "sqrt", "rsqrt", "abs", "square",
 	"silu", "gelu", "gelu_tanh", "quick_gelu", "sigmoid", "tanh", "scale", "add_scalar", "clamp", "pow", "recip"}
 
-func (o UnaryOp) String() string {
-	if int(o) < len(unaryNames) {
-		return unaryNames[o]
+func (o UnaryOp) String() string { return opName(unaryNames[:], uint8(o), "unary") }
+
+// opName is names[o], or kind(o) for an op past the list.
+func opName(names []string, o uint8, kind string) string {
+	if int(o) < len(names) {
+		return names[o]
 	}
-	return fmt.Sprintf("unary(%d)", uint8(o))
+	return fmt.Sprintf("%s(%d)", kind, o)
 }
 
 // BinaryOp names an elementwise function of two tensors.
@@ -141,12 +144,7 @@ const (
 
 var binaryNames = [...]string{"add", "sub", "mul", "div", "max", "min"}
 
-func (o BinaryOp) String() string {
-	if int(o) < len(binaryNames) {
-		return binaryNames[o]
-	}
-	return fmt.Sprintf("binary(%d)", uint8(o))
-}
+func (o BinaryOp) String() string { return opName(binaryNames[:], uint8(o), "binary") }
 
 // ReduceOp names a reduction over the last axis.
 type ReduceOp uint8

@@ -571,17 +571,12 @@ func (s *Scope) Pad(x *Tensor, before, after []int, mode PadMode) *Tensor {
 // UpsampleNearest repeats the last three axes by scale.
 func (s *Scope) UpsampleNearest(x *Tensor, scale [3]int) *Tensor {
 	s.check("upsample", Invalid, x)
-	r := len(x.shape)
-	if r < 3 {
-		s.failf("upsample", "input %v has fewer than 3 axes", x.shape)
-	}
-	shape := cloneInts(x.shape)
-	for i := 0; i < 3; i++ {
+	shape := s.mapLast3("upsample", x, func(i, n int) int {
 		if scale[i] < 1 {
 			s.failf("upsample", "scale %v", scale)
 		}
-		shape[r-3+i] *= scale[i]
-	}
+		return n * scale[i]
+	})
 	out := s.Empty(x.dtype, shape...)
 	if out.Numel() > 0 {
 		s.run("upsample", nil, func() error { return s.be.UpsampleNearest(out, x, scale) })
@@ -589,21 +584,30 @@ func (s *Scope) UpsampleNearest(x *Tensor, scale [3]int) *Tensor {
 	return out
 }
 
+// mapLast3 is x's shape with each of its last three axes (it must have
+// them) i of size n made f(i, n).
+func (s *Scope) mapLast3(op string, x *Tensor, f func(i, n int) int) []int {
+	r := len(x.shape)
+	if r < 3 {
+		s.failf(op, "input %v has fewer than 3 axes", x.shape)
+	}
+	shape := cloneInts(x.shape)
+	for i := 0; i < 3; i++ {
+		shape[r-3+i] = f(i, shape[r-3+i])
+	}
+	return shape
+}
+
 // AvgPool3d averages kernel-sized cells of the last three axes (stride =
 // kernel; the sizes must divide).
 func (s *Scope) AvgPool3d(x *Tensor, kernel [3]int) *Tensor {
 	s.check("avg_pool3d", Invalid, x)
-	r := len(x.shape)
-	if r < 3 {
-		s.failf("avg_pool3d", "input %v has fewer than 3 axes", x.shape)
-	}
-	shape := cloneInts(x.shape)
-	for i := 0; i < 3; i++ {
-		if kernel[i] < 1 || shape[r-3+i]%kernel[i] != 0 {
+	shape := s.mapLast3("avg_pool3d", x, func(i, n int) int {
+		if kernel[i] < 1 || n%kernel[i] != 0 {
 			s.failf("avg_pool3d", "kernel %v does not divide %v", kernel, x.shape)
 		}
-		shape[r-3+i] /= kernel[i]
-	}
+		return n / kernel[i]
+	})
 	out := s.Empty(x.dtype, shape...)
 	if out.Numel() > 0 {
 		s.run("avg_pool3d", nil, func() error { return s.be.AvgPool3d(out, x, kernel) })

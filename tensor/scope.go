@@ -50,31 +50,27 @@ func (s *Scope) Close() {
 // to the caller, who frees it with Release) so it outlives Close.
 func (s *Scope) Keep(ts ...*Tensor) {
 	for _, t := range ts {
-		if t == nil {
-			continue
-		}
-		s.mu.Lock()
-		_, mine := s.owned[t.buf]
-		delete(s.owned, t.buf)
-		s.mu.Unlock()
-		if mine && s.parent != nil {
+		if t != nil && s.disown(t) && s.parent != nil {
 			s.parent.adopt(t.buf)
 		}
 	}
+}
+
+// disown takes t's storage out of the scope's, reporting whether the scope
+// held it.
+func (s *Scope) disown(t *Tensor) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, mine := s.owned[t.buf]
+	delete(s.owned, t.buf)
+	return mine
 }
 
 // Free releases the storage of ts now. Views of the same storage become
 // invalid.
 func (s *Scope) Free(ts ...*Tensor) {
 	for _, t := range ts {
-		if t == nil {
-			continue
-		}
-		s.mu.Lock()
-		_, mine := s.owned[t.buf]
-		delete(s.owned, t.buf)
-		s.mu.Unlock()
-		if mine {
+		if t != nil && s.disown(t) {
 			s.be.Free(t.buf)
 			t.freed = true
 		}

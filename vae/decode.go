@@ -2,11 +2,11 @@ package vae
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/vae/internal/tiles"
 )
 
 // DecodeOptions configure Decode. The zero value decodes everything in one
@@ -71,35 +71,20 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 	if err := til.check(&v.cfg); err != nil {
 		tensor.Fail("vae.decode", "%v", err)
 	}
-	retries := 0
 	start := time.Now()
-	for {
-		var out *video
-		var tiles int
-		err := tensor.Catch(func() { out, tiles = v.decodeOnce(s, z, til, opts) })
-		if err == nil {
-			if opts.Stats != nil {
-				*opts.Stats = DecodeStats{Tiling: til, Tiles: tiles, Retries: retries, Elapsed: time.Since(start)}
-			}
-			px := out.tensor()
-			if err := tensor.NonFiniteError("the decoder produced non-finite pixels", px); err != nil {
-				tensor.Fail("vae.decode", "%v", err)
-			}
-			return px
-		}
-		if !errors.Is(err, tensor.ErrOutOfMemory) || opts.NoRetry {
-			panic(err)
-		}
-		next, ok := shrinkTiling(&v.cfg, z.Shape(), til, v.dt, readsPadded(v.be))
-		if !ok {
-			panic(&tensor.OpError{Op: "vae.decode", Err: fmt.Errorf("out of memory at the smallest tiling (%s): %w", til, err)})
-		}
-		if opts.Log != nil {
-			opts.Log("vae: decode ran out of memory at %s (%v); retrying at %s", til, err, next)
-		}
-		til = next
-		retries++
+	var out *tiles.Video
+	var n int
+	til, retries := tiles.Shrinking("vae.decode", "vae: decode", til, opts.NoRetry, opts.Log,
+		func(t Tiling) { out, n = v.decodeOnce(s, z, t, opts) },
+		func(t Tiling) (Tiling, bool) { return shrinkTiling(&v.cfg, z.Shape(), t, v.dt, readsPadded(v.be)) })
+	if opts.Stats != nil {
+		*opts.Stats = DecodeStats{Tiling: til, Tiles: n, Retries: retries, Elapsed: time.Since(start)}
 	}
+	px := out.Tensor()
+	if err := tensor.NonFiniteError("the decoder produced non-finite pixels", px); err != nil {
+		tensor.Fail("vae.decode", "%v", err)
+	}
+	return px
 }
 
 // decodeOnce runs one whole decode at tiling til. The device work runs on
@@ -107,7 +92,7 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 // (decodeBoxes), while this goroutine blends and pastes the tiles already
 // decoded: the host work hides behind the device work. The device memory is
 // all freed when it returns.
-func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling, opts DecodeOptions) (*video, int) {
+func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling, opts DecodeOptions) (*tiles.Video, int) {
 	c := &v.cfg
 	ss, st := c.SpatialCompressionRatio, c.TemporalCompressionRatio
 	nT, h, w := z.Dim(2), z.Dim(3), z.Dim(4)
@@ -115,7 +100,7 @@ func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling, opts Dec
 	p := v.startTiles(s, z, boxes, opts.Context)
 	defer p.stop()
 	next := 0
-	run := func(t0, t1, h0, h1, w0, w1 int) *video {
+	run := func(t0, t1, h0, h1, w0, w1 int) *tiles.Video {
 		if ctx := opts.Context; ctx != nil && ctx.Err() != nil {
 			panic(&tensor.OpError{Op: "vae.decode", Err: ctx.Err()})
 		}
@@ -127,26 +112,23 @@ func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling, opts Dec
 		if opts.Progress != nil {
 			opts.Progress(next, len(boxes))
 		}
-		return videoOf(hv)
+		return tiles.Of(hv)
 	}
-	r := roundTo(v.dt)
-	spatial := func(t0, t1 int) *video {
-		return r.spatialTiles(run, t0, t1, h, w,
-			til.TileHeight/ss, til.TileWidth/ss, til.TileStrideHeight/ss, til.TileStrideWidth/ss,
-			til.TileStrideHeight, til.TileStrideWidth,
-			til.TileHeight-til.TileStrideHeight, til.TileWidth-til.TileStrideWidth,
-			h*ss, w*ss)
+	r := tiles.RoundTo(v.dt)
+	grid := til.size().Decode(ss, h, w)
+	spatial := func(t0, t1 int) *tiles.Video {
+		return r.Spatial(func(h0, h1, w0, w1 int) *tiles.Video { return run(t0, t1, h0, h1, w0, w1) }, h, w, grid)
 	}
-	var out *video
+	var out *tiles.Video
 	switch til.decodePath(c, nT, h, w) {
 	case pathTemporal:
-		tile := func(t0, t1 int) *video {
+		tile := func(t0, t1 int) *tiles.Video {
 			if til.spatialInTemporal(c, h, w) {
 				return spatial(t0, t1)
 			}
 			return run(t0, t1, 0, h, 0, w)
 		}
-		out = r.temporalTiles(tile, nT, til.TileFrames/st+1, til.TileFrameStride/st,
+		out = r.Temporal(tile, nT, til.TileFrames/st+1, til.TileFrameStride/st,
 			til.TileFrameStride, til.TileFrames-til.TileFrameStride, c.SampleFrames(nT))
 	case pathSpatial:
 		out = spatial(0, nT)
@@ -172,7 +154,7 @@ func (v *VAE) startTiles(s *tensor.Scope, z *tensor.Tensor, boxes []box, ctx con
 		defer func() { p.fail = recover() }()
 		ds := s.Child()
 		defer ds.Close()
-		zc := toCompute(ds, z, v.dt)
+		zc := tiles.ToCompute(ds, z, v.dt)
 		for _, b := range boxes {
 			if ctx != nil && ctx.Err() != nil {
 				panic(&tensor.OpError{Op: "vae.decode", Err: ctx.Err()})
@@ -193,10 +175,9 @@ func (v *VAE) startTiles(s *tensor.Scope, z *tensor.Tensor, boxes []box, ctx con
 func (v *VAE) decodeBox(ds *tensor.Scope, zc *tensor.Tensor, b box) *tensor.Tensor {
 	ts := ds.Child()
 	defer ts.Close()
-	out := v.dec.forward(ts, sliceBox(ts, zc, b.t0, b.t1, b.h0, b.h1, b.w0, b.w1))
+	out := v.dec.forward(ts, tiles.SliceBox(ts, zc, b.t0, b.t1, b.h0, b.h1, b.w0, b.w1))
 	if out.OnHost() { // the backend's own storage: copy it out as f32
-		vid := videoOf(out)
-		return vid.tensor()
+		return tiles.Of(out).Tensor()
 	}
 	return tensor.ToHost(out)
 }
@@ -218,29 +199,4 @@ func (p *tileProducer) next() *tensor.Tensor {
 func (p *tileProducer) stop() {
 	close(p.quit)
 	<-p.done
-}
-
-// toCompute puts x on s's backend in dt, freeing an intermediate upload.
-func toCompute(s *tensor.Scope, x *tensor.Tensor, dt tensor.DType) *tensor.Tensor {
-	on := s.To(x)
-	out := s.Cast(on, dt)
-	if out != on && on != x {
-		s.Free(on)
-	}
-	return out
-}
-
-// sliceBox copies x[:, :, t0:t1, h0:h1, w0:w1] (x itself when the box is
-// everything).
-func sliceBox(s *tensor.Scope, x *tensor.Tensor, t0, t1, h0, h1, w0, w1 int) *tensor.Tensor {
-	for i, r := range [3][2]int{{t0, t1}, {h0, h1}, {w0, w1}} {
-		ax := 2 + i
-		if r[0] == 0 && r[1] == x.Dim(ax) {
-			continue
-		}
-		y := s.Slice(x, ax, r[0], r[1])
-		s.Free(x) // only when s made it
-		x = y
-	}
-	return x
 }

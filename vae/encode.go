@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/vae/internal/tiles"
 )
 
 // Encode runs the encoder on x (B, in, T, H, W), pixels in [−1, 1], with
@@ -35,58 +36,32 @@ func (v *VAE) EncodeWith(s *tensor.Scope, x *tensor.Tensor, til Tiling) (mean, l
 	}
 	es := s.Child()
 	defer es.Close()
-	xc := toCompute(es, x, v.dt)
+	xc := tiles.ToCompute(es, x, v.dt)
 	ss, st := c.SpatialCompressionRatio, c.TemporalCompressionRatio
 	nT, h, w := x.Dim(2), x.Dim(3), x.Dim(4)
-	lh, lw := h/ss, w/ss // diffusers crops tiled moments to H//8, W//8
-	r := roundTo(v.dt)
-	run := func(t0, t1, h0, h1, w0, w1 int) *video {
+	r := tiles.RoundTo(v.dt)
+	run := func(t0, t1, h0, h1, w0, w1 int) *tiles.Video {
 		ts := es.Child()
 		defer ts.Close()
-		return videoOf(v.enc.forward(ts, sliceBox(ts, xc, t0, t1, h0, h1, w0, w1)))
+		return tiles.Of(v.enc.forward(ts, tiles.SliceBox(ts, xc, t0, t1, h0, h1, w0, w1)))
 	}
 	useSpatial := til.Spatial && (h > til.TileHeight || w > til.TileWidth)
-	tile := func(t0, t1 int) *video {
+	grid := til.size().Encode(ss, h, w) // diffusers crops tiled moments to H//8, W//8
+	tile := func(t0, t1 int) *tiles.Video {
 		if useSpatial {
-			// Blend extents and kept sizes are in latent pixels here.
-			return r.spatialTiles(run, t0, t1, h, w,
-				til.TileHeight, til.TileWidth, til.TileStrideHeight, til.TileStrideWidth,
-				til.TileStrideHeight/ss, til.TileStrideWidth/ss,
-				til.TileHeight/ss-til.TileStrideHeight/ss, til.TileWidth/ss-til.TileStrideWidth/ss,
-				lh, lw)
+			return r.Spatial(func(h0, h1, w0, w1 int) *tiles.Video { return run(t0, t1, h0, h1, w0, w1) }, h, w, grid)
 		}
 		return run(t0, t1, 0, h, 0, w)
 	}
-	var mom *video
+	var mom *tiles.Video
 	if til.Framewise && nT > til.TileFrames {
-		mom = r.temporalTiles(tile, nT, til.TileFrames+1, til.TileFrameStride,
+		mom = r.Temporal(tile, nT, til.TileFrames+1, til.TileFrameStride,
 			til.TileFrameStride/st, til.TileFrames/st-til.TileFrameStride/st, c.LatentFrames(nT))
 	} else {
 		mom = tile(0, nT)
 	}
-	m, lv := posteriorSplit(mom)
+	m, lv := tiles.Posterior(mom)
 	return s.To(m), s.To(lv)
-}
-
-// posteriorSplit cuts the moments into mean and logvar (clamped to
-// [−30, 20], as DiagonalGaussianDistribution does).
-func posteriorSplit(mom *video) (mean, logvar *tensor.Tensor) {
-	lc := mom.c / 2
-	m := newVideo(mom.b, lc, mom.t, mom.h, mom.w)
-	lv := newVideo(mom.b, lc, mom.t, mom.h, mom.w)
-	plane := mom.t * mom.h * mom.w
-	for b := 0; b < mom.b; b++ {
-		for c := 0; c < lc; c++ {
-			src := mom.data[(b*mom.c+c)*plane:]
-			copy(m.data[(b*lc+c)*plane:(b*lc+c+1)*plane], src[:plane])
-			src = mom.data[(b*mom.c+lc+c)*plane:]
-			dst := lv.data[(b*lc+c)*plane : (b*lc+c+1)*plane]
-			for i := range dst {
-				dst[i] = min(max(src[i], -30), 20)
-			}
-		}
-	}
-	return m.tensor(), lv.tensor()
 }
 
 // Randn is a seeded source of standard normal noise, such as

@@ -5,9 +5,12 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/numcmp"
+	"github.com/framepack-go/framepack/internal/scopetest"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/sampler"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/vae/internal/tiles"
 )
 
 // goldenModel loads the golden cases' tiny VAE.
@@ -17,23 +20,21 @@ func goldenModel(t *testing.T) *VAE {
 	return loadCase(t, cs[0], testdevice.Backend(t), tensor.F32)
 }
 
-func encode(t *testing.T, v *VAE, x *tensor.Tensor, til Tiling) (mean, logvar *video) {
+func encode(t *testing.T, v *VAE, x *tensor.Tensor, til Tiling) (mean, logvar *tiles.Video) {
 	t.Helper()
-	s := tensor.NewScope(v.Backend())
-	defer s.Close()
-	var m, lv *tensor.Tensor
-	if err := tensor.Catch(func() { m, lv = v.EncodeWith(s, x, til) }); err != nil {
-		t.Fatal(err)
-	}
-	return videoOf(m), videoOf(lv)
+	out := scopetest.Run(t, v.Backend(), func(s *tensor.Scope) [2]*tensor.Tensor {
+		m, lv := v.EncodeWith(s, x, til)
+		return [2]*tensor.Tensor{m, lv}
+	})
+	return tiles.Of(out[0]), tiles.Of(out[1])
 }
 
 // crop copies x[..., t0:t1, h0:h1, w0:w1] of a host tensor.
 func crop(x *tensor.Tensor, t0, t1, h0, h1, w0, w1 int) *tensor.Tensor {
-	src := videoOf(x)
-	out := newVideo(src.b, src.c, t1-t0, h1-h0, w1-w0)
-	paste(out, 0, 0, 0, src, t0, h0, w0, t1-t0, h1-h0, w1-w0)
-	return out.tensor()
+	src := tiles.Of(x)
+	out := tiles.New(src.B, src.C, t1-t0, h1-h0, w1-w0)
+	tiles.Paste(out, 0, 0, 0, src, t0, h0, w0, t1-t0, h1-h0, w1-w0)
+	return out.Tensor()
 }
 
 // TestEncodeTemporalTiles checks frame-wise encoding (T > 16) against the
@@ -46,15 +47,15 @@ func TestEncodeTemporalTiles(t *testing.T) {
 	got, _ := encode(t, v, x, DefaultTiling())
 	a, _ := encode(t, v, crop(x, 0, 17, 0, 16, 0, 16), Tiling{})
 	b, _ := encode(t, v, crop(x, 12, 21, 0, 16, 0, 16), Tiling{})
-	if got.t != 6 || a.t != 5 || b.t != 3 {
-		t.Fatalf("latent frames %d, %d, %d; want 6, 5, 3", got.t, a.t, b.t)
+	if got.T != 6 || a.T != 5 || b.T != 3 {
+		t.Fatalf("latent frames %d, %d, %d; want 6, 5, 3", got.T, a.T, b.T)
 	}
 	// Expected frames: a[0..3], then a[4] (the blend of a[4] with b[1] at
 	// weight 0), then b[2].
-	want := newVideo(1, 16, 6, 2, 2)
-	paste(want, 0, 0, 0, a, 0, 0, 0, 5, 2, 2)
-	paste(want, 5, 0, 0, b, 2, 0, 0, 1, 2, 2)
-	if d := relL2(got.data, want.data); d != 0 {
+	want := tiles.New(1, 16, 6, 2, 2)
+	tiles.Paste(want, 0, 0, 0, a, 0, 0, 0, 5, 2, 2)
+	tiles.Paste(want, 5, 0, 0, b, 2, 0, 0, 1, 2, 2)
+	if d := numcmp.RelL2(values(got), values(want)); d != 0 {
 		t.Errorf("frame-wise encode differs from the hand-made one: rel_l2 %g", d)
 	}
 }
@@ -66,48 +67,51 @@ func TestEncodeSpatialTiles(t *testing.T) {
 	v := goldenModel(t)
 	x := randLatents(12, 1, 3, 1, 48, 64)
 	got, _ := encode(t, v, x, SpatialTiling(32, 24))
-	var tiles [2][3]*video
+	var tl [2][3]*tiles.Video
 	for i := range 2 {
 		for j := range 3 {
-			tiles[i][j], _ = encode(t, v, crop(x, 0, 1, 24*i, min(24*i+32, 48), 24*j, min(24*j+32, 64)), Tiling{})
+			tl[i][j], _ = encode(t, v, crop(x, 0, 1, 24*i, min(24*i+32, 48), 24*j, min(24*j+32, 64)), Tiling{})
 		}
 	}
-	want := newVideo(1, 16, 1, 6, 8)
+	want := tiles.New(1, 16, 1, 6, 8)
 	for i := range 2 {
 		for j := range 3 {
-			tl := tiles[i][j]
+			tile := tl[i][j]
 			// blend_v then blend_h with extent 1: the first row (column)
 			// becomes the neighbour's last.
 			if i > 0 {
-				up := tiles[i-1][j]
+				up := tl[i-1][j]
 				for c := range 16 {
-					for x := range tl.w {
-						tl.data[tl.idx(0, c, 0, 0, x)] = up.data[up.idx(0, c, 0, up.h-1, x)]
+					for x := range tile.W {
+						tile.Frame(0, c, 0)[x] = up.Frame(0, c, 0)[(up.H-1)*up.W+x]
 					}
 				}
 			}
 			if j > 0 {
-				left := tiles[i][j-1]
+				left := tl[i][j-1]
 				for c := range 16 {
-					for y := range tl.h {
-						tl.data[tl.idx(0, c, 0, y, 0)] = left.data[left.idx(0, c, 0, y, left.w-1)]
+					for y := range tile.H {
+						tile.Frame(0, c, 0)[y*tile.W] = left.Frame(0, c, 0)[y*left.W+left.W-1]
 					}
 				}
 			}
-			nh, nw := min(3, tl.h, 6-3*i), min(3, tl.w, 8-3*j)
-			paste(want, 0, 3*i, 3*j, tl, 0, 0, 0, 1, nh, nw)
+			nh, nw := min(3, tile.H, 6-3*i), min(3, tile.W, 8-3*j)
+			tiles.Paste(want, 0, 3*i, 3*j, tile, 0, 0, 0, 1, nh, nw)
 		}
 	}
-	if d := relL2(got.data, want.data); d != 0 {
+	if d := numcmp.RelL2(values(got), values(want)); d != 0 {
 		t.Errorf("tiled encode differs from the hand-made one: rel_l2 %g", d)
 	}
 	// A tile as large as the image is the plain encode.
 	plain, _ := encode(t, v, x, Tiling{})
 	big, _ := encode(t, v, x, SpatialTiling(64, 32))
-	if d := relL2(big.data, plain.data); d != 0 {
+	if d := numcmp.RelL2(values(big), values(plain)); d != 0 {
 		t.Errorf("tile ≥ image changed the result: rel_l2 %g", d)
 	}
 }
+
+// values are a video's values.
+func values(v *tiles.Video) []float32 { return v.Tensor().Float32s() }
 
 type fixedNoise []float32
 

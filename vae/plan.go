@@ -2,6 +2,7 @@ package vae
 
 import (
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/vae/internal/tiles"
 )
 
 // The peak-memory model of a decode. It follows the decoder's forward op by
@@ -212,13 +213,11 @@ type box struct{ t0, t1, h0, h1, w0, w1 int }
 // decodeBoxes lists the decoder runs of a decode, as decodeOnce makes them.
 func decodeBoxes(c *Config, nT, h, w int, til Tiling) []box {
 	ss, st := c.SpatialCompressionRatio, c.TemporalCompressionRatio
+	grid := til.size().Decode(ss, h, w)
 	spatial := func(t0, t1 int) []box {
 		var bs []box
-		th, tw := til.TileHeight/ss, til.TileWidth/ss
-		for i := 0; i < h; i += til.TileStrideHeight / ss {
-			for j := 0; j < w; j += til.TileStrideWidth / ss {
-				bs = append(bs, box{t0, t1, i, min(i+th, h), j, min(j+tw, w)})
-			}
+		for _, hw := range grid.Tiles(h, w) {
+			bs = append(bs, box{t0, t1, hw[0], hw[1], hw[2], hw[3]})
 		}
 		return bs
 	}
@@ -330,18 +329,8 @@ func PlanDecode(cfg Config, latentShape []int, budget int64, dt tensor.DType) (D
 }
 
 func planDecode(cfg Config, latentShape []int, budget int64, dt tensor.DType, fusedPad bool) (DecodeOptions, int64) {
-	var last Tiling
-	var lastPeak int64 = -1
-	for _, t := range tilingLadder() {
-		p := decodePeak(cfg, latentShape, t, dt, fusedPad)
-		if p <= budget {
-			return DecodeOptions{Tiling: t}, p
-		}
-		if lastPeak < 0 || p < lastPeak {
-			last, lastPeak = t, p
-		}
-	}
-	return DecodeOptions{Tiling: last}, lastPeak
+	t, p := tiles.Choose(tilingLadder(), func(t Tiling) int64 { return decodePeak(cfg, latentShape, t, dt, fusedPad) }, budget)
+	return DecodeOptions{Tiling: t}, p
 }
 
 // Plan is PlanDecode for this model's config and compute dtype. The budget
@@ -357,11 +346,5 @@ func (v *VAE) Plan(latentShape []int, budget int64) (DecodeOptions, int64) {
 // shrinkTiling is the largest tiling of the ladder predicted to need less
 // memory than cur, for a retry after an out-of-memory failure.
 func shrinkTiling(c *Config, latentShape []int, cur Tiling, dt tensor.DType, fusedPad bool) (Tiling, bool) {
-	now := decodePeak(*c, latentShape, cur, dt, fusedPad)
-	for _, t := range tilingLadder() {
-		if decodePeak(*c, latentShape, t, dt, fusedPad) < now {
-			return t, true
-		}
-	}
-	return Tiling{}, false
+	return tiles.Smaller(tilingLadder(), func(t Tiling) int64 { return decodePeak(*c, latentShape, t, dt, fusedPad) }, cur)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -29,16 +30,6 @@ func randLatents(seed uint64, shape ...int) *tensor.Tensor {
 		v[i] = float32(r.NormFloat64())
 	}
 	return tensor.FromFloat32(v, shape...)
-}
-
-func relL2(a, b []float32) float64 {
-	var num, den float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		num += d * d
-		den += float64(b[i]) * float64(b[i])
-	}
-	return math.Sqrt(num / den)
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
@@ -200,7 +191,7 @@ func TestDecodeRetriesSmallerTiles(t *testing.T) {
 	}
 	setCap(m, 0)
 	want := decode(t, v, z, DecodeOptions{Tiling: st.Tiling, NoRetry: true})
-	if d := relL2(out.Float32s(), want.Float32s()); d != 0 {
+	if d := numcmp.RelL2(out.Float32s(), want.Float32s()); d != 0 {
 		t.Errorf("retried result differs from the decode at %s: rel_l2 %g", st.Tiling, d)
 	}
 

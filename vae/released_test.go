@@ -6,41 +6,24 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/weights"
+	"github.com/framepack-go/framepack/internal/plantest"
 )
 
 // The released hunyuanvideo-community vae/config.json loads through
 // ReadConfig (what Load uses), equals DefaultConfig, and plans the released
 // shapes.
 func TestReleasedConfigVAE(t *testing.T) {
-	cfg, err := ReadConfig(filepath.Join("..", "testdata", "released", "vae"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, specs := plantest.Plan(t, filepath.Join("..", "testdata", "released", "vae"), ReadConfig, Plan)
 	if fmt.Sprintf("%+v", cfg) != fmt.Sprintf("%+v", DefaultConfig()) {
 		t.Errorf("config %+v\nwant DefaultConfig %+v", cfg, DefaultConfig())
 	}
-	specs, err := Plan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	shapes := map[string]string{}
-	for _, s := range specs {
-		n += s.Numel()
-		shapes[s.Name] = fmt.Sprint(s.Shape)
-	}
-	for name, want := range map[string]string{
+	n := plantest.Shapes(t, specs, map[string]string{
 		"encoder.conv_in.conv.weight":                             "[128 3 3 3 3]",
 		"encoder.conv_out.conv.weight":                            "[32 512 3 3 3]",
 		"decoder.conv_in.conv.weight":                             "[512 16 3 3 3]",
 		"decoder.up_blocks.3.resnets.0.conv_shortcut.conv.weight": "[128 256 1 1 1]",
 		"post_quant_conv.weight":                                  "[16 16 1 1 1]",
-	} {
-		if shapes[name] != want {
-			t.Errorf("%s: shape %s, want %s", name, shapes[name], want)
-		}
-	}
+	})
 	// Independently: causal 3×3×3 convs, resnets (two GroupNorms, two convs,
 	// a 1×1×1 shortcut when the width changes), the mid-block attention.
 	conv := func(in, out, k int64) int64 { return in*out*k*k*k + out }
@@ -83,21 +66,5 @@ func TestReleasedConfigVAE(t *testing.T) {
 
 // The plan is what the checkpoint holds.
 func TestPlanMatchesCheckpoint(t *testing.T) {
-	c := golden.Cases(t, "vae.decode")[0]
-	cfg, err := ReadConfig(c.ModelDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	specs, err := Plan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ck, err := weights.Open(c.ModelDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	if err := ck.Check(specs); err != nil {
-		t.Fatal(err)
-	}
+	plantest.Checkpoint(t, golden.Cases(t, "vae.decode")[0].ModelDir, ReadConfig, Plan)
 }

@@ -2,6 +2,8 @@ package vae
 
 import (
 	"fmt"
+
+	"github.com/framepack-go/framepack/vae/internal/tiles"
 )
 
 // Tiling is how diffusers splits a decode (or encode) into pieces: frame-wise
@@ -38,17 +40,13 @@ func SpatialTiling(tile, stride int) Tiling {
 }
 
 func (t Tiling) normalized() Tiling {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
+	if t.TileFrames == 0 {
+		t.TileFrames = 16
 	}
-	def(&t.TileFrames, 16)
-	def(&t.TileFrameStride, 12)
-	def(&t.TileHeight, 256)
-	def(&t.TileWidth, 256)
-	def(&t.TileStrideHeight, 192)
-	def(&t.TileStrideWidth, 192)
+	if t.TileFrameStride == 0 {
+		t.TileFrameStride = 12
+	}
+	tiles.DefaultSize(&t.TileHeight, &t.TileWidth, &t.TileStrideHeight, &t.TileStrideWidth)
 	return t
 }
 
@@ -108,72 +106,7 @@ func (t Tiling) spatialInTemporal(c *Config, h, w int) bool {
 	return t.Spatial && (w > t.TileWidth/ss || h > t.TileHeight/ss)
 }
 
-// tileFn runs the model on the box [t0,t1)×[h0,h1)×[w0,w1) of its input and
-// returns the result on the host.
-type tileFn func(t0, t1, h0, h1, w0, w1 int) *video
-
-// spatialTiles is diffusers' tiled_decode / tiled_encode over frames
-// [t0,t1): tiles of tin input pixels every sin, each giving tout output
-// pixels; blended over bout output pixels and cut to sout; the result is
-// cropped to (outH, outW). Blending needs only the row above and the tile
-// to the left, so tiles are assembled as they arrive (same order and
-// arithmetic as diffusers' two passes).
-func (r blender) spatialTiles(run tileFn, t0, t1, h, w int, tinH, tinW, sinH, sinW, soutH, soutW, boutH, boutW, outH, outW int) *video {
-	var out *video
-	var above []*video
-	y := 0
-	for i := 0; i < h; i += sinH {
-		var row []*video
-		x, keptH := 0, 0
-		for j := 0; j < w; j += sinW {
-			tile := run(t0, t1, i, min(i+tinH, h), j, min(j+tinW, w))
-			if out == nil {
-				out = newVideo(tile.b, tile.c, tile.t, outH, outW)
-			}
-			if above != nil {
-				r.blendV(above[len(row)], tile, boutH)
-			}
-			if len(row) > 0 {
-				r.blendH(row[len(row)-1], tile, boutW)
-			}
-			kh, kw := min(tile.h, soutH), min(tile.w, soutW)
-			if nh, nw := min(kh, outH-y), min(kw, outW-x); nh > 0 && nw > 0 {
-				paste(out, 0, y, x, tile, 0, 0, 0, tile.t, nh, nw)
-			}
-			x += kw
-			keptH = kh
-			row = append(row, tile)
-		}
-		y += keptH
-		above = row
-	}
-	return out
-}
-
-// temporalTiles is diffusers' _temporal_tiled_decode / _temporal_tiled_encode
-// loop: inputs [i, i+tin) every sin frames run through tile (which may tile
-// spatially), the first output frame of every tile but the first dropped,
-// blended over bout frames and cut to sout (sout+1 for the first); the
-// result has outT frames. Tiles are assembled as they arrive.
-func (r blender) temporalTiles(tile func(t0, t1 int) *video, n, tin, sin, sout, bout, outT int) *video {
-	var out, prev *video
-	t := 0
-	for i := 0; i < n; i += sin {
-		d := tile(i, min(i+tin, n))
-		keep := sout + 1
-		if i > 0 {
-			d = d.dropFirst()
-			r.blendT(prev, d, bout)
-			keep = sout
-		} else {
-			out = newVideo(d.b, d.c, outT, d.h, d.w)
-		}
-		k := min(keep, d.t)
-		if m := min(k, outT-t); m > 0 {
-			paste(out, t, 0, 0, d, 0, 0, 0, m, d.h, d.w)
-		}
-		t += k
-		prev = d
-	}
-	return out
+// size is the spatial tile size.
+func (t Tiling) size() tiles.Size {
+	return tiles.Size{TileHeight: t.TileHeight, TileWidth: t.TileWidth, StrideHeight: t.TileStrideHeight, StrideWidth: t.TileStrideWidth}
 }

@@ -21,12 +21,12 @@ type Options struct {
 
 // VAE is a loaded AutoencoderKLHunyuanVideo.
 type VAE struct {
-	cfg   Config
-	be    tensor.Backend
-	dt    tensor.DType
-	enc   *encoder
-	dec   *decoder
-	owned []*tensor.Tensor
+	cfg    Config
+	be     tensor.Backend
+	dt     tensor.DType
+	enc    *encoder
+	dec    *decoder
+	loaded *weights.Builder
 }
 
 // Load reads a Hugging Face folder (config.json and
@@ -108,7 +108,7 @@ func computeDType(dt tensor.DType) (tensor.DType, error) {
 
 // build makes the encoder and decoder from p's weights.
 func build(cfg Config, be tensor.Backend, p *weights.Builder, opts Options) (*VAE, error) {
-	v := &VAE{cfg: cfg, be: be, dt: p.DType()}
+	v := &VAE{cfg: cfg, be: be, dt: p.DType(), loaded: p}
 	if !opts.NoEncoder {
 		v.enc = newEncoder(p, &v.cfg)
 	}
@@ -119,7 +119,6 @@ func build(cfg Config, be tensor.Backend, p *weights.Builder, opts Options) (*VA
 		p.Release()
 		return nil, fmt.Errorf("vae: %w", err)
 	}
-	v.owned = p.Held()
 	return v, nil
 }
 
@@ -131,10 +130,7 @@ func (v *VAE) Close() {
 	if v == nil {
 		return
 	}
-	for _, t := range v.owned {
-		tensor.Release(t)
-	}
-	v.owned = nil
+	v.loaded.Release()
 	v.enc, v.dec = nil, nil
 }
 
@@ -176,11 +172,7 @@ func (v *VAE) WeightBytes() int64 {
 	if v == nil {
 		return 0
 	}
-	var n int64
-	for _, t := range v.owned {
-		n += t.Bytes()
-	}
-	return n
+	return v.loaded.Bytes()
 }
 
 // paramNames lists the weight names a config uses, sorted (for tests and

@@ -9,6 +9,7 @@ import (
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/scopetest"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
@@ -17,36 +18,19 @@ import (
 // loadCase loads the case's model on be in dt.
 func loadCase(t *testing.T, c *golden.Case, be tensor.Backend, dt tensor.DType) *VAE {
 	t.Helper()
-	v, err := Load(c.ModelDir, be, Options{DType: dt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(v.Close)
-	return v
+	return golden.Model(t, c, func(dir string) (*VAE, error) { return Load(dir, be, Options{DType: dt}) })
 }
 
 func decode(t *testing.T, v *VAE, z *tensor.Tensor, opts DecodeOptions) *tensor.Tensor {
 	t.Helper()
-	var out *tensor.Tensor
-	s := tensor.NewScope(v.Backend())
-	defer s.Close()
-	if err := tensor.Catch(func() { out = v.Decode(s, z, opts) }); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return scopetest.Run(t, v.Backend(), func(s *tensor.Scope) *tensor.Tensor { return v.Decode(s, z, opts) })
 }
 
 // caseTiling is enable_tiling(**tiling) of a case.
 func caseTiling(c *golden.Case) Tiling {
-	var p struct {
-		H  int `json:"tile_sample_min_height"`
-		W  int `json:"tile_sample_min_width"`
-		SH int `json:"tile_sample_stride_height"`
-		SW int `json:"tile_sample_stride_width"`
-	}
-	c.Param("tiling", &p)
-	return Tiling{Framewise: true, Spatial: true, TileHeight: p.H, TileWidth: p.W,
-		TileStrideHeight: p.SH, TileStrideWidth: p.SW}.normalized()
+	p := c.Tiling()
+	return Tiling{Framewise: true, Spatial: true, TileHeight: p.TileHeight, TileWidth: p.TileWidth,
+		TileStrideHeight: p.StrideHeight, TileStrideWidth: p.StrideWidth}.normalized()
 }
 
 func TestGoldenDecode(t *testing.T) {
@@ -146,7 +130,7 @@ func TestRealConfig(t *testing.T) {
 	}
 	defer v.Close()
 	var n int64
-	for _, w := range v.owned {
+	for _, w := range v.loaded.Held() {
 		n += int64(w.Numel())
 	}
 	if n != 246478803 || v.WeightBytes() != 2*n || m.Stats().InUse != 2*n {

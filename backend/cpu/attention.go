@@ -58,75 +58,64 @@ func (be *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) e
 	if scale == 0 {
 		scale = float32(1 / math.Sqrt(float64(D)))
 	}
-	tm := be.temps()
-	defer tm.release()
-	fs, err := tm.widenAll(q, k, v)
-	if err != nil {
-		return err
-	}
-	qf, kf, vf := fs[0], fs[1], fs[2]
-	out, commit, err := tm.output(dst)
-	if err != nil {
-		return err
-	}
-	if Lk == 0 || D == 0 {
-		clear(out)
-		commit()
-		return nil
-	}
-	// visible is the number of leading keys query i may see at most.
-	visible := func(i int) int {
-		n := Lk
-		if p.Causal {
-			n = min(n, i+1)
-		}
-		if p.FrameLen > 0 {
-			n = min(n, (i/p.FrameLen+1)*p.FrameLen)
-		}
-		return n
-	}
-	bq := max(1, min(Lq, 128, attnBlockFloats/Lk))
-	nb := (Lq + bq - 1) / bq
-	group := Hq / Hkv
-	qld, kld := Hq*D, Hkv*D
-	scratch := make([][]float32, min(be.threads, B*Hq*nb))
-	for w := range scratch {
-		scratch[w] = tm.alloc(bq * Lk)
-	}
-	// One task is one block of query rows of one head: a GEMM for its
-	// scores, the masked softmax of each row, a GEMM for its output.
-	be.tasks(B*Hq*nb, func(worker, task int) {
-		b, h, i0 := task/(Hq*nb), (task/nb)%Hq, (task%nb)*bq
-		hk := h / group
-		qh := qf[(b*Lq*Hq+h)*D:]
-		kh := kf[(b*Lk*Hkv+hk)*D:]
-		vh := vf[(b*Lk*Hkv+hk)*D:]
-		oh := out[(b*Lq*Hq+h)*D:]
-		n := min(bq, Lq-i0)
-		lk := visible(i0 + n - 1) // keys any row of the block sees
-		if lk <= 0 {
-			for r := 0; r < n; r++ {
-				clear(oh[(i0+r)*qld : (i0+r)*qld+D])
-			}
+	return be.inF32(dst, []*tensor.Tensor{q, k, v}, func(tm *temps, in [][]float32, out []float32) {
+		qf, kf, vf := in[0], in[1], in[2]
+		if Lk == 0 || D == 0 {
+			clear(out)
 			return
 		}
-		s := scratch[worker][:n*lk]
-		be.gemmSerial(false, true, n, lk, D, scale, qh[i0*qld:], qld, kh, kld, 0, s, lk)
-		for r := 0; r < n; r++ {
-			i := i0 + r
-			var km, am []float32
-			if keyMask != nil {
-				km = keyMask[b*Lk : b*Lk+lk]
+		// visible is the number of leading keys query i may see at most.
+		visible := func(i int) int {
+			n := Lk
+			if p.Causal {
+				n = min(n, i+1)
 			}
-			if mask != nil {
-				am = mask[b*maskBatch+i*Lk : b*maskBatch+i*Lk+lk]
+			if p.FrameLen > 0 {
+				n = min(n, (i/p.FrameLen+1)*p.FrameLen)
 			}
-			maskedSoftmax(s[r*lk:(r+1)*lk], visible(i), km, am)
+			return n
 		}
-		be.gemmSerial(false, false, n, D, lk, 1, s, lk, vh, kld, 0, oh[i0*qld:], qld)
+		bq := max(1, min(Lq, 128, attnBlockFloats/Lk))
+		nb := (Lq + bq - 1) / bq
+		group := Hq / Hkv
+		qld, kld := Hq*D, Hkv*D
+		scratch := make([][]float32, min(be.threads, B*Hq*nb))
+		for w := range scratch {
+			scratch[w] = tm.alloc(bq * Lk)
+		}
+		// One task is one block of query rows of one head: a GEMM for its
+		// scores, the masked softmax of each row, a GEMM for its output.
+		be.tasks(B*Hq*nb, func(worker, task int) {
+			b, h, i0 := task/(Hq*nb), (task/nb)%Hq, (task%nb)*bq
+			hk := h / group
+			qh := qf[(b*Lq*Hq+h)*D:]
+			kh := kf[(b*Lk*Hkv+hk)*D:]
+			vh := vf[(b*Lk*Hkv+hk)*D:]
+			oh := out[(b*Lq*Hq+h)*D:]
+			n := min(bq, Lq-i0)
+			lk := visible(i0 + n - 1) // keys any row of the block sees
+			if lk <= 0 {
+				for r := 0; r < n; r++ {
+					clear(oh[(i0+r)*qld : (i0+r)*qld+D])
+				}
+				return
+			}
+			s := scratch[worker][:n*lk]
+			be.gemmSerial(false, true, n, lk, D, scale, qh[i0*qld:], qld, kh, kld, 0, s, lk)
+			for r := 0; r < n; r++ {
+				i := i0 + r
+				var km, am []float32
+				if keyMask != nil {
+					km = keyMask[b*Lk : b*Lk+lk]
+				}
+				if mask != nil {
+					am = mask[b*maskBatch+i*Lk : b*maskBatch+i*Lk+lk]
+				}
+				maskedSoftmax(s[r*lk:(r+1)*lk], visible(i), km, am)
+			}
+			be.gemmSerial(false, false, n, D, lk, 1, s, lk, vh, kld, 0, oh[i0*qld:], qld)
+		})
 	})
-	commit()
-	return nil
 }
 
 // maskedSoftmax turns a row of scores into probabilities over its first n
@@ -149,26 +138,12 @@ func maskedSoftmax(row []float32, n int, keyMask, add []float32) {
 			}
 		}
 	}
-	m := negInf
-	for _, v := range row {
-		if v > m || v != v {
-			m = v
-		}
-	}
+	m := rowMax(row)
 	if m == negInf {
 		clear(row)
 		return
 	}
-	var s float64
-	for j, v := range row {
-		e := expf(v - m)
-		row[j] = float32(e)
-		s += e
-	}
-	inv := 1 / s
-	for j := range row {
-		row[j] = float32(float64(row[j]) * inv)
-	}
+	softmaxFrom(row, row, m)
 }
 
 func (be *Backend) RoPE(dst, x, cos, sin *tensor.Tensor) error {
@@ -183,32 +158,22 @@ func (be *Backend) RoPE(dst, x, cos, sin *tensor.Tensor) error {
 	if cos.Numel() != L*D || sin.Numel() != L*D {
 		return fmt.Errorf("cpu: rope of %v with cos %v, sin %v", x, cos, sin)
 	}
-	tm := be.temps()
-	defer tm.release()
-	fs, err := tm.widenAll(x, cos, sin)
-	if err != nil {
-		return err
-	}
-	xf, cf, sf := fs[0], fs[1], fs[2]
-	out, commit, err := tm.output(dst)
-	if err != nil {
-		return err
-	}
-	be.parallel(B*L, max(1, 4096/max(H*D, 1)), func(lo, hi int) {
-		for bl := lo; bl < hi; bl++ {
-			l := bl % L
-			c, s := cf[l*D:(l+1)*D], sf[l*D:(l+1)*D]
-			for h := 0; h < H; h++ {
-				base := (bl*H + h) * D
-				xs, ys := xf[base:base+D], out[base:base+D]
-				for i := 0; i < D; i += 2 {
-					a, b := xs[i], xs[i+1]
-					ys[i] = a*c[i] - b*s[i]
-					ys[i+1] = b*c[i+1] + a*s[i+1]
+	return be.inF32(dst, []*tensor.Tensor{x, cos, sin}, func(_ *temps, in [][]float32, out []float32) {
+		xf, cf, sf := in[0], in[1], in[2]
+		be.parallel(B*L, max(1, 4096/max(H*D, 1)), func(lo, hi int) {
+			for bl := lo; bl < hi; bl++ {
+				l := bl % L
+				c, s := cf[l*D:(l+1)*D], sf[l*D:(l+1)*D]
+				for h := 0; h < H; h++ {
+					base := (bl*H + h) * D
+					xs, ys := xf[base:base+D], out[base:base+D]
+					for i := 0; i < D; i += 2 {
+						a, b := xs[i], xs[i+1]
+						ys[i] = a*c[i] - b*s[i]
+						ys[i+1] = b*c[i+1] + a*s[i+1]
+					}
 				}
 			}
-		}
+		})
 	})
-	commit()
-	return nil
 }

@@ -91,29 +91,33 @@ func (be *Backend) Alloc(n int64) (buf tensor.Buffer, err error) {
 func (be *Backend) Free(tensor.Buffer) {}
 
 func (be *Backend) Upload(dst tensor.Buffer, off int64, src []byte) error {
-	hb, ok := dst.(*tensor.HostBuffer)
-	if !ok {
-		return fmt.Errorf("cpu: upload into a %T", dst)
+	d, err := hostRange("upload", "into", dst, off, len(src))
+	if err == nil {
+		copy(d, src)
 	}
-	d := hb.Data()
-	if off < 0 || off+int64(len(src)) > int64(len(d)) {
-		return fmt.Errorf("cpu: upload of %d bytes at %d into %d", len(src), off, len(d))
-	}
-	copy(d[off:], src)
-	return nil
+	return err
 }
 
 func (be *Backend) Download(dst []byte, src tensor.Buffer, off int64) error {
-	hb, ok := src.(*tensor.HostBuffer)
+	d, err := hostRange("download", "from", src, off, len(dst))
+	if err == nil {
+		copy(dst, d)
+	}
+	return err
+}
+
+// hostRange is bytes [off, off+n) of a host buffer, for op (upload into,
+// download from) to copy.
+func hostRange(op, prep string, b tensor.Buffer, off int64, n int) ([]byte, error) {
+	hb, ok := b.(*tensor.HostBuffer)
 	if !ok {
-		return fmt.Errorf("cpu: download from a %T", src)
+		return nil, fmt.Errorf("cpu: %s %s a %T", op, prep, b)
 	}
 	d := hb.Data()
-	if off < 0 || off+int64(len(dst)) > int64(len(d)) {
-		return fmt.Errorf("cpu: download of %d bytes at %d from %d", len(dst), off, len(d))
+	if off < 0 || off+int64(n) > int64(len(d)) {
+		return nil, fmt.Errorf("cpu: %s of %d bytes at %d %s %d", op, n, off, prep, len(d))
 	}
-	copy(dst, d[off:])
-	return nil
+	return d[off : off+int64(n)], nil
 }
 
 func (be *Backend) Sync() error { return nil }
@@ -132,6 +136,19 @@ func raw(t *tensor.Tensor) ([]byte, error) {
 		return nil, fmt.Errorf("cpu: %v: buffer holds %d bytes, need %d", t, len(d), t.Bytes())
 	}
 	return d[:t.Bytes()], nil
+}
+
+// rawAll is each tensor's host bytes (see raw).
+func rawAll(ts ...*tensor.Tensor) ([][]byte, error) {
+	out := make([][]byte, len(ts))
+	for i, t := range ts {
+		b, err := raw(t)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = b
+	}
+	return out, nil
 }
 
 func isHalf(dt tensor.DType) bool { return dt == tensor.F16 || dt == tensor.BF16 }
@@ -199,6 +216,26 @@ func (tm *temps) widenAll(ts ...*tensor.Tensor) ([][]float32, error) {
 		out[i] = f
 	}
 	return out, nil
+}
+
+// inF32 runs a kernel on f32 data: ins read as f32 (see widen; a nil input
+// stays nil) and dst's values computed into out, narrowed into dst after
+// (see output). The scratch, and what the kernel takes from tm, is released
+// when it returns.
+func (be *Backend) inF32(dst *tensor.Tensor, ins []*tensor.Tensor, kernel func(tm *temps, in [][]float32, out []float32)) error {
+	tm := be.temps()
+	defer tm.release()
+	in, err := tm.widenAll(ins...)
+	if err != nil {
+		return err
+	}
+	out, commit, err := tm.output(dst)
+	if err != nil {
+		return err
+	}
+	kernel(tm, in, out)
+	commit()
+	return nil
 }
 
 func (be *Backend) widenInto(dst []float32, src []uint16, dt tensor.DType) {
@@ -320,19 +357,16 @@ func (be *Backend) parallel(n, grain int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
-	var wg sync.WaitGroup
-	for p := 0; p < parts; p++ {
-		lo, hi := n*p/parts, n*(p+1)/parts
-		if lo == hi {
-			continue
+	be.parallelParts(n, parts, fn)
+}
+
+// eachRow runs fn on every row of [0, n), rows of d elements, in parallel.
+func (be *Backend) eachRow(n, d int, fn func(r int)) {
+	be.parallel(n, max(1, 4096/max(d, 1)), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			fn(r)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
-	}
-	wg.Wait()
+	})
 }
 
 // parallelParts splits [0, n) into exactly parts ranges run concurrently.

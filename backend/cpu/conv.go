@@ -37,74 +37,64 @@ func (be *Backend) conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, b
 		}
 	}
 	g.cin = Cin
-	tm := be.temps()
-	defer tm.release()
-	fs, err := tm.widenAll(x, w, bias)
-	if err != nil {
-		return err
-	}
-	xf, wf, bf := fs[0], fs[1], fs[2]
-	out, commit, err := tm.output(dst)
-	if err != nil {
-		return err
-	}
-	inN := Cin * g.in[0] * g.in[1] * g.in[2]
-	P := g.out[0] * g.out[1] * g.out[2]
-	Kc := Cin * g.k[0] * g.k[1] * g.k[2]
-	pointwise := g.k == [3]int{1, 1, 1} && g.st == [3]int{1, 1, 1} && g.pad == [3]int{}
-	shifted := !pointwise && g.st == [3]int{1, 1, 1} && Cin >= shiftMinCin && convShift
-	var xp, wt []float32
-	if shifted {
-		taps := g.k[0] * g.k[1] * g.k[2]
-		wt = tm.alloc(taps * Cout * Cin)
-		be.parallel(Cout, 1, func(lo, hi int) {
-			for co := lo; co < hi; co++ {
-				for ci := 0; ci < Cin; ci++ {
-					src := wf[(co*Cin+ci)*taps:][:taps]
-					for tap, v := range src {
-						wt[(tap*Cout+co)*Cin+ci] = v
-					}
-				}
-			}
-		})
-		xp = tm.alloc(Cin * (g.in[0] + 2*g.pad[0]) * (g.in[1] + 2*g.pad[1]) * (g.in[2] + 2*g.pad[2]))
-	}
-	var col []float32
-	pc := P
-	if !pointwise && !shifted {
-		pc = max(1, min(P, budget/max(Kc, 1)))
-		col = tm.alloc(Kc * pc)
-	}
-	for b := 0; b < B; b++ {
-		xb := xf[b*inN : (b+1)*inN]
-		ob := out[b*Cout*P : (b+1)*Cout*P]
-		switch {
-		case pointwise:
-			be.gemm(false, false, Cout, P, Cin, 1, wf, Cin, xb, P, 0, ob, P)
-		case shifted:
-			be.padInput(xp, xb, &g)
-			be.convShifted(ob, xp, wt, &g, Cout, tm)
-		default:
-			for p0 := 0; p0 < P; p0 += pc {
-				n := min(pc, P-p0)
-				be.im2col(col[:Kc*n], xb, &g, p0, n)
-				be.gemm(false, false, Cout, n, Kc, 1, wf, Kc, col, n, 0, ob[p0:], P)
-			}
-		}
-		if bf != nil {
+	return be.inF32(dst, []*tensor.Tensor{x, w, bias}, func(tm *temps, in [][]float32, out []float32) {
+		xf, wf, bf := in[0], in[1], in[2]
+		inN := Cin * g.in[0] * g.in[1] * g.in[2]
+		P := g.out[0] * g.out[1] * g.out[2]
+		Kc := Cin * g.k[0] * g.k[1] * g.k[2]
+		pointwise := g.k == [3]int{1, 1, 1} && g.st == [3]int{1, 1, 1} && g.pad == [3]int{}
+		shifted := !pointwise && g.st == [3]int{1, 1, 1} && Cin >= shiftMinCin && convShift
+		var xp, wt []float32
+		if shifted {
+			taps := g.k[0] * g.k[1] * g.k[2]
+			wt = tm.alloc(taps * Cout * Cin)
 			be.parallel(Cout, 1, func(lo, hi int) {
-				for c := lo; c < hi; c++ {
-					v := bf[c]
-					row := ob[c*P : (c+1)*P]
-					for i := range row {
-						row[i] += v
+				for co := lo; co < hi; co++ {
+					for ci := 0; ci < Cin; ci++ {
+						src := wf[(co*Cin+ci)*taps:][:taps]
+						for tap, v := range src {
+							wt[(tap*Cout+co)*Cin+ci] = v
+						}
 					}
 				}
 			})
+			xp = tm.alloc(Cin * (g.in[0] + 2*g.pad[0]) * (g.in[1] + 2*g.pad[1]) * (g.in[2] + 2*g.pad[2]))
 		}
-	}
-	commit()
-	return nil
+		var col []float32
+		pc := P
+		if !pointwise && !shifted {
+			pc = max(1, min(P, budget/max(Kc, 1)))
+			col = tm.alloc(Kc * pc)
+		}
+		for b := 0; b < B; b++ {
+			xb := xf[b*inN : (b+1)*inN]
+			ob := out[b*Cout*P : (b+1)*Cout*P]
+			switch {
+			case pointwise:
+				be.gemm(false, false, Cout, P, Cin, 1, wf, Cin, xb, P, 0, ob, P)
+			case shifted:
+				be.padInput(xp, xb, &g)
+				be.convShifted(ob, xp, wt, &g, Cout, tm)
+			default:
+				for p0 := 0; p0 < P; p0 += pc {
+					n := min(pc, P-p0)
+					be.im2col(col[:Kc*n], xb, &g, p0, n)
+					be.gemm(false, false, Cout, n, Kc, 1, wf, Kc, col, n, 0, ob[p0:], P)
+				}
+			}
+			if bf != nil {
+				be.parallel(Cout, 1, func(lo, hi int) {
+					for c := lo; c < hi; c++ {
+						v := bf[c]
+						row := ob[c*P : (c+1)*P]
+						for i := range row {
+							row[i] += v
+						}
+					}
+				})
+			}
+		}
+	})
 }
 
 type convGeom struct {

@@ -64,14 +64,11 @@ func (be *Backend) Cast(dst, src *tensor.Tensor) error {
 	if dst.Numel() != src.Numel() {
 		return fmt.Errorf("cpu: cast of %v into %v", src, dst)
 	}
-	db, err := raw(dst)
+	bs, err := rawAll(dst, src)
 	if err != nil {
 		return err
 	}
-	sb, err := raw(src)
-	if err != nil {
-		return err
-	}
+	db, sb := bs[0], bs[1]
 	dt, st := dst.DType(), src.DType()
 	if dt.Size() == 0 || st.Size() == 0 {
 		return fmt.Errorf("cpu: cast %s to %s: %w", st, dt, tensor.ErrUnsupported)
@@ -242,14 +239,11 @@ func (be *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Ten
 	if err := tensor.CheckView(sOff, sSt, shape, src.Numel()); err != nil {
 		return fmt.Errorf("cpu: %w", err)
 	}
-	db, err := raw(dst)
+	bs, err := rawAll(dst, src)
 	if err != nil {
 		return err
 	}
-	sb, err := raw(src)
-	if err != nil {
-		return err
-	}
+	db, sb := bs[0], bs[1]
 	sh, st := tensor.CollapseAxes(shape, dSt, sSt)
 	switch dst.DType().Size() {
 	case 1:
@@ -319,14 +313,11 @@ func (be *Backend) Unary(op tensor.UnaryOp, dst, src *tensor.Tensor, a, b float3
 	if op > tensor.OpRecip {
 		return fmt.Errorf("cpu: unary %s: %w", op, tensor.ErrUnsupported)
 	}
-	db, err := raw(dst)
+	bs, err := rawAll(dst, src)
 	if err != nil {
 		return err
 	}
-	sb, err := raw(src)
-	if err != nil {
-		return err
-	}
+	db, sb := bs[0], bs[1]
 	be.mapF32(dst.DType(), db, sb, func(o, x []float32) { unaryF32(op, o, x, a, b) })
 	return nil
 }
@@ -366,40 +357,35 @@ func siluf(x float32) float32 { return float32(float64(x) / (1 + expf(-x))) }
 
 const sqrt2overPi = 0.7978845608028654 // sqrt(2/π)
 
+// unary64 are the unary ops computed in float64 and rounded once.
+var unary64 = map[tensor.UnaryOp]func(float64) float64{
+	tensor.OpExp:   math.Exp,
+	tensor.OpLog:   math.Log,
+	tensor.OpSin:   math.Sin,
+	tensor.OpCos:   math.Cos,
+	tensor.OpRsqrt: func(f float64) float64 { return 1 / math.Sqrt(f) },
+	tensor.OpSqrt:  math.Sqrt,
+	tensor.OpAbs:   math.Abs,
+	tensor.OpTanh:  math.Tanh,
+	tensor.OpGELU:  func(f float64) float64 { return 0.5 * f * (1 + math.Erf(f/math.Sqrt2)) },
+	tensor.OpGELUTanh: func(f float64) float64 {
+		return 0.5 * f * (1 + math.Tanh(sqrt2overPi*(f+0.044715*f*f*f)))
+	},
+	tensor.OpQuickGELU: func(f float64) float64 { return f * sigmoid64(1.702*f) },
+}
+
 func unaryF32(op tensor.UnaryOp, o, x []float32, a, b float32) {
 	x = x[:len(o)]
+	if f := unary64[op]; f != nil {
+		for i, v := range x {
+			o[i] = float32(f(float64(v)))
+		}
+		return
+	}
 	switch op {
 	case tensor.OpNeg:
 		for i, v := range x {
 			o[i] = -v
-		}
-	case tensor.OpExp:
-		for i, v := range x {
-			o[i] = float32(math.Exp(float64(v)))
-		}
-	case tensor.OpLog:
-		for i, v := range x {
-			o[i] = float32(math.Log(float64(v)))
-		}
-	case tensor.OpSin:
-		for i, v := range x {
-			o[i] = float32(math.Sin(float64(v)))
-		}
-	case tensor.OpCos:
-		for i, v := range x {
-			o[i] = float32(math.Cos(float64(v)))
-		}
-	case tensor.OpSqrt:
-		for i, v := range x {
-			o[i] = float32(math.Sqrt(float64(v)))
-		}
-	case tensor.OpRsqrt:
-		for i, v := range x {
-			o[i] = float32(1 / math.Sqrt(float64(v)))
-		}
-	case tensor.OpAbs:
-		for i, v := range x {
-			o[i] = float32(math.Abs(float64(v)))
 		}
 	case tensor.OpSquare:
 		for i, v := range x {
@@ -409,28 +395,9 @@ func unaryF32(op tensor.UnaryOp, o, x []float32, a, b float32) {
 		for i, v := range x {
 			o[i] = siluf(v)
 		}
-	case tensor.OpGELU:
-		for i, v := range x {
-			f := float64(v)
-			o[i] = float32(0.5 * f * (1 + math.Erf(f/math.Sqrt2)))
-		}
-	case tensor.OpGELUTanh:
-		for i, v := range x {
-			f := float64(v)
-			o[i] = float32(0.5 * f * (1 + math.Tanh(sqrt2overPi*(f+0.044715*f*f*f))))
-		}
-	case tensor.OpQuickGELU:
-		for i, v := range x {
-			f := float64(v)
-			o[i] = float32(f * sigmoid64(1.702*f))
-		}
 	case tensor.OpSigmoid:
 		for i, v := range x {
 			o[i] = float32(1 / (1 + expf(-v)))
-		}
-	case tensor.OpTanh:
-		for i, v := range x {
-			o[i] = float32(math.Tanh(float64(v)))
 		}
 	case tensor.OpScale:
 		for i, v := range x {
@@ -484,18 +451,11 @@ func (be *Backend) Binary(op tensor.BinaryOp, dst, a *tensor.Tensor, aSt []int, 
 	if err := tensor.CheckView(0, bSt, shape, b.Numel()); err != nil {
 		return fmt.Errorf("cpu: %w", err)
 	}
-	db, err := raw(dst)
+	bs, err := rawAll(dst, a, b)
 	if err != nil {
 		return err
 	}
-	ab, err := raw(a)
-	if err != nil {
-		return err
-	}
-	bb, err := raw(b)
-	if err != nil {
-		return err
-	}
+	db, ab, bb := bs[0], bs[1], bs[2]
 	sh, st := tensor.CollapseAxes(shape, tensor.ContiguousStrides(shape), aSt, bSt)
 	switch dt {
 	case tensor.F32, tensor.F16, tensor.BF16:

@@ -24,48 +24,19 @@ func (be *Backend) LinearFP8(dst, x, w, scale, bias *tensor.Tensor) error {
 	if w.Dim(1) != K || dst.Dim(0) != M || dst.Dim(1) != N || scale.Numel() != N || (bias != nil && bias.Numel() != N) {
 		return fmt.Errorf("cpu: linear_fp8 of %v by %v (scale %v, bias %v) into %v", x, w, scale, bias, dst)
 	}
-	tm := be.temps()
-	defer tm.release()
-	fs, err := tm.widenAll(x, bias)
+	bs, err := rawAll(w, scale)
 	if err != nil {
 		return err
 	}
-	xf, bf := fs[0], fs[1]
-	out, commit, err := tm.output(dst)
-	if err != nil {
-		return err
-	}
-	wb, err := raw(w)
-	if err != nil {
-		return err
-	}
-	sb, err := raw(scale)
-	if err != nil {
-		return err
-	}
-	sc := tensor.ViewAs[float32](sb)
-	rows := max(1, min(N, (1<<22)/max(K, 1)))
-	tmp := tm.alloc(rows * K)
-	for n0 := 0; n0 < N; n0 += rows {
-		nr := min(rows, N-n0)
-		be.parallel(nr, max(1, (1<<14)/max(K, 1)), func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				n := n0 + r
-				tensor.WidenF8E4M3Scaled(tmp[r*K:(r+1)*K], wb[n*K:(n+1)*K], sc[n])
-			}
-		})
-		be.gemm(false, true, M, nr, K, 1, xf, K, tmp, K, 0, out[n0:], N)
-	}
-	if bf != nil {
-		be.parallel(M, max(1, (1<<14)/max(N, 1)), func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				row := out[i*N : (i+1)*N]
-				for j, v := range bf[:N] {
-					row[j] += v
+	wb, sc := bs[0], tensor.ViewAs[float32](bs[1])
+	return be.linear(dst, x, bias, M, N, func(tm *temps, xf, out []float32) {
+		be.weightRows(tm, xf, out, M, N, K, func(tmp []float32, n0, nr int) {
+			be.parallel(nr, max(1, (1<<14)/max(K, 1)), func(lo, hi int) {
+				for r := lo; r < hi; r++ {
+					n := n0 + r
+					tensor.WidenF8E4M3Scaled(tmp[r*K:(r+1)*K], wb[n*K:(n+1)*K], sc[n])
 				}
-			}
+			})
 		})
-	}
-	commit()
-	return nil
+	})
 }

@@ -56,61 +56,59 @@ func (be *Backend) GroupNorm(dst, x, w, b *tensor.Tensor, groups int, eps float3
 	if B*C > 0 {
 		S = x.Numel() / (B * C)
 	}
-	tm := be.temps()
-	defer tm.release()
-	fs, err := tm.widenAll(x, w, b)
-	if err != nil {
-		return err
-	}
-	xf, wf, bf := fs[0], fs[1], fs[2]
-	out, commit, err := tm.output(dst)
-	if err != nil {
-		return err
-	}
 	round := tensor.Rounder(dt)
 	cg := C / groups
-	be.tasks(B*groups, func(_, i int) {
-		bi, g := i/groups, i%groups
-		lo := (bi*C + g*cg) * S
-		hi := lo + cg*S
-		mean, variance := meanVar(xf[lo:hi])
-		rstd := 1 / math.Sqrt(variance+float64(eps))
-		for c := g * cg; c < (g+1)*cg; c++ {
-			// (x − mean) first: folding the mean into the shift would cancel
-			// badly when the mean is large against the spread.
-			scale, shift := rstd, 0.0
-			if wf != nil {
-				scale *= float64(wf[c])
-			}
-			if bf != nil {
-				shift = float64(bf[c])
-			}
-			m32, s32, h32 := float32(mean), float32(scale), float32(shift)
-			xs := xf[(bi*C+c)*S : (bi*C+c+1)*S]
-			ys := out[(bi*C+c)*S : (bi*C+c+1)*S]
-			if silu {
-				for j, v := range xs {
-					// The reference rounds the norm's output to its dtype
-					// before the SiLU.
-					ys[j] = siluf(round((v-m32)*s32 + h32))
+	return be.inF32(dst, []*tensor.Tensor{x, w, b}, func(_ *temps, in [][]float32, out []float32) {
+		xf, wf, bf := in[0], in[1], in[2]
+		be.tasks(B*groups, func(_, i int) {
+			bi, g := i/groups, i%groups
+			lo := (bi*C + g*cg) * S
+			hi := lo + cg*S
+			mean, variance := meanVar(xf[lo:hi])
+			rstd := 1 / math.Sqrt(variance+float64(eps))
+			for c := g * cg; c < (g+1)*cg; c++ {
+				// (x − mean) first: folding the mean into the shift would cancel
+				// badly when the mean is large against the spread.
+				scale, shift := rstd, 0.0
+				if wf != nil {
+					scale *= float64(wf[c])
 				}
-			} else {
-				for j, v := range xs {
-					ys[j] = (v-m32)*s32 + h32
+				if bf != nil {
+					shift = float64(bf[c])
+				}
+				m32, s32, h32 := float32(mean), float32(scale), float32(shift)
+				xs := xf[(bi*C+c)*S : (bi*C+c+1)*S]
+				ys := out[(bi*C+c)*S : (bi*C+c+1)*S]
+				if silu {
+					for j, v := range xs {
+						// The reference rounds the norm's output to its dtype
+						// before the SiLU.
+						ys[j] = siluf(round((v-m32)*s32 + h32))
+					}
+				} else {
+					for j, v := range xs {
+						ys[j] = (v-m32)*s32 + h32
+					}
 				}
 			}
-		}
+		})
 	})
-	commit()
-	return nil
 }
 
-// rowsOf checks a last-axis op's shapes and returns (rows, row length).
-func rowsOf(op string, dst, x *tensor.Tensor) (int, int, error) {
-	if x.Rank() == 0 || dst.Numel() != x.Numel() || dst.DType() != x.DType() {
+// rowsOf checks a last-axis op's dtype and shapes, and its per-channel
+// parameters (nil: absent), and returns (rows, row length).
+func rowsOf(op string, dst, x *tensor.Tensor, params ...*tensor.Tensor) (int, int, error) {
+	dt := dst.DType()
+	if !isCompute(dt) {
+		return 0, 0, unsupported(op, dt)
+	}
+	if x.Rank() == 0 || dst.Numel() != x.Numel() || x.DType() != dt {
 		return 0, 0, fmt.Errorf("cpu: %s of %v into %v", op, x, dst)
 	}
 	d := x.Dim(-1)
+	if err := checkAffine(op, dt, d, params...); err != nil {
+		return 0, 0, err
+	}
 	if d == 0 {
 		return 0, 0, nil
 	}
@@ -118,30 +116,13 @@ func rowsOf(op string, dst, x *tensor.Tensor) (int, int, error) {
 }
 
 func (be *Backend) LayerNorm(dst, x, w, b *tensor.Tensor, eps float32) error {
-	dt := dst.DType()
-	if !isCompute(dt) {
-		return unsupported("layer_norm", dt)
-	}
-	n, d, err := rowsOf("layer_norm", dst, x)
+	n, d, err := rowsOf("layer_norm", dst, x, w, b)
 	if err != nil {
 		return err
 	}
-	if err := checkAffine("layer_norm", dt, d, w, b); err != nil {
-		return err
-	}
-	tm := be.temps()
-	defer tm.release()
-	fs, err := tm.widenAll(x, w, b)
-	if err != nil {
-		return err
-	}
-	xf, wf, bf := fs[0], fs[1], fs[2]
-	out, commit, err := tm.output(dst)
-	if err != nil {
-		return err
-	}
-	be.parallel(n, max(1, 4096/max(d, 1)), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
+	return be.inF32(dst, []*tensor.Tensor{x, w, b}, func(_ *temps, in [][]float32, out []float32) {
+		xf, wf, bf := in[0], in[1], in[2]
+		be.eachRow(n, d, func(r int) {
 			xs, ys := xf[r*d:(r+1)*d], out[r*d:(r+1)*d]
 			mean, variance := meanVar(xs)
 			rstd := float32(1 / math.Sqrt(variance+float64(eps)))
@@ -156,38 +137,19 @@ func (be *Backend) LayerNorm(dst, x, w, b *tensor.Tensor, eps float32) error {
 				}
 				ys[j] = y
 			}
-		}
+		})
 	})
-	commit()
-	return nil
 }
 
 func (be *Backend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
-	dt := dst.DType()
-	if !isCompute(dt) {
-		return unsupported("rms_norm", dt)
-	}
-	n, d, err := rowsOf("rms_norm", dst, x)
+	n, d, err := rowsOf("rms_norm", dst, x, w)
 	if err != nil {
 		return err
 	}
-	if err := checkAffine("rms_norm", dt, d, w); err != nil {
-		return err
-	}
-	tm := be.temps()
-	defer tm.release()
-	fs, err := tm.widenAll(x, w)
-	if err != nil {
-		return err
-	}
-	xf, wf := fs[0], fs[1]
-	out, commit, err := tm.output(dst)
-	if err != nil {
-		return err
-	}
-	round := tensor.Rounder(dt)
-	be.parallel(n, max(1, 4096/max(d, 1)), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
+	return be.inF32(dst, []*tensor.Tensor{x, w}, func(_ *temps, in [][]float32, out []float32) {
+		xf, wf := in[0], in[1]
+		round := tensor.Rounder(dst.DType())
+		be.eachRow(n, d, func(r int) {
 			xs, ys := xf[r*d:(r+1)*d], out[r*d:(r+1)*d]
 			var q float64
 			for _, v := range xs {
@@ -198,54 +160,43 @@ func (be *Backend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
 				for j, v := range xs {
 					ys[j] = v * rs
 				}
-				continue
+				return
 			}
 			for j, v := range xs {
 				ys[j] = round(v*rs) * wf[j]
 			}
-		}
+		})
 	})
-	commit()
-	return nil
 }
 
 func (be *Backend) Softmax(dst, x *tensor.Tensor) error {
-	dt := dst.DType()
-	if !isCompute(dt) {
-		return unsupported("softmax", dt)
-	}
 	n, d, err := rowsOf("softmax", dst, x)
 	if err != nil {
 		return err
 	}
-	tm := be.temps()
-	defer tm.release()
-	xf, err := tm.widen(x)
-	if err != nil {
-		return err
-	}
-	out, commit, err := tm.output(dst)
-	if err != nil {
-		return err
-	}
-	be.parallel(n, max(1, 4096/max(d, 1)), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			softmaxRow(out[r*d:(r+1)*d], xf[r*d:(r+1)*d])
-		}
+	return be.inF32(dst, []*tensor.Tensor{x}, func(_ *temps, in [][]float32, out []float32) {
+		be.eachRow(n, d, func(r int) { softmaxRow(out[r*d:(r+1)*d], in[0][r*d:(r+1)*d]) })
 	})
-	commit()
-	return nil
 }
 
 // softmaxRow is a max-subtracted softmax with a float64 sum. A row of -Inf
 // gives NaN, as torch does.
-func softmaxRow(y, x []float32) {
+func softmaxRow(y, x []float32) { softmaxFrom(y, x, rowMax(x)) }
+
+// rowMax is x's largest value, NaN when x holds one, −Inf when x is empty.
+func rowMax(x []float32) float32 {
 	m := float32(math.Inf(-1))
 	for _, v := range x {
 		if v > m || v != v {
 			m = v
 		}
 	}
+	return m
+}
+
+// softmaxFrom writes the softmax of x into y, shifted by x's maximum m,
+// summed in float64.
+func softmaxFrom(y, x []float32, m float32) {
 	var s float64
 	for j, v := range x {
 		e := expf(v - m)
@@ -270,23 +221,9 @@ func (be *Backend) Reduce(op tensor.ReduceOp, dst, src *tensor.Tensor) error {
 		return fmt.Errorf("cpu: reduce of %v into %v", src, dst)
 	}
 	n, k := src.Dim(0), src.Dim(1)
-	tm := be.temps()
-	defer tm.release()
-	xf, err := tm.widen(src)
-	if err != nil {
-		return err
-	}
-	out, commit, err := tm.output(dst)
-	if err != nil {
-		return err
-	}
-	be.parallel(n, max(1, 4096/max(k, 1)), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			out[r] = float32(reduceRow(op, xf[r*k:(r+1)*k]))
-		}
+	return be.inF32(dst, []*tensor.Tensor{src}, func(_ *temps, in [][]float32, out []float32) {
+		be.eachRow(n, k, func(r int) { out[r] = float32(reduceRow(op, in[0][r*k:(r+1)*k])) })
 	})
-	commit()
-	return nil
 }
 
 func reduceRow(op tensor.ReduceOp, x []float32) float64 {

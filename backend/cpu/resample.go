@@ -6,10 +6,19 @@ import (
 	"github.com/framepack-go/framepack/tensor"
 )
 
-// bySize runs a dtype-agnostic kernel on element words of the tensors' size.
-func bySize(dt tensor.DType, db, sb []byte, k8 func([]uint8, []uint8), k16 func([]uint16, []uint16),
+// bySize runs a dtype-agnostic kernel from src into dst on element words of
+// their dtype's size (nothing for an empty dst).
+func bySize(dst, src *tensor.Tensor, k8 func([]uint8, []uint8), k16 func([]uint16, []uint16),
 	k32 func([]uint32, []uint32), k64 func([]uint64, []uint64)) error {
-	switch dt.Size() {
+	if dst.Numel() == 0 {
+		return nil
+	}
+	bs, err := rawAll(dst, src)
+	if err != nil {
+		return err
+	}
+	db, sb := bs[0], bs[1]
+	switch dt := dst.DType(); dt.Size() {
 	case 1:
 		k8(tensor.ViewAs[uint8](db), tensor.ViewAs[uint8](sb))
 	case 2:
@@ -40,19 +49,8 @@ func (be *Backend) Pad(dst, src *tensor.Tensor, before []int, mode tensor.PadMod
 			return fmt.Errorf("cpu: pad of %v into %v with %v in front", src, dst, before)
 		}
 	}
-	if dst.Numel() == 0 {
-		return nil
-	}
-	db, err := raw(dst)
-	if err != nil {
-		return err
-	}
-	sb, err := raw(src)
-	if err != nil {
-		return err
-	}
 	rep := mode == tensor.PadReplicate
-	return bySize(dst.DType(), db, sb,
+	return bySize(dst, src,
 		func(d, s []uint8) { padRows(be, d, s, ds, ss, bf, rep) },
 		func(d, s []uint16) { padRows(be, d, s, ds, ss, bf, rep) },
 		func(d, s []uint32) { padRows(be, d, s, ds, ss, bf, rep) },
@@ -114,19 +112,8 @@ func (be *Backend) UpsampleNearest(dst, src *tensor.Tensor, scale [3]int) error 
 			return fmt.Errorf("cpu: upsample of %v by %v into %v", src, scale, dst)
 		}
 	}
-	if dst.Numel() == 0 {
-		return nil
-	}
-	db, err := raw(dst)
-	if err != nil {
-		return err
-	}
-	sb, err := raw(src)
-	if err != nil {
-		return err
-	}
 	g := [6]int{ss[r-3], ss[r-2], ss[r-1], scale[0], scale[1], scale[2]}
-	return bySize(dst.DType(), db, sb,
+	return bySize(dst, src,
 		func(d, s []uint8) { upsampleRows(be, d, s, g) },
 		func(d, s []uint16) { upsampleRows(be, d, s, g) },
 		func(d, s []uint32) { upsampleRows(be, d, s, g) },
@@ -180,42 +167,33 @@ func (be *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
 	if dst.Numel() == 0 {
 		return nil
 	}
-	tm := be.temps()
-	defer tm.release()
-	xf, err := tm.widen(src)
-	if err != nil {
-		return err
-	}
-	out, commit, err := tm.output(dst)
-	if err != nil {
-		return err
-	}
-	T, H, W := ss[r-3], ss[r-2], ss[r-1]
-	kt, kh, kw := kernel[0], kernel[1], kernel[2]
-	ot, oh, ow := T/kt, H/kh, W/kw
-	inv := 1 / float64(kt*kh*kw)
-	rows := len(out) / ow
-	be.parallel(rows, max(1, 1024/ow), func(lo, hi int) {
-		for row := lo; row < hi; row++ {
-			y := row % oh
-			t := (row / oh) % ot
-			pre := row / (oh * ot)
-			for x := 0; x < ow; x++ {
-				var s float64
-				for a := 0; a < kt; a++ {
-					for b := 0; b < kh; b++ {
-						base := ((pre*T+t*kt+a)*H+y*kh+b)*W + x*kw
-						for _, v := range xf[base : base+kw] {
-							s += float64(v)
+	return be.inF32(dst, []*tensor.Tensor{src}, func(_ *temps, in [][]float32, out []float32) {
+		xf := in[0]
+		T, H, W := ss[r-3], ss[r-2], ss[r-1]
+		kt, kh, kw := kernel[0], kernel[1], kernel[2]
+		ot, oh, ow := T/kt, H/kh, W/kw
+		inv := 1 / float64(kt*kh*kw)
+		rows := len(out) / ow
+		be.parallel(rows, max(1, 1024/ow), func(lo, hi int) {
+			for row := lo; row < hi; row++ {
+				y := row % oh
+				t := (row / oh) % ot
+				pre := row / (oh * ot)
+				for x := 0; x < ow; x++ {
+					var s float64
+					for a := 0; a < kt; a++ {
+						for b := 0; b < kh; b++ {
+							base := ((pre*T+t*kt+a)*H+y*kh+b)*W + x*kw
+							for _, v := range xf[base : base+kw] {
+								s += float64(v)
+							}
 						}
 					}
+					out[row*ow+x] = float32(s * inv)
 				}
-				out[row*ow+x] = float32(s * inv)
 			}
-		}
+		})
 	})
-	commit()
-	return nil
 }
 
 func (be *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
@@ -250,14 +228,11 @@ func (be *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
 	default:
 		return fmt.Errorf("cpu: embedding ids of %s: %w", ids.DType(), tensor.ErrUnsupported)
 	}
-	db, err := raw(dst)
+	bs, err := rawAll(dst, table)
 	if err != nil {
 		return err
 	}
-	tb, err := raw(table)
-	if err != nil {
-		return err
-	}
+	db, tb := bs[0], bs[1]
 	row := D * table.DType().Size()
 	be.parallel(n, max(1, (1<<16)/max(row, 1)), func(lo, hi int) {
 		for i := lo; i < hi; i++ {

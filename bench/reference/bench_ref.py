@@ -33,6 +33,31 @@ def timed(fn, iters):
     return out, times, torch.cuda.max_memory_allocated()
 
 
+def decode_modes(args, vae, z, model):
+    """Times vae.decode(z) in each of --modes (framewise: diffusers' default;
+    tiled: enable_tiling()), yielding (mode, times, peak); with --save
+    the model goes to DIR/<model> and each z and sample to
+    DIR/<prefix>decode_<mode>.safetensors (prefix "wan_" for wan_vae)."""
+    if args.save:
+        import os
+        os.makedirs(args.save, exist_ok=True)
+        vae.save_pretrained(os.path.join(args.save, model))
+    prefix = "" if model == "vae" else "wan_"
+    for mode in args.modes.split(","):
+        vae.disable_tiling()
+        if mode == "tiled":
+            vae.enable_tiling()
+        with torch.no_grad():
+            out, times, peak = timed(lambda: vae.decode(z).sample, args.iters)
+        yield mode, times, peak
+        if args.save:
+            from safetensors.torch import save_file
+            save_file({"z": z.float().cpu().contiguous(), "sample": out.float().cpu().contiguous()},
+                      f"{args.save}/{prefix}decode_{mode}.safetensors")
+        del out
+        torch.cuda.empty_cache()
+
+
 def bench_vae(args):
     from diffusers import AutoencoderKLHunyuanVideo
 
@@ -40,23 +65,10 @@ def bench_vae(args):
     vae = AutoencoderKLHunyuanVideo().to("cuda", torch.float16).eval()
     shape = [int(x) for x in args.latent.split("x")]
     z = torch.randn(shape, generator=torch.Generator("cpu").manual_seed(1)).to("cuda", torch.float16)
-    if args.save:
-        import os
-        from safetensors.torch import save_file
-        os.makedirs(args.save, exist_ok=True)
-        vae.save_pretrained(os.path.join(args.save, "vae"))
-    for mode in args.modes.split(","):
-        vae.disable_tiling()
-        if mode == "tiled":
-            vae.enable_tiling()
-        with torch.no_grad():
-            out, times, peak = timed(lambda: vae.decode(z).sample, args.iters)
+    for mode, times, peak in decode_modes(args, vae, z, "vae"):
         print(json.dumps({"bench": "vae_decode", "impl": "pytorch", "mode": mode, "latent": shape,
                           "dtype": "f16", "seconds": sorted(times)[len(times) // 2], "all": times,
                           "peak_bytes": peak, "device": torch.cuda.get_device_name()}), flush=True)
-        if args.save:
-            save_file({"z": z.float().cpu().contiguous(), "sample": out.float().cpu().contiguous()},
-                      f"{args.save}/decode_{mode}.safetensors")
 
 
 def bench_wan_vae(args):
@@ -70,28 +82,13 @@ def bench_wan_vae(args):
     vae = AutoencoderKLWan().to("cuda", dtype).eval()
     shape = [int(x) for x in args.latent.split("x")]
     z = torch.randn(shape, generator=torch.Generator("cpu").manual_seed(1)).to("cuda", dtype)
-    if args.save:
-        import os
-        from safetensors.torch import save_file
-        os.makedirs(args.save, exist_ok=True)
-        vae.save_pretrained(os.path.join(args.save, "wan_vae"))
     frames = 1 + (shape[2] - 1) * 4
-    for mode in args.modes.split(","):
-        vae.disable_tiling()
-        if mode == "tiled":
-            vae.enable_tiling()
-        with torch.no_grad():
-            out, times, peak = timed(lambda: vae.decode(z).sample, args.iters)
+    for mode, times, peak in decode_modes(args, vae, z, "wan_vae"):
         print(json.dumps({"bench": "vae_decode", "impl": "pytorch", "model": "wan2.1", "mode": mode,
                           "latent": shape, "frames": frames, "height": shape[3] * 8, "width": shape[4] * 8,
                           "dtype": args.dtype, "seconds": sorted(times)[len(times) // 2], "all": times,
                           "peak_bytes": peak, "weights_bytes": sum(p.numel() * p.element_size() for p in vae.parameters()),
                           "device": torch.cuda.get_device_name()}), flush=True)
-        if args.save:
-            save_file({"z": z.float().cpu().contiguous(), "sample": out.float().cpu().contiguous()},
-                      f"{args.save}/wan_decode_{mode}.safetensors")
-        del out
-        torch.cuda.empty_cache()
 
 
 def bench_transformer(args):

@@ -585,7 +585,6 @@ def worker(g, input_image, args, rec, info, end_image=None):
     prompt, n_prompt, seed = args.prompt, args.n_prompt, args.seed
     total_second_length, latent_window_size, steps = args.seconds, args.latent_window_size, args.steps
     cfg, gs, rs = args.cfg, args.gs, args.rs
-    gpu_memory_preservation, use_teacache, mp4_crf = args.gpu_memory_preservation, args.teacache == "on", args.mp4_crf
     high_vram, gpu, tm, mem = g.high_vram, g.gpu, g.tm, g.mem
     text_encoder, text_encoder_2, tokenizer, tokenizer_2 = g.text_encoder, g.text_encoder_2, g.tokenizer, g.tokenizer_2
     vae, feature_extractor, image_encoder, transformer = g.vae, g.feature_extractor, g.image_encoder, g.transformer
@@ -688,7 +687,6 @@ def worker(g, input_image, args, rec, info, end_image=None):
     if args.variant == "f1":
         return worker_f1_sections(g, args, rec, info, start_latent, image_encoder_last_hidden_state, sample_kwargs,
                                   total_latent_sections, height, width)
-    num_frames = latent_window_size * 4 - 3
 
     history_latents = torch.zeros(size=(1, 16, 1 + 2 + 16, height // 8, width // 8), dtype=torch.float32).cpu()
     history_pixels = None
@@ -702,8 +700,7 @@ def worker(g, input_image, args, rec, info, end_image=None):
         latent_paddings = [3] + [2] * (total_latent_sections - 3) + [1, 0]
 
     section = 0
-    sections_info = []
-    writes = 0
+    sections = Sections(g, args, rec)
     latent_paddings = list(latent_paddings)
     for i, latent_padding in enumerate(latent_paddings):
         section += 1
@@ -740,59 +737,11 @@ def worker(g, input_image, args, rec, info, end_image=None):
             clean_latents_post = end_latent.to(history_latents)
             clean_latents = torch.cat([clean_latents_pre, clean_latents_post], dim=2)
 
-        t0 = tm.start()
-        if not high_vram:
-            mem.unload_complete_models()
-            mem.move_model_to_device_with_memory_preservation(transformer, target_device=gpu, preserved_memory_gb=gpu_memory_preservation)
-        tm.add("transformer_move", t0)
-
-        if use_teacache:
-            if args.teacache_thresh is None:
-                transformer.initialize_teacache(enable_teacache=True, num_steps=steps)
-            else:
-                transformer.initialize_teacache(enable_teacache=True, num_steps=steps, rel_l1_thresh=args.teacache_thresh)
-        else:
-            transformer.initialize_teacache(enable_teacache=False)
-
-        def callback(d):
-            current_step = d['i'] + 1
-            print(f'section {section}/{total_latent_sections} step {current_step}/{steps}', file=sys.stderr)
-            return
-
-        g.counts["calls"] = g.counts["blocks"] = 0
-        t0 = tm.start()
-        generated_latents = g.sample_hunyuan(
-            transformer=transformer,
-            sampler='unipc',
-            width=width,
-            height=height,
-            frames=num_frames,
-            real_guidance_scale=cfg,
-            distilled_guidance_scale=gs,
-            guidance_rescale=rs,
-            # shift=3.0,
-            num_inference_steps=steps,
-            generator=rnd,
-            prompt_embeds=llama_vec,
-            prompt_embeds_mask=llama_attention_mask,
-            prompt_poolers=clip_l_pooler,
-            negative_prompt_embeds=llama_vec_n,
-            negative_prompt_embeds_mask=llama_attention_mask_n,
-            negative_prompt_poolers=clip_l_pooler_n,
-            device=gpu,
-            dtype=sample_dtype,
-            image_embeddings=image_encoder_last_hidden_state,
-            latent_indices=latent_indices,
-            clean_latents=clean_latents,
-            clean_latent_indices=clean_latent_indices,
-            clean_latents_2x=clean_latents_2x,
-            clean_latent_2x_indices=clean_latent_2x_indices,
-            clean_latents_4x=clean_latents_4x,
-            clean_latent_4x_indices=clean_latent_4x_indices,
-            callback=callback,
-        )
-        tm.add("sample", t0)
-        calls, blocks = g.counts["calls"], g.counts["blocks"]
+        prepare_section(g, args)
+        generated_latents, calls, blocks = sample_section(
+            g, sample_kwargs, section, total_latent_sections, image_encoder_last_hidden_state, latent_indices,
+            clean_latents, clean_latent_indices, clean_latents_2x, clean_latent_2x_indices, clean_latents_4x,
+            clean_latent_4x_indices)
 
         if is_last_section:
             generated_latents = torch.cat([start_latent.to(generated_latents), generated_latents], dim=2)
@@ -800,54 +749,25 @@ def worker(g, input_image, args, rec, info, end_image=None):
         total_generated_latent_frames += int(generated_latents.shape[2])
         history_latents = torch.cat([generated_latents.to(history_latents), history_latents], dim=2)
 
-        t0 = tm.start()
-        if not high_vram:
-            mem.offload_model_from_device_for_memory_preservation(transformer, target_device=gpu, preserved_memory_gb=8)
-            mem.load_model_as_complete(vae, target_device=gpu)
-
         real_history_latents = history_latents[:, :, :total_generated_latent_frames, :, :]
 
-        if history_pixels is None:
-            history_pixels = g.vae_decode(real_history_latents, vae).cpu()
-        else:
+        def decode(history_pixels):
+            if history_pixels is None:
+                return g.vae_decode(real_history_latents, vae).cpu()
             section_latent_frames = (latent_window_size * 2 + 1) if is_last_section else (latent_window_size * 2)
             overlapped_frames = latent_window_size * 4 - 3
 
             current_pixels = g.vae_decode(real_history_latents[:, :, :section_latent_frames], vae).cpu()
-            history_pixels = g.soft_append_bcthw(current_pixels, history_pixels, overlapped_frames)
+            return g.soft_append_bcthw(current_pixels, history_pixels, overlapped_frames)
 
-        if not high_vram:
-            mem.unload_complete_models()
-        tm.add("decode", t0)
-
-        if rec is not None:
-            rec[f"generated_latents_section_{section}"] = generated_latents.float().cpu().contiguous()
-            rec[f"history_latents_section_{section}"] = real_history_latents.float().cpu().contiguous()
-        sections_info.append({
-            "section": section, "latent_padding": latent_padding, "is_last_section": is_last_section,
-            "latent_frames": int(generated_latents.shape[2]), "total_generated_latent_frames": total_generated_latent_frames,
-            "pixel_frames": int(history_pixels.shape[2]),
-            "transformer_calls": calls, "transformer_block_calls": blocks,
-            "teacache_computed": blocks if use_teacache else 0,
-            "teacache_skipped": (calls - blocks) if use_teacache else 0,
-        })
-
-        if args.out:
-            t0 = tm.start()
-            if write_mp4(history_pixels, args.out, fps=30, crf=mp4_crf):
-                writes += 1
-            tm.add("write", t0)
-
-        print(f'Decoded. Current latent shape {real_history_latents.shape}; pixel shape {history_pixels.shape}', file=sys.stderr)
+        history_pixels = decode_section(g, decode, history_pixels)
+        sections.done(section, latent_padding, is_last_section, generated_latents, real_history_latents,
+                      total_generated_latent_frames, history_pixels, calls, blocks)
 
         if is_last_section:
             break
 
-    if rec is not None:
-        rec["pixels"] = history_pixels.float().cpu().contiguous()
-    info.update(frames=int(history_pixels.shape[2]), sections_info=sections_info, writes=writes,
-                latent_paddings=[s["latent_padding"] for s in sections_info])
-    return history_pixels
+    return sections.finish(info, history_pixels)
 
 
 def main(argv=None):
@@ -922,9 +842,8 @@ def worker_f1_sections(g, args, rec, info, start_latent, image_encoder_last_hidd
     """demo_gradio_f1.py's section loop (after the same stages as demo_gradio.py)."""
     import torch
 
-    latent_window_size, steps = args.latent_window_size, args.steps
-    use_teacache, high_vram, gpu, tm, mem = args.teacache == "on", g.high_vram, g.gpu, g.tm, g.mem
-    transformer, vae = g.transformer, g.vae
+    latent_window_size = args.latent_window_size
+    vae = g.vae
 
     history_latents = torch.zeros(size=(1, 16, 16 + 2 + 1, height // 8, width // 8), dtype=torch.float32).cpu()
     history_pixels = None
@@ -932,28 +851,12 @@ def worker_f1_sections(g, args, rec, info, start_latent, image_encoder_last_hidd
     history_latents = torch.cat([history_latents, start_latent.to(history_latents)], dim=2)
     total_generated_latent_frames = 1
 
-    sections_info = []
-    writes = 0
+    sections = Sections(g, args, rec)
     for section_index in range(total_latent_sections):
         section = section_index + 1
         print(f'section_index = {section_index}, total_latent_sections = {total_latent_sections}', file=sys.stderr)
 
-        t0 = tm.start()
-        if not high_vram:
-            mem.unload_complete_models()
-            mem.move_model_to_device_with_memory_preservation(transformer, target_device=gpu, preserved_memory_gb=args.gpu_memory_preservation)
-        tm.add("transformer_move", t0)
-
-        if use_teacache:
-            if args.teacache_thresh is None:
-                transformer.initialize_teacache(enable_teacache=True, num_steps=steps)
-            else:
-                transformer.initialize_teacache(enable_teacache=True, num_steps=steps, rel_l1_thresh=args.teacache_thresh)
-        else:
-            transformer.initialize_teacache(enable_teacache=False)
-
-        def callback(d):
-            print(f'section {section}/{total_latent_sections} step {d["i"] + 1}/{steps}', file=sys.stderr)
+        prepare_section(g, args)
 
         indices = torch.arange(0, sum([1, 16, 2, 1, latent_window_size])).unsqueeze(0)
         clean_latent_indices_start, clean_latent_4x_indices, clean_latent_2x_indices, clean_latent_1x_indices, latent_indices = indices.split([1, 16, 2, 1, latent_window_size], dim=1)
@@ -962,51 +865,109 @@ def worker_f1_sections(g, args, rec, info, start_latent, image_encoder_last_hidd
         clean_latents_4x, clean_latents_2x, clean_latents_1x = history_latents[:, :, -sum([16, 2, 1]):, :, :].split([16, 2, 1], dim=2)
         clean_latents = torch.cat([start_latent.to(history_latents), clean_latents_1x], dim=2)
 
-        g.counts["calls"] = g.counts["blocks"] = 0
-        t0 = tm.start()
-        generated_latents = g.sample_hunyuan(
-            **sample_kwargs,
-            image_embeddings=image_encoder_last_hidden_state,
-            latent_indices=latent_indices,
-            clean_latents=clean_latents,
-            clean_latent_indices=clean_latent_indices,
-            clean_latents_2x=clean_latents_2x,
-            clean_latent_2x_indices=clean_latent_2x_indices,
-            clean_latents_4x=clean_latents_4x,
-            clean_latent_4x_indices=clean_latent_4x_indices,
-            callback=callback,
-        )
-        tm.add("sample", t0)
-        calls, blocks = g.counts["calls"], g.counts["blocks"]
+        generated_latents, calls, blocks = sample_section(
+            g, sample_kwargs, section, total_latent_sections, image_encoder_last_hidden_state, latent_indices,
+            clean_latents, clean_latent_indices, clean_latents_2x, clean_latent_2x_indices, clean_latents_4x,
+            clean_latent_4x_indices)
 
         total_generated_latent_frames += int(generated_latents.shape[2])
         history_latents = torch.cat([history_latents, generated_latents.to(history_latents)], dim=2)
 
-        t0 = tm.start()
-        if not high_vram:
-            mem.offload_model_from_device_for_memory_preservation(transformer, target_device=gpu, preserved_memory_gb=8)
-            mem.load_model_as_complete(vae, target_device=gpu)
-
         real_history_latents = history_latents[:, :, -total_generated_latent_frames:, :, :]
 
-        if history_pixels is None:
-            history_pixels = g.vae_decode(real_history_latents, vae).cpu()
-        else:
+        def decode(history_pixels):
+            if history_pixels is None:
+                return g.vae_decode(real_history_latents, vae).cpu()
             section_latent_frames = latent_window_size * 2
             overlapped_frames = latent_window_size * 4 - 3
 
             current_pixels = g.vae_decode(real_history_latents[:, :, -section_latent_frames:], vae).cpu()
-            history_pixels = g.soft_append_bcthw(history_pixels, current_pixels, overlapped_frames)
+            return g.soft_append_bcthw(history_pixels, current_pixels, overlapped_frames)
 
-        if not high_vram:
-            mem.unload_complete_models()
-        tm.add("decode", t0)
+        history_pixels = decode_section(g, decode, history_pixels)
+        sections.done(section, 0, section == total_latent_sections, generated_latents, real_history_latents,
+                      total_generated_latent_frames, history_pixels, calls, blocks)
 
+    return sections.finish(info, history_pixels)
+
+
+def prepare_section(g, args):
+    """What both demos do before a section's sampling: the transformer moved
+    onto the GPU (low-VRAM mode) and TeaCache set up for the section."""
+    t0 = g.tm.start()
+    if not g.high_vram:
+        g.mem.unload_complete_models()
+        g.mem.move_model_to_device_with_memory_preservation(g.transformer, target_device=g.gpu, preserved_memory_gb=args.gpu_memory_preservation)
+    g.tm.add("transformer_move", t0)
+
+    if args.teacache == "on":
+        if args.teacache_thresh is None:
+            g.transformer.initialize_teacache(enable_teacache=True, num_steps=args.steps)
+        else:
+            g.transformer.initialize_teacache(enable_teacache=True, num_steps=args.steps, rel_l1_thresh=args.teacache_thresh)
+    else:
+        g.transformer.initialize_teacache(enable_teacache=False)
+
+
+def sample_section(g, sample_kwargs, section, total_latent_sections, image_embeddings, latent_indices,
+                   clean_latents, clean_latent_indices, clean_latents_2x, clean_latent_2x_indices, clean_latents_4x,
+                   clean_latent_4x_indices):
+    """A section's sample_hunyuan call, timed, with the transformer's calls
+    and block runs (the difference is what TeaCache skipped)."""
+    steps = sample_kwargs["num_inference_steps"]
+
+    def callback(d):
+        print(f'section {section}/{total_latent_sections} step {d["i"] + 1}/{steps}', file=sys.stderr)
+
+    g.counts["calls"] = g.counts["blocks"] = 0
+    t0 = g.tm.start()
+    generated_latents = g.sample_hunyuan(
+        **sample_kwargs,
+        image_embeddings=image_embeddings,
+        latent_indices=latent_indices,
+        clean_latents=clean_latents,
+        clean_latent_indices=clean_latent_indices,
+        clean_latents_2x=clean_latents_2x,
+        clean_latent_2x_indices=clean_latent_2x_indices,
+        clean_latents_4x=clean_latents_4x,
+        clean_latent_4x_indices=clean_latent_4x_indices,
+        callback=callback,
+    )
+    g.tm.add("sample", t0)
+    return generated_latents, g.counts["calls"], g.counts["blocks"]
+
+
+def decode_section(g, decode, history_pixels):
+    """decode(history_pixels) with the VAE on the GPU as both demos have it
+    (low-VRAM mode: the transformer offloaded first, everything unloaded
+    after), timed as "decode"."""
+    t0 = g.tm.start()
+    if not g.high_vram:
+        g.mem.offload_model_from_device_for_memory_preservation(g.transformer, target_device=g.gpu, preserved_memory_gb=8)
+        g.mem.load_model_as_complete(g.vae, target_device=g.gpu)
+    history_pixels = decode(history_pixels)
+    if not g.high_vram:
+        g.mem.unload_complete_models()
+    g.tm.add("decode", t0)
+    return history_pixels
+
+
+class Sections:
+    """What the section loops keep: each section's latents in the record,
+    its line of sections_info, and the video so far written after it."""
+
+    def __init__(self, g, args, rec):
+        self.g, self.args, self.rec = g, args, rec
+        self.info, self.writes = [], 0
+
+    def done(self, section, latent_padding, is_last_section, generated_latents, real_history_latents,
+             total_generated_latent_frames, history_pixels, calls, blocks):
+        args, rec, use_teacache = self.args, self.rec, self.args.teacache == "on"
         if rec is not None:
             rec[f"generated_latents_section_{section}"] = generated_latents.float().cpu().contiguous()
             rec[f"history_latents_section_{section}"] = real_history_latents.float().cpu().contiguous()
-        sections_info.append({
-            "section": section, "latent_padding": 0, "is_last_section": section == total_latent_sections,
+        self.info.append({
+            "section": section, "latent_padding": latent_padding, "is_last_section": is_last_section,
             "latent_frames": int(generated_latents.shape[2]), "total_generated_latent_frames": total_generated_latent_frames,
             "pixel_frames": int(history_pixels.shape[2]),
             "transformer_calls": calls, "transformer_block_calls": blocks,
@@ -1015,15 +976,17 @@ def worker_f1_sections(g, args, rec, info, start_latent, image_encoder_last_hidd
         })
 
         if args.out:
-            t0 = tm.start()
+            t0 = self.g.tm.start()
             if write_mp4(history_pixels, args.out, fps=30, crf=args.mp4_crf):
-                writes += 1
-            tm.add("write", t0)
+                self.writes += 1
+            self.g.tm.add("write", t0)
 
         print(f'Decoded. Current latent shape {real_history_latents.shape}; pixel shape {history_pixels.shape}', file=sys.stderr)
 
-    if rec is not None:
-        rec["pixels"] = history_pixels.float().cpu().contiguous()
-    info.update(frames=int(history_pixels.shape[2]), sections_info=sections_info, writes=writes,
-                latent_paddings=[s["latent_padding"] for s in sections_info])
-    return history_pixels
+    def finish(self, info, history_pixels):
+        """The record's pixels and the summary's sections; the video."""
+        if self.rec is not None:
+            self.rec["pixels"] = history_pixels.float().cpu().contiguous()
+        info.update(frames=int(history_pixels.shape[2]), sections_info=self.info, writes=self.writes,
+                    latent_paddings=[s["latent_padding"] for s in self.info])
+        return history_pixels

@@ -201,12 +201,17 @@ def i2v_teacache(a, work):
     write_case(a.out, "generate_i2v_teacache", rec, info, True, thresh, a.model_rel)
 
 
-def f1(a, work):
-    rec_dir = os.path.join(work, "generate_f1")
-    args = worker_args(a, False, None, rec_dir, SMALL, ["--variant", "f1"])
+def small_case(a, work, name, argv, about, extra):
+    """The case name (its component too): the worker at SMALL with argv."""
+    rec_dir = os.path.join(work, name)
+    args = worker_args(a, False, None, rec_dir, SMALL, argv)
     _, rec, info = framepack_worker.run(args)
     framepack_worker.save_record(args, rec, info)
-    write_case(a.out, "generate_f1", rec, info, False, None, a.model_rel, SMALL, component="generate_f1",
+    write_case(a.out, name, rec, info, False, None, a.model_rel, SMALL, component=name, about=about, extra=extra)
+
+
+def f1(a, work):
+    small_case(a, work, "generate_f1", ["--variant", "f1"],
                about=("FramePack-F1 demo_gradio_f1.py worker() run headless by bench/reference/framepack_worker.py "
                       "--variant f1 on the tiny model named by model (its weights stand in for F1's), CPU, float32, "
                       "TF32 off: the same stages as generate_i2v, then F1's sections: history = 19 zero frames + "
@@ -225,12 +230,8 @@ def end_image(a, work):
     end_path = os.path.join(work, "end.png")
     img = np.array(Image.open(a.image).convert("RGB"))
     Image.fromarray(np.ascontiguousarray(img[::-1, ::-1])).save(end_path)
-    rec_dir = os.path.join(work, "generate_end_image")
-    args = worker_args(a, False, None, rec_dir, SMALL,
-                       ["--end-image", end_path, "--embed-interpolation", "linear", "--start-embed-strength", "1.0"])
-    _, rec, info = framepack_worker.run(args)
-    framepack_worker.save_record(args, rec, info)
-    write_case(a.out, "generate_end_image", rec, info, False, None, a.model_rel, SMALL, component="generate_end_image",
+    small_case(a, work, "generate_end_image",
+               ["--end-image", end_path, "--embed-interpolation", "linear", "--start-embed-strength", "1.0"],
                about=("FramePack demo_gradio.py worker() with kijai/ComfyUI-FramePackWrapper's end frame "
                       "(FramePackSampler.process: end_latent as the first section's clean_latents_post, "
                       "embed_interpolation linear: start*frac + (1-frac)*end, frac = 1 - i/(S-1)), its loop logic "

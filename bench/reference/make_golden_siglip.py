@@ -15,7 +15,6 @@ Float32 on the CPU, TF32 off. Needs torch, transformers and safetensors:
     python3 bench/reference/make_golden_siglip.py --out /tmp/g
 then copy both folders into testdata/golden/.
 """
-import argparse
 import json
 import os
 
@@ -23,19 +22,15 @@ import torch
 from safetensors.torch import save_file
 from transformers import SiglipVisionConfig, SiglipVisionModel
 
+import golden_setup
+
 CASE = "siglip_vision_nonmultiple"
 MODEL = "siglip_nonmultiple"
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True, help="folder to write models/ and the case folder into")
-    ap.add_argument("--seed", type=int, default=11)
-    args = ap.parse_args()
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    args = golden_setup.parse_args(11, "folder to write models/ and the case folder into")
+    golden_setup.exact_float32(all_cores=True)
 
     cfg = SiglipVisionConfig(
         image_size=30, patch_size=4, num_channels=3,

@@ -18,12 +18,13 @@ Float32 on the CPU, TF32 off. Needs torch, safetensors and diffusers' source:
     PYTHONPATH=/path/to/diffusers/src python3 bench/reference/make_golden_wan_vae.py --out /tmp/g
 then copy models/wan_vae and the wan_vae_* folders into testdata/golden/.
 """
-import argparse
 import json
 import os
 
 import torch
 from safetensors.torch import save_file
+
+import golden_setup
 
 MODEL = "wan_vae"
 TILE = dict(tile_sample_min_height=32, tile_sample_min_width=32,
@@ -49,14 +50,8 @@ def write_case(out, name, about, component, io, params=None):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True, help="folder to write models/ and the case folders into")
-    ap.add_argument("--seed", type=int, default=5)
-    args = ap.parse_args()
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    args = golden_setup.parse_args(5)
+    golden_setup.exact_float32(all_cores=True)
 
     import diffusers
     from diffusers import AutoencoderKLWan
@@ -89,23 +84,25 @@ def main():
     print("wrote", mdir, sum(p.numel() for p in vae.parameters()), "parameters", flush=True)
     common = {"diffusers_version": diffusers.__version__}
 
-    def decode(name, shape, tiled, about):
-        z = torch.randn(shape, generator=g)
+    def run(tiled, f):
+        """f() without gradients, after enable_tiling(**TILE) when tiled; the
+        case's params."""
         vae.disable_tiling()
         if tiled:
             vae.enable_tiling(**TILE)
         with torch.no_grad():
-            sample = vae.decode(z).sample
+            out = f()
         vae.disable_tiling()
+        return out, dict(common, tiling=TILE) if tiled else dict(common)
+
+    def decode(name, shape, tiled, about):
+        z = torch.randn(shape, generator=g)
+        sample, params = run(tiled, lambda: vae.decode(z).sample)
         io = {"z": z, "sample": sample}
         if tiled:
-            with torch.no_grad():
-                io["sample_untiled"] = vae.decode(z).sample
+            io["sample_untiled"], _ = run(False, lambda: vae.decode(z).sample)
         clamped = (sample.abs() >= 1).float().mean().item()
         print(f"{name}: {clamped:.1%} of the pixels at the clamp", flush=True)
-        params = dict(common)
-        if tiled:
-            params["tiling"] = TILE
         write_case(args.out, name, about, "wan_vae.decode_tiled" if tiled else "wan_vae.decode", io, params)
 
     decode("wan_vae_decode", (1, z_dim, 3, 4, 6), False,
@@ -119,15 +116,7 @@ def main():
 
     def encode(name, shape, tiled, about):
         x = torch.rand(shape, generator=g) * 2 - 1
-        vae.disable_tiling()
-        if tiled:
-            vae.enable_tiling(**TILE)
-        with torch.no_grad():
-            dist = vae.encode(x).latent_dist
-        vae.disable_tiling()
-        params = dict(common)
-        if tiled:
-            params["tiling"] = TILE
+        dist, params = run(tiled, lambda: vae.encode(x).latent_dist)
         write_case(args.out, name, about, "wan_vae.encode_tiled" if tiled else "wan_vae.encode",
                    {"x": x, "mean": dist.mean, "logvar": dist.logvar}, params)
 

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/internal/envconfig"
+	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/model/hunyuan"
 	"github.com/framepack-go/framepack/tensor"
@@ -165,7 +165,7 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 			if mode == "resident" {
 				residentOut = got
 			} else if residentOut != nil {
-				r["rel_l2_vs_resident"] = trRelL2(got, residentOut)
+				r["rel_l2_vs_resident"] = numcmp.RelL2(got, residentOut)
 			}
 		}
 		lines := r["profile"]
@@ -307,19 +307,6 @@ func merge(a, b benchResult) benchResult {
 		out[k] = v
 	}
 	return out
-}
-
-func trRelL2(a, b []float32) float64 {
-	if len(a) != len(b) {
-		return math.NaN()
-	}
-	var num, den float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		num += d * d
-		den += float64(b[i]) * float64(b[i])
-	}
-	return math.Sqrt(num / den)
 }
 
 // ---- kernel-class timing with device events ----

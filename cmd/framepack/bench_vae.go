@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -232,48 +233,92 @@ func runBenchVAE(cmd *cobra.Command, f *benchVAEFlags) error {
 		return err
 	}
 	defer d.close()
+	open := openBenchHunyuan
 	if f.class == "wan" {
-		return runBenchWan(cmd, f, d, shape, dt, til, auto, z, ref)
+		open = openBenchWan
 	}
 	start := time.Now()
+	m, err := open(f, d, shape, dt, til)
+	if err != nil {
+		return err
+	}
+	defer m.close()
+	log.Info(fmt.Sprintf("bench vae: %s%s weights on %s in %.1f s", m.name, memory.FormatBytes(m.weights), d.name, time.Since(start).Seconds()))
+	if z == nil {
+		z = benchLatent(shape, f.seed)
+	}
+	return runBenchDecode(cmd, f, d, m, shape, dt, auto, z, ref)
+}
+
+// benchModel is one VAE class under the bench: its decode at the tiling
+// chosen so far.
+type benchModel struct {
+	name    string // the log's name for a class other than HunyuanVideo's ("wan ")
+	weights int64  // WeightBytes
+	// plan chooses the tiling for avail bytes of activations; peak is the
+	// planned activation peak at the tiling chosen.
+	plan   func(avail int64) (tiling fmt.Stringer, planned int64)
+	peak   func() int64
+	decode func(s *tensor.Scope, z *tensor.Tensor, log func(string, ...any)) (*tensor.Tensor, benchStats)
+	extra  benchResult // the class's own keys of every result line
+	close  func()
+}
+
+// benchStats is what a decode reports (vae.DecodeStats, wan.DecodeStats).
+type benchStats struct {
+	tiling         string
+	tiles, retries int
+}
+
+func openBenchHunyuan(f *benchVAEFlags, d *benchDevice, shape []int, dt tensor.DType, til vae.Tiling) (*benchModel, error) {
 	var v *vae.VAE
+	var err error
 	if f.vaeDir != "" {
 		v, err = vae.Load(f.vaeDir, d.be, vae.Options{DType: dt, NoEncoder: true})
 	} else {
 		v, err = vae.RandomWeightsWith(vae.DefaultConfig(), d.be, vae.Options{DType: dt, NoEncoder: true}, f.seed)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer v.Close()
-	cfg := v.Config()
-	if shape[1] != cfg.LatentChannels {
-		return fmt.Errorf("latent %v: the VAE has %d latent channels", shape, cfg.LatentChannels)
+	if cfg := v.Config(); shape[1] != cfg.LatentChannels {
+		v.Close()
+		return nil, fmt.Errorf("latent %v: the VAE has %d latent channels", shape, cfg.LatentChannels)
 	}
-	log.Info(fmt.Sprintf("bench vae: %s weights on %s in %.1f s", memory.FormatBytes(v.WeightBytes()), d.name, time.Since(start).Seconds()))
-	if z == nil {
-		rng := rand.New(rand.NewPCG(f.seed, 2))
-		vals := make([]float32, tensor.Numel(shape))
-		for i := range vals {
-			vals[i] = float32(rng.NormFloat64())
-		}
-		z = tensor.FromFloat32(vals, shape...)
-	}
-
-	budget := d.be.Budget().Cap
 	opts := vae.DecodeOptions{Tiling: til}
-	mode := f.tiling
+	return &benchModel{weights: v.WeightBytes(), close: v.Close,
+		plan: func(avail int64) (fmt.Stringer, int64) {
+			var planned int64
+			opts, planned = v.Plan(shape, avail)
+			return opts.Tiling, planned
+		},
+		peak: func() int64 { return v.DecodePeak(shape, opts.Tiling) },
+		decode: func(s *tensor.Scope, z *tensor.Tensor, log func(string, ...any)) (*tensor.Tensor, benchStats) {
+			var st vae.DecodeStats
+			o := opts
+			o.Stats, o.Log = &st, log
+			out := v.Decode(s, z, o)
+			return out, benchStats{st.Tiling.String(), st.Tiles, st.Retries}
+		},
+	}, nil
+}
+
+// runBenchDecode times m's decode of z: one warm-up, then f.iters timed
+// decodes, printed as JSON lines with the reference comparison and the
+// profile when asked.
+func runBenchDecode(cmd *cobra.Command, f *benchVAEFlags, d *benchDevice, m *benchModel, shape []int, dt tensor.DType, auto bool, z, ref *tensor.Tensor) error {
+	log := slog.Default()
+	budget := d.be.Budget().Cap
 	if auto {
-		avail := budget - v.WeightBytes() - d.scratch
-		var planned int64
-		opts, planned = v.Plan(shape, avail)
-		log.Info(fmt.Sprintf("bench vae: planner: %s for %s of activations (planned peak %s)", opts.Tiling,
+		avail := budget - m.weights - d.scratch
+		til, planned := m.plan(avail)
+		log.Info(fmt.Sprintf("bench vae: planner: %s for %s of activations (planned peak %s)", til,
 			memory.FormatBytes(avail), memory.FormatBytes(planned)))
 	}
-	planned := v.DecodePeak(shape, opts.Tiling)
+	planned := m.peak()
 
 	var times []float64
-	var st vae.DecodeStats
+	var st benchStats
 	var out *tensor.Tensor
 	var peak, gpuPeak int64
 	for i := 0; i <= f.iters; i++ {
@@ -284,12 +329,10 @@ func runBenchVAE(cmd *cobra.Command, f *benchVAEFlags) error {
 		if d.gpu != nil {
 			d.gpu.ResetPeak()
 		}
-		o := opts
-		o.Stats = &st
-		o.Log = func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
+		logf := func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
 		s := tensor.NewScope(d.be)
 		t0 := time.Now()
-		err := tensor.Catch(func() { out = v.Decode(s, z, o) })
+		err := tensor.Catch(func() { out, st = m.decode(s, z, logf) })
 		if err == nil {
 			err = d.be.Sync()
 		}
@@ -299,7 +342,7 @@ func runBenchVAE(cmd *cobra.Command, f *benchVAEFlags) error {
 			return fmt.Errorf("decode: %w", err)
 		}
 		if i == 0 {
-			log.Info(fmt.Sprintf("bench vae: warm-up decode %.2f s (%s, %d tiles)", el, st.Tiling, st.Tiles))
+			log.Info(fmt.Sprintf("bench vae: warm-up decode %.2f s (%s, %d tiles)", el, st.tiling, st.tiles))
 			d.prof.Reset() // the profile covers the timed decodes only
 			continue
 		}
@@ -312,12 +355,13 @@ func runBenchVAE(cmd *cobra.Command, f *benchVAEFlags) error {
 	sorted := slices.Clone(times)
 	slices.Sort(sorted)
 	res := benchResult{
-		"bench": "vae_decode", "impl": "framepack", "mode": mode, "tiling": st.Tiling.String(),
+		"bench": "vae_decode", "impl": "framepack", "mode": f.tiling, "tiling": st.tiling,
 		"latent": shape, "dtype": dt.String(), "seconds": sorted[len(sorted)/2], "all": times,
-		"peak_bytes": peak, "weights_bytes": v.WeightBytes(),
-		"activation_peak_bytes": peak - v.WeightBytes(), "planned_activation_peak_bytes": planned,
-		"budget_bytes": budget, "tiles": st.Tiles, "retries": st.Retries, "device": d.name,
+		"peak_bytes": peak, "weights_bytes": m.weights,
+		"activation_peak_bytes": peak - m.weights, "planned_activation_peak_bytes": planned,
+		"budget_bytes": budget, "tiles": st.tiles, "retries": st.retries, "device": d.name,
 	}
+	maps.Copy(res, m.extra)
 	if d.gpu != nil {
 		res["gpu_pool_peak_bytes"] = gpuPeak
 	}
@@ -336,31 +380,54 @@ func runBenchVAE(cmd *cobra.Command, f *benchVAEFlags) error {
 		if err != nil {
 			return err
 		}
-		if err := printResult(cmd.OutOrStdout(), benchResult{"bench": "vae_reference", "reference": f.reference,
-			"tiling": st.Tiling.String(), "dtype": dt.String(), "rel_l2": e, "max_abs": maxAbs}); err != nil {
+		r := benchResult{"bench": "vae_reference", "reference": f.reference,
+			"tiling": st.tiling, "dtype": dt.String(), "rel_l2": e, "max_abs": maxAbs}
+		if model, ok := m.extra["model"]; ok {
+			r["model"] = model
+		}
+		if err := printResult(cmd.OutOrStdout(), r); err != nil {
 			return err
 		}
 	}
-	if d.prof != nil {
-		var total float64
-		for _, l := range d.prof.Lines() {
-			if !strings.Contains(l.Class, ".") {
-				total += l.Seconds
-			}
-		}
-		for _, l := range d.prof.Lines() {
-			r := benchResult{"bench": "vae_profile", "class": l.Class, "calls": l.Calls,
-				"seconds": l.Seconds / float64(f.iters), "share": l.Seconds / total}
-			if l.TFLOPS > 0 {
-				r["tflops"] = l.TFLOPS
-			}
-			if err := printResult(cmd.OutOrStdout(), r); err != nil {
-				return err
-			}
-		}
+	if err := printProfile(cmd, d, f.iters); err != nil {
+		return err
 	}
 	if c := convchain.ChainOf(d.be); c != nil {
 		c.LogSummary()
+	}
+	return nil
+}
+
+// benchLatent is a standard normal latent of shape from seed.
+func benchLatent(shape []int, seed uint64) *tensor.Tensor {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	vals := make([]float32, tensor.Numel(shape))
+	for i := range vals {
+		vals[i] = float32(rng.NormFloat64())
+	}
+	return tensor.FromFloat32(vals, shape...)
+}
+
+// printProfile prints the per-class profile lines of --profile.
+func printProfile(cmd *cobra.Command, d *benchDevice, iters int) error {
+	if d.prof == nil {
+		return nil
+	}
+	var total float64
+	for _, l := range d.prof.Lines() {
+		if !strings.Contains(l.Class, ".") {
+			total += l.Seconds
+		}
+	}
+	for _, l := range d.prof.Lines() {
+		r := benchResult{"bench": "vae_profile", "class": l.Class, "calls": l.Calls,
+			"seconds": l.Seconds / float64(iters), "share": l.Seconds / total}
+		if l.TFLOPS > 0 {
+			r["tflops"] = l.TFLOPS
+		}
+		if err := printResult(cmd.OutOrStdout(), r); err != nil {
+			return err
+		}
 	}
 	return nil
 }

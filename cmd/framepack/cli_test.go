@@ -109,8 +109,9 @@ func cacheDir(t *testing.T) string {
 	return cachePath
 }
 
-func absScene(t *testing.T) string {
-	p, err := filepath.Abs(sceneImage)
+// abs is path made absolute.
+func abs(t *testing.T, path string) string {
+	p, err := filepath.Abs(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func absScene(t *testing.T) string {
 // one line naming the problem, prefixed once.
 func TestCLIUsageErrors(t *testing.T) {
 	dir := t.TempDir()
-	img := absScene(t)
+	img := abs(t, sceneImage)
 	for _, c := range []struct {
 		args []string
 		want string
@@ -138,9 +139,9 @@ func TestCLIUsageErrors(t *testing.T) {
 		{[]string{"generate", "--image", img, "-o", "/proc/x.mp4"}, "cannot create files in /proc"},
 		{[]string{"nosuch"}, `unknown command "nosuch"`},
 		{[]string{"vae", "nosuch"}, `unknown command "nosuch"`},
-		{[]string{"vae", "decode", "--vae", goldenVAEAbs(t), "--latents", "x.safetensors", "-o", "o.mp4", "--crf", "99"}, "--crf 99"},
-		{[]string{"vae", "decode", "--vae", goldenVAEAbs(t), "--latents", "x.safetensors", "-o", "o.mp4", "--fps", "-5"}, "--fps -5"},
-		{[]string{"vae", "decode", "--vae", goldenVAEAbs(t), "--latents", "x.safetensors", "-o", "o.mp4", "--tiling", "spatial:0:0"}, `--tiling "spatial:0:0"`},
+		{[]string{"vae", "decode", "--vae", abs(t, goldenVAE), "--latents", "x.safetensors", "-o", "o.mp4", "--crf", "99"}, "--crf 99"},
+		{[]string{"vae", "decode", "--vae", abs(t, goldenVAE), "--latents", "x.safetensors", "-o", "o.mp4", "--fps", "-5"}, "--fps -5"},
+		{[]string{"vae", "decode", "--vae", abs(t, goldenVAE), "--latents", "x.safetensors", "-o", "o.mp4", "--tiling", "spatial:0:0"}, `--tiling "spatial:0:0"`},
 	} {
 		r := runBinary(t, dir, c.args...)
 		if r.code != exitUsage {
@@ -160,14 +161,6 @@ func TestCLIUsageErrors(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("refused commands left %d entries, first %s", len(ents), ents[0].Name())
 	}
-}
-
-func goldenVAEAbs(t *testing.T) string {
-	p, err := filepath.Abs(goldenVAE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 func TestErrorText(t *testing.T) {
@@ -222,7 +215,7 @@ func TestCLIVersion(t *testing.T) {
 // TestCLISignals stops a generation with SIGTERM and SIGINT mid-run: exit
 // 143 and 130, and nothing left in the output folder.
 func TestCLISignals(t *testing.T) {
-	img := absScene(t)
+	img := abs(t, sceneImage)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		dir := t.TempDir()
 		// Three sections of 20 steps: seconds on the CPU.
@@ -271,7 +264,7 @@ func TestCLISignals(t *testing.T) {
 // is refused before any work, and left as it was.
 func TestCLIOutputRefused(t *testing.T) {
 	dir := t.TempDir()
-	img := absScene(t)
+	img := abs(t, sceneImage)
 	target := filepath.Join(dir, "target.mp4")
 	os.WriteFile(target, []byte("keep me"), 0o644)
 	must := func(err error) {
@@ -316,10 +309,10 @@ func TestCLIOutputRefused(t *testing.T) {
 		}
 	}
 	for _, args := range [][]string{
-		{"vae", "decode", "--vae", goldenVAEAbs(t), "--latents", "none.safetensors", "-o", "fifo.mp4"},
-		{"vae", "decode", "--vae", goldenVAEAbs(t), "--latents", "none.safetensors", "-o", "stuff"},
-		{"vae", "encode", "--vae", goldenVAEAbs(t), "--image", img, "-o", "link.mp4"},
-		{"vae", "encode", "--vae", goldenVAEAbs(t), "--image", img, "-o", "folder.mp4"},
+		{"vae", "decode", "--vae", abs(t, goldenVAE), "--latents", "none.safetensors", "-o", "fifo.mp4"},
+		{"vae", "decode", "--vae", abs(t, goldenVAE), "--latents", "none.safetensors", "-o", "stuff"},
+		{"vae", "encode", "--vae", abs(t, goldenVAE), "--image", img, "-o", "link.mp4"},
+		{"vae", "encode", "--vae", abs(t, goldenVAE), "--image", img, "-o", "folder.mp4"},
 	} {
 		if r := runBinary(t, dir, args...); r.code != exitUsage {
 			t.Errorf("%v: exit %d, want %d:\n%s", args, r.code, exitUsage, r.stderr)
@@ -365,7 +358,7 @@ func TestCLIFullDisk(t *testing.T) {
 		t.Skipf("cannot mount a small tmpfs here (needs root): %v: %s", err, bytes.TrimSpace(out))
 	}
 	t.Cleanup(func() { syscall.Unmount(dir, 0) })
-	r := runBinary(t, dir, "generate", "--image", absScene(t), "--seconds", "1", "--window", "7", "--steps", "2", "-o", "out.mp4")
+	r := runBinary(t, dir, "generate", "--image", abs(t, sceneImage), "--seconds", "1", "--window", "7", "--steps", "2", "-o", "out.mp4")
 	if r.code != exitFailure || strings.Contains(r.stdout, "wrote") || !strings.Contains(r.stderr, "No space left on device") {
 		t.Errorf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", r.code, exitFailure, r.stdout, r.stderr)
 	}
@@ -385,7 +378,7 @@ func lastLine(s string) string {
 // record the run.
 func TestCLIJSON(t *testing.T) {
 	dir := t.TempDir()
-	r := runBinary(t, dir, append([]string{"generate", "--image", absScene(t), "--json", "--seed", "random", "-o", "clip.mkv"}, quick...)...)
+	r := runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "--json", "--seed", "random", "-o", "clip.mkv"}, quick...)...)
 	if r.code != 0 {
 		t.Fatalf("exit %d:\n%s", r.code, r.stderr)
 	}
@@ -450,12 +443,12 @@ func TestCLIJSON(t *testing.T) {
 // plain progress lines with the time per step.
 func TestCLIQuiet(t *testing.T) {
 	dir := t.TempDir()
-	r := runBinary(t, dir, append([]string{"generate", "--image", absScene(t), "--quiet", "-o", "a.mp4"}, quick...)...)
+	r := runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "--quiet", "-o", "a.mp4"}, quick...)...)
 	// Warnings may show (a machine without OpenBLAS); nothing else.
 	if r.code != 0 || r.stdout != "" || strings.Contains(r.stderr, "level=INFO") || strings.Contains(r.stderr, "step") {
 		t.Errorf("--quiet: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	r = runBinary(t, dir, append([]string{"generate", "--image", absScene(t), "-o", "b"}, quick...)...)
+	r = runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "-o", "b"}, quick...)...)
 	if r.code != 0 || !strings.Contains(r.stderr, "s/step, section left") || !strings.Contains(r.stderr, "decoding section 1/1") {
 		t.Errorf("exit %d; stderr:\n%s", r.code, r.stderr)
 	}
@@ -470,7 +463,7 @@ func TestCLIQuiet(t *testing.T) {
 		t.Error(err)
 	}
 	// Again over the same frames folder: replaced.
-	if r := runBinary(t, dir, append([]string{"generate", "--image", absScene(t), "-q", "-o", "b"}, quick...)...); r.code != 0 {
+	if r := runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "-q", "-o", "b"}, quick...)...); r.code != 0 {
 		t.Errorf("writing over a frames folder: exit %d:\n%s", r.code, r.stderr)
 	}
 }

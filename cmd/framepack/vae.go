@@ -64,28 +64,89 @@ func (f *vaeFlags) checkFlags() error {
 	return checkSizes(f.vramLimit, f.preserve)
 }
 
-// open opens the device and loads the half of the VAE that is needed.
-func (f *vaeFlags) open(log *slog.Logger, opts vae.Options) (*device.Device, *vae.VAE, error) {
-	d, err := device.Open(device.Options{Choice: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, Log: log})
+// openVAE opens the device and loads a VAE with load in f.dtype (auto: f16
+// on a GPU, f32 on the CPU), logging its weights as name. release logs the
+// conv3d chain's summary, closes the VAE and then the device.
+func openVAE[V interface {
+	WeightBytes() int64
+	Close()
+}](f *vaeFlags, log *slog.Logger, name string,
+	load func(dir string, be tensor.Backend, dt tensor.DType) (V, error)) (d *device.Device, v V, release func(), err error) {
+	d, err = device.Open(device.Options{Choice: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, Log: log})
 	if err != nil {
-		return nil, nil, err
+		return nil, v, nil, err
 	}
-	opts.DType = tensor.F32
+	dt := tensor.F32
 	if d.IsGPU() {
-		opts.DType = tensor.F16
+		dt = tensor.F16
 	}
 	if f.dtype != "auto" {
-		opts.DType, _ = parseDType(f.dtype)
+		dt, _ = parseDType(f.dtype)
 	}
 	start := time.Now()
-	v, err := vae.Load(f.vaeDir, d.Backend, opts)
+	v, err = load(f.vaeDir, d.Backend, dt)
 	if err != nil {
 		d.Close()
-		return nil, nil, err
+		return nil, v, nil, err
 	}
-	log.Info(fmt.Sprintf("vae: %s weights in %s on %s in %.1f s", memory.FormatBytes(v.WeightBytes()), opts.DType,
+	log.Info(fmt.Sprintf("%s: %s weights in %s on %s in %.1f s", name, memory.FormatBytes(v.WeightBytes()), dt,
 		d.Name, time.Since(start).Seconds()))
-	return d, v, nil
+	release = func() {
+		convchain.LogSummary(d.Backend)
+		v.Close()
+		d.Close()
+	}
+	return d, v, release, nil
+}
+
+// open loads the half of HunyuanVideo's VAE that opts keep.
+func (f *vaeFlags) open(log *slog.Logger, opts vae.Options) (*device.Device, *vae.VAE, func(), error) {
+	return openVAE(f, log, "vae", func(dir string, be tensor.Backend, dt tensor.DType) (*vae.VAE, error) {
+		opts.DType = dt
+		return vae.Load(dir, be, opts)
+	})
+}
+
+// withDecodeProgress runs decode, a one-section decode, showing its
+// progress; decode reports its tiles through tile.
+func withDecodeProgress(cmd *cobra.Command, log *slog.Logger, decode func(tile func(done, total int))) error {
+	quiet, _ := cmd.Flags().GetBool("quiet")
+	prog := newProgress(cmd.ErrOrStderr(), log, quiet, nil)
+	prog.report(framepack.Progress{Stage: framepack.StageDecode, Section: 1, Sections: 1})
+	err := tensor.Catch(func() {
+		decode(func(done, total int) {
+			prog.report(framepack.Progress{Stage: framepack.StageDecode, Section: 1, Sections: 1, Tile: done, Tiles: total})
+		})
+	})
+	prog.done()
+	return err
+}
+
+// writeFrames writes decoded pixels to out, logging it as what.
+func writeFrames(cmd *cobra.Command, log *slog.Logger, what string, px *tensor.Tensor, out videoOutput, vo video.Options) error {
+	frames, err := video.FromPixels(px)
+	if err != nil {
+		return err
+	}
+	vo.Log = log
+	if err := out.write(cmd.Context(), frames, vo, log); err != nil {
+		return err
+	}
+	log.Info(fmt.Sprintf("%s: wrote %s (%d frames)", what, out.path, px.Dim(2)))
+	return nil
+}
+
+// saveLatents logs an encode that started at start (its activations: the
+// device's peak less the weights) and writes lat as the tensor "latents" of
+// path.
+func saveLatents(log *slog.Logger, what string, d *device.Device, start time.Time, weightBytes int64, path string, lat *tensor.Tensor) error {
+	log.Info(fmt.Sprintf("%s: %.2f s, activations peak %s; %s", what, time.Since(start).Seconds(),
+		memory.FormatBytes(d.Backend.Stats().Peak-weightBytes), d.Backend))
+	if err := weights.Save(path, map[string]*tensor.Tensor{"latents": lat}, nil); err != nil {
+		return err
+	}
+	log.Info(fmt.Sprintf("%s: wrote %s (latents %v)", what, path, lat.Shape()))
+	return nil
 }
 
 func newVAE() *cobra.Command {
@@ -211,13 +272,11 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 		return runWanDecode(cmd, f, z, til, auto, unscaled, out, vo)
 	}
 	log := slog.Default()
-	d, v, err := f.open(log, vae.Options{NoEncoder: true})
+	d, v, release, err := f.open(log, vae.Options{NoEncoder: true})
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	defer v.Close()
-	defer convchain.LogSummary(d.Backend)
+	defer release()
 	cfg := v.Config()
 	if z.Dim(1) != cfg.LatentChannels {
 		return fmt.Errorf("latents %v: the VAE takes %d channels", z.Shape(), cfg.LatentChannels)
@@ -246,37 +305,22 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	hs := tensor.NewScope(d.CPU) // the pixels
 	defer hs.Close()
 	var px *tensor.Tensor
-	quiet, _ := cmd.Flags().GetBool("quiet")
-	prog := newProgress(cmd.ErrOrStderr(), log, quiet, nil)
-	prog.report(framepack.Progress{Stage: framepack.StageDecode, Section: 1, Sections: 1})
 	opts.Context = cmd.Context()
-	opts.Progress = func(done, total int) {
-		prog.report(framepack.Progress{Stage: framepack.StageDecode, Section: 1, Sections: 1, Tile: done, Tiles: total})
-	}
-	err = tensor.Catch(func() {
+	err = withDecodeProgress(cmd, log, func(tile func(done, total int)) {
+		opts.Progress = tile
 		if unscaled {
 			px = section.DecodeUnscaled(hs, v, z, opts)
 		} else {
 			px = section.VAEDecode(hs, v, z, opts)
 		}
 	})
-	prog.done()
 	if err != nil {
 		return fmt.Errorf("vae decode: %w", err)
 	}
 	peak := d.Backend.Stats().Peak - v.WeightBytes()
 	log.Info(fmt.Sprintf("vae decode: %d tiles at %s (%d retries) in %.2f s; activations peak %s (planned %s); %s",
 		ds.Tiles, ds.Tiling, ds.Retries, ds.Elapsed.Seconds(), memory.FormatBytes(peak), memory.FormatBytes(planned), d.Backend))
-	frames, err := video.FromPixels(px)
-	if err != nil {
-		return err
-	}
-	vo.Log = log
-	if err := out.write(cmd.Context(), frames, vo, log); err != nil {
-		return err
-	}
-	log.Info(fmt.Sprintf("vae decode: wrote %s (%d frames)", out.path, px.Dim(2)))
-	return nil
+	return writeFrames(cmd, log, "vae decode", px, out, vo)
 }
 
 func newVAEEncode() *cobra.Command {
@@ -344,13 +388,11 @@ func runVAEEncode(f *vaeFlags, im *section.RGB, sample bool, seed uint64) error 
 		return runWanEncode(f, im, sample, seed)
 	}
 	log := slog.Default()
-	d, v, err := f.open(log, vae.Options{NoDecoder: true})
+	d, v, release, err := f.open(log, vae.Options{NoDecoder: true})
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	defer v.Close()
-	defer convchain.LogSummary(d.Backend)
+	defer release()
 	log.Info(fmt.Sprintf("vae encode: %dx%d image → latents (1, %d, 1, %d, %d)", im.W, im.H, v.Config().LatentChannels,
 		im.H/v.Config().SpatialCompressionRatio, im.W/v.Config().SpatialCompressionRatio))
 	start := time.Now()
@@ -366,11 +408,5 @@ func runVAEEncode(f *vaeFlags, im *section.RGB, sample bool, seed uint64) error 
 	if err != nil {
 		return fmt.Errorf("vae encode: %w", err)
 	}
-	log.Info(fmt.Sprintf("vae encode: %.2f s, activations peak %s; %s", time.Since(start).Seconds(),
-		memory.FormatBytes(d.Backend.Stats().Peak-v.WeightBytes()), d.Backend))
-	if err := weights.Save(f.out, map[string]*tensor.Tensor{"latents": out}, nil); err != nil {
-		return err
-	}
-	log.Info(fmt.Sprintf("vae encode: wrote %s (latents %v)", f.out, out.Shape()))
-	return nil
+	return saveLatents(log, "vae encode", d, start, v.WeightBytes(), f.out, out)
 }

@@ -2,10 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -21,18 +20,9 @@ const goldenVAE = "../../testdata/golden/models/vae"
 func wroteFrames(t *testing.T, path string) int {
 	t.Helper()
 	if _, err := os.Stat(path); err == nil {
-		probe, err := exec.LookPath("ffprobe")
-		if err != nil {
+		n := probeFrames(t, path)
+		if n < 0 {
 			t.Skipf("%s written, but no ffprobe to count its frames", path)
-		}
-		out, err := exec.Command(probe, "-v", "error", "-count_frames", "-select_streams", "v:0",
-			"-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", path).Output()
-		if err != nil {
-			t.Fatalf("ffprobe %s: %v", path, err)
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(string(out)))
-		if err != nil {
-			t.Fatalf("ffprobe %s: %q", path, out)
 		}
 		return n
 	}
@@ -48,8 +38,23 @@ func wroteFrames(t *testing.T, path string) int {
 func TestVAERoundTrip(t *testing.T) {
 	tinyEnv(t)
 	dir := t.TempDir()
-	lat := filepath.Join(dir, "lat.safetensors")
-	if _, err := runCLI(t, context.Background(), "vae", "encode", "--vae", goldenVAE, "--image", sceneImage,
+	z := encodeScene(t, dir, goldenVAE, 16)
+	if n := decodeFrames(t, dir, goldenVAE, "latents", z); n != 1 {
+		t.Errorf("one latent frame decoded to %d frames", n)
+	}
+	// Three latent frames (the same one repeated) → 4·3−3 = 9 frames.
+	if n := decodeFrames(t, dir, goldenVAE, "z", repeatFrame(z, 3), "--tiling", "framewise"); n != 9 {
+		t.Errorf("three latent frames decoded to %d frames, want 9", n)
+	}
+}
+
+// encodeScene runs `vae encode` of the scene image at --resolution 64 with
+// the VAE in vdir, writing into dir, and returns the latents, checked to be
+// (1, channels, 1, h, w).
+func encodeScene(t *testing.T, dir, vdir string, channels int) *tensor.Tensor {
+	t.Helper()
+	lat := filepath.Join(dir, "encoded.safetensors")
+	if _, err := runCLI(t, context.Background(), "vae", "encode", "--vae", vdir, "--image", sceneImage,
 		"--resolution", "64", "-o", lat); err != nil {
 		t.Fatal(err)
 	}
@@ -57,38 +62,26 @@ func TestVAERoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sh := z.Shape(); len(sh) != 5 || sh[0] != 1 || sh[1] != 16 || sh[2] != 1 {
-		t.Fatalf("latents %v, want (1, 16, 1, h, w)", sh)
+	if sh := z.Shape(); len(sh) != 5 || sh[0] != 1 || sh[1] != channels || sh[2] != 1 {
+		t.Fatalf("latents %v, want (1, %d, 1, h, w)", sh, channels)
 	}
-	out := filepath.Join(dir, "one.mp4")
-	if _, err := runCLI(t, context.Background(), "vae", "decode", "--vae", goldenVAE, "--latents", lat, "-o", out); err != nil {
-		t.Fatal(err)
-	}
-	if n := wroteFrames(t, out); n != 1 {
-		t.Errorf("one latent frame decoded to %d frames", n)
-	}
+	return z
+}
 
-	// Three latent frames (the same one repeated) → 4·3−3 = 9 frames.
-	sh := z.Shape()
-	z3 := tensor.New(tensor.F32, 1, 16, 3, sh[3], sh[4])
-	src, dst := z.Float32s(), z3.Float32s()
-	plane := sh[3] * sh[4]
-	for c := 0; c < 16; c++ {
-		for f := 0; f < 3; f++ {
-			copy(dst[(c*3+f)*plane:(c*3+f+1)*plane], src[c*plane:(c+1)*plane])
-		}
-	}
-	lat3 := filepath.Join(dir, "lat3.safetensors")
-	if err := weights.Save(lat3, map[string]*tensor.Tensor{"z": z3}, nil); err != nil {
+// decodeFrames saves z into dir as the tensor name, runs `vae decode` on it
+// with the VAE in vdir (and args) and returns the frames written.
+func decodeFrames(t *testing.T, dir, vdir, name string, z *tensor.Tensor, args ...string) int {
+	t.Helper()
+	lat := filepath.Join(dir, "decode.safetensors")
+	if err := weights.Save(lat, map[string]*tensor.Tensor{name: z}, nil); err != nil {
 		t.Fatal(err)
 	}
-	out3 := filepath.Join(dir, "three.mp4")
-	if _, err := runCLI(t, context.Background(), "vae", "decode", "--vae", goldenVAE, "--latents", lat3, "--tiling", "framewise", "-o", out3); err != nil {
+	out := filepath.Join(dir, fmt.Sprintf("decoded%d.mp4", z.Dim(2)))
+	args = append([]string{"vae", "decode", "--vae", vdir, "--latents", lat, "-o", out}, args...)
+	if _, err := runCLI(t, context.Background(), args...); err != nil {
 		t.Fatal(err)
 	}
-	if n := wroteFrames(t, out3); n != 9 {
-		t.Errorf("three latent frames decoded to %d frames, want 9", n)
-	}
+	return wroteFrames(t, out)
 }
 
 func TestVAEBadInput(t *testing.T) {
@@ -139,4 +132,18 @@ func TestVAEBadInput(t *testing.T) {
 			t.Fatalf("%v wrote %s", tc.args, video.PNGDir(out))
 		}
 	}
+}
+
+// repeatFrame is the one-frame latents z (1, C, 1, h, w) repeated n times.
+func repeatFrame(z *tensor.Tensor, n int) *tensor.Tensor {
+	sh := z.Shape()
+	out := tensor.New(tensor.F32, 1, sh[1], n, sh[3], sh[4])
+	src, dst := z.Float32s(), out.Float32s()
+	plane := sh[3] * sh[4]
+	for c := 0; c < sh[1]; c++ {
+		for f := 0; f < n; f++ {
+			copy(dst[(c*n+f)*plane:(c*n+f+1)*plane], src[c*plane:(c+1)*plane])
+		}
+	}
+	return out
 }

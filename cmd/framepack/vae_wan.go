@@ -7,8 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/framepack-go/framepack"
-	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/sampler"
@@ -39,29 +37,12 @@ func vaeClass(dir string) (string, error) {
 	return "", fmt.Errorf("%s/config.json: _class_name %q is not a VAE framepack runs (AutoencoderKLHunyuanVideo or AutoencoderKLWan)", dir, c.Class)
 }
 
-// openWan opens the device and loads the half of the Wan VAE that is
-// needed, in f.dtype (auto: f16 on a GPU, f32 on the CPU).
-func (f *vaeFlags) openWan(log *slog.Logger, opts wan.Options) (*device.Device, *wan.VAE, error) {
-	d, err := device.Open(device.Options{Choice: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, Log: log})
-	if err != nil {
-		return nil, nil, err
-	}
-	opts.DType = tensor.F32
-	if d.IsGPU() {
-		opts.DType = tensor.F16
-	}
-	if f.dtype != "auto" {
-		opts.DType, _ = parseDType(f.dtype)
-	}
-	start := time.Now()
-	v, err := wan.Load(f.vaeDir, d.Backend, opts)
-	if err != nil {
-		d.Close()
-		return nil, nil, err
-	}
-	log.Info(fmt.Sprintf("wan vae: %s weights in %s on %s in %.1f s", memory.FormatBytes(v.WeightBytes()), opts.DType,
-		d.Name, time.Since(start).Seconds()))
-	return d, v, nil
+// openWan loads the half of the Wan VAE that opts keep.
+func (f *vaeFlags) openWan(log *slog.Logger, opts wan.Options) (*device.Device, *wan.VAE, func(), error) {
+	return openVAE(f, log, "wan vae", func(dir string, be tensor.Backend, dt tensor.DType) (*wan.VAE, error) {
+		opts.DType = dt
+		return wan.Load(dir, be, opts)
+	})
 }
 
 // wanTiling is the Wan VAE's tiling for a --tiling value: its decode is
@@ -76,13 +57,11 @@ func wanTiling(t vae.Tiling) wan.Tiling {
 
 func runWanDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Tiling, auto, unscaled bool, out videoOutput, vo video.Options) error {
 	log := slog.Default()
-	d, v, err := f.openWan(log, wan.Options{NoEncoder: true})
+	d, v, release, err := f.openWan(log, wan.Options{NoEncoder: true})
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	defer v.Close()
-	defer convchain.LogSummary(d.Backend)
+	defer release()
 	cfg := v.Config()
 	if z.Dim(1) != cfg.ZDim {
 		return fmt.Errorf("latents %v: the VAE takes %d channels", z.Shape(), cfg.ZDim)
@@ -111,11 +90,7 @@ func runWanDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	d.Backend.ResetPeak()
 	s := tensor.NewScope(d.Backend)
 	var px *tensor.Tensor
-	quiet, _ := cmd.Flags().GetBool("quiet")
-	prog := newProgress(cmd.ErrOrStderr(), log, quiet, nil)
-	prog.report(framepack.Progress{Stage: framepack.StageDecode, Section: 1, Sections: 1})
-	err = tensor.Catch(func() { px = v.Decode(s, z, opts) })
-	prog.done()
+	err = withDecodeProgress(cmd, log, func(func(done, total int)) { px = v.Decode(s, z, opts) })
 	s.Close()
 	if err != nil {
 		return fmt.Errorf("vae decode: %w", err)
@@ -123,27 +98,16 @@ func runWanDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 	log.Info(fmt.Sprintf("wan vae decode: %d tiles at %s (%d retries) in %.2f s; activations peak %s (planned %s); %s",
 		ds.Tiles, ds.Tiling, ds.Retries, ds.Elapsed.Seconds(), memory.FormatBytes(d.Backend.Stats().Peak-v.WeightBytes()),
 		memory.FormatBytes(planned), d.Backend))
-	frames, err := video.FromPixels(px)
-	if err != nil {
-		return err
-	}
-	vo.Log = log
-	if err := out.write(cmd.Context(), frames, vo, log); err != nil {
-		return err
-	}
-	log.Info(fmt.Sprintf("wan vae decode: wrote %s (%d frames)", out.path, px.Dim(2)))
-	return nil
+	return writeFrames(cmd, log, "wan vae decode", px, out, vo)
 }
 
 func runWanEncode(f *vaeFlags, im *section.RGB, sample bool, seed uint64) error {
 	log := slog.Default()
-	d, v, err := f.openWan(log, wan.Options{NoDecoder: true})
+	d, v, release, err := f.openWan(log, wan.Options{NoDecoder: true})
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	defer v.Close()
-	defer convchain.LogSummary(d.Backend)
+	defer release()
 	cfg := v.Config()
 	r := cfg.SpatialRatio()
 	if im.W%r != 0 || im.H%r != 0 {
@@ -168,11 +132,5 @@ func runWanEncode(f *vaeFlags, im *section.RGB, sample bool, seed uint64) error 
 		return fmt.Errorf("vae encode: %w", err)
 	}
 	out := cfg.Normalize(lat) // the scale Wan's pipelines keep latents in
-	log.Info(fmt.Sprintf("wan vae encode: %.2f s, activations peak %s; %s", time.Since(start).Seconds(),
-		memory.FormatBytes(d.Backend.Stats().Peak-v.WeightBytes()), d.Backend))
-	if err := weights.Save(f.out, map[string]*tensor.Tensor{"latents": out}, nil); err != nil {
-		return err
-	}
-	log.Info(fmt.Sprintf("wan vae encode: wrote %s (latents %v)", f.out, out.Shape()))
-	return nil
+	return saveLatents(log, "wan vae encode", d, start, v.WeightBytes(), f.out, out)
 }

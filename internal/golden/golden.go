@@ -256,6 +256,22 @@ func (c *Case) Param(name string, v any) {
 	}
 }
 
+// EnableTiling is a VAE case's "tiling": the keyword arguments of
+// diffusers' enable_tiling, in sample pixels.
+type EnableTiling struct {
+	TileHeight   int `json:"tile_sample_min_height"`
+	TileWidth    int `json:"tile_sample_min_width"`
+	StrideHeight int `json:"tile_sample_stride_height"`
+	StrideWidth  int `json:"tile_sample_stride_width"`
+}
+
+// Tiling is the case's "tiling" (it panics when there is none, see Param).
+func (c *Case) Tiling() EnableTiling {
+	var p EnableTiling
+	c.Param("tiling", &p)
+	return p
+}
+
 // Compare checks got against the reference tensor name: same shape, every
 // value finite, and rel_l2 = ‖got − ref‖₂ / ‖ref‖₂ (and max_abs where the
 // tolerance has one) within the case's tolerance, computed in float64. It
@@ -386,4 +402,16 @@ func float64s(t *tensor.Tensor) ([]float64, error) {
 		return nil, fmt.Errorf("cannot compare a %s tensor", t.DType())
 	}
 	return out, nil
+}
+
+// Model loads the case's model (from c.ModelDir) with load, failing the
+// test when it cannot, and closes it when the test ends.
+func Model[M interface{ Close() }](t testing.TB, c *Case, load func(dir string) (M, error)) M {
+	t.Helper()
+	m, err := load(c.ModelDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
 }

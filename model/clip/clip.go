@@ -4,8 +4,8 @@ package clip
 
 import (
 	"fmt"
-	"path/filepath"
 
+	"github.com/framepack-go/framepack/internal/hfmodel"
 	"github.com/framepack-go/framepack/model/internal/encoder"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -41,14 +41,7 @@ type Model struct {
 // ignored; eos_token_id 2 (the released text_encoder_2) selects the legacy
 // pooling.
 func ReadConfig(dir string) (Config, error) {
-	var cfg Config
-	if err := weights.ReadConfig(dir, &cfg); err != nil {
-		return cfg, err
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("clip: %s: %w", filepath.Join(dir, "config.json"), err)
-	}
-	return cfg, nil
+	return hfmodel.ReadConfig[Config](dir, "clip", nil)
 }
 
 // Validate reports a config this implementation cannot run, naming the key.
@@ -67,38 +60,18 @@ func (c Config) Validate() error {
 // Plan lists the weights a model of config cfg reads (checkpoint names with
 // the "text_model." prefix, and shapes) without loading anything.
 func Plan(cfg Config) ([]weights.Spec, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	l := weights.NewPlan()
-	build(l, cfg, 0)
-	return l.Specs(), nil
+	return hfmodel.Plan(cfg, cfg.Validate, build)
 }
 
 // Load reads a CLIPTextModel folder (config.json + model.safetensors, names
 // with or without the "text_model." prefix) onto be in dtype dt.
 func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
-	ck, err := weights.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer ck.Close()
-	cfg, err := ReadConfig(ck.Dir())
-	if err != nil {
-		return nil, err
-	}
-	act, _ := encoder.ParseAct(cfg.HiddenAct)
-	l := weights.FromCheckpoint(ck, be, dt)
-	m := build(l, cfg, act)
-	if err := l.Err(); err != nil {
-		l.Release()
-		return nil, err
-	}
-	return m, nil
+	return hfmodel.Load(dir, be, dt, ReadConfig, build)
 }
 
 // build reads the weights of cfg through l (a plan only records them).
-func build(l *weights.Builder, cfg Config, act encoder.Act) *Model {
+func build(l *weights.Builder, cfg Config) *Model {
+	act, _ := encoder.ParseAct(cfg.HiddenAct) // checked by Validate
 	d, f := cfg.HiddenSize, cfg.IntermediateSize
 	l = l.Sub("text_model")
 	m := &Model{Config: cfg, dt: l.DType(), act: act, loaded: l}

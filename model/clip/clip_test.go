@@ -5,6 +5,7 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/scopetest"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -13,17 +14,8 @@ func TestGoldenCLIPText(t *testing.T) {
 	be := testdevice.Backend(t)
 	for _, c := range golden.Cases(t, "text_encoder.clip") {
 		t.Run(c.Name, func(t *testing.T) {
-			m, err := Load(c.ModelDir, be, tensor.F32)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			s := tensor.NewScope(be)
-			defer s.Close()
-			var out Output
-			if err := tensor.Catch(func() { out = m.Forward(s, c.Tensor("input_ids").Int64s()) }); err != nil {
-				t.Fatal(err)
-			}
+			m := golden.Model(t, c, func(dir string) (*Model, error) { return Load(dir, be, tensor.F32) })
+			out := scopetest.Run(t, be, func(s *tensor.Scope) Output { return m.Forward(s, c.Tensor("input_ids").Int64s()) })
 			c.Compare(t, "last_hidden_state", out.LastHiddenState)
 			c.Compare(t, "pooler_output", out.Pooled)
 		})
@@ -44,13 +36,8 @@ func TestEOSPosition(t *testing.T) {
 }
 
 func TestBadTokens(t *testing.T) {
-	c := golden.Cases(t, "text_encoder.clip")[0]
 	be := cpu.New()
-	m, err := Load(c.ModelDir, be, tensor.F32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := golden.Model(t, golden.Cases(t, "text_encoder.clip")[0], func(dir string) (*Model, error) { return Load(dir, be, tensor.F32) })
 	s := tensor.NewScope(be)
 	defer s.Close()
 	for _, ids := range [][]int64{nil, {1, 100000}, make([]int64, 78)} {

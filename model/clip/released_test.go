@@ -1,45 +1,27 @@
 package clip
 
 import (
-	"fmt"
 	"path/filepath"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/weights"
+	"github.com/framepack-go/framepack/internal/plantest"
 )
 
 // The released hunyuanvideo-community text_encoder_2/config.json (legacy
 // eos_token_id 2, quick_gelu, torch_dtype) loads through ReadConfig (what
 // Load uses) and plans the released shapes.
 func TestReleasedConfigCLIP(t *testing.T) {
-	cfg, err := ReadConfig(filepath.Join("..", "..", "testdata", "released", "text_encoder_2"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, specs := plantest.Plan(t, filepath.Join("..", "..", "testdata", "released", "text_encoder_2"), ReadConfig, Plan)
 	if cfg.EOSTokenID != 2 {
 		t.Errorf("eos_token_id %d, want the legacy 2", cfg.EOSTokenID)
 	}
-	specs, err := Plan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	shapes := map[string]string{}
-	for _, s := range specs {
-		n += s.Numel()
-		shapes[s.Name] = fmt.Sprint(s.Shape)
-	}
-	for name, want := range map[string]string{
+	n := plantest.Shapes(t, specs, map[string]string{
 		"text_model.embeddings.token_embedding.weight":    "[49408 768]",
 		"text_model.embeddings.position_embedding.weight": "[77 768]",
 		"text_model.encoder.layers.11.mlp.fc2.weight":     "[768 3072]",
 		"text_model.final_layer_norm.weight":              "[768]",
-	} {
-		if shapes[name] != want {
-			t.Errorf("%s: shape %s, want %s", name, shapes[name], want)
-		}
-	}
+	})
 	// Independently: token and position tables, 12 pre-LN encoder layers,
 	// the final LayerNorm.
 	v, p, d, f, layers := int64(49408), int64(77), int64(768), int64(3072), int64(12)
@@ -54,21 +36,6 @@ func TestReleasedConfigCLIP(t *testing.T) {
 // The plan is what the checkpoint holds.
 func TestPlanMatchesCheckpoint(t *testing.T) {
 	for _, c := range golden.Cases(t, "text_encoder.clip") {
-		cfg, err := ReadConfig(c.ModelDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		specs, err := Plan(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ck, err := weights.Open(c.ModelDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ck.Check(specs); err != nil {
-			t.Error(err)
-		}
-		ck.Close()
+		plantest.Checkpoint(t, c.ModelDir, ReadConfig, Plan)
 	}
 }

@@ -6,8 +6,8 @@ package llama
 import (
 	"fmt"
 	"math"
-	"path/filepath"
 
+	"github.com/framepack-go/framepack/internal/hfmodel"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )
@@ -64,20 +64,14 @@ type Model struct {
 // rope_parameters; keys the model does not use (torch_dtype,
 // transformers_version, ...) are ignored.
 func ReadConfig(dir string) (Config, error) {
-	var cfg Config
-	if err := weights.ReadConfig(dir, &cfg); err != nil {
-		return cfg, err
-	}
-	if cfg.HeadDim == 0 && cfg.NumAttentionHeads > 0 {
-		cfg.HeadDim = cfg.HiddenSize / cfg.NumAttentionHeads
-	}
-	if cfg.NumKeyValueHeads == 0 {
-		cfg.NumKeyValueHeads = cfg.NumAttentionHeads
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("llama: %s: %w", filepath.Join(dir, "config.json"), err)
-	}
-	return cfg, nil
+	return hfmodel.ReadConfig(dir, "llama", func(c *Config) {
+		if c.HeadDim == 0 && c.NumAttentionHeads > 0 {
+			c.HeadDim = c.HiddenSize / c.NumAttentionHeads
+		}
+		if c.NumKeyValueHeads == 0 {
+			c.NumKeyValueHeads = c.NumAttentionHeads
+		}
+	})
 }
 
 // Validate reports a config this implementation cannot run, naming the key.
@@ -106,32 +100,12 @@ func (c Config) Theta() float64 { return c.theta() }
 // Plan lists the weights a model of config cfg reads (checkpoint names and
 // shapes) without loading anything.
 func Plan(cfg Config) ([]weights.Spec, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	l := weights.NewPlan()
-	build(l, cfg)
-	return l.Specs(), nil
+	return hfmodel.Plan(cfg, cfg.Validate, build)
 }
 
 // Load reads a LlamaModel folder onto be in dtype dt.
 func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
-	ck, err := weights.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer ck.Close()
-	cfg, err := ReadConfig(ck.Dir())
-	if err != nil {
-		return nil, err
-	}
-	l := weights.FromCheckpoint(ck, be, dt)
-	m := build(l, cfg)
-	if err := l.Err(); err != nil {
-		l.Release()
-		return nil, err
-	}
-	return m, nil
+	return hfmodel.Load(dir, be, dt, ReadConfig, build)
 }
 
 // build reads the weights of cfg through l (a plan only records them).

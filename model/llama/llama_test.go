@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/scopetest"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -14,23 +15,14 @@ func TestGoldenLlama(t *testing.T) {
 	be := testdevice.Backend(t)
 	for _, c := range golden.Cases(t, "text_encoder.llama") {
 		t.Run(c.Name, func(t *testing.T) {
-			m, err := Load(c.ModelDir, be, tensor.F32)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
+			m := golden.Model(t, c, func(dir string) (*Model, error) { return Load(dir, be, tensor.F32) })
 			ids := c.Tensor("input_ids").Int64s()
 			mask := c.Tensor("attention_mask").Int64s()
 			n := 0
 			for n < len(mask) && mask[n] == 1 {
 				n++
 			}
-			s := tensor.NewScope(be)
-			defer s.Close()
-			var out Output
-			if err := tensor.Catch(func() { out = m.Forward(s, ids[:n], -3, -1) }); err != nil {
-				t.Fatal(err)
-			}
+			out := scopetest.Run(t, be, func(s *tensor.Scope) Output { return m.Forward(s, ids[:n], -3, -1) })
 			last := m.NumHiddenLayers
 			for name, idx := range map[string]int{"hidden_states_m3": last - 2, "last": last} {
 				want := c.Tensor(name)

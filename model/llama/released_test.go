@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/weights"
+	"github.com/framepack-go/framepack/internal/plantest"
 )
 
 var releasedDir = filepath.Join("..", "..", "testdata", "released", "text_encoder")
@@ -17,33 +17,16 @@ var releasedDir = filepath.Join("..", "..", "testdata", "released", "text_encode
 // rope_theta with rope_scaling null, head_dim, torch_dtype) loads through
 // ReadConfig (what Load uses) and plans the released shapes.
 func TestReleasedConfigLlama(t *testing.T) {
-	cfg, err := ReadConfig(releasedDir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, specs := plantest.Plan(t, releasedDir, ReadConfig, Plan)
 	if cfg.Theta() != 500000 {
 		t.Errorf("rope theta %v, want 500000", cfg.Theta())
 	}
-	specs, err := Plan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	shapes := map[string][]int{}
-	for _, s := range specs {
-		n += s.Numel()
-		shapes[s.Name] = s.Shape
-	}
-	for name, want := range map[string][]int{
-		"embed_tokens.weight":               {128320, 4096},
-		"layers.31.self_attn.k_proj.weight": {1024, 4096},
-		"layers.0.mlp.down_proj.weight":     {4096, 14336},
-		"norm.weight":                       {4096},
-	} {
-		if got := shapes[name]; fmtInts(got) != fmtInts(want) {
-			t.Errorf("%s: shape %v, want %v", name, got, want)
-		}
-	}
+	n := plantest.Shapes(t, specs, map[string]string{
+		"embed_tokens.weight":               "[128320 4096]",
+		"layers.31.self_attn.k_proj.weight": "[1024 4096]",
+		"layers.0.mlp.down_proj.weight":     "[4096 14336]",
+		"norm.weight":                       "[4096]",
+	})
 	// Independently: embedding, 32 × (2 norms, q, k, v (8 KV heads of 128),
 	// o, gate, up, down), final norm.
 	v, d, f, kv, layers := int64(128320), int64(4096), int64(14336), int64(8*128), int64(32)
@@ -53,11 +36,6 @@ func TestReleasedConfigLlama(t *testing.T) {
 	}
 	t.Logf("released config text_encoder: ok (LLaMA %d layers, hidden %d, %d/%d heads of %d, rope theta %g, embedding %d rows, %d tensors, %.3f B params)",
 		cfg.NumHiddenLayers, cfg.HiddenSize, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim, cfg.Theta(), cfg.VocabSize, len(specs), float64(n)/1e9)
-}
-
-func fmtInts(v []int) string {
-	b, _ := json.Marshal(v)
-	return string(b)
 }
 
 // Newer transformers write rope_parameters instead of rope_theta; both load,
@@ -101,23 +79,7 @@ func TestReleasedConfigLlamaRopeStyles(t *testing.T) {
 
 // The plan is what the checkpoint holds.
 func TestPlanMatchesCheckpoint(t *testing.T) {
-	c := golden.Cases(t, "text_encoder.llama")[0]
-	cfg, err := ReadConfig(c.ModelDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	specs, err := Plan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ck, err := weights.Open(c.ModelDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	if err := ck.Check(specs); err != nil {
-		t.Fatal(err)
-	}
+	_, specs, ck := plantest.Checkpoint(t, golden.Cases(t, "text_encoder.llama")[0].ModelDir, ReadConfig, Plan)
 	if n := len(ck.Names()); n != len(specs) {
 		t.Errorf("the checkpoint holds %d tensors, the plan %d", n, len(specs))
 	}

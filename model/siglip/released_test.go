@@ -2,50 +2,26 @@ package siglip
 
 import (
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/weights"
+	"github.com/framepack-go/framepack/internal/plantest"
 )
-
-func numel(specs []weights.Spec) int64 {
-	var n int64
-	for _, s := range specs {
-		n += s.Numel()
-	}
-	return n
-}
 
 // The released flux_redux_bfl image_encoder/config.json loads through
 // ReadConfig (what Load uses) and plans the released shapes: image_size 384
 // with patch 14 gives 27×27 = 729 tokens.
 func TestReleasedConfigSigLIP(t *testing.T) {
-	cfg, err := ReadConfig(filepath.Join("..", "..", "testdata", "released", "image_encoder"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	specs, err := Plan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, specs := plantest.Plan(t, filepath.Join("..", "..", "testdata", "released", "image_encoder"), ReadConfig, Plan)
 	if cfg.Tokens() != 729 || cfg.PatchesPerSide() != 27 {
 		t.Errorf("%d tokens (%d a side), want 729 (27)", cfg.Tokens(), cfg.PatchesPerSide())
 	}
-	shapes := map[string][]int{}
-	for _, s := range specs {
-		shapes[s.Name] = s.Shape
-	}
-	for name, want := range map[string][]int{
-		"vision_model.embeddings.position_embedding.weight": {729, 1152},
-		"vision_model.embeddings.patch_embedding.weight":    {1152, 3, 14, 14},
-		"vision_model.encoder.layers.26.mlp.fc1.weight":     {4304, 1152},
-		"vision_model.post_layernorm.bias":                  {1152},
-	} {
-		if got := shapes[name]; !slices.Equal(got, want) {
-			t.Errorf("%s: shape %v, want %v", name, got, want)
-		}
-	}
+	n := plantest.Shapes(t, specs, map[string]string{
+		"vision_model.embeddings.position_embedding.weight": "[729 1152]",
+		"vision_model.embeddings.patch_embedding.weight":    "[1152 3 14 14]",
+		"vision_model.encoder.layers.26.mlp.fc1.weight":     "[4304 1152]",
+		"vision_model.post_layernorm.bias":                  "[1152]",
+	})
 	// Independently: the patch conv, the position table, 27 pre-LN encoder
 	// layers, the final LayerNorm.
 	d, f, p, tok, layers := int64(1152), int64(4304), int64(14), int64(27*27), int64(27)
@@ -54,7 +30,7 @@ func TestReleasedConfigSigLIP(t *testing.T) {
 	// The released file also holds the pooling head, which FramePack does
 	// not use (probe, attention in/out, LayerNorm, MLP): 0.428 B in all.
 	head := d + (3*d*d + 3*d) + (d*d + d) + 2*d + (f*d + f) + (d*f + d)
-	if n := numel(specs); n != want || n+head != 428_225_600 {
+	if n != want || n+head != 428_225_600 {
 		t.Errorf("%d parameters (+ %d in the head = %d), want %d (428 225 600 with the head)", n, head, n+head, want)
 	}
 	t.Logf("released config image_encoder: ok (SigLIP %d layers, hidden %d, image %d / patch %d, image tokens %d, %d tensors, %.3f B params + %.3f B unused head)",
@@ -64,23 +40,7 @@ func TestReleasedConfigSigLIP(t *testing.T) {
 // The plan is what the checkpoint holds: the golden model's plan passes
 // Check on its weights, and a wrong plan does not.
 func TestPlanMatchesCheckpoint(t *testing.T) {
-	c := golden.Cases(t, "image_encoder.siglip")[0]
-	cfg, err := ReadConfig(c.ModelDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	specs, err := Plan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ck, err := weights.Open(c.ModelDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	if err := ck.Check(specs); err != nil {
-		t.Fatal(err)
-	}
+	cfg, _, ck := plantest.Checkpoint(t, golden.Cases(t, "image_encoder.siglip")[0].ModelDir, ReadConfig, Plan)
 	cfg.ImageSize += cfg.PatchSize
 	bad, _ := Plan(cfg)
 	if err := ck.Check(bad); err == nil {

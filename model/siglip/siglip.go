@@ -4,8 +4,8 @@ package siglip
 
 import (
 	"fmt"
-	"path/filepath"
 
+	"github.com/framepack-go/framepack/internal/hfmodel"
 	"github.com/framepack-go/framepack/model/internal/encoder"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -38,17 +38,11 @@ type Model struct {
 // does not use (architectures, torch_dtype, transformers_version, ...) are
 // ignored.
 func ReadConfig(dir string) (Config, error) {
-	var cfg Config
-	if err := weights.ReadConfig(dir, &cfg); err != nil {
-		return cfg, err
-	}
-	if cfg.NumChannels == 0 {
-		cfg.NumChannels = 3
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("siglip: %s: %w", filepath.Join(dir, "config.json"), err)
-	}
-	return cfg, nil
+	return hfmodel.ReadConfig(dir, "siglip", func(c *Config) {
+		if c.NumChannels == 0 {
+			c.NumChannels = 3
+		}
+	})
 }
 
 // Validate reports a config this implementation cannot run, naming the key.
@@ -78,37 +72,18 @@ func (c Config) Tokens() int { return c.PatchesPerSide() * c.PatchesPerSide() }
 // Plan lists the weights a model of config cfg reads (checkpoint names with
 // the "vision_model." prefix, and shapes) without loading anything.
 func Plan(cfg Config) ([]weights.Spec, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	l := weights.NewPlan()
-	build(l, cfg, 0)
-	return l.Specs(), nil
+	return hfmodel.Plan(cfg, cfg.Validate, build)
 }
 
 // Load reads a SiglipVisionModel folder (names with or without the
 // "vision_model." prefix) onto be in dtype dt.
 func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
-	ck, err := weights.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer ck.Close()
-	cfg, err := ReadConfig(ck.Dir())
-	if err != nil {
-		return nil, err
-	}
-	act, _ := encoder.ParseAct(cfg.HiddenAct)
-	m := build(weights.FromCheckpoint(ck, be, dt), cfg, act)
-	if err := m.loaded.Err(); err != nil {
-		m.loaded.Release()
-		return nil, err
-	}
-	return m, nil
+	return hfmodel.Load(dir, be, dt, ReadConfig, build)
 }
 
 // build reads the weights of cfg through l (a plan only records them).
-func build(l *weights.Builder, cfg Config, act encoder.Act) *Model {
+func build(l *weights.Builder, cfg Config) *Model {
+	act, _ := encoder.ParseAct(cfg.HiddenAct) // checked by Validate
 	d, f, p := cfg.HiddenSize, cfg.IntermediateSize, cfg.PatchSize
 	l = l.Sub("vision_model")
 	m := &Model{Config: cfg, act: act, loaded: l}

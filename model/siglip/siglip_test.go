@@ -10,6 +10,7 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/scopetest"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -18,17 +19,8 @@ func TestGoldenSiglip(t *testing.T) {
 	be := testdevice.Backend(t)
 	for _, c := range golden.Cases(t, "image_encoder.siglip") {
 		t.Run(c.Name, func(t *testing.T) {
-			m, err := Load(c.ModelDir, be, tensor.F32)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			s := tensor.NewScope(be)
-			defer s.Close()
-			var out *tensor.Tensor
-			if err := tensor.Catch(func() { out = m.Forward(s, c.Tensor("pixel_values")) }); err != nil {
-				t.Fatal(err)
-			}
+			m := golden.Model(t, c, func(dir string) (*Model, error) { return Load(dir, be, tensor.F32) })
+			out := scopetest.Run(t, be, func(s *tensor.Scope) *tensor.Tensor { return m.Forward(s, c.Tensor("pixel_values")) })
 			c.Compare(t, "last_hidden_state", out)
 		})
 	}
@@ -54,20 +46,12 @@ func TestGoldenSiglipNonMultiple(t *testing.T) {
 	if c == nil {
 		t.Fatalf("%s/%s/case.json is not an image_encoder.siglip case", dir, name)
 	}
-	m, err := Load(c.ModelDir, cpu.New(), tensor.F32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	be := cpu.New()
+	m := golden.Model(t, c, func(dir string) (*Model, error) { return Load(dir, be, tensor.F32) })
 	if m.ImageSize%m.PatchSize == 0 {
 		t.Fatalf("image_size %d is a multiple of patch_size %d: not the case this test is for", m.ImageSize, m.PatchSize)
 	}
-	s := tensor.NewScope(cpu.New())
-	defer s.Close()
-	var out *tensor.Tensor
-	if err := tensor.Catch(func() { out = m.Forward(s, c.Tensor("pixel_values")) }); err != nil {
-		t.Fatal(err)
-	}
+	out := scopetest.Run(t, be, func(s *tensor.Scope) *tensor.Tensor { return m.Forward(s, c.Tensor("pixel_values")) })
 	if out.Dim(1) != m.Tokens() {
 		t.Errorf("%d tokens, want %d", out.Dim(1), m.Tokens())
 	}

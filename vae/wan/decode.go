@@ -1,11 +1,11 @@
 package wan
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/vae/internal/tiles"
 )
 
 // Tiling is diffusers' enable_tiling for AutoencoderKLWan: tiles of
@@ -25,15 +25,7 @@ func SpatialTiling(tile, stride int) Tiling {
 }
 
 func (t Tiling) normalized() Tiling {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&t.TileHeight, 256)
-	def(&t.TileWidth, 256)
-	def(&t.TileStrideHeight, 192)
-	def(&t.TileStrideWidth, 192)
+	tiles.DefaultSize(&t.TileHeight, &t.TileWidth, &t.TileStrideHeight, &t.TileStrideWidth)
 	return t
 }
 
@@ -45,6 +37,11 @@ func (t Tiling) check(c *Config) error {
 		}
 	}
 	return nil
+}
+
+// size is the spatial tile size.
+func (t Tiling) size() tiles.Size {
+	return tiles.Size{TileHeight: t.TileHeight, TileWidth: t.TileWidth, StrideHeight: t.TileStrideHeight, StrideWidth: t.TileStrideWidth}
 }
 
 func (t Tiling) String() string {
@@ -94,36 +91,22 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 	if err := til.check(&v.cfg); err != nil {
 		tensor.Fail("wan.decode", "%v", err)
 	}
-	start, retries := time.Now(), 0
-	for {
-		var out *vid
-		var tiles int
-		err := tensor.Catch(func() { out, tiles = v.decodeOnce(s, z, til) })
-		if err == nil {
-			// Checked before the clamp, which would hide an Inf.
-			px := out.tensor()
-			if err := tensor.NonFiniteError("the decoder produced non-finite pixels", px); err != nil {
-				tensor.Fail("wan.decode", "%v", err)
-			}
-			out.clamp(-1, 1)
-			if opts.Stats != nil {
-				*opts.Stats = DecodeStats{Tiling: til, Tiles: tiles, Retries: retries, Elapsed: time.Since(start)}
-			}
-			return px
-		}
-		if !errors.Is(err, tensor.ErrOutOfMemory) || opts.NoRetry {
-			panic(err)
-		}
-		next, ok := v.shrink(z.Shape(), til)
-		if !ok {
-			panic(&tensor.OpError{Op: "wan.decode", Err: fmt.Errorf("out of memory at the smallest tiling (%s): %w", til, err)})
-		}
-		if opts.Log != nil {
-			opts.Log("wan vae: decode ran out of memory at %s (%v); retrying at %s", til, err, next)
-		}
-		til = next
-		retries++
+	start := time.Now()
+	var out *tiles.Video
+	var n int
+	til, retries := tiles.Shrinking("wan.decode", "wan vae: decode", til, opts.NoRetry, opts.Log,
+		func(t Tiling) { out, n = v.decodeOnce(s, z, t) },
+		func(t Tiling) (Tiling, bool) { return v.shrink(z.Shape(), t) })
+	// Checked before the clamp, which would hide an Inf.
+	px := out.Tensor()
+	if err := tensor.NonFiniteError("the decoder produced non-finite pixels", px); err != nil {
+		tensor.Fail("wan.decode", "%v", err)
 	}
+	out.Clamp(-1, 1)
+	if opts.Stats != nil {
+		*opts.Stats = DecodeStats{Tiling: til, Tiles: n, Retries: retries, Elapsed: time.Since(start)}
+	}
+	return px
 }
 
 func shapeOf(t *tensor.Tensor) []int {
@@ -135,21 +118,18 @@ func shapeOf(t *tensor.Tensor) []int {
 
 // decodeOnce decodes z at tiling til; the device memory is freed when it
 // returns.
-func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling) (*vid, int) {
+func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling) (*tiles.Video, int) {
 	ds := s.Child()
 	defer ds.Close()
-	zc := toCompute(ds, z, v.dt)
+	zc := tiles.ToCompute(ds, z, v.dt)
 	r := v.cfg.SpatialRatio()
 	h, w := z.Dim(3), z.Dim(4)
-	tiles := 0
-	run := func(h0, h1, w0, w1 int) *vid { tiles++; return v.decodeTile(ds, zc, h0, h1, w0, w1) }
+	n := 0
+	run := func(h0, h1, w0, w1 int) *tiles.Video { n++; return v.decodeTile(ds, zc, h0, h1, w0, w1) }
 	if !til.useDecode(r, h, w) {
 		return run(0, h, 0, w), 1
 	}
-	out := spatialTiles(v.dt, run, h, w, til.TileHeight/r, til.TileWidth/r, til.TileStrideHeight/r, til.TileStrideWidth/r,
-		til.TileHeight-til.TileStrideHeight, til.TileWidth-til.TileStrideWidth,
-		til.TileStrideHeight, til.TileStrideWidth, h*r, w*r)
-	return out, tiles
+	return tiles.RoundTo(v.dt).Spatial(run, h, w, til.size().Decode(r, h, w)), n
 }
 
 // useDecode is _decode's test: tiling on and the latent wider or taller
@@ -160,18 +140,18 @@ func (t Tiling) useDecode(r, h, w int) bool {
 
 // decodeTile decodes the latent box [h0,h1)×[w0,w1) of every frame onto
 // the host.
-func (v *VAE) decodeTile(ds *tensor.Scope, zc *tensor.Tensor, h0, h1, w0, w1 int) *vid {
-	var out *vid
+func (v *VAE) decodeTile(ds *tensor.Scope, zc *tensor.Tensor, h0, h1, w0, w1 int) *tiles.Video {
+	var out *tiles.Video
 	t := 0
 	v.dec.frames(ds, zc, zc.Dim(2), h0, h1, w0, w1, func(y *tensor.Tensor) {
 		if out == nil {
-			out = newVid(y.Dim(0), y.Dim(1), v.cfg.SampleFrames(zc.Dim(2)), y.Dim(3), y.Dim(4))
+			out = tiles.New(y.Dim(0), y.Dim(1), v.cfg.SampleFrames(zc.Dim(2)), y.Dim(3), y.Dim(4))
 		}
-		out.pasteFrames(t, y)
+		out.SetFrames(t, y)
 		t += y.Dim(2)
 	})
-	if t != out.t {
-		panic(fmt.Sprintf("wan vae: decoded %d frames, want %d", t, out.t))
+	if t != out.T {
+		panic(fmt.Sprintf("wan vae: decoded %d frames, want %d", t, out.T))
 	}
 	return out
 }
@@ -188,7 +168,7 @@ func (d *decoder) frames(ds *tensor.Scope, zc *tensor.Tensor, n, h0, h1, w0, w1 
 		func() {
 			fs := cs.Child()
 			defer fs.Close()
-			zk := sliceBox(fs, zc, k, k+1, h0, h1, w0, w1)
+			zk := tiles.SliceBox(fs, zc, k, k+1, h0, h1, w0, w1)
 			x := d.postQuant.run(fs, zk, tensor.Padding{}, zk != zc)
 			d.forward(fs, f, x, emit)
 		}()
@@ -225,30 +205,28 @@ func (v *VAE) EncodeWith(s *tensor.Scope, x *tensor.Tensor, til Tiling) (mean, l
 	}
 	es := s.Child()
 	defer es.Close()
-	xc := toCompute(es, x, v.dt)
+	xc := tiles.ToCompute(es, x, v.dt)
 	h, w := x.Dim(3), x.Dim(4)
-	run := func(h0, h1, w0, w1 int) *vid { return v.encodeTile(es, xc, h0, h1, w0, w1) }
-	var mom *vid
+	run := func(h0, h1, w0, w1 int) *tiles.Video { return v.encodeTile(es, xc, h0, h1, w0, w1) }
+	var mom *tiles.Video
 	if til.Spatial && (w > til.TileWidth || h > til.TileHeight) {
-		mom = spatialTiles(v.dt, run, h, w, til.TileHeight, til.TileWidth, til.TileStrideHeight, til.TileStrideWidth,
-			til.TileHeight/r-til.TileStrideHeight/r, til.TileWidth/r-til.TileStrideWidth/r,
-			til.TileStrideHeight/r, til.TileStrideWidth/r, h/r, w/r)
+		mom = tiles.RoundTo(v.dt).Spatial(run, h, w, til.size().Encode(r, h, w))
 	} else {
 		mom = run(0, h, 0, w)
 	}
-	return mom.posterior()
+	return tiles.Posterior(mom)
 }
 
 // encodeTile encodes the pixel box [h0,h1)×[w0,w1): frame 0, then chunks
 // of 4 frames, with a fresh feature cache.
-func (v *VAE) encodeTile(es *tensor.Scope, xc *tensor.Tensor, h0, h1, w0, w1 int) *vid {
+func (v *VAE) encodeTile(es *tensor.Scope, xc *tensor.Tensor, h0, h1, w0, w1 int) *tiles.Video {
 	cs := es.Child()
 	defer cs.Close()
 	f := newFeatCache(cs)
 	defer f.release()
 	nT := xc.Dim(2)
 	chunks := 1 + (nT-1)/4
-	var out *vid
+	var out *tiles.Video
 	t := 0
 	for i := 0; i < chunks; i++ {
 		t0, t1 := 0, 1
@@ -258,44 +236,16 @@ func (v *VAE) encodeTile(es *tensor.Scope, xc *tensor.Tensor, h0, h1, w0, w1 int
 		func() {
 			fs := cs.Child()
 			defer fs.Close()
-			y := v.enc.forward(fs, f, sliceBox(fs, xc, t0, t1, h0, h1, w0, w1))
+			y := v.enc.forward(fs, f, tiles.SliceBox(fs, xc, t0, t1, h0, h1, w0, w1))
 			if out == nil {
-				out = newVid(y.Dim(0), y.Dim(1), v.cfg.LatentFrames(nT), y.Dim(3), y.Dim(4))
+				out = tiles.New(y.Dim(0), y.Dim(1), v.cfg.LatentFrames(nT), y.Dim(3), y.Dim(4))
 			}
-			out.pasteFrames(t, y)
+			out.SetFrames(t, y)
 			t += y.Dim(2)
 		}()
 	}
-	if t != out.t {
-		panic(fmt.Sprintf("wan vae: encoded %d latent frames, want %d", t, out.t))
+	if t != out.T {
+		panic(fmt.Sprintf("wan vae: encoded %d latent frames, want %d", t, out.T))
 	}
 	return out
-}
-
-// toCompute puts x on s's backend in dt.
-func toCompute(s *tensor.Scope, x *tensor.Tensor, dt tensor.DType) *tensor.Tensor {
-	on := s.To(x)
-	out := s.Cast(on, dt)
-	if out != on && on != x {
-		s.Free(on)
-	}
-	return out
-}
-
-// sliceBox copies x[:, :, t0:t1, h0:h1, w0:w1] (x itself when the box is
-// everything).
-func sliceBox(s *tensor.Scope, x *tensor.Tensor, t0, t1, h0, h1, w0, w1 int) *tensor.Tensor {
-	orig := x
-	for i, r := range [3][2]int{{t0, t1}, {h0, h1}, {w0, w1}} {
-		ax := 2 + i
-		if r[0] == 0 && r[1] == x.Dim(ax) {
-			continue
-		}
-		y := s.Slice(x, ax, r[0], r[1])
-		if x != orig {
-			s.Free(x)
-		}
-		x = y
-	}
-	return x
 }

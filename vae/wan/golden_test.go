@@ -6,6 +6,7 @@ import (
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/scopetest"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
@@ -17,45 +18,27 @@ import (
 
 func loadCase(t *testing.T, c *golden.Case, be tensor.Backend, dt tensor.DType) *VAE {
 	t.Helper()
-	v, err := Load(c.ModelDir, be, Options{DType: dt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(v.Close)
-	return v
+	return golden.Model(t, c, func(dir string) (*VAE, error) { return Load(dir, be, Options{DType: dt}) })
 }
 
 func decode(t *testing.T, v *VAE, z *tensor.Tensor, opts DecodeOptions) *tensor.Tensor {
 	t.Helper()
-	var out *tensor.Tensor
-	s := tensor.NewScope(v.be)
-	defer s.Close()
-	if err := tensor.Catch(func() { out = v.Decode(s, z, opts) }); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return scopetest.Run(t, v.be, func(s *tensor.Scope) *tensor.Tensor { return v.Decode(s, z, opts) })
 }
 
 func encode(t *testing.T, v *VAE, x *tensor.Tensor, til Tiling) (mean, logvar *tensor.Tensor) {
 	t.Helper()
-	s := tensor.NewScope(v.be)
-	defer s.Close()
-	if err := tensor.Catch(func() { mean, logvar = v.EncodeWith(s, x, til) }); err != nil {
-		t.Fatal(err)
-	}
-	return
+	out := scopetest.Run(t, v.be, func(s *tensor.Scope) [2]*tensor.Tensor {
+		m, lv := v.EncodeWith(s, x, til)
+		return [2]*tensor.Tensor{m, lv}
+	})
+	return out[0], out[1]
 }
 
 // caseTiling is enable_tiling(**tiling) of a case.
 func caseTiling(c *golden.Case) Tiling {
-	var p struct {
-		H  int `json:"tile_sample_min_height"`
-		W  int `json:"tile_sample_min_width"`
-		SH int `json:"tile_sample_stride_height"`
-		SW int `json:"tile_sample_stride_width"`
-	}
-	c.Param("tiling", &p)
-	return Tiling{Spatial: true, TileHeight: p.H, TileWidth: p.W, TileStrideHeight: p.SH, TileStrideWidth: p.SW}
+	p := c.Tiling()
+	return Tiling{Spatial: true, TileHeight: p.TileHeight, TileWidth: p.TileWidth, TileStrideHeight: p.StrideHeight, TileStrideWidth: p.StrideWidth}
 }
 
 func TestGoldenWanDecode(t *testing.T) {

@@ -4,17 +4,12 @@ import (
 	"math"
 
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // Every forward below consumes its input (frees it when the scope owns it)
 // as soon as it is dead, as in package vae; the feature cache's tensors live
 // in the cache's own scope until they are replaced.
-
-// params builds the weights: the tensor name with the given shape, from a
-// checkpoint, a generator or a recorder.
-type params interface {
-	get(name string, shape ...int) *tensor.Tensor
-}
 
 // cacheT is diffusers' CACHE_T: a causal conv keeps the last two frames of
 // its input for the next chunk.
@@ -91,18 +86,18 @@ type conv struct {
 	stride [3]int
 }
 
-func newConv(p params, name string, cout, cin, kt, kh, kw int, stride [3]int) *conv {
-	return &conv{w: p.get(name+".weight", cout, cin, kt, kh, kw), b: p.get(name+".bias", cout), stride: stride}
+func newConv(p *weights.Builder, name string, cout, cin, kt, kh, kw int, stride [3]int) *conv {
+	return &conv{w: p.Get(name+".weight", cout, cin, kt, kh, kw), b: p.Get(name+".bias", cout), stride: stride}
 }
 
 // newConv2d is an nn.Conv2d run on every frame: its (Cout, Cin, kH, kW)
 // weight as a conv3d of temporal kernel 1.
-func newConv2d(p params, name string, cout, cin, k int, stride int) *conv {
-	w := p.get(name+".weight", cout, cin, k, k)
-	if w.Numel() > 0 {
+func newConv2d(p *weights.Builder, name string, cout, cin, k int, stride int) *conv {
+	w := p.Get(name+".weight", cout, cin, k, k)
+	if w != nil {
 		w = w.Reshape(cout, cin, 1, k, k)
 	}
-	return &conv{w: w, b: p.get(name+".bias", cout), stride: [3]int{1, stride, stride}}
+	return &conv{w: w, b: p.Get(name+".bias", cout), stride: [3]int{1, stride, stride}}
 }
 
 // run convolves x padded (and upsampled) as pad says, through the
@@ -116,7 +111,7 @@ func (c *conv) run(s *tensor.Scope, x *tensor.Tensor, pad tensor.Padding, consum
 // pixel each side.
 type causalConv struct{ conv }
 
-func newCausalConv(p params, name string, cin, cout int) *causalConv {
+func newCausalConv(p *weights.Builder, name string, cin, cout int) *causalConv {
 	return &causalConv{*newConv(p, name, cout, cin, 3, 3, 3, [3]int{1, 1, 1})}
 }
 
@@ -145,14 +140,14 @@ type rmsNorm struct {
 	eps   float32
 }
 
-func newRMSNorm(p params, name string, ch int, images bool) rmsNorm {
+func newRMSNorm(p *weights.Builder, name string, ch int, images bool) rmsNorm {
 	var g *tensor.Tensor
 	if images {
-		g = p.get(name+".gamma", ch, 1, 1)
+		g = p.Get(name+".gamma", ch, 1, 1)
 	} else {
-		g = p.get(name+".gamma", ch, 1, 1, 1)
+		g = p.Get(name+".gamma", ch, 1, 1, 1)
 	}
-	if g.Numel() > 0 {
+	if g != nil {
 		g = g.Reshape(ch)
 	}
 	return rmsNorm{gamma: g, eps: float32(1e-24 / float64(ch))}
@@ -182,7 +177,7 @@ type resnet struct {
 	shortcut     *conv // 1×1×1 when the channels change
 }
 
-func newResnet(p params, name string, cin, cout int) *resnet {
+func newResnet(p *weights.Builder, name string, cin, cout int) *resnet {
 	r := &resnet{
 		norm1: newRMSNorm(p, name+".norm1", cin, false),
 		conv1: newCausalConv(p, name+".conv1", cin, cout),
@@ -221,13 +216,13 @@ type attention struct {
 	proj, prjb *tensor.Tensor // (C, C), (C)
 }
 
-func newAttention(p params, name string, ch int) *attention {
+func newAttention(p *weights.Builder, name string, ch int) *attention {
 	a := &attention{
 		norm: newRMSNorm(p, name+".norm", ch, true),
-		qkv:  p.get(name+".to_qkv.weight", 3*ch, ch, 1, 1), qkvb: p.get(name+".to_qkv.bias", 3*ch),
-		proj: p.get(name+".proj.weight", ch, ch, 1, 1), prjb: p.get(name+".proj.bias", ch),
+		qkv:  p.Get(name+".to_qkv.weight", 3*ch, ch, 1, 1), qkvb: p.Get(name+".to_qkv.bias", 3*ch),
+		proj: p.Get(name+".proj.weight", ch, ch, 1, 1), prjb: p.Get(name+".proj.bias", ch),
 	}
-	if a.qkv.Numel() > 0 {
+	if a.qkv != nil && a.proj != nil { // nil: a plan, or a failed load
 		a.qkv, a.proj = a.qkv.Reshape(3*ch, ch), a.proj.Reshape(ch, ch)
 	}
 	return a
@@ -272,7 +267,7 @@ type midBlock struct {
 	attn       *attention
 }
 
-func newMidBlock(p params, name string, ch int) *midBlock {
+func newMidBlock(p *weights.Builder, name string, ch int) *midBlock {
 	return &midBlock{
 		res0: newResnet(p, name+".resnets.0", ch, ch),
 		attn: newAttention(p, name+".attentions.0", ch),
@@ -296,7 +291,7 @@ type resample struct {
 	timeConv *conv
 }
 
-func newResample(p params, name string, dim int, up, temporal bool) *resample {
+func newResample(p *weights.Builder, name string, dim int, up, temporal bool) *resample {
 	r := &resample{up: up, temporal: temporal}
 	if up {
 		r.conv = newConv2d(p, name+".resample.1", dim/2, dim, 3, 1)

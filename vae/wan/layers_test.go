@@ -8,24 +8,19 @@ import (
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
-// hostParams hands out the given host tensors by name, random ones
-// otherwise.
-type hostParams struct {
-	seed uint64
-	got  map[string]*tensor.Tensor
+// hostSource hands out random host f32 weights, a new seed each.
+type hostSource struct{ seed uint64 }
+
+func (p *hostSource) Make(w weights.Weight) (*tensor.Tensor, error) {
+	p.seed++
+	return randn(p.seed, w.Shape...), nil
 }
 
-func (p *hostParams) get(name string, shape ...int) *tensor.Tensor {
-	p.seed++
-	t := randn(p.seed, shape...)
-	if p.got == nil {
-		p.got = map[string]*tensor.Tensor{}
-	}
-	p.got[name] = t
-	return t
-}
+// hostParams builds layers with random host weights.
+func hostParams() *weights.Builder { return weights.NewBuilder(&hostSource{}, tensor.F32) }
 
 func f64(t *tensor.Tensor) []float64 {
 	v := tensor.Float32s(t)
@@ -58,7 +53,7 @@ func relL2(t *testing.T, what string, got *tensor.Tensor, want []float64, lim fl
 // times √C·γ, in float64; a zero channel vector stays zero.
 func TestRMSNormF64(t *testing.T) {
 	const b, c, T, h, w = 2, 5, 3, 2, 4
-	p := &hostParams{}
+	p := hostParams()
 	n := newRMSNorm(p, "n", c, false)
 	x := randn(9, b, c, T, h, w)
 	xs := x.Float32s()
@@ -95,7 +90,7 @@ func TestRMSNormF64(t *testing.T) {
 // to_qkv, proj and the residual, in float64.
 func TestAttentionF64(t *testing.T) {
 	const b, c, T, h, w = 1, 6, 2, 2, 3
-	p := &hostParams{}
+	p := hostParams()
 	a := newAttention(p, "a", c)
 	x := randn(3, b, c, T, h, w)
 	xs := f64(x)
@@ -212,11 +207,26 @@ func zeroPad(x []float64, c, T, H, W int, before, after [3]int) ([]float64, [3]i
 // conv3d chain's Conv3dPadded.
 func TestCausalConvCacheF64(t *testing.T) {
 	const cin, cout, T, H, W = 3, 4, 9, 5, 6
-	p := &hostParams{}
+	p := hostParams()
 	cv := newCausalConv(p, "c", cin, cout)
 	x := randn(4, 1, cin, T, H, W)
 	padded, ps := zeroPad(f64(x), cin, T, H, W, [3]int{2, 1, 1}, [3]int{0, 1, 1})
 	want, _ := conv3dF64(padded, cin, ps[0], ps[1], ps[2], f64(cv.w), f64(cv.b), cout, 3, 3, 3, [3]int{1, 1, 1})
+	onCPUAndChain(t, func(t *testing.T, s *tensor.Scope) {
+		c := &causalConv{conv{w: s.To(cv.w), b: s.To(cv.b), stride: cv.stride}}
+		f := newFeatCache(s)
+		var outs []*tensor.Tensor
+		for _, r := range [][2]int{{0, 1}, {1, 5}, {5, 9}} {
+			f.chunk()
+			outs = append(outs, c.forward(s, f, s.Slice(s.To(x), 2, r[0], r[1])))
+		}
+		relL2(t, "chunked causal conv", s.Concat(2, outs...), want, 1e-6)
+	})
+}
+
+// onCPUAndChain runs f on the plain CPU and through the conv3d chain
+// (chainBackend), each a subtest with its own scope.
+func onCPUAndChain(t *testing.T, f func(t *testing.T, s *tensor.Scope)) {
 	for _, tc := range []struct {
 		name string
 		be   tensor.Backend
@@ -224,14 +234,7 @@ func TestCausalConvCacheF64(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tensor.NewScope(tc.be)
 			defer s.Close()
-			c := &causalConv{conv{w: s.To(cv.w), b: s.To(cv.b), stride: cv.stride}}
-			f := newFeatCache(s)
-			var outs []*tensor.Tensor
-			for _, r := range [][2]int{{0, 1}, {1, 5}, {5, 9}} {
-				f.chunk()
-				outs = append(outs, c.forward(s, f, s.Slice(s.To(x), 2, r[0], r[1])))
-			}
-			relL2(t, "chunked causal conv", s.Concat(2, outs...), want, 1e-6)
+			f(t, s)
 		})
 	}
 }
@@ -250,56 +253,49 @@ func chainBackend(t *testing.T) tensor.Backend {
 // interleaved in time, then nearest ×2 and the 3×3 conv, in float64.
 func TestUpsampleF64(t *testing.T) {
 	const c, H, W = 4, 3, 2
-	p := &hostParams{}
+	p := hostParams()
 	r := newResample(p, "u", c, true, true)
 	x0, x1 := randn(5, 1, c, 1, H, W), randn(6, 1, c, 1, H, W)
-	for _, tc := range []struct {
-		name string
-		be   tensor.Backend
-	}{{"cpu", cpu.New()}, {"chain", chainBackend(t)}} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := tensor.NewScope(tc.be)
-			defer s.Close()
-			rr := &resample{up: true, temporal: true,
-				conv:     &conv{w: s.To(r.conv.w), b: s.To(r.conv.b), stride: r.conv.stride},
-				timeConv: &conv{w: s.To(r.timeConv.w), b: s.To(r.timeConv.b), stride: r.timeConv.stride}}
-			f := newFeatCache(s)
-			f.chunk()
-			first := rr.forward(s, f, s.To(x0))
-			if got := first.Shape(); !equal(got, []int{1, c / 2, 1, 2 * H, 2 * W}) {
-				t.Fatalf("first chunk %v", got)
-			}
-			f.chunk()
-			got := rr.forward(s, f, s.To(x1))
-			// time_conv over [0, 0, x1]: one frame of 2c channels.
-			pt, pts := zeroPad(f64(x1), c, 1, H, W, [3]int{2, 0, 0}, [3]int{})
-			tc1, _ := conv3dF64(pt, c, pts[0], pts[1], pts[2], f64(r.timeConv.w), f64(r.timeConv.b), 2*c, 3, 1, 1, [3]int{1, 1, 1})
-			var want []float64
-			for k := 0; k < 2; k++ { // frame k: channels [k·c, (k+1)·c)
-				fr := tc1[k*c*H*W : (k+1)*c*H*W]
-				up := make([]float64, c*2*H*2*W)
-				for ch := 0; ch < c; ch++ {
-					for y := 0; y < 2*H; y++ {
-						for xx := 0; xx < 2*W; xx++ {
-							up[(ch*2*H+y)*2*W+xx] = fr[(ch*H+y/2)*W+xx/2]
-						}
+	onCPUAndChain(t, func(t *testing.T, s *tensor.Scope) {
+		rr := &resample{up: true, temporal: true,
+			conv:     &conv{w: s.To(r.conv.w), b: s.To(r.conv.b), stride: r.conv.stride},
+			timeConv: &conv{w: s.To(r.timeConv.w), b: s.To(r.timeConv.b), stride: r.timeConv.stride}}
+		f := newFeatCache(s)
+		f.chunk()
+		first := rr.forward(s, f, s.To(x0))
+		if got := first.Shape(); !equal(got, []int{1, c / 2, 1, 2 * H, 2 * W}) {
+			t.Fatalf("first chunk %v", got)
+		}
+		f.chunk()
+		got := rr.forward(s, f, s.To(x1))
+		// time_conv over [0, 0, x1]: one frame of 2c channels.
+		pt, pts := zeroPad(f64(x1), c, 1, H, W, [3]int{2, 0, 0}, [3]int{})
+		tc1, _ := conv3dF64(pt, c, pts[0], pts[1], pts[2], f64(r.timeConv.w), f64(r.timeConv.b), 2*c, 3, 1, 1, [3]int{1, 1, 1})
+		var want []float64
+		for k := 0; k < 2; k++ { // frame k: channels [k·c, (k+1)·c)
+			fr := tc1[k*c*H*W : (k+1)*c*H*W]
+			up := make([]float64, c*2*H*2*W)
+			for ch := 0; ch < c; ch++ {
+				for y := 0; y < 2*H; y++ {
+					for xx := 0; xx < 2*W; xx++ {
+						up[(ch*2*H+y)*2*W+xx] = fr[(ch*H+y/2)*W+xx/2]
 					}
 				}
-				pu, pus := zeroPad(up, c, 1, 2*H, 2*W, [3]int{0, 1, 1}, [3]int{0, 1, 1})
-				o, _ := conv3dF64(pu, c, pus[0], pus[1], pus[2], f64(r.conv.w), f64(r.conv.b), c/2, 1, 3, 3, [3]int{1, 1, 1})
-				want = append(want, o...)
 			}
-			// want is (frame, c/2, 2H, 2W); the output is (c/2, frame, 2H, 2W).
-			hw := 4 * H * W
-			ordered := make([]float64, len(want))
-			for k := 0; k < 2; k++ {
-				for ch := 0; ch < c/2; ch++ {
-					copy(ordered[(ch*2+k)*hw:(ch*2+k+1)*hw], want[(k*c/2+ch)*hw:(k*c/2+ch+1)*hw])
-				}
+			pu, pus := zeroPad(up, c, 1, 2*H, 2*W, [3]int{0, 1, 1}, [3]int{0, 1, 1})
+			o, _ := conv3dF64(pu, c, pus[0], pus[1], pus[2], f64(r.conv.w), f64(r.conv.b), c/2, 1, 3, 3, [3]int{1, 1, 1})
+			want = append(want, o...)
+		}
+		// want is (frame, c/2, 2H, 2W); the output is (c/2, frame, 2H, 2W).
+		hw := 4 * H * W
+		ordered := make([]float64, len(want))
+		for k := 0; k < 2; k++ {
+			for ch := 0; ch < c/2; ch++ {
+				copy(ordered[(ch*2+k)*hw:(ch*2+k+1)*hw], want[(k*c/2+ch)*hw:(k*c/2+ch+1)*hw])
 			}
-			relL2(t, "upsample3d", got, ordered, 1e-6)
-		})
-	}
+		}
+		relL2(t, "upsample3d", got, ordered, 1e-6)
+	})
 }
 
 // TestDecodeThroughChainMatches: the whole decode and encode through the
@@ -362,7 +358,7 @@ func TestDecodePeakBoundsMeasured(t *testing.T) {
 // chunk's last frame and the chunk, in float64.
 func TestDownsample3dF64(t *testing.T) {
 	const c, T, H, W = 3, 9, 6, 4
-	p := &hostParams{}
+	p := hostParams()
 	r := newResample(p, "d", c, false, true)
 	x := randn(8, 1, c, T, H, W)
 	// spatial: every frame alone
@@ -383,24 +379,17 @@ func TestDownsample3dF64(t *testing.T) {
 	want[0] = frames(0)
 	want[1], _ = conv3dF64(frames(0, 1, 2, 3, 4), c, 5, ss[1], ss[2], f64(r.timeConv.w), f64(r.timeConv.b), c, 3, 1, 1, [3]int{2, 1, 1})
 	want[2], _ = conv3dF64(frames(4, 5, 6, 7, 8), c, 5, ss[1], ss[2], f64(r.timeConv.w), f64(r.timeConv.b), c, 3, 1, 1, [3]int{2, 1, 1})
-	for _, tc := range []struct {
-		name string
-		be   tensor.Backend
-	}{{"cpu", cpu.New()}, {"chain", chainBackend(t)}} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := tensor.NewScope(tc.be)
-			defer s.Close()
-			rr := &resample{temporal: true,
-				conv:     &conv{w: s.To(r.conv.w), b: s.To(r.conv.b), stride: r.conv.stride},
-				timeConv: &conv{w: s.To(r.timeConv.w), b: s.To(r.timeConv.b), stride: r.timeConv.stride}}
-			f := newFeatCache(s)
-			for i, rg := range [][2]int{{0, 1}, {1, 5}, {5, 9}} {
-				f.chunk()
-				got := rr.forward(s, f, s.Slice(s.To(x), 2, rg[0], rg[1]))
-				relL2(t, "downsample3d chunk "+string(rune('0'+i)), got, want[i], 1e-6)
-			}
-		})
-	}
+	onCPUAndChain(t, func(t *testing.T, s *tensor.Scope) {
+		rr := &resample{temporal: true,
+			conv:     &conv{w: s.To(r.conv.w), b: s.To(r.conv.b), stride: r.conv.stride},
+			timeConv: &conv{w: s.To(r.timeConv.w), b: s.To(r.timeConv.b), stride: r.timeConv.stride}}
+		f := newFeatCache(s)
+		for i, rg := range [][2]int{{0, 1}, {1, 5}, {5, 9}} {
+			f.chunk()
+			got := rr.forward(s, f, s.Slice(s.To(x), 2, rg[0], rg[1]))
+			relL2(t, "downsample3d chunk "+string(rune('0'+i)), got, want[i], 1e-6)
+		}
+	})
 }
 
 // TestUpsampleThirdChunkF64: upsample3d's time_conv on the third chunk
@@ -408,7 +397,7 @@ func TestDownsample3dF64(t *testing.T) {
 // input) in front of x2.
 func TestUpsampleThirdChunkF64(t *testing.T) {
 	const c, H, W = 2, 2, 3
-	p := &hostParams{}
+	p := hostParams()
 	r := newResample(p, "u", c, true, true)
 	xs := []*tensor.Tensor{randn(21, 1, c, 1, H, W), randn(22, 1, c, 1, H, W), randn(23, 1, c, 1, H, W)}
 	s := tensor.NewScope(cpu.New())

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // layer is one entry of the encoder's flat down_blocks list.
@@ -21,7 +22,7 @@ type encoder struct {
 	quant   *conv
 }
 
-func newEncoder(p params, c *Config) *encoder {
+func newEncoder(p *weights.Builder, c *Config) *encoder {
 	dims := []int{c.BaseDim}
 	for _, m := range c.DimMult {
 		dims = append(dims, c.BaseDim*m)
@@ -81,7 +82,7 @@ type upBlock struct {
 	up      *resample // nil in the last block
 }
 
-func newDecoder(p params, c *Config) *decoder {
+func newDecoder(p *weights.Builder, c *Config) *decoder {
 	base := c.decoderBase()
 	n := len(c.DimMult)
 	dims := []int{base * c.DimMult[n-1]}

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/vae/internal/tiles"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // The peak-memory model of a decode runs the decoder's own forward code on
@@ -71,15 +73,11 @@ func (d dryPadded) Conv3dPadded(_, _, _, _ *tensor.Tensor, _ tensor.ConvParams, 
 	return nil
 }
 
-// dryParams allocates weights on the dry backend.
-type dryParams struct {
-	be tensor.Backend
-	dt tensor.DType
-}
+// drySource allocates weights on the dry backend.
+type drySource struct{ be tensor.Backend }
 
-func (p dryParams) get(name string, shape ...int) *tensor.Tensor {
-	t, _ := tensor.Alloc(p.be, p.dt, shape...)
-	return t
+func (p drySource) Make(w weights.Weight) (*tensor.Tensor, error) {
+	return tensor.Alloc(p.be, w.DType, w.Shape...)
 }
 
 // DecodePeak predicts the peak bytes of live tensors of Decode for latents
@@ -97,11 +95,8 @@ func DecodePeak(cfg Config, latentShape []int, til Tiling, dt tensor.DType, fuse
 	type size struct{ h, w int }
 	sizes := map[size]bool{}
 	if til.useDecode(r, h, w) {
-		th, tw, sh, sw := til.TileHeight/r, til.TileWidth/r, til.TileStrideHeight/r, til.TileStrideWidth/r
-		for i := 0; i < h; i += sh {
-			for j := 0; j < w; j += sw {
-				sizes[size{min(i+th, h) - i, min(j+tw, w) - j}] = true
-			}
+		for _, b := range til.size().Decode(r, h, w).Tiles(h, w) {
+			sizes[size{b[1] - b[0], b[3] - b[2]}] = true
 		}
 	} else {
 		sizes[size{h, w}] = true
@@ -119,7 +114,7 @@ func tilePeak(cfg Config, b, n, h, w int, dt tensor.DType, fusedPad bool) int64 
 	if fusedPad {
 		be = dryPadded{d}
 	}
-	dec := newDecoder(dryParams{be: be, dt: dt}, &cfg)
+	dec := newDecoder(weights.NewBuilder(drySource{be}, dt), &cfg)
 	s := tensor.NewScope(be)
 	defer s.Close()
 	z := s.Empty(dt, b, cfg.ZDim, n, h, w)
@@ -159,28 +154,12 @@ func (v *VAE) Plan(latentShape []int, budget int64) (DecodeOptions, int64) {
 	if v == nil {
 		return DecodeOptions{}, 0
 	}
-	var best Tiling
-	bestPeak := int64(-1)
-	for _, t := range tilingLadder() {
-		p := v.DecodePeak(latentShape, t)
-		if p <= budget {
-			return DecodeOptions{Tiling: t}, p
-		}
-		if bestPeak < 0 || p < bestPeak {
-			best, bestPeak = t, p
-		}
-	}
-	return DecodeOptions{Tiling: best}, bestPeak
+	t, p := tiles.Choose(tilingLadder(), func(t Tiling) int64 { return v.DecodePeak(latentShape, t) }, budget)
+	return DecodeOptions{Tiling: t}, p
 }
 
 // shrink is the largest tiling of the ladder predicted to need less memory
 // than cur, for a retry after an out-of-memory failure.
 func (v *VAE) shrink(latentShape []int, cur Tiling) (Tiling, bool) {
-	now := v.DecodePeak(latentShape, cur)
-	for _, t := range tilingLadder() {
-		if v.DecodePeak(latentShape, t) < now {
-			return t, true
-		}
-	}
-	return Tiling{}, false
+	return tiles.Smaller(tilingLadder(), func(t Tiling) int64 { return v.DecodePeak(latentShape, t) }, cur)
 }

@@ -5,29 +5,18 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/framepack-go/framepack/internal/plantest"
 )
 
 // The released Wan 2.1 vae/config.json loads through ReadConfig, equals
 // DefaultConfig, and plans the released shapes and parameter count.
 func TestReleasedConfigWanVAE(t *testing.T) {
-	cfg, err := ReadConfig(filepath.Join("..", "..", "testdata", "released", "wan_vae"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, specs := plantest.Plan(t, filepath.Join("..", "..", "testdata", "released", "wan_vae"), ReadConfig, Plan)
 	if got, want := deref(cfg), deref(DefaultConfig()); got != want {
 		t.Errorf("config %s\nwant DefaultConfig %s", got, want)
 	}
-	specs, err := Plan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	shapes := map[string]string{}
-	for _, s := range specs {
-		n += s.Numel()
-		shapes[s.Name] = fmt.Sprint(s.Shape)
-	}
-	for name, want := range map[string]string{
+	n := plantest.Shapes(t, specs, map[string]string{
 		"encoder.conv_in.weight":                             "[96 3 3 3 3]",
 		"encoder.down_blocks.2.resample.1.weight":            "[96 96 3 3]",
 		"encoder.down_blocks.5.time_conv.weight":             "[192 192 3 1 1]",
@@ -45,13 +34,11 @@ func TestReleasedConfigWanVAE(t *testing.T) {
 		"decoder.up_blocks.2.upsamplers.0.resample.1.weight": "[96 192 3 3]",
 		"decoder.up_blocks.3.resnets.2.conv2.weight":         "[96 96 3 3 3]",
 		"decoder.conv_out.weight":                            "[3 96 3 3 3]",
-	} {
-		if shapes[name] != want {
-			t.Errorf("%s: shape %s, want %s", name, shapes[name], want)
+	})
+	for _, s := range specs {
+		if s.Name == "decoder.up_blocks.2.upsamplers.0.time_conv.weight" {
+			t.Error("up block 2 upsamples in time: temperal_downsample[0] is false")
 		}
-	}
-	if _, ok := shapes["decoder.up_blocks.2.upsamplers.0.time_conv.weight"]; ok {
-		t.Error("up block 2 upsamples in time: temperal_downsample[0] is false")
 	}
 	// Independently: convs, resnets (two RMS norms' γ, two 3×3×3 convs, a
 	// 1×1×1 shortcut when the width changes), the mid blocks.

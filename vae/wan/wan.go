@@ -22,12 +22,12 @@ type Options struct {
 
 // VAE is a loaded AutoencoderKLWan.
 type VAE struct {
-	cfg   Config
-	be    tensor.Backend
-	dt    tensor.DType
-	enc   *encoder
-	dec   *decoder
-	owned []*tensor.Tensor
+	cfg    Config
+	be     tensor.Backend
+	dt     tensor.DType
+	enc    *encoder
+	dec    *decoder
+	loaded *weights.Builder
 }
 
 var errNoPart = errors.New("wan vae: that half of the model is not loaded (left out at Load, or the VAE is closed or nil)")
@@ -48,11 +48,9 @@ func Load(dir string, be tensor.Backend, opts Options) (*VAE, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &ckptParams{ck: ck, be: be, dt: dt}
-	v := build(cfg, be, dt, p, opts)
-	if p.err != nil {
-		v.Close()
-		return nil, fmt.Errorf("wan vae: %s: %w", dir, p.err)
+	v, err := build(cfg, be, weights.FromCheckpoint(ck, be, dt), opts)
+	if err != nil {
+		return nil, fmt.Errorf("wan vae: %s: %w", dir, err)
 	}
 	return v, nil
 }
@@ -78,11 +76,10 @@ func Plan(cfg Config) ([]weights.Spec, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("wan vae: config: %w", err)
 	}
-	var specs []weights.Spec
-	p := nameParams{specs: &specs}
+	p := weights.NewPlan()
 	newEncoder(p, &cfg)
 	newDecoder(p, &cfg)
-	return specs, nil
+	return p.Specs(), nil
 }
 
 // RandomWeights builds a VAE of config cfg with deterministic random
@@ -97,11 +94,9 @@ func RandomWeights(cfg Config, be tensor.Backend, opts Options, seed uint64) (*V
 	if err != nil {
 		return nil, err
 	}
-	p := &randParams{be: be, dt: dt, seed: seed}
-	v := build(cfg, be, dt, p, opts)
-	if p.err != nil {
-		v.Close()
-		return nil, fmt.Errorf("wan vae: %w", p.err)
+	v, err := build(cfg, be, weights.NewBuilder(&randSource{be: be, seed: seed}, dt), opts)
+	if err != nil {
+		return nil, fmt.Errorf("wan vae: %w", err)
 	}
 	return v, nil
 }
@@ -116,21 +111,20 @@ func computeDType(dt tensor.DType) (tensor.DType, error) {
 	return 0, fmt.Errorf("wan vae: compute dtype %s is not f32, f16 or bf16", dt)
 }
 
-func build(cfg Config, be tensor.Backend, dt tensor.DType, p params, opts Options) *VAE {
-	v := &VAE{cfg: cfg, be: be, dt: dt}
+// build makes the encoder and decoder from p's weights.
+func build(cfg Config, be tensor.Backend, p *weights.Builder, opts Options) (*VAE, error) {
+	v := &VAE{cfg: cfg, be: be, dt: p.DType(), loaded: p}
 	if !opts.NoEncoder {
 		v.enc = newEncoder(p, &v.cfg)
 	}
 	if !opts.NoDecoder {
 		v.dec = newDecoder(p, &v.cfg)
 	}
-	switch q := p.(type) {
-	case *ckptParams:
-		v.owned = q.loaded
-	case *randParams:
-		v.owned = q.loaded
+	if err := p.Err(); err != nil {
+		p.Release()
+		return nil, err
 	}
-	return v
+	return v, nil
 }
 
 // Close frees the weights; Encode and Decode fail afterwards. Closing twice
@@ -139,10 +133,7 @@ func (v *VAE) Close() {
 	if v == nil {
 		return
 	}
-	for _, t := range v.owned {
-		tensor.Release(t)
-	}
-	v.owned = nil
+	v.loaded.Release()
 	v.enc, v.dec = nil, nil
 }
 
@@ -167,11 +158,7 @@ func (v *VAE) WeightBytes() int64 {
 	if v == nil {
 		return 0
 	}
-	var n int64
-	for _, t := range v.owned {
-		n += t.Bytes()
-	}
-	return n
+	return v.loaded.Bytes()
 }
 
 // Normalize maps raw latents (what Encode's posterior gives) to the
@@ -206,44 +193,15 @@ func (c *Config) affine(z *tensor.Tensor, inverse bool) *tensor.Tensor {
 	return out
 }
 
-// ckptParams loads weights from a checkpoint in the compute dtype; the
-// first failure is kept and later calls return placeholders.
-type ckptParams struct {
-	ck     *weights.Checkpoint
-	be     tensor.Backend
-	dt     tensor.DType
-	err    error
-	loaded []*tensor.Tensor
+// randSource makes random weights: PyTorch's default scale, uniform in
+// ±1/√fan_in, and the norms' γ 1.
+type randSource struct {
+	be   tensor.Backend
+	seed uint64
 }
 
-func (p *ckptParams) get(name string, shape ...int) *tensor.Tensor {
-	if p.err != nil {
-		return placeholder(p.dt)
-	}
-	t, err := p.ck.Load(p.be, name, p.dt, shape...)
-	if err != nil {
-		p.err = err
-		return placeholder(p.dt)
-	}
-	p.loaded = append(p.loaded, t)
-	return t
-}
-
-func placeholder(dt tensor.DType) *tensor.Tensor { return tensor.New(dt, 0) }
-
-// randParams makes random weights.
-type randParams struct {
-	be     tensor.Backend
-	dt     tensor.DType
-	seed   uint64
-	err    error
-	loaded []*tensor.Tensor
-}
-
-func (p *randParams) get(name string, shape ...int) *tensor.Tensor {
-	if p.err != nil {
-		return placeholder(p.dt)
-	}
+func (p *randSource) Make(w weights.Weight) (*tensor.Tensor, error) {
+	name, shape, dt := w.Name, w.Shape, w.DType
 	h := fnv.New64a()
 	h.Write([]byte(name))
 	x := p.seed ^ h.Sum64()
@@ -268,33 +226,23 @@ func (p *randParams) get(name string, shape ...int) *tensor.Tensor {
 		z ^= z >> 31
 		vals[i] = lo + (hi-lo)*float32(z>>40)/(1<<24)
 	}
-	if p.dt != tensor.F32 {
-		conv := tensor.New(p.dt, shape...)
-		if p.dt == tensor.F16 {
+	if dt != tensor.F32 {
+		conv := tensor.New(dt, shape...)
+		if dt == tensor.F16 {
 			tensor.NarrowF16(conv.Uint16s(), vals)
 		} else {
 			tensor.NarrowBF16(conv.Uint16s(), vals)
 		}
 		host = conv
 	}
-	t, err := tensor.Alloc(p.be, p.dt, shape...)
+	t, err := tensor.Alloc(p.be, dt, shape...)
 	if err == nil {
 		if err = p.be.Upload(t.Buffer(), 0, host.HostBytes()); err != nil {
 			tensor.Release(t)
 		}
 	}
 	if err != nil {
-		p.err = fmt.Errorf("random weight %s: %w", name, err)
-		return placeholder(p.dt)
+		return nil, fmt.Errorf("random weight %s: %w", name, err)
 	}
-	p.loaded = append(p.loaded, t)
-	return t
-}
-
-// nameParams records the weights asked for.
-type nameParams struct{ specs *[]weights.Spec }
-
-func (p nameParams) get(name string, shape ...int) *tensor.Tensor {
-	*p.specs = append(*p.specs, weights.Spec{Name: name, Shape: append([]int(nil), shape...)})
-	return placeholder(tensor.F32)
+	return t, nil
 }

@@ -1,4 +1,4 @@
-package vae
+package tiles
 
 import (
 	"math"
@@ -30,12 +30,12 @@ func TestRoundF16(t *testing.T) {
 
 // TestBlend checks blend_t/v/h on a small case against the formula.
 func TestBlend(t *testing.T) {
-	a, b := newVideo(1, 2, 3, 4, 5), newVideo(1, 2, 3, 4, 5)
+	a, b := New(1, 2, 3, 4, 5), New(1, 2, 3, 4, 5)
 	for i := range a.data {
 		a.data[i], b.data[i] = float32(i), float32(-i)
 	}
 	orig := append([]float32(nil), b.data...)
-	blender{tensor.F32}.blendH(a, b, 2)
+	RoundTo(tensor.F32).BlendH(a, b, 2)
 	for c := 0; c < 2; c++ {
 		for tt := 0; tt < 3; tt++ {
 			for y := 0; y < 4; y++ {
@@ -54,11 +54,11 @@ func TestBlend(t *testing.T) {
 		}
 	}
 	// blend_t over more frames than b has: the extent shrinks to b's.
-	short := newVideo(1, 2, 1, 4, 5)
+	short := New(1, 2, 1, 4, 5)
 	for i := range short.data {
 		short.data[i] = 7
 	}
-	blender{tensor.F32}.blendT(a, short, 4)
+	RoundTo(tensor.F32).BlendT(a, short, 4)
 	for i, v := range short.data {
 		if want := a.data[a.idx(0, i/20, 2, 0, 0)+i%20]; v != want {
 			t.Fatalf("blendT of one frame: %v, want a's last frame %v", v, want)

@@ -1,0 +1,66 @@
+// Package hfmodel is how the transformers models (LLaMA, CLIP, SigLIP) come
+// out of a Hugging Face folder: the config read and checked, the model built
+// through a weights.Builder on the checkpoint, the weights made so far freed
+// when one fails; and the same constructor run on a plan to list the
+// weights without loading them.
+package hfmodel
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
+)
+
+// ReadConfig reads dir/config.json, lets complete fill in what the file may
+// leave out (nil: nothing), and validates the result; an invalid config's
+// error names the model (name) and the file. Keys the model does not use
+// are ignored.
+func ReadConfig[C interface{ Validate() error }](dir, name string, complete func(*C)) (C, error) {
+	var cfg C
+	if err := weights.ReadConfig(dir, &cfg); err != nil {
+		return cfg, err
+	}
+	if complete != nil {
+		complete(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("%s: %s: %w", name, filepath.Join(dir, "config.json"), err)
+	}
+	return cfg, nil
+}
+
+// Load reads the model in dir onto be in dtype dt: read reads and checks
+// its config.json, build makes the model through l.
+func Load[C, M any](dir string, be tensor.Backend, dt tensor.DType,
+	read func(dir string) (C, error), build func(l *weights.Builder, cfg C) M) (M, error) {
+	var none M
+	ck, err := weights.Open(dir)
+	if err != nil {
+		return none, err
+	}
+	defer ck.Close()
+	cfg, err := read(ck.Dir())
+	if err != nil {
+		return none, err
+	}
+	l := weights.FromCheckpoint(ck, be, dt)
+	m := build(l, cfg)
+	if err := l.Err(); err != nil {
+		l.Release()
+		return none, err
+	}
+	return m, nil
+}
+
+// Plan lists the weights (checkpoint names and shapes) that build reads for
+// cfg, once validate accepts cfg, without loading anything.
+func Plan[C any, M any](cfg C, validate func() error, build func(l *weights.Builder, cfg C) M) ([]weights.Spec, error) {
+	if err := validate(); err != nil {
+		return nil, err
+	}
+	l := weights.NewPlan()
+	build(l, cfg)
+	return l.Specs(), nil
+}

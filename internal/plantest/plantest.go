@@ -1,0 +1,63 @@
+// Package plantest checks a model's weight plan (its Plan: checkpoint names
+// and shapes) in tests: against the released configs (testdata/released)
+// and against a checkpoint. It is for tests only.
+package plantest
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/framepack-go/framepack/weights"
+)
+
+// Plan reads the config in dir with read and plans it with plan, failing
+// the test on either error.
+func Plan[C any](t testing.TB, dir string, read func(dir string) (C, error), plan func(C) ([]weights.Spec, error)) (C, []weights.Spec) {
+	t.Helper()
+	cfg, err := read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, err := plan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, specs
+}
+
+// Shapes fails the test for each name of want that specs do not hold at
+// that shape (as fmt.Sprint prints it: "[3072 16 1 2 2]"), and returns the
+// number of parameters specs hold.
+func Shapes(t testing.TB, specs []weights.Spec, want map[string]string) int64 {
+	t.Helper()
+	var n int64
+	shapes := map[string]string{}
+	for _, s := range specs {
+		n += s.Numel()
+		shapes[s.Name] = fmt.Sprint(s.Shape)
+	}
+	for name, w := range want {
+		if shapes[name] != w {
+			t.Errorf("%s: shape %s, want %s", name, shapes[name], w)
+		}
+	}
+	return n
+}
+
+// Checkpoint plans the config in dir (read, plan) and checks the plan
+// against dir's checkpoint, failing the test unless every planned tensor is
+// there at its shape. The checkpoint is returned open and closed when the
+// test ends.
+func Checkpoint[C any](t testing.TB, dir string, read func(dir string) (C, error), plan func(C) ([]weights.Spec, error)) (C, []weights.Spec, *weights.Checkpoint) {
+	t.Helper()
+	cfg, specs := Plan(t, dir, read, plan)
+	ck, err := weights.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	if err := ck.Check(specs); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, specs, ck
+}
