@@ -3,10 +3,10 @@ package framepack
 import (
 	"context"
 	"errors"
-	"math"
 	"testing"
 
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -35,7 +35,7 @@ func TestGenerateGPU(t *testing.T) {
 	if got.T != want.T || got.W != want.W || got.H != want.H {
 		t.Fatalf("GPU video %d frames of %d×%d, CPU %d of %d×%d", got.T, got.W, got.H, want.T, want.W, want.H)
 	}
-	rel := relL2(tensor.Float32s(got.Latents), tensor.Float32s(want.Latents))
+	rel := numcmp.RelL2(tensor.Float32s(got.Latents), tensor.Float32s(want.Latents))
 	mean, worst := pixelDiff(got.Pix, want.Pix)
 	t.Logf("f32 GPU vs CPU: latents rel_l2 %.2e; pixels mean |diff| %.4f, max %d (of 255), %d frames; GPU peak %d KiB",
 		rel, mean, worst, got.T, got.PeakBytes>>10)
@@ -49,7 +49,7 @@ func TestGenerateGPU(t *testing.T) {
 	// rel_l2 0.29), so this is looser than f32 but far below that.
 	gb := generate(t, Options{Device: DeviceGPU, DType: tensor.BF16}, req)
 	cb := generate(t, Options{Device: DeviceCPU, DType: tensor.BF16}, req)
-	rel = relL2(tensor.Float32s(gb.Latents), tensor.Float32s(cb.Latents))
+	rel = numcmp.RelL2(tensor.Float32s(gb.Latents), tensor.Float32s(cb.Latents))
 	mean, worst = pixelDiff(gb.Pix, cb.Pix)
 	t.Logf("bf16 GPU vs CPU: latents rel_l2 %.2e; pixels mean |diff| %.4f, max %d", rel, mean, worst)
 	if gb.T != cb.T || !(rel < 0.05) {
@@ -58,7 +58,7 @@ func TestGenerateGPU(t *testing.T) {
 
 	// The GPU's own dtypes (bf16 transformer, f16 the rest) run end to end.
 	half := generate(t, Options{Device: DeviceGPU}, req)
-	rel = relL2(tensor.Float32s(half.Latents), tensor.Float32s(cb.Latents))
+	rel = numcmp.RelL2(tensor.Float32s(half.Latents), tensor.Float32s(cb.Latents))
 	t.Logf("default GPU dtypes vs bf16 CPU: latents rel_l2 %.2e", rel)
 	if half.T != want.T || !(rel < 0.5) {
 		t.Errorf("GPU in its default dtypes: %d frames (want %d), latents rel_l2 %.2e from the bf16 CPU run", half.T, want.T, rel)
@@ -86,19 +86,6 @@ func generate(t *testing.T, o Options, req Request) *Result {
 		t.Errorf("%s: %d bytes still allocated after the job and Unload", p.Device(), in)
 	}
 	return res
-}
-
-func relL2(a, b []float32) float64 {
-	if len(a) != len(b) {
-		return math.Inf(1)
-	}
-	var num, den float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		num += d * d
-		den += float64(b[i]) * float64(b[i])
-	}
-	return math.Sqrt(num / den)
 }
 
 func pixelDiff(a, b []uint8) (mean float64, worst int) {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/parallel"
 )
 
@@ -41,16 +42,6 @@ func generateRanks(t *testing.T, n int, req Request) []*Result {
 	return res
 }
 
-func latentRelL2(a, b []float32) float64 {
-	var num, den float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		num += d * d
-		den += float64(b[i]) * float64(b[i])
-	}
-	return math.Sqrt(num / den)
-}
-
 // A whole job on 2 ranks (sequence parallel), and with real CFG on 2 and 4
 // ranks (the passes side by side, each half sequence parallel on 4), gives
 // the one-rank latents and video on rank 0; the other ranks return the
@@ -76,7 +67,7 @@ func TestParallelGenerate(t *testing.T) {
 			want := generateRanks(t, 1, req)[0]
 			got := generateRanks(t, c.ranks, req)
 			for r, res := range got {
-				if d := latentRelL2(res.Latents.ToFloat32(), want.Latents.ToFloat32()); d > 1e-5 || math.IsNaN(d) {
+				if d := numcmp.RelL2(res.Latents.ToFloat32(), want.Latents.ToFloat32()); d > 1e-5 || math.IsNaN(d) {
 					t.Errorf("rank %d: latents rel_l2 %.3g from one rank", r, d)
 				}
 				if r > 0 && res.T != 0 {

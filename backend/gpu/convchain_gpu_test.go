@@ -15,6 +15,7 @@ import (
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/tensor/backendtest"
 	"github.com/framepack-go/framepack/vae"
@@ -106,19 +107,6 @@ func upload(t testing.TB, be tensor.Backend, h *tensor.Tensor) *tensor.Tensor {
 	return d
 }
 
-func relL2(got, want []float32) float64 {
-	var num, den float64
-	for i := range want {
-		g, w := float64(got[i]), float64(want[i])
-		if math.IsNaN(g) || math.IsInf(g, 0) {
-			return math.Inf(1)
-		}
-		num += (g - w) * (g - w)
-		den += w * w
-	}
-	return math.Sqrt(num / max(den, 1e-30))
-}
-
 // limit is the relative L2 error a GPU convolution may have against the
 // CPU's in the same dtype (f32 accumulation both; the GPU rounds before
 // the bias in some tiers).
@@ -179,7 +167,7 @@ func (r *convRun) run(t testing.TB, be tensor.Backend) float64 {
 	if err := be.Conv3d(dst, x, w, b, tensor.ConvParams{Stride: r.c.stride, Padding: r.c.pad}); err != nil {
 		t.Fatalf("conv3d: %v", err)
 	}
-	return relL2(tensor.Float32s(dst), r.want.ToFloat32())
+	return numcmp.RelL2(tensor.Float32s(dst), r.want.ToFloat32())
 }
 
 // TestTiersAlone runs each tier alone (the others fail by injected faults)
@@ -421,7 +409,7 @@ func TestConvSpeed(t *testing.T) {
 			if ref == nil {
 				ref = got
 			} else {
-				e = relL2(got, ref)
+				e = numcmp.RelL2(got, ref)
 			}
 			extra := g.Stats().Peak - (x.Bytes() + w.Bytes() + b.Bytes() + dst.Bytes())
 			line += fmt.Sprintf(" | %s %.1f ms %.0f TFLOP/s (+%.0f MiB, err %.0e)", p.name, ts[1]*1e3, flops/ts[1]/1e12, float64(extra)/(1<<20), e)
@@ -485,7 +473,7 @@ func TestPaddedConv(t *testing.T) {
 					if err := be.Conv3dPadded(dst, x, w, b, p, tc.pad); err != nil {
 						t.Fatal(err)
 					}
-					e := relL2(tensor.Float32s(dst), want.ToFloat32())
+					e := numcmp.RelL2(tensor.Float32s(dst), want.ToFloat32())
 					t.Logf("rel_l2 %.2e", e)
 					if !(e <= limit(dt)) {
 						t.Errorf("rel_l2 %.3e > %.1e", e, limit(dt))

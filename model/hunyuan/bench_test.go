@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -49,7 +50,7 @@ func TestRandomModelSection(t *testing.T) {
 		outs = append(outs, out.Float32s())
 	}
 	for i := 1; i < len(outs); i++ {
-		if r := relL2(outs[i], outs[0]); r != 0 {
+		if r := numcmp.RelL2(outs[i], outs[0]); r != 0 {
 			t.Errorf("same seed, host blocks (case %d): rel_l2 %g, want 0", i, r)
 		}
 	}
@@ -59,7 +60,7 @@ func TestRandomModelSection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if r := relL2(forward(t, m, in).Float32s(), outs[0]); r > 0.05 || math.IsNaN(r) {
+	if r := numcmp.RelL2(forward(t, m, in).Float32s(), outs[0]); r > 0.05 || math.IsNaN(r) {
 		t.Errorf("bf16 random model: rel_l2 %g from f32", r)
 	}
 }

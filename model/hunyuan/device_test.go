@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
@@ -46,7 +47,7 @@ func TestFusedKernels(t *testing.T) {
 			cmp := func(name string, got, want *tensor.Tensor) {
 				t.Helper()
 				g, w := tensor.Float32s(got), tensor.Float32s(want)
-				r := relL2(g, w)
+				r := numcmp.RelL2(g, w)
 				t.Logf("%s: rel_l2 %.3g", name, r)
 				if r > tol || math.IsNaN(r) {
 					t.Errorf("%s: fused vs op by op rel_l2 %.3g > %g", name, r, tol)
@@ -138,7 +139,7 @@ func TestStreamedBudget(t *testing.T) {
 		t.Errorf("%d of %d blocks stream; want some kept and some streamed", streamed, n)
 	}
 	got := forward(t, m, in)
-	if r := relL2(got.Float32s(), want.Float32s()); r > 1e-6 || math.IsNaN(r) {
+	if r := numcmp.RelL2(got.Float32s(), want.Float32s()); r > 1e-6 || math.IsNaN(r) {
 		t.Errorf("streamed vs resident: rel_l2 %.3g", r)
 	} else {
 		t.Logf("streamed vs resident: rel_l2 %.3g (%d of %d blocks streamed)", r, streamed, n)

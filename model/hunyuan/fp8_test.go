@@ -9,6 +9,7 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )
@@ -36,8 +37,8 @@ func TestGoldenFP8Weights(t *testing.T) {
 					}
 				}
 				got := forward(t, m, in).Float32s()
-				r := relL2(got, bf)
-				rRef := relL2(got, c.Tensor("output").Float32s())
+				r := numcmp.RelL2(got, bf)
+				rRef := numcmp.RelL2(got, c.Tensor("output").Float32s())
 				t.Logf("fp8 weights (host blocks %v, from file %v): rel_l2 %.3g vs bf16 weights, %.3g vs the f32 reference", host, m.StreamsFromFile(), r, rRef)
 				if r > 4e-2 || math.IsNaN(r) {
 					t.Errorf("fp8 weights: rel_l2 %.3g vs bf16 weights > 4e-2", r)
@@ -66,7 +67,7 @@ func TestGoldenFP8Dequantized(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m2.Close()
-	r := relL2(forward(t, m2, in).Float32s(), want)
+	r := numcmp.RelL2(forward(t, m2, in).Float32s(), want)
 	t.Logf("dequantized fallback vs FP8 Linear: rel_l2 %.3g", r)
 	if r > 1e-2 || math.IsNaN(r) {
 		t.Errorf("dequantized fallback vs FP8 Linear: rel_l2 %.3g > 1e-2", r)
@@ -129,11 +130,11 @@ func TestGoldenFP8Checkpoint(t *testing.T) {
 	dir := fp8Checkpoint(t, c.ModelDir)
 	atLoad := forward(t, loadModel(t, c.ModelDir, Options{DType: tensor.BF16, FP8: true}), in).Float32s()
 	stored := forward(t, loadModel(t, dir, Options{DType: tensor.BF16, FP8: true}), in).Float32s()
-	if r := relL2(stored, atLoad); r != 0 {
+	if r := numcmp.RelL2(stored, atLoad); r != 0 {
 		t.Errorf("stored fp8 vs quantized at load: rel_l2 %.3g, want 0", r)
 	}
 	widened := forward(t, loadModel(t, dir, Options{DType: tensor.BF16}), in).Float32s()
-	r := relL2(widened, atLoad)
+	r := numcmp.RelL2(widened, atLoad)
 	t.Logf("stored fp8 widened to bf16 vs fp8 weights: rel_l2 %.3g", r)
 	if r > 1e-2 || math.IsNaN(r) {
 		t.Errorf("stored fp8 widened to bf16 vs fp8 weights: rel_l2 %.3g > 1e-2", r)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
@@ -64,7 +65,7 @@ func TestStreamFromFileExact(t *testing.T) {
 					}
 				}
 				exact := be.Name() == "fake-device" || be.Name() == cpu.New().Name()
-				if r := relL2(got, want); diff > 0 && (exact || r > 1e-6) {
+				if r := numcmp.RelL2(got, want); diff > 0 && (exact || r > 1e-6) {
 					t.Errorf("pass %d: %d of %d values differ from the resident model (rel_l2 %.3g)", pass, diff, len(got), r)
 				}
 			}

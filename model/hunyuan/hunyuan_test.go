@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -58,16 +59,6 @@ func TestGoldenTransformer(t *testing.T) {
 			c.Compare(t, "output", forward(t, m, caseInputs(c)))
 		})
 	}
-}
-
-func relL2(a, b []float32) float64 {
-	var num, den float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		num += d * d
-		den += float64(b[i]) * float64(b[i])
-	}
-	return math.Sqrt(num / den)
 }
 
 // stack joins host f32 tensors of equal shape along a new batch axis 0
@@ -164,7 +155,7 @@ func TestGoldenBatch2(t *testing.T) {
 	got := forward(t, m, batch).Float32s()
 	n := len(got) / 2
 	c.Compare(t, "output", tensor.FromFloat32(got[:n], want1.Shape()...))
-	if r := relL2(got[n:], want1.Float32s()); r > 1e-5 || math.IsNaN(r) {
+	if r := numcmp.RelL2(got[n:], want1.Float32s()); r > 1e-5 || math.IsNaN(r) {
 		t.Errorf("batch element 1 vs batch 1: rel_l2 %.3g", r)
 	} else {
 		t.Logf("batch element 1 vs batch 1: rel_l2 %.3g", r)
@@ -184,7 +175,7 @@ func TestGoldenBF16Compute(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			m := loadModel(t, c.ModelDir, Options{DType: tensor.BF16})
 			got := forward(t, m, caseInputs(c))
-			r := relL2(got.Float32s(), c.Tensor("output").Float32s())
+			r := numcmp.RelL2(got.Float32s(), c.Tensor("output").Float32s())
 			t.Logf("bf16 compute: rel_l2 %.3g", r)
 			if r > 1e-2 || math.IsNaN(r) {
 				t.Errorf("bf16 compute: rel_l2 %.3g > 1e-2", r)
@@ -239,7 +230,7 @@ func TestRefinerCropExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := relL2(crop, full); r > 1e-6 {
+	if r := numcmp.RelL2(crop, full); r > 1e-6 {
 		t.Errorf("refiner on valid tokens vs masked: rel_l2 %.3g", r)
 	} else {
 		t.Logf("refiner on valid tokens vs masked: rel_l2 %.3g", r)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/lora"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -129,12 +130,12 @@ func TestLoRAFormatsAgree(t *testing.T) {
 			got := forward(t, loadModel(t, c.ModelDir, Options{LoRA: set, HostBlocks: host}), in).ToFloat32()
 			if first == nil {
 				first = got
-				if r := relL2(got, base); r < 1e-3 {
+				if r := numcmp.RelL2(got, base); r < 1e-3 {
 					t.Fatalf("the LoRA changes the output by rel_l2 %.3g only", r)
 				}
 				continue
 			}
-			if r := relL2(got, first); r > 1e-6 {
+			if r := numcmp.RelL2(got, first); r > 1e-6 {
 				t.Errorf("format %d (host blocks %v): rel_l2 %.3g from the diffusers file's output", i, host, r)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/parallel"
 	"github.com/framepack-go/framepack/tensor"
@@ -97,7 +98,7 @@ func maxRelL2(t *testing.T, got, want *tensor.Tensor) float64 {
 	if fmt.Sprint(got.Shape()) != fmt.Sprint(want.Shape()) {
 		t.Fatalf("shape %v, want %v", got.Shape(), want.Shape())
 	}
-	return relL2(got.ToFloat32(), want.ToFloat32())
+	return numcmp.RelL2(got.ToFloat32(), want.ToFloat32())
 }
 
 // Every rank of a sequence-parallel forward returns the one-rank output:

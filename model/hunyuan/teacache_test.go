@@ -6,6 +6,7 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -94,7 +95,7 @@ func TestGoldenTeaCache(t *testing.T) {
 	first := forward(t, m, in)
 	c.Compare(t, "output", first)
 	second := forward(t, m, in)
-	if r := relL2(second.Float32s(), first.Float32s()); r > 1e-6 {
+	if r := numcmp.RelL2(second.Float32s(), first.Float32s()); r > 1e-6 {
 		t.Errorf("skipped call: rel_l2 %.3g from the computed one", r)
 	}
 	c.Compare(t, "output", forward(t, m, in))
