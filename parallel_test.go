@@ -3,11 +3,11 @@ package framepack
 import (
 	"fmt"
 	"math"
-	"sync"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/parallel"
+	"github.com/framepack-go/framepack/tensor"
 )
 
 // generateRanks runs req on n in-process ranks of the tiny pipeline (each
@@ -15,25 +15,16 @@ import (
 // result.
 func generateRanks(t *testing.T, n int, req Request) []*Result {
 	t.Helper()
-	comms := parallel.Local(n)
 	res := make([]*Result, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer comms[r].Close()
-			p, err := Load(tinyDir(t), Options{Device: DeviceCPU, Logger: quietLogger(t), Comm: comms[r]})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer p.Close()
-			res[r], errs[r] = p.Generate(t.Context(), req)
-		}()
-	}
-	wg.Wait()
+	errs := parallel.Run(parallel.Local(n), func(c tensor.Comm) error {
+		p, err := Load(tinyDir(t), Options{Device: DeviceCPU, Logger: quietLogger(t), Comm: c})
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		res[c.Rank()], err = p.Generate(t.Context(), req)
+		return err
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

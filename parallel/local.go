@@ -305,3 +305,27 @@ func (l *local) Close() error {
 	l.h.mu.Unlock()
 	return nil
 }
+
+// Run runs fn for each rank of comms on its own goroutine, as a program
+// with in-process ranks does, closes each rank's communicator when its fn
+// returns (so a rank that fails releases the others from their waits) and
+// returns every rank's error. A panic that is a *tensor.OpError is that
+// rank's error.
+func Run(comms []tensor.Comm, fn func(c tensor.Comm) error) []error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			errs[r] = tensor.Catch(func() {
+				if err := fn(c); err != nil {
+					tensor.Fail("parallel", "rank %d: %v", r, err)
+				}
+			})
+		}()
+	}
+	wg.Wait()
+	return errs
+}

@@ -3,7 +3,6 @@ package parallel
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,25 +13,11 @@ import (
 // ranks runs fn on each rank of a Local group in its own goroutine, each
 // with its own CPU backend, and returns their errors.
 func ranks(n int, timeout time.Duration, fn func(c tensor.Comm, s *tensor.Scope) error) []error {
-	comms := LocalWithTimeout(n, timeout)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s := tensor.NewScope(cpu.New())
-			defer s.Close()
-			errs[r] = tensor.Catch(func() {
-				if err := fn(comms[r], s); err != nil {
-					tensor.Fail("rank", "%v", err)
-				}
-			})
-			comms[r].Close()
-		}()
-	}
-	wg.Wait()
-	return errs
+	return Run(LocalWithTimeout(n, timeout), func(c tensor.Comm) error {
+		s := tensor.NewScope(cpu.New())
+		defer s.Close()
+		return fn(c, s)
+	})
 }
 
 func vals(base float32, n int) []float32 {

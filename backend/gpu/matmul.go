@@ -51,15 +51,7 @@ func (b *Backend) gemm(dt tensor.DType, c, a, bm, bias uintptr, batch, M, N, K i
 			In: blasType(dt), Out: blasType(dt), Alpha: alpha, Beta: beta}
 		b.blasMu.Lock()
 		defer b.blasMu.Unlock()
-		unbind, err := b.dev.Bind()
-		if err != nil {
-			return fmt.Errorf("gpu: %w", err)
-		}
-		defer unbind()
-		if err := b.blas.MatMul(m); err != nil {
-			return fmt.Errorf("gpu: %w", err)
-		}
-		return nil
+		return b.blasCall(func() error { return b.blas.MatMul(m) })
 	}
 	lda, ldb := K, N
 	if ta {
@@ -185,13 +177,5 @@ func (b *Backend) ltLinear(dt tensor.DType, d, x, w, bias uintptr, M, N, K int) 
 	}
 	b.blasMu.Lock()
 	defer b.blasMu.Unlock()
-	unbind, err := b.dev.Bind()
-	if err != nil {
-		return fmt.Errorf("gpu: %w", err)
-	}
-	defer unbind()
-	if err := b.lt.Linear(g); err != nil {
-		return fmt.Errorf("gpu: %w", err)
-	}
-	return nil
+	return b.blasCall(func() error { return b.lt.Linear(g) })
 }

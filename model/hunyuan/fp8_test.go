@@ -1,9 +1,9 @@
 package hunyuan
 
 import (
+	"maps"
 	"math"
-	"os"
-	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,7 +11,6 @@ import (
 	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/tensor"
-	"github.com/framepack-go/framepack/weights"
 )
 
 // TestGoldenFP8Weights runs the golden cases with the blocks' linears as
@@ -79,45 +78,25 @@ func TestGoldenFP8Dequantized(t *testing.T) {
 // QuantizeF8E4M3Rows does at load), everything else as it is.
 func fp8Checkpoint(t *testing.T, dir string) string {
 	t.Helper()
-	ck, err := weights.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	out := map[string]*tensor.Tensor{}
-	for _, name := range ck.Names() {
-		h, err := ck.Host(name)
-		if err != nil {
-			t.Fatal(err)
+	return rewriteModel(t, dir, func(ts map[string]*tensor.Tensor) {
+		for _, name := range slices.Sorted(maps.Keys(ts)) {
+			h := ts[name]
+			blockLinear := (strings.HasPrefix(name, "transformer_blocks.") || strings.HasPrefix(name, "single_transformer_blocks.")) &&
+				strings.HasSuffix(name, ".weight") && !strings.Contains(name, "norm") && h.Rank() == 2
+			if !blockLinear {
+				continue
+			}
+			rows, cols := h.Dim(0), h.Dim(1)
+			q, sc := make([]byte, rows*cols), make([]float32, rows)
+			tensor.QuantizeF8E4M3Rows(q, sc, h.ToFloat32(), rows, cols)
+			qt, err := tensor.FromBytes(tensor.F8E4M3, q, rows, cols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts[name] = qt
+			ts[strings.TrimSuffix(name, ".weight")+".weight_scale"] = tensor.FromFloat32(sc, rows)
 		}
-		blockLinear := (strings.HasPrefix(name, "transformer_blocks.") || strings.HasPrefix(name, "single_transformer_blocks.")) &&
-			strings.HasSuffix(name, ".weight") && !strings.Contains(name, "norm") && h.Rank() == 2
-		if !blockLinear {
-			out[name] = tensor.ToHost(h)
-			continue
-		}
-		rows, cols := h.Dim(0), h.Dim(1)
-		q, sc := make([]byte, rows*cols), make([]float32, rows)
-		tensor.QuantizeF8E4M3Rows(q, sc, h.ToFloat32(), rows, cols)
-		qt, err := tensor.FromBytes(tensor.F8E4M3, q, rows, cols)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[name] = qt
-		out[strings.TrimSuffix(name, ".weight")+".weight_scale"] = tensor.FromFloat32(sc, rows)
-	}
-	tmp := t.TempDir()
-	if err := weights.Save(filepath.Join(tmp, "diffusion_pytorch_model.safetensors"), out, nil); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "config.json"), cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return tmp
+	})
 }
 
 // TestGoldenFP8Checkpoint loads a checkpoint that stores the block linears

@@ -12,13 +12,20 @@ import (
 
 // caseInputs reads a golden case's transformer inputs.
 func caseInputs(c *golden.Case) *Inputs {
-	return &Inputs{
-		HiddenStates:         c.Tensor("hidden_states"),
-		Timestep:             c.Tensor("timestep").Float32s(),
-		Guidance:             c.Tensor("guidance").Float32s(),
-		EncoderHiddenStates:  c.Tensor("encoder_hidden_states"),
-		EncoderAttentionMask: c.Tensor("encoder_attention_mask"),
-		PooledProjections:    c.Tensor("pooled_projections"),
+	in := sectionInputs(c)
+	in.HiddenStates = c.Tensor("hidden_states")
+	in.Timestep = c.Tensor("timestep").Float32s()
+	in.Guidance = c.Tensor("guidance").Float32s()
+	in.EncoderHiddenStates = c.Tensor("encoder_hidden_states")
+	in.EncoderAttentionMask = c.Tensor("encoder_attention_mask")
+	in.PooledProjections = c.Tensor("pooled_projections")
+	return &in
+}
+
+// sectionInputs reads what a golden case shares with every call of its
+// section: the image embedding, the indices and the history latents.
+func sectionInputs(c *golden.Case) Inputs {
+	return Inputs{
 		ImageEmbeddings:      c.Tensor("image_embeddings"),
 		LatentIndices:        c.Tensor("latent_indices").Int64s(),
 		CleanLatents:         c.Tensor("clean_latents"),

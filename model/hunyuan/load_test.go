@@ -17,7 +17,13 @@ import (
 // applied to its tensors.
 func brokenCopy(t *testing.T, edit func(map[string]*tensor.Tensor)) string {
 	t.Helper()
-	src := golden.Cases(t, "transformer")[0].ModelDir
+	return rewriteModel(t, golden.Cases(t, "transformer")[0].ModelDir, edit)
+}
+
+// rewriteModel writes the model in src (one safetensors file and its
+// config) to a temporary folder with edit applied to its host tensors.
+func rewriteModel(t *testing.T, src string, edit func(map[string]*tensor.Tensor)) string {
+	t.Helper()
 	ck, err := weights.Open(src)
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +35,7 @@ func brokenCopy(t *testing.T, edit func(map[string]*tensor.Tensor)) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ts[n] = h
+		ts[n] = tensor.ToHost(h)
 	}
 	edit(ts)
 	dir := t.TempDir()

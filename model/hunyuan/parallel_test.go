@@ -3,7 +3,6 @@ package hunyuan
 import (
 	"fmt"
 	"math"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -41,30 +40,20 @@ var rankBackend = func() tensor.Backend { return cpu.New() }
 // host outputs.
 func runRanks(t *testing.T, n int, dt tensor.DType, fn func(m *Model) []*tensor.Tensor) [][]*tensor.Tensor {
 	t.Helper()
-	comms := parallel.Local(n)
 	var exchanges atomic.Int64
 	outs := make([][]*tensor.Tensor, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer comms[r].Close()
-			m, err := RandomModel(parallelConfig(), rankBackend(), Options{DType: dt}, 7)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer m.Close()
-			if err := m.SetSequenceParallel(counting{comms[r], &exchanges}); err != nil {
-				errs[r] = err
-				return
-			}
-			errs[r] = tensor.Catch(func() { outs[r] = fn(m) })
-		}()
-	}
-	wg.Wait()
+	errs := parallel.Run(parallel.Local(n), func(c tensor.Comm) error {
+		m, err := RandomModel(parallelConfig(), rankBackend(), Options{DType: dt}, 7)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		if err := m.SetSequenceParallel(counting{c, &exchanges}); err != nil {
+			return err
+		}
+		outs[c.Rank()] = fn(m)
+		return nil
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

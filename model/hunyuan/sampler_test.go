@@ -47,19 +47,10 @@ func TestGoldenSampler(t *testing.T) {
 			c.Param("guidance_rescale", &p.rescale)
 			c.Param("distilled_guidance", &p.dist)
 			m := loadModel(t, c.ModelDir, Options{})
-			v := &velocity{m: m, in: Inputs{
-				EncoderHiddenStates:  c.Tensor("prompt_embeds"),
-				EncoderAttentionMask: c.Tensor("prompt_embeds_mask"),
-				PooledProjections:    c.Tensor("prompt_poolers"),
-				ImageEmbeddings:      c.Tensor("image_embeddings"),
-				LatentIndices:        c.Tensor("latent_indices").Int64s(),
-				CleanLatents:         c.Tensor("clean_latents"),
-				CleanLatentIndices:   c.Tensor("clean_latent_indices").Int64s(),
-				CleanLatents2x:       c.Tensor("clean_latents_2x"),
-				CleanLatent2xIndices: c.Tensor("clean_latent_2x_indices").Int64s(),
-				CleanLatents4x:       c.Tensor("clean_latents_4x"),
-				CleanLatent4xIndices: c.Tensor("clean_latent_4x_indices").Int64s(),
-			}}
+			v := &velocity{m: m, in: sectionInputs(c)}
+			v.in.EncoderHiddenStates = c.Tensor("prompt_embeds")
+			v.in.EncoderAttentionMask = c.Tensor("prompt_embeds_mask")
+			v.in.PooledProjections = c.Tensor("prompt_poolers")
 			v.neg = v.in
 			v.neg.EncoderHiddenStates = c.Tensor("negative_prompt_embeds")
 			v.neg.EncoderAttentionMask = c.Tensor("negative_prompt_embeds_mask")
