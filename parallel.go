@@ -52,31 +52,13 @@ func (p *Pipeline) joinRanks() error {
 	if !p.gpu {
 		return fmt.Errorf("framepack: rank %d of %d runs on the CPU: several ranks need one GPU each", r.Rank, r.Size)
 	}
-	lib, err := gpu.OpenNCCL(p.be)
-	if err != nil {
-		return fmt.Errorf("framepack: several GPUs need NCCL (RCCL on AMD): %w", err)
-	}
-	var id nccl.UniqueID
-	if r.Rank == 0 {
-		if id, err = lib.NewUniqueID(); err != nil {
-			return err
-		}
-		if r.Publish == nil {
-			return fmt.Errorf("framepack: rank 0 has nowhere to publish the communicator's id")
-		}
-		if err := r.Publish(id.String()); err != nil {
-			return err
-		}
-	} else if id, err = nccl.ParseUniqueID(r.ID); err != nil {
-		return err
-	}
 	timeout := r.Timeout
 	if timeout == 0 {
 		timeout = 10 * time.Minute
 	}
-	c, err := gpu.NewComm(p.be, lib, id, r.Rank, r.Size, timeout)
+	c, err := gpu.Join(p.be, r.Rank, r.Size, r.ID, r.Publish, timeout)
 	if err != nil {
-		return fmt.Errorf("framepack: joining the other GPUs: %w", err)
+		return fmt.Errorf("framepack: joining the other GPUs (NCCL, RCCL on AMD): %w", err)
 	}
 	// NCCL's buffers are outside the engine's allocator: they come out of
 	// the cap, which bounds the process's device memory.

@@ -53,6 +53,32 @@ func NewComm(be tensor.Backend, lib *nccl.Lib, id nccl.UniqueID, rank, size int,
 	return cm, nil
 }
 
+// Join makes be's GPU rank of size in a new communicator: rank 0 makes
+// the id and hands its text to publish, the other ranks pass the text they
+// were given as id. It fails, rather than waits forever, when the others
+// have not joined within timeout.
+func Join(be tensor.Backend, rank, size int, id string, publish func(id string) error, timeout time.Duration) (*Comm, error) {
+	lib, err := OpenNCCL(be)
+	if err != nil {
+		return nil, err
+	}
+	var uid nccl.UniqueID
+	if rank == 0 {
+		if publish == nil {
+			return nil, fmt.Errorf("gpu: rank 0 has nowhere to publish the communicator's id")
+		}
+		if uid, err = lib.NewUniqueID(); err != nil {
+			return nil, err
+		}
+		if err := publish(uid.String()); err != nil {
+			return nil, err
+		}
+	} else if uid, err = nccl.ParseUniqueID(id); err != nil {
+		return nil, err
+	}
+	return NewComm(be, lib, uid, rank, size, timeout)
+}
+
 func (c *Comm) Rank() int { return c.c.Rank() }
 func (c *Comm) Size() int { return c.c.Size() }
 

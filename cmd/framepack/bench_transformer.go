@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -31,6 +32,7 @@ type benchTransformerFlags struct {
 	latentH, latentW       int
 	seed                   uint64
 	profile, check, opByOp bool
+	gpus                   string
 }
 
 func newBenchTransformer() *cobra.Command {
@@ -51,10 +53,16 @@ keeping resident what the budget allows beside --preserve.
 --profile times every kernel class with device events in one more forward per mode and
 prints one line per class (calls, seconds, share of the forward, TFLOP/s where it counts
 FLOPs); "idle" is the forward's time not covered by a kernel (launch gaps, waits for
-streamed weights). --check compares the streamed output with the resident one.`,
+streamed weights). --check compares the streamed output with the resident one.
+
+--gpus runs one process per GPU sharing each forward (sequence parallel over
+NCCL or RCCL, as generate --gpus); rank 0 prints, the profile's "exchange" is
+the time of the all-to-alls, and --check holds the shared output against the
+same forward on one GPU.`,
 		Example: `  framepack bench transformer
   framepack bench transformer --mode streamed --vram-limit 6G --profile
-  framepack bench transformer --mode resident,streamed --check`,
+  framepack bench transformer --mode resident,streamed --check
+  framepack bench transformer --mode resident --gpus 2 --profile`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return runBenchTransformer(cmd, f) },
 	}
@@ -73,13 +81,20 @@ streamed weights). --check compares the streamed output with the resident one.`,
 	fl.IntVar(&f.latentW, "latent-width", 88, "latent width (pixels / 8)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the weights and inputs")
 	fl.BoolVar(&f.profile, "profile", false, "time every kernel class with device events (one more forward per mode)")
-	fl.BoolVar(&f.check, "check", false, "compare the streamed output with the resident one")
+	fl.BoolVar(&f.check, "check", false, "compare the streamed output with the resident one (with --gpus: the shared output with one GPU's)")
 	fl.BoolVar(&f.opByOp, "op-by-op", false, "run the elementwise work op by op (no fused kernels), for comparison")
+	fl.StringVar(&f.gpus, "gpus", "", gpusUsage)
 	return cmd
 }
 
 func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
+	if supervised, err := superviseGPUs(cmd.Context(), cmd, f.gpus); supervised {
+		return err
+	}
 	out := cmd.OutOrStdout()
+	if isFollower() {
+		out = io.Discard
+	}
 	log := slog.Default()
 	dt, err := parseTrDType(f.dtype)
 	if err != nil {
@@ -110,7 +125,15 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 		return err
 	}
 
-	d, err := device.Open(device.Options{Choice: f.device, Log: log})
+	rank, err := thisRank()
+	if err != nil {
+		return err
+	}
+	opts := device.Options{Choice: f.device, Log: log}
+	if rank != nil {
+		opts.Choice, opts.Ordinal = "gpu", rank.GPU
+	}
+	d, err := device.Open(opts)
 	if err != nil {
 		return err
 	}
@@ -120,6 +143,15 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 	if d.GPU != nil {
 		prof = &eventProfile{g: d.GPU}
 		inner = tensor.WithSettings(d.GPU, tensor.Settings{Hook: prof.hook, OpByOp: f.opByOp || envconfig.Read().OpByOp})
+	}
+	var comm tensor.Comm
+	if rank != nil {
+		c, err := gpu.Join(d.GPU, rank.Rank, rank.Size, rank.ID, rank.Publish, 5*time.Minute)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		comm = &profiledComm{Comm: c, prof: prof}
 	}
 
 	img, txt := cfg.Tokens(sec)
@@ -133,22 +165,26 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 		"gemm_tflop": gemmF / 1e12,
 		"attn_tflop": attnF / 1e12,
 		"fused":      !f.opByOp,
+		"gpus":       1,
+	}
+	if comm != nil {
+		base["gpus"] = comm.Size()
 	}
 	in := hunyuan.SectionInputs(cfg, sec, f.seed)
 
 	var residentOut []float32
 	for _, mode := range modes {
 		budget := d.Budget
-		opts := hunyuan.Options{DType: dt, FP8: f.weightsMode == "fp8"}
+		mopts := hunyuan.Options{DType: dt, FP8: f.weightsMode == "fp8"}
 		if mode == "streamed" {
 			budget, err = d.Budget.WithFlags(f.vramLimit, f.preserve)
 			if err != nil {
 				return err
 			}
-			opts.HostBlocks, opts.KeepBlockBytes = true, hunyuan.AutoKeep
+			mopts.HostBlocks, mopts.KeepBlockBytes = true, hunyuan.AutoKeep
 		}
 		mb := memory.Budgeted(inner, budget)
-		r, got, err := benchTransformerMode(mb, d.GPU, prof, cfg, sec, in, opts, f, log)
+		r, got, err := benchTransformerMode(mb, d.GPU, prof, comm, cfg, sec, in, mopts, f, log)
 		if err != nil {
 			if err := printResult(out, merge(base, benchResult{"mode": mode, "error": err.Error()})); err != nil {
 				return err
@@ -187,11 +223,15 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 
 // benchTransformerMode makes the random model on mb, times its forwards
 // and returns the measurements and the last output (host f32).
-func benchTransformerMode(mb *memory.Backend, g *gpu.Backend, prof *eventProfile, cfg hunyuan.Config, sec hunyuan.Section,
+func benchTransformerMode(mb *memory.Backend, g *gpu.Backend, prof *eventProfile, comm tensor.Comm, cfg hunyuan.Config, sec hunyuan.Section,
 	in *hunyuan.Inputs, opts hunyuan.Options, f *benchTransformerFlags, log *slog.Logger) (benchResult, []float32, error) {
 	t0 := time.Now()
 	m, err := hunyuan.RandomModel(cfg, mb, opts, f.seed)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := m.SetSequenceParallel(comm); err != nil {
+		m.Close()
 		return nil, nil, err
 	}
 	defer func() {
@@ -254,6 +294,22 @@ func benchTransformerMode(mb *memory.Backend, g *gpu.Backend, prof *eventProfile
 		}
 		times = append(times, sec)
 	}
+	var vsOne float64
+	if comm != nil && f.check {
+		// Every rank runs the forward alone once (no exchanges, so no rank
+		// waits for another) to hold the shared output against it.
+		shared := out
+		if err := m.SetSequenceParallel(nil); err != nil {
+			return nil, nil, err
+		}
+		if _, err := forward(true); err != nil {
+			return nil, nil, err
+		}
+		vsOne = numcmp.RelL2(shared, out)
+		if err := m.SetSequenceParallel(comm); err != nil {
+			return nil, nil, err
+		}
+	}
 	st := mb.Stats()
 	sorted := slices.Clone(times)
 	slices.Sort(sorted)
@@ -265,6 +321,9 @@ func benchTransformerMode(mb *memory.Backend, g *gpu.Backend, prof *eventProfile
 		"host_weight_bytes":   host,
 		"streamed_blocks":     m.StreamedBlocks(),
 		"build_seconds":       build,
+	}
+	if comm != nil && f.check {
+		r["rel_l2_vs_one_gpu"] = vsOne
 	}
 	if g != nil {
 		gs := g.Stats()
@@ -428,4 +487,19 @@ func (p *eventProfile) stop(wall float64) ([]benchResult, error) {
 // hook times the kernels a Scope launches, fused ones included, by class.
 func (p *eventProfile) hook(op tensor.Op, run func() error) error {
 	return p.time(op.Class, op.Flops, run)
+}
+
+// profiledComm times the exchanges as the profile's "exchange" class (they
+// are queued on the GPU's stream like its kernels).
+type profiledComm struct {
+	tensor.Comm
+	prof *eventProfile
+}
+
+func (c *profiledComm) AllToAll(send, recv []*tensor.Tensor) error {
+	return c.prof.time("exchange", 0, func() error { return c.Comm.AllToAll(send, recv) })
+}
+
+func (c *profiledComm) AllGather(x *tensor.Tensor, recv []*tensor.Tensor) error {
+	return c.prof.time("exchange", 0, func() error { return c.Comm.AllGather(x, recv) })
 }

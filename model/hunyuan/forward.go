@@ -80,11 +80,14 @@ func (m *Model) Forward(s *tensor.Scope, in *Inputs) *tensor.Tensor {
 	rope.nText = txt.Dim(1)
 	j.cos, j.sin = m.ropeTables(rope)
 	if m.sp != nil {
-		j.sh = newShards(m.sp, img.Dim(1))
+		j.sh = newShards(m.sp, img.Dim(1), txt.Dim(1))
 		j.cos, j.sin = j.sh.localRope(cs, j.cos), j.sh.localRope(cs, j.sin)
-		full := img
-		img = j.sh.take(cs, full)
-		cs.Free(full)
+		if j.keyMask != nil {
+			j.keyMask = j.sh.rankOrder(cs, j.keyMask)
+		}
+		wholeImg, wholeTxt := img, txt
+		img, txt = j.sh.takeImage(cs, wholeImg), j.sh.takeText(cs, wholeTxt)
+		cs.Free(wholeImg, wholeTxt)
 	}
 
 	img = m.runBlocks(cs, img, txt, temb, j)
