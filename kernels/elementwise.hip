@@ -68,12 +68,19 @@ template <typename W> DI void copy_impl(W *R d, const W *R s, const CopyArgs &a)
 	d[od] = s[os];
 }
 
+// v16 moves 16 bytes at once: copies whose contiguous runs, offsets and
+// strides allow it go in 16-byte words (the host picks the widest word).
+struct alignas(16) v16 {
+	unsigned long long lo, hi;
+};
+
 #define COPY(sfx, W) \
 	KERNEL void copy_##sfx(W *R d, const W *R s, CopyArgs a) { copy_impl<W>(d, s, a); }
 COPY(b1, unsigned char)
 COPY(b2, unsigned short)
 COPY(b4, unsigned int)
 COPY(b8, unsigned long long)
+COPY(b16, v16)
 
 // ---- unary ----
 

@@ -44,13 +44,49 @@ func NewComm(be tensor.Backend, lib *nccl.Lib, id nccl.UniqueID, rank, size int,
 	if err != nil {
 		return nil, err
 	}
-	after, _, _ := b.dev.MemGetInfo()
 	cm := &Comm{b: b, c: c}
+	began := time.Now()
+	if err := cm.connect(); err != nil {
+		c.Abort()
+		return nil, err
+	}
+	after, _, _ := b.dev.MemGetInfo()
 	if before > after {
 		cm.held = int64(before - after)
 	}
-	b.log.Info(fmt.Sprintf("gpu: %s communicator: rank %d of %d, %.0f MiB of device memory", lib, rank, size, float64(cm.held)/(1<<20)))
+	b.log.Info(fmt.Sprintf("gpu: %s communicator: rank %d of %d, %.0f MiB of device memory, peers connected in %.2fs",
+		lib, rank, size, float64(cm.held)/(1<<20), time.Since(began).Seconds()))
 	return cm, nil
+}
+
+// connectBytes is what connect sends each peer: as much as the exchanges
+// of a section send at once, so NCCL connects every channel they use.
+const connectBytes = 16 << 20
+
+// connect makes NCCL set up its connections to every peer now. It makes
+// them on first use otherwise: a second or two inside the first exchange
+// of the first section.
+func (c *Comm) connect() (err error) {
+	n := c.Size()
+	if n == 1 {
+		return nil
+	}
+	s := tensor.NewScope(c.b)
+	defer s.Close()
+	send, recv := make([]*tensor.Tensor, n), make([]*tensor.Tensor, n)
+	err = tensor.Catch(func() {
+		x := s.Zeros(tensor.F32, connectBytes/4)
+		for p := range send {
+			send[p], recv[p] = x, s.Empty(tensor.F32, connectBytes/4)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("gpu: connecting to the other ranks: %w", err)
+	}
+	if err := c.AllToAll(send, recv); err != nil {
+		return fmt.Errorf("gpu: connecting to the other ranks: %w", err)
+	}
+	return c.b.Sync()
 }
 
 // Join makes be's GPU rank of size in a new communicator: rank 0 makes
@@ -199,7 +235,12 @@ func (c *Comm) Split(color, key int) (tensor.Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Comm{b: c.b, c: sub}, nil
+	cm := &Comm{b: c.b, c: sub}
+	if err := cm.connect(); err != nil {
+		sub.Abort()
+		return nil, err
+	}
+	return cm, nil
 }
 
 // Close destroys the communicator after the work queued on it.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/tensor"
@@ -160,6 +161,17 @@ func (b *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Tens
 	if len(sh) == 1 && st[0][0] == 1 && st[1][0] == 1 {
 		return b.d2d(pd+uintptr(int64(dOff)*es), ps+uintptr(int64(sOff)*es), int64(sh[0])*es)
 	}
+	w := copyWord(int(es), pd, ps, dOff, sOff, sh, st)
+	if f := w / int(es); f > 1 {
+		sh, st, dOff, sOff = slices.Clone(sh), [][]int{slices.Clone(st[0]), slices.Clone(st[1])}, dOff/f, sOff/f
+		sh[len(sh)-1] /= f
+		for k := range st {
+			for ax := 0; ax < len(sh)-1; ax++ {
+				st[k][ax] /= f
+			}
+		}
+		ws = fmt.Sprintf("b%d", w)
+	}
 	return forLeading(sh, st, func(offs []int, sh []int, st [][]int) error {
 		n := int64(tensor.Numel(sh))
 		args := []int64{n, int64(len(sh)), int64(dOff + offs[0]), int64(sOff + offs[1])}
@@ -169,6 +181,29 @@ func (b *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Tens
 		a := (&hip.Args{}).Ptr(pd).Ptr(ps).Struct(packInt64s(args...), 8)
 		return b.launchLinear("elementwise", "copy_"+ws, n, 256, 1, a)
 	})
+}
+
+// copyWord is the widest word, up to 16 bytes, a strided copy of es-byte
+// elements can move at once: both sides' innermost axis contiguous, and
+// the run, the base addresses and every outer stride multiples of it. One
+// thread per element of 2 bytes leaves a copy at a fraction of the memory
+// bandwidth; the head splits of sequence parallelism are such copies.
+func copyWord(es int, pd, ps uintptr, dOff, sOff int, sh []int, st [][]int) int {
+	last := len(sh) - 1
+	if st[0][last] != 1 || st[1][last] != 1 {
+		return es
+	}
+	g := uint64(sh[last]*es) | (uint64(pd) + uint64(dOff*es)) | (uint64(ps) + uint64(sOff*es))
+	for k := range st {
+		for ax := 0; ax < last; ax++ {
+			g |= uint64(st[k][ax] * es)
+		}
+	}
+	w := es
+	for w < 16 && g&uint64(2*w-1) == 0 {
+		w *= 2
+	}
+	return w
 }
 
 // ---- Unary / Binary ----

@@ -367,6 +367,27 @@ func Copy(e *Env) {
 			return e.Backend(i).Copy(o[i], 0, tensor.ContiguousStrides(rev), x7[i], 0, rs, rev)
 		})
 		e.Compare("copy rank7 "+dt.String(), o, 1, 0.01)
+		// Contiguous runs that a backend may move in wide words (16 bytes
+		// for 2-byte types), 8 bytes, or single elements when an offset or
+		// a stride is odd: a head split, columns at an even and at an odd
+		// offset.
+		h := e.Pair(e.Rand(dt, -50, 50, 2, 5, 8, 16))
+		o = e.Out(dt, 2, 5, 4, 16)
+		e.Run("copy", func(i int) error {
+			return e.Backend(i).Copy(o[i], 0, []int{320, 64, 16, 1}, h[i], 2*16, []int{640, 128, 16, 1}, []int{2, 5, 4, 16})
+		})
+		e.Compare("copy heads "+dt.String(), o, 1, 0.01)
+		c := e.Pair(e.Rand(dt, -50, 50, 3, 6))
+		for _, col := range []int{2, 1} {
+			o = e.Out(dt, 3, 10)
+			e.Run("copy", func(i int) error {
+				if err := e.Backend(i).Fill(o[i], 0); err != nil {
+					return err
+				}
+				return e.Backend(i).Copy(o[i], col, []int{10, 1}, c[i], 0, []int{6, 1}, []int{3, 6})
+			})
+			e.Compare(fmt.Sprintf("copy columns at %d %s", col, dt), o, 1, 0.01)
+		}
 	}
 }
 
