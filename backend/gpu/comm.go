@@ -40,6 +40,7 @@ func NewComm(be tensor.Backend, lib *nccl.Lib, id nccl.UniqueID, rank, size int,
 		return nil, err
 	}
 	before, _, _ := b.dev.MemGetInfo()
+	pooled := b.Stats().Reserved
 	c, err := lib.NewComm(id, rank, size, timeout, b.dev.Bind)
 	if err != nil {
 		return nil, err
@@ -50,9 +51,11 @@ func NewComm(be tensor.Backend, lib *nccl.Lib, id nccl.UniqueID, rank, size int,
 		c.Abort()
 		return nil, err
 	}
+	// What the driver gave out meanwhile, less what the engine's own pool
+	// took (connect's buffers).
 	after, _, _ := b.dev.MemGetInfo()
-	if before > after {
-		cm.held = int64(before - after)
+	if held := int64(before) - int64(after) - (b.Stats().Reserved - pooled); held > 0 {
+		cm.held = held
 	}
 	b.log.Info(fmt.Sprintf("gpu: %s communicator: rank %d of %d, %.0f MiB of device memory, peers connected in %.2fs",
 		lib, rank, size, float64(cm.held)/(1<<20), time.Since(began).Seconds()))
