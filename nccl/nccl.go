@@ -5,6 +5,7 @@ package nccl
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 
@@ -33,10 +34,15 @@ func init() { os.Setenv(nvlsEnv, "0") }
 
 // Lib is a loaded NCCL or RCCL. It stays loaded for the life of the process.
 type Lib struct {
-	vendor  Vendor
-	path    string
-	version int
+	vendor   Vendor
+	path     string
+	version  int
+	hasSplit bool // ncclCommSplit is exported
 }
+
+// ErrNoSplit is Split's error where the library has no ncclCommSplit: the
+// caller makes the subgroups' communicators with NewComm instead.
+var ErrNoSplit = errors.New("nccl: this library has no ncclCommSplit (NCCL before 2.18, RCCL before ROCm 6)")
 
 func (l *Lib) Vendor() Vendor { return l.vendor }
 func (l *Lib) Path() string   { return l.path }

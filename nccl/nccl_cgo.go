@@ -83,7 +83,7 @@ var symbolTable = (&[C.N_N]dynlib.Symbol{
 	C.N_VERSION:      {Name: "ncclGetVersion"},
 	C.N_UNIQUE_ID:    {Name: "ncclGetUniqueId"},
 	C.N_INIT_RANK:    {Name: "ncclCommInitRank"},
-	C.N_SPLIT:        {Name: "ncclCommSplit"},
+	C.N_SPLIT:        {Name: "ncclCommSplit", Optional: true}, // 2.18; older RCCL (ROCm 5) lacks it
 	C.N_DESTROY:      {Name: "ncclCommDestroy"},
 	C.N_ABORT:        {Name: "ncclCommAbort"},
 	C.N_ASYNC_ERROR:  {Name: "ncclCommGetAsyncError"},
@@ -106,14 +106,14 @@ func initLib(v Vendor, t *dynlib.Table) (*Lib, error) {
 	for i, p := range t.Addrs {
 		C.fp_set(C.int(i), C.uintptr_t(p))
 	}
-	l := &Lib{vendor: v, path: t.Path}
+	l := &Lib{vendor: v, path: t.Path, hasSplit: t.Addrs[C.N_SPLIT] != 0}
 	var ver C.int
 	if err := l.check("ncclGetVersion", 0, C.n_version(&ver)); err != nil {
 		return nil, err
 	}
 	l.version = int(ver)
-	if l.version < 21800 {
-		return nil, fmt.Errorf("nccl: %s is version %d; ncclCommSplit needs 2.18 or later", t.Path, l.version)
+	if l.version < 20700 {
+		return nil, fmt.Errorf("nccl: %s is version %d; ncclSend and ncclRecv need 2.7 or later", t.Path, l.version)
 	}
 	return l, nil
 }
@@ -186,8 +186,12 @@ func (l *Lib) NewComm(id UniqueID, rank, size int, timeout time.Duration, bind f
 }
 
 // Split is ncclCommSplit: the ranks passing the same color form a new
-// communicator, ordered by key.
+// communicator, ordered by key. It returns ErrNoSplit where the library
+// lacks ncclCommSplit (before 2.18).
 func (c *Comm) Split(color, key int) (*Comm, error) {
+	if !c.lib.hasSplit {
+		return nil, ErrNoSplit
+	}
 	var h C.uintptr_t
 	if err := c.lib.check("ncclCommSplit", c.h, C.n_split(C.uintptr_t(c.h), C.int(color), C.int(key), &h)); err != nil {
 		return nil, err

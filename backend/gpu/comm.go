@@ -1,7 +1,11 @@
 package gpu
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"time"
 
 	"github.com/framepack-go/framepack/nccl"
@@ -11,9 +15,11 @@ import (
 // Comm is a tensor.Comm over NCCL (RCCL on AMD): one process per GPU,
 // every exchange queued on the backend's stream in order with its kernels.
 type Comm struct {
-	b    *Backend
-	c    *nccl.Comm
-	held int64 // device memory NCCL took at init
+	b       *Backend
+	lib     *nccl.Lib
+	c       *nccl.Comm
+	held    int64         // device memory NCCL took at init
+	timeout time.Duration // for the ranks to join a communicator
 }
 
 var _ tensor.Comm = (*Comm)(nil)
@@ -45,7 +51,7 @@ func NewComm(be tensor.Backend, lib *nccl.Lib, id nccl.UniqueID, rank, size int,
 	if err != nil {
 		return nil, err
 	}
-	cm := &Comm{b: b, c: c}
+	cm := &Comm{b: b, lib: lib, c: c, timeout: timeout}
 	began := time.Now()
 	if err := cm.connect(); err != nil {
 		c.Abort()
@@ -230,21 +236,92 @@ func (c *Comm) AllReduceSum(x *tensor.Tensor) error {
 
 func (c *Comm) Split(color, key int) (tensor.Comm, error) {
 	var sub *nccl.Comm
-	err := c.bound("split", func(uintptr) error {
-		var err error
-		sub, err = c.c.Split(color, key)
-		return err
-	})
+	err := nccl.ErrNoSplit
+	if !forceSplitByInit {
+		err = c.bound("split", func(uintptr) error {
+			var err error
+			sub, err = c.c.Split(color, key)
+			return err
+		})
+	}
+	if errors.Is(err, nccl.ErrNoSplit) {
+		sub, err = c.splitByInit(color, key)
+	}
 	if err != nil {
 		return nil, err
 	}
-	cm := &Comm{b: c.b, c: sub}
+	cm := &Comm{b: c.b, lib: c.lib, c: sub, timeout: c.timeout}
 	if err := cm.connect(); err != nil {
 		sub.Abort()
 		return nil, err
 	}
 	return cm, nil
 }
+
+// splitByInit is Split for a library without ncclCommSplit: the ranks
+// share their colors and keys, each group's first rank makes a new id,
+// and the ids travel to the others through this communicator.
+func (c *Comm) splitByInit(color, key int) (*nccl.Comm, error) {
+	n, me := c.Size(), c.Rank()
+	s := tensor.NewScope(c.b)
+	defer s.Close()
+	var keys, ids []byte
+	err := tensor.Catch(func() {
+		var mine [16]byte
+		binary.LittleEndian.PutUint64(mine[:], uint64(int64(color)))
+		binary.LittleEndian.PutUint64(mine[8:], uint64(int64(key)))
+		keys = c.gatherBytes(s, mine[:])
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gpu: split: %w", err)
+	}
+	colorOf := func(r int) int64 { return int64(binary.LittleEndian.Uint64(keys[16*r:])) }
+	keyOf := func(r int) int64 { return int64(binary.LittleEndian.Uint64(keys[16*r+8:])) }
+	var group []int
+	for r := 0; r < n; r++ {
+		if colorOf(r) == colorOf(me) {
+			group = append(group, r)
+		}
+	}
+	sort.SliceStable(group, func(i, j int) bool { return keyOf(group[i]) < keyOf(group[j]) })
+	var id nccl.UniqueID
+	if group[0] == me {
+		if id, err = c.lib.NewUniqueID(); err != nil {
+			return nil, err
+		}
+	}
+	err = tensor.Catch(func() { ids = c.gatherBytes(s, id[:]) })
+	if err != nil {
+		return nil, fmt.Errorf("gpu: split: %w", err)
+	}
+	copy(id[:], ids[len(id)*group[0]:])
+	return c.lib.NewComm(id, slices.Index(group, me), len(group), c.timeout, c.b.dev.Bind)
+}
+
+// gatherBytes is every rank's b (all the same length), rank by rank.
+func (c *Comm) gatherBytes(s *tensor.Scope, b []byte) []byte {
+	host, err := tensor.FromBytes(tensor.U8, b, len(b))
+	if err != nil {
+		tensor.Fail("split", "%v", err)
+	}
+	x := s.To(host)
+	recv := make([]*tensor.Tensor, c.Size())
+	for p := range recv {
+		recv[p] = s.Empty(tensor.U8, len(b))
+	}
+	if err := c.AllGather(x, recv); err != nil {
+		tensor.Fail("split", "%v", err)
+	}
+	var out []byte
+	for _, r := range recv {
+		out = append(out, tensor.ToHost(r).HostBytes()...)
+	}
+	return out
+}
+
+// forceSplitByInit, when set (by a test), makes Split take the path of a
+// library without ncclCommSplit.
+var forceSplitByInit bool
 
 // Close destroys the communicator after the work queued on it.
 func (c *Comm) Close() error {

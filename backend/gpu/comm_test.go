@@ -89,8 +89,18 @@ func TestNCCLPeersNeverJoin(t *testing.T) {
 }
 
 // Every GPU of the machine (up to 4) as one rank each, in one process: the
-// exchanges move what they should between real devices.
+// exchanges move what they should between real devices, with the pairs
+// made by ncclCommSplit and as a library without it makes them.
 func TestNCCLRanks(t *testing.T) {
+	t.Run("split", func(t *testing.T) { testNCCLRanks(t) })
+	t.Run("split by init", func(t *testing.T) {
+		forceSplitByInit = true
+		defer func() { forceSplitByInit = false }()
+		testNCCLRanks(t)
+	})
+}
+
+func testNCCLRanks(t *testing.T) {
 	var bs []*Backend
 	for i := 0; i < 4; i++ {
 		b, err := New(Options{Device: i})
