@@ -1,9 +1,12 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/atomicfile"
 	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/internal/envconfig"
 	"github.com/framepack-go/framepack/internal/numcmp"
@@ -33,6 +37,7 @@ type benchTransformerFlags struct {
 	seed                   uint64
 	profile, check, opByOp bool
 	gpus                   string
+	save, against          string
 }
 
 func newBenchTransformer() *cobra.Command {
@@ -84,6 +89,8 @@ same forward on one GPU.`,
 	fl.BoolVar(&f.check, "check", false, "compare the streamed output with the resident one (with --gpus: the shared output with one GPU's)")
 	fl.BoolVar(&f.opByOp, "op-by-op", false, "run the elementwise work op by op (no fused kernels), for comparison")
 	fl.StringVar(&f.gpus, "gpus", "", gpusUsage)
+	fl.StringVar(&f.save, "save", "", "write the last forward's output to this file (f32, little-endian), for --against")
+	fl.StringVar(&f.against, "against", "", "report the output's relative L2 against a file --save wrote (another dtype, device or --gpus)")
 	return cmd
 }
 
@@ -288,7 +295,7 @@ func benchTransformerMode(mb *memory.Backend, g *gpu.Backend, prof *eventProfile
 	}
 	var times []float64
 	for i := 0; i < f.iters; i++ {
-		sec, err := forward(i == f.iters-1 && f.check)
+		sec, err := forward(i == f.iters-1 && (f.check || f.save != "" || f.against != ""))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -324,6 +331,9 @@ func benchTransformerMode(mb *memory.Backend, g *gpu.Backend, prof *eventProfile
 	}
 	if comm != nil && f.check {
 		r["rel_l2_vs_one_gpu"] = vsOne
+	}
+	if err := saveOrCompare(r, out, f); err != nil {
+		return nil, nil, err
 	}
 	if g != nil {
 		gs := g.Stats()
@@ -502,4 +512,30 @@ func (c *profiledComm) AllToAll(send, recv []*tensor.Tensor) error {
 
 func (c *profiledComm) AllGather(x *tensor.Tensor, recv []*tensor.Tensor) error {
 	return c.prof.time("exchange", 0, func() error { return c.Comm.AllGather(x, recv) })
+}
+
+// saveOrCompare writes out to --save and reports its relative L2 against
+// the output in --against.
+func saveOrCompare(r benchResult, out []float32, f *benchTransformerFlags) error {
+	if f.save != "" && !isFollower() {
+		if err := atomicfile.WriteFile(f.save, tensor.BytesOf(out), 0o644); err != nil {
+			return err
+		}
+	}
+	if f.against == "" {
+		return nil
+	}
+	raw, err := os.ReadFile(f.against)
+	if err != nil {
+		return err
+	}
+	if len(raw) != 4*len(out) {
+		return fmt.Errorf("--against %s: %d bytes, want %d (%d f32 values)", f.against, len(raw), 4*len(out), len(out))
+	}
+	want := make([]float32, len(out))
+	for i := range want {
+		want[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	r["rel_l2_vs_file"] = numcmp.RelL2(out, want)
+	return nil
 }
