@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/framepack-go/framepack/internal/atomicfile"
 )
@@ -192,18 +194,8 @@ func WritePNGs(ctx context.Context, dir string, f Frames) error {
 			os.RemoveAll(tmp)
 		}
 	}()
-	enc := png.Encoder{CompressionLevel: png.BestSpeed}
-	for t := 0; t < f.T; t++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		var buf bytes.Buffer
-		if err := enc.Encode(&buf, f.Frame(t)); err != nil {
-			return fmt.Errorf("video: frame %d: %w", t, err)
-		}
-		if err := os.WriteFile(filepath.Join(tmp, fmt.Sprintf("frame_%05d.png", t)), buf.Bytes(), 0o644); err != nil {
-			return fmt.Errorf("video: %w", err)
-		}
+	if err := writeFrames(ctx, tmp, f); err != nil {
+		return err
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return fmt.Errorf("video: %w", err)
@@ -226,6 +218,51 @@ func WritePNGs(ctx context.Context, dir string, f Frames) error {
 		os.RemoveAll(old)
 	}
 	return nil
+}
+
+// writeFrames encodes the frames into dir on every core: PNG encoding is
+// tens of milliseconds a frame, seconds for a video on one core.
+func writeFrames(ctx context.Context, dir string, f Frames) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan int)
+	errs := make(chan error, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for range cap(errs) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			enc := png.Encoder{CompressionLevel: png.BestSpeed}
+			var buf bytes.Buffer
+			for t := range next {
+				buf.Reset()
+				if err := enc.Encode(&buf, f.Frame(t)); err != nil {
+					errs <- fmt.Errorf("video: frame %d: %w", t, err)
+					cancel()
+					return
+				}
+				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("frame_%05d.png", t)), buf.Bytes(), 0o644); err != nil {
+					errs <- fmt.Errorf("video: %w", err)
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	for t := 0; t < f.T && ctx.Err() == nil; t++ {
+		select {
+		case next <- t:
+		case <-ctx.Done():
+		}
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return ctx.Err()
+	}
 }
 
 // ffmpegErrors is ffmpeg's error output on one line, with the temporary
