@@ -171,6 +171,15 @@ func (v *VAE) ScalingFactor() float32 {
 	return v.cfg.ScalingFactor
 }
 
+// WeightTensors is every allocation holding the weights (for charging
+// them to an owner); none for a nil VAE.
+func (v *VAE) WeightTensors() []*tensor.Tensor {
+	if v == nil {
+		return nil
+	}
+	return v.loaded.Held()
+}
+
 // WeightBytes is the device memory the weights hold.
 func (v *VAE) WeightBytes() int64 {
 	if v == nil {

@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/framepack-go/framepack/hip"
@@ -126,7 +127,7 @@ func (b *Backend) UploadQueued(dst tensor.Buffer, off int64, src []byte) (done f
 	var derr error
 	return func() error {
 		once.Do(func() {
-			derr = b.dev.EventSync(ev)
+			derr = b.waitEvent(ev)
 			b.dev.DestroyEvent(ev)
 			if derr != nil {
 				derr = fmt.Errorf("gpu: %w", derr)
@@ -134,6 +135,22 @@ func (b *Backend) UploadQueued(dst tensor.Buffer, off int64, src []byte) (done f
 		})
 		return derr
 	}, nil
+}
+
+// waitEvent waits on the host for e by polling with a growing sleep: an
+// event synchronize spins a CPU core (the driver's default for a context
+// with fewer GPUs than cores), and a loader's readers waiting for their
+// staging buffers would spin every core they read with.
+func (b *Backend) waitEvent(e hip.Event) error {
+	sleep := 20 * time.Microsecond
+	for {
+		done, err := b.dev.EventDone(e)
+		if done || err != nil {
+			return err
+		}
+		time.Sleep(sleep)
+		sleep = min(2*sleep, 500*time.Microsecond)
+	}
 }
 
 // queueUpload queues the copy of a pinned src on the copy stream behind an

@@ -67,9 +67,12 @@ and their time; loop_idle_share is the section loop's share of time without samp
 compile_s is the GPU kernel compile time the backend logged, summed over modules, part of the
 stage that first needed them; kernels are cached on disk, so only a first run compiles
 (--cold-cache gives every run an empty cache). device_peak_gib is the engine allocator's peak during the job,
-rss_peak_gib the process's peak resident memory (VmHWM). load_gbps is each model's weight
-bytes in the compute dtype over its load time. latents_nonfinite counts NaN and ±Inf in the
-generated latents (0 unless the weights or the engine misbehave).`,
+rss_peak_gib the process's peak resident memory (VmHWM). load_gbps is each model's bytes
+placed (on the device and in host memory) over its load time, summed over its loads;
+load_models has the same per model with its bytes, seconds (s), number of loads and
+overlapped_s, the part of a load that ran beside other stages (the transformer loading while
+the encoders run): load_s counts only what the job waited for. latents_nonfinite counts NaN
+and ±Inf in the generated latents (0 unless the weights or the engine misbehave).`,
 		Example: `  framepack bench make-models --out /tmp/fp
   framepack bench generate --models /tmp/fp --modes nocap,20G,6G --teacache on,off`,
 		Args: cobra.NoArgs,
@@ -393,21 +396,37 @@ func gib(b int64) float64 { return float64(b) / (1 << 30) }
 // and, with framepack.Load's time, make load_s.
 func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.Duration) benchResult {
 	loads := map[string]time.Duration{}
-	byPart := map[string][2]float64{} // bytes, seconds
+	type partLoads struct {
+		bytes            int64
+		took, overlapped time.Duration
+		n                int
+	}
+	byPart := map[string]*partLoads{}
 	load := loadPipeline
 	for _, l := range res.Loads {
 		loads[l.Stage] += l.Time
-		load += l.Time
+		load += l.Waited()
 		b := byPart[l.Part]
-		b[0] += float64(l.Bytes)
-		b[1] += l.Time.Seconds()
-		byPart[l.Part] = b
+		if b == nil {
+			b = &partLoads{}
+			byPart[l.Part] = b
+		}
+		b.bytes += l.Bytes
+		b.took += l.Time
+		b.n++
+		if l.Overlapped {
+			b.overlapped += l.Time - l.Wait
+		}
 	}
 	gbps := map[string]float64{}
+	models := map[string]map[string]any{}
 	for part, b := range byPart {
-		if b[1] > 0 {
-			gbps[part] = b[0] / 1e9 / b[1]
+		m := map[string]any{"bytes": b.bytes, "s": b.took.Seconds(), "loads": b.n, "overlapped_s": b.overlapped.Seconds()}
+		if b.took > 0 {
+			gbps[part] = float64(b.bytes) / 1e9 / b.took.Seconds()
+			m["gbps"] = gbps[part]
 		}
+		models[part] = m
 	}
 	var sample, decode, overlappedDecode time.Duration
 	var sectionSample []float64
@@ -435,7 +454,7 @@ func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.D
 		"load_s": load.Seconds(), "text_s": text.Seconds(), "image_s": image.Seconds(),
 		"sample_s": sample.Seconds(), "decode_s": decode.Seconds(), "write_s": write.Seconds(),
 		"section_sample_s": sectionSample, "teacache_skipped_steps": skipped,
-		"device_peak_gib": gib(res.PeakBytes), "load_gbps": gbps, "gpus": 1,
+		"device_peak_gib": gib(res.PeakBytes), "load_gbps": gbps, "load_models": models, "gpus": 1,
 	}
 	if rk, _ := thisRank(); rk != nil {
 		r["gpus"] = rk.Size // device_peak_gib and rss_peak_gib are rank 0's
@@ -501,13 +520,14 @@ func processStart() (time.Time, error) {
 	return now.Add(-time.Duration(age * float64(time.Second))), nil
 }
 
-// transformerLoad is the time the job spent loading the transformer (no
-// stage time includes it).
+// transformerLoad is the time the job waited for the transformer's loads
+// (no stage time includes them; one beside the encoders counts only its
+// wait).
 func transformerLoad(res *framepack.Result) time.Duration {
 	var d time.Duration
 	for _, l := range res.Loads {
 		if l.Part == framepack.PartTransformer {
-			d += l.Time
+			d += l.Waited()
 		}
 	}
 	return d

@@ -251,6 +251,22 @@ func (m *Model) Close() {
 	}
 }
 
+// WeightTensors is every backend allocation holding weights: the global
+// ones and the resident blocks' arenas (streamed blocks hold none between
+// uses). For charging them to an owner.
+func (m *Model) WeightTensors() []*tensor.Tensor {
+	var ts []*tensor.Tensor
+	if m.global != nil {
+		ts = append(ts, m.global.Held()...)
+	}
+	for _, a := range m.arenas {
+		if a.dev != nil {
+			ts = append(ts, a.dev)
+		}
+	}
+	return ts
+}
+
 // WeightBytes is the storage of the weights on the backend and on the host.
 func (m *Model) WeightBytes() (backend, host int64) {
 	if m.global != nil {
