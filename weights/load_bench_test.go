@@ -31,7 +31,7 @@ func BenchmarkLoad(b *testing.B) {
 			t := tensor.New(stored, rows, cols)
 			d := t.HostBytes()
 			for j := range d {
-				d[j] = byte(j*7 + i) & 0x3f // finite values in every dtype
+				d[j] = byte(j*7+i) & 0x3f // finite values in every dtype
 			}
 			ts[fmt.Sprintf("w%03d", i)] = t
 		}
