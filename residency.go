@@ -171,6 +171,9 @@ func (p *Pipeline) manager() {
 	for _, name := range []string{PartTextEncoder, PartTextEncoder2, PartImageEncoder, PartVAE, PartTransformer} {
 		pt := &part{mb: p.be, ram: p.ram, name: name, bytes: p.bytes[name], be: p.be, staging: staging}
 		pt.built = func(l ModelLoad) {
+			p.log.Info(fmt.Sprintf("weights: %s: %s loaded in %s (%.1f GB/s)", l.Part, memory.FormatBytes(l.Bytes),
+				l.Time.Round(time.Millisecond), float64(l.Bytes)/1e9/max(l.Time.Seconds(), 1e-9)),
+				"part", l.Part, "bytes", l.Bytes, "seconds", l.Time.Seconds())
 			if j := p.job; j != nil {
 				j.loaded(l)
 			}
