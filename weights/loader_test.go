@@ -115,14 +115,21 @@ func hostBytes(t *testing.T, x *tensor.Tensor) []byte {
 	return out
 }
 
-func loadBackends() map[string]func() tensor.Backend {
-	return map[string]func() tensor.Backend{
+// loadBackends are the CPU, the fake device with copies in line and with
+// copies that lag, and the test device (FRAMEPACK_TEST_DEVICE=gpu: the GPU).
+func loadBackends(t *testing.T) map[string]func() tensor.Backend {
+	bes := map[string]func() tensor.Backend{
 		"cpu":  func() tensor.Backend { return cpu.New() },
 		"fake": func() tensor.Backend { return testdevice.NewFake() },
 		// Copies that finish long after they are queued: a staging buffer
 		// refilled too early would upload changed bytes.
 		"fake-async": func() tensor.Backend { f := testdevice.NewFake(); f.CopyDelay = 300 * time.Microsecond; return f },
 	}
+	if n := testdevice.Name(); n != "cpu" && n != "fake" {
+		be := testdevice.Backend(t)
+		bes[n] = func() tensor.Backend { return be }
+	}
+	return bes
 }
 
 // waitGoroutines fails when more goroutines run than before, after a
@@ -143,7 +150,7 @@ func waitGoroutines(t *testing.T, before int) {
 // pieces far smaller than the tensors and a ring of two staging buffers.
 func TestBuildMatchesSequential(t *testing.T) {
 	dir := writeSharded(t)
-	for name, newBE := range loadBackends() {
+	for name, newBE := range loadBackends(t) {
 		for _, dt := range []tensor.DType{tensor.BF16, tensor.F32, tensor.F16} {
 			t.Run(fmt.Sprintf("%s/%s", name, dt), func(t *testing.T) {
 				before := runtime.NumGoroutine()
@@ -213,7 +220,7 @@ func TestLoaderCopies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for name, newBE := range loadBackends() {
+	for name, newBE := range loadBackends(t) {
 		t.Run(name, func(t *testing.T) {
 			be := newBE()
 			ld := NewLoader(&CheckpointSource{Ck: ck, Be: be}, be, LoadOptions{Readers: 3, Chunk: 8192, Staging: 3})
@@ -250,7 +257,7 @@ func TestLoaderCopies(t *testing.T) {
 // the file, no panic, no hang, every reader stopped and nothing left
 // allocated.
 func TestBuildTruncatedShard(t *testing.T) {
-	for name, newBE := range loadBackends() {
+	for name, newBE := range loadBackends(t) {
 		t.Run(name, func(t *testing.T) {
 			dir := writeSharded(t)
 			before := runtime.NumGoroutine()
@@ -316,7 +323,7 @@ func TestBuildCorruptShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	for name, newBE := range loadBackends() {
+	for name, newBE := range loadBackends(t) {
 		t.Run(name, func(t *testing.T) {
 			mb := memory.Budgeted(newBE(), memory.Budget{Device: "test", Cap: 1 << 30, Total: 1 << 30})
 			b := Build(&CheckpointSource{Ck: ck, Be: mb}, mb, tensor.BF16, LoadOptions{Readers: 4, Chunk: 4096}, construct)

@@ -1,6 +1,7 @@
 package weights
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 
@@ -112,17 +113,20 @@ func (p *Prefetch) make(w Weight) fetched {
 		t, err := p.src.Make(w)
 		return fetched{made: true, t: t, err: err}
 	}
-	t, err := tensor.Alloc(p.be, w.DType, w.Shape...)
-	if err != nil {
-		// Maybe only for want of what the window holds ahead: wait for the
-		// constructor to take it, then fail (or not) as src would alone.
+	if room, ok := tensor.As[interface{ Available() int64 }](p.be); ok {
+		// A budget without room for it now: wait for the constructor to
+		// take what is held ahead (it may free some of it, as LLaMA does
+		// with a weight it transforms), so that loading ahead never fails
+		// where one weight at a time would not.
 		p.mu.Lock()
-		for !p.stopped && p.ahead > 0 {
+		for !p.stopped && p.ahead > 0 && w.Bytes() > room.Available() {
 			p.cond.Wait()
 		}
 		p.mu.Unlock()
-		t, err = p.src.Make(w)
-		return fetched{made: true, t: t, err: err}
+	}
+	t, err := tensor.Alloc(p.be, w.DType, w.Shape...)
+	if err != nil {
+		return fetched{made: true, err: fmt.Errorf("weights: %s (%s %v): %w", w.Name, w.DType, w.Shape, err)}
 	}
 	return fetched{made: true, t: t, cp: p.ld.Copy(w, t.Buffer(), 0)}
 }
