@@ -245,6 +245,7 @@ func (s *shard) doOpen() error {
 	}
 	s.data, s.hdr, s.file = data, hdr, f
 	keep = true
+	adviseSequential(f) // the loads read it front to back, several pieces at a time
 	return nil
 }
 

@@ -31,7 +31,8 @@ func TestBenchGenerateTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := runCLI(t, context.Background(), "bench", "generate", "--models", dir, "--image", sceneImage, "--device", "cpu",
-		"--resolution", "64", "--seconds", "0.2", "--window", "3", "--steps", "2", "--modes", "nocap", "--teacache", "on,off")
+		"--resolution", "64", "--seconds", "0.2", "--window", "3", "--steps", "2", "--modes", "nocap", "--teacache", "on,off",
+		"--cold-files")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -78,6 +79,9 @@ func TestBenchGenerateTiny(t *testing.T) {
 			if v, _ := gb[part].(float64); v <= 0 || m == nil || m["bytes"].(float64) <= 0 || m["s"].(float64) <= 0 || m["gbps"] != gb[part] {
 				t.Errorf("line %d: %s: load_gbps %v, load_models %v", i, part, gb[part], m)
 			}
+		}
+		if r["cold_files"] != true || num("disk_seq_gbps") <= 0 {
+			t.Errorf("line %d: cold_files %v, disk_seq_gbps %v", i, r["cold_files"], r["disk_seq_gbps"])
 		}
 		if r["latents_nonfinite"] != 0.0 {
 			t.Errorf("line %d: %v non-finite latents", i, r["latents_nonfinite"])
