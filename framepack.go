@@ -107,6 +107,12 @@ type Options struct {
 	// allows (on a GPU only its host side, the soft append); the frames
 	// are the same either way.
 	SequentialDecode bool
+	// SequentialLoads loads the transformer when the first section needs
+	// it, after the encoders. By default it loads in the background beside
+	// the text encoders, the VAE encode and SigLIP when every model fits
+	// the device budget at once (see docs/architecture.md); the weights
+	// and the video are the same either way.
+	SequentialLoads bool
 	// GPU is the ordinal of the GPU to open (0: the first).
 	GPU int
 	// Ranks joins this pipeline to the other processes of a multi-GPU

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/framepack-go/framepack/memory"
@@ -55,6 +56,10 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (res *Result, err 
 	j := p.newJob(ctx, req)
 	p.job = j
 	defer func() {
+		// A background load ends before anything is unloaded.
+		if jerr := j.joinEarly(); jerr != nil && err == nil {
+			res, err = nil, jerr
+		}
 		p.job = nil
 		// The models stay loaded for the next call when they all fit;
 		// after a failure nothing stays.
@@ -90,6 +95,16 @@ type job struct {
 
 	sched   []section.SectionPrompt   // a timed prompt's schedule, by section; nil: one prompt
 	prompts map[string]section.Prompt // every prompt encoded, by text
+
+	loadsMu sync.Mutex // res.Loads: a background load reports from its goroutine
+	early   *earlyLoad // the transformer loading beside the encoders, until joined
+}
+
+// loaded records a model load in the result.
+func (j *job) loaded(l ModelLoad) {
+	j.loadsMu.Lock()
+	j.res.Loads = append(j.res.Loads, l)
+	j.loadsMu.Unlock()
 }
 
 func (p *Pipeline) newJob(ctx context.Context, req Request) *job {
@@ -140,6 +155,7 @@ func (j *job) placeFor(part string) tensor.Backend {
 
 func (j *job) run(img *section.RGB) error {
 	p, req := j.p, j.req
+	j.loadEarly()
 
 	// Text: LLaMA (templated, hidden_states[-3]) and CLIP (pooled), the
 	// negative prompt only for real CFG.
@@ -401,20 +417,15 @@ func (j *job) keepLoaded(tr *hunyuan.Model) bool {
 // the device block by block (DynamicSwap). On the CPU, host memory is the
 // device and streaming saves nothing: it is loaded whole.
 func (j *job) loadTransformer() (*hunyuan.Model, error) {
+	if err := j.joinEarly(); err != nil {
+		return nil, err
+	}
 	if m := loaded[*hunyuan.Model](j, PartTransformer); m != nil {
 		return m, nil
 	}
 	p := j.p
 	t := time.Now()
-	pt := j.parts[PartTransformer]
-	pt.be = p.be
-	pt.build = func(be tensor.Backend, streamed bool) (closer, error) {
-		opts := hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed, LoRA: p.lora, FP8: p.opts.FP8Weights}
-		if streamed {
-			opts.StreamFromFile = j.streamFromFile()
-		}
-		return hunyuan.Load(p.paths[PartTransformer], be, opts)
-	}
+	j.setTransformerBuild()
 	var err error
 	if p.gpu {
 		err = j.mm.LoadPreserving(PartTransformer)
@@ -436,6 +447,84 @@ func (j *job) loadTransformer() (*hunyuan.Model, error) {
 	j.memory(fmt.Sprintf("transformer loaded in %s (%s on the device, %s on the host; %s)",
 		time.Since(t).Round(time.Millisecond), memory.FormatBytes(dev), memory.FormatBytes(host), how))
 	return m, nil
+}
+
+// setTransformerBuild makes the transformer's part build it on the device
+// (its time counted in no stage).
+func (j *job) setTransformerBuild() {
+	p := j.p
+	pt := j.parts[PartTransformer]
+	pt.be, pt.stage = p.be, ""
+	pt.build = func(be tensor.Backend, streamed bool) (closer, error) {
+		opts := hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed, LoRA: p.lora, FP8: p.opts.FP8Weights}
+		if streamed {
+			opts.StreamFromFile = j.streamFromFile()
+		}
+		return hunyuan.Load(p.paths[PartTransformer], be, opts)
+	}
+}
+
+// earlyLoad is the transformer loading beside the encoders.
+type earlyLoad struct {
+	wait func() error
+}
+
+// loadEarly starts loading the transformer in the background, beside the
+// text encoders, the VAE encode and SigLIP, when the planner allows it: a
+// discrete device (on the CPU the load would take the encoders' cores),
+// every model fitting the budget at once with the preserved amount free
+// (so it is placed resident, as it would be after them, and nothing is
+// evicted), and room now for it beside the models still to load and the
+// preserved amount (memory.Manager.LoadAsync). Otherwise it loads when the
+// first section needs it, as before.
+func (j *job) loadEarly() {
+	p := j.p
+	if p.opts.SequentialLoads || !j.keepAll || tensor.IsHostBacked(p.be) || j.parts[PartTransformer].m != nil {
+		return
+	}
+	reserve := max(p.be.Budget().Preserve, 256*memory.MiB)
+	for _, name := range []string{PartTextEncoder, PartTextEncoder2, PartImageEncoder, PartVAE} {
+		if j.parts[name].m == nil {
+			reserve += p.bytes[name]
+		}
+	}
+	j.setTransformerBuild()
+	wait, ok := j.mm.LoadAsync(PartTransformer, reserve)
+	if !ok {
+		p.log.Debug("memory: the transformer does not fit beside the other models now; it loads before the first section")
+		return
+	}
+	j.early = &earlyLoad{wait: wait}
+}
+
+// joinEarly waits for the transformer's background load, if one runs,
+// and records how long the job waited for it. A load that ran out of
+// memory is not an error: the transformer loads again, as the Manager
+// places it.
+func (j *job) joinEarly() error {
+	e := j.early
+	if e == nil {
+		return nil
+	}
+	j.early = nil
+	t := time.Now()
+	err := e.wait()
+	waited := time.Since(t)
+	j.loadsMu.Lock()
+	for i := range j.res.Loads {
+		if l := &j.res.Loads[i]; l.Part == PartTransformer && !l.Overlapped {
+			l.Overlapped, l.Wait = true, waited
+		}
+	}
+	j.loadsMu.Unlock()
+	if err != nil && errors.Is(err, tensor.ErrOutOfMemory) {
+		j.p.log.Warn("memory: loading the transformer beside the encoders ran out of memory; loading it again now", "err", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("framepack: loading the transformer: %w", err)
+	}
+	return nil
 }
 
 // streamFromFile plans where the streamed blocks are read from: a pinned

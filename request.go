@@ -230,7 +230,24 @@ type ModelLoad struct {
 	// timed from its first step).
 	Stage string
 	Time  time.Duration
-	Bytes int64 // the weights in the compute dtype
+	// Bytes is what the load placed: the weights on the device and in host
+	// memory, in the dtypes they are held in (the compute dtype; FP8 codes
+	// and their scales for FP8 weights; the part kept on the device when
+	// blocks stream from the checkpoint).
+	Bytes int64
+	// Overlapped: the load ran beside other stages (the transformer loading
+	// while the encoders run); the job waited only Wait for it.
+	Overlapped bool
+	Wait       time.Duration
+}
+
+// Waited is the time the job spent waiting for the load: all of it, or
+// Wait for one that ran beside other stages.
+func (l ModelLoad) Waited() time.Duration {
+	if l.Overlapped {
+		return l.Wait
+	}
+	return l.Time
 }
 
 // FPS is the frame rate FramePack generates and writes at.

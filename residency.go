@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // part is one of the pipeline's models as memory.Manager places it: built
@@ -29,8 +31,14 @@ type part struct {
 	// blocks to stay in host memory.
 	build func(be tensor.Backend, streamed bool) (closer, error)
 	m     closer
-	// built, when set, is told how long each build took.
-	built func(time.Duration)
+	// stage is the stage the next build's time counts in (ModelLoad.Stage),
+	// set by whoever starts it.
+	stage string
+	// staging charges the host budget with the weight loaders' buffers
+	// while builds run.
+	staging *stagingCharge
+	// built, when set, is told of each build.
+	built func(ModelLoad)
 }
 
 type closer interface{ Close() }
@@ -52,15 +60,25 @@ func (p *part) Place(st memory.State, _ int64) error {
 			return errors.New("nothing to build")
 		}
 		mark := p.mb.Mark()
+		p.staging.add(1)
 		start := time.Now()
 		m, err := p.build(p.be, st == memory.Streamed)
+		took := time.Since(start)
+		p.staging.add(-1)
 		if err != nil {
 			return err
 		}
 		p.m = m
-		p.mb.ChargeSince(p.name, mark)
+		if wt, ok := m.(interface{ WeightTensors() []*tensor.Tensor }); ok {
+			// Exactly its weights: another model may be built, or run, on
+			// the device meanwhile (the transformer loads beside the
+			// encoders).
+			p.mb.Charge(p.name, wt.WeightTensors()...)
+		} else {
+			p.mb.ChargeSince(p.name, mark)
+		}
 		if p.built != nil {
-			p.built(time.Since(start))
+			p.built(ModelLoad{Part: p.name, Stage: p.stage, Time: took, Bytes: loadedBytes(m, p.bytes)})
 		}
 		p.chargeHost()
 	default:
@@ -78,6 +96,46 @@ func (p *part) Place(st memory.State, _ int64) error {
 		}
 	}
 	return nil
+}
+
+// loadedBytes is what a build placed, on the device and in host memory;
+// planned when the model does not say.
+func loadedBytes(m closer, planned int64) int64 {
+	switch x := m.(type) {
+	case interface{ WeightBytes() (int64, int64) }:
+		dev, host := x.WeightBytes()
+		return dev + host
+	case interface{ WeightBytes() int64 }:
+		return x.WeightBytes()
+	case interface{ Bytes() int64 }:
+		return x.Bytes()
+	}
+	return planned
+}
+
+// stagingCharge charges the host budget with the staging and read buffers
+// of the weight loads running (weights.LoadOptions.HostBytes each).
+type stagingCharge struct {
+	ram *memory.Host
+	mu  sync.Mutex
+	n   int
+}
+
+// StagingOwner is the host budget's name for the weight loads' buffers.
+const StagingOwner = "weight staging"
+
+func (s *stagingCharge) add(d int) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n += d
+	how := "pinned"
+	if s.n == 0 {
+		how = ""
+	}
+	s.ram.Set(StagingOwner, int64(s.n)*weights.LoadOptions{}.HostBytes(), how)
 }
 
 // chargeHost charges the host budget with what the built model holds in
@@ -109,11 +167,15 @@ func (p *Pipeline) manager() {
 	}
 	p.mm = memory.NewManager(p.be, p.log)
 	p.parts = map[string]*part{}
+	staging := &stagingCharge{ram: p.ram}
 	for _, name := range []string{PartTextEncoder, PartTextEncoder2, PartImageEncoder, PartVAE, PartTransformer} {
-		pt := &part{mb: p.be, ram: p.ram, name: name, bytes: p.bytes[name], be: p.be}
-		pt.built = func(d time.Duration) {
+		pt := &part{mb: p.be, ram: p.ram, name: name, bytes: p.bytes[name], be: p.be, staging: staging}
+		pt.built = func(l ModelLoad) {
+			p.log.Info(fmt.Sprintf("weights: %s: %s loaded in %s (%.1f GB/s)", l.Part, memory.FormatBytes(l.Bytes),
+				l.Time.Round(time.Millisecond), float64(l.Bytes)/1e9/max(l.Time.Seconds(), 1e-9)),
+				"part", l.Part, "bytes", l.Bytes, "seconds", l.Time.Seconds())
 			if j := p.job; j != nil {
-				j.res.Loads = append(j.res.Loads, ModelLoad{Part: name, Stage: j.cur, Time: d, Bytes: pt.bytes})
+				j.loaded(l)
 			}
 		}
 		p.parts[name] = pt
@@ -168,7 +230,7 @@ func load[M closer](j *job, name string, be tensor.Backend, build func(be tensor
 			return zero, err
 		}
 	}
-	pt.be = be
+	pt.be, pt.stage = be, j.cur
 	pt.build = func(be tensor.Backend, streamed bool) (closer, error) { return build(be, streamed) }
 	var zero M
 	if err := j.mm.Load(name); err != nil {

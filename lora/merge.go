@@ -174,6 +174,25 @@ func (s *Source) Make(w weights.Weight) (*tensor.Tensor, error) {
 	return t, nil
 }
 
+// Ranged lets weights the set leaves alone be read in pieces, as Inner
+// reads them (weights.RangeFiller); a merged weight is made whole.
+func (s *Source) Ranged(w weights.Weight) (int, bool) {
+	rf, ok := s.Inner.(weights.RangeFiller)
+	if !ok || s.Set.Touches(w) {
+		return 0, false
+	}
+	return rf.Ranged(w)
+}
+
+// FillRange fills part of a weight the set leaves alone, through Inner.
+func (s *Source) FillRange(w weights.Weight, p int, lo, hi int64, dst, buf []byte) error {
+	rf, ok := s.Inner.(weights.RangeFiller)
+	if !ok || s.Set.Touches(w) {
+		return fmt.Errorf("lora: weight %s cannot be filled in pieces", w.Name)
+	}
+	return rf.FillRange(w, p, lo, hi, dst, buf)
+}
+
 // Fill writes w's values, merged when the set changes it, into dst.
 func (s *Source) Fill(w weights.Weight, dst []byte) error {
 	if !s.Set.Touches(w) {

@@ -29,6 +29,8 @@ type managed struct {
 	p     Placeable
 	state State
 	used  int64 // tick of the last load, for LRU eviction
+	// loading: LoadAsync is building it; nothing else may move it.
+	loading bool
 }
 
 // NewManager manages models on mb, logging to log (nil: slog.Default()).
@@ -93,6 +95,52 @@ func (m *Manager) Load(name string, keep ...string) error {
 	return nil
 }
 
+// LoadAsync makes name resident on another goroutine, without holding the
+// Manager while it builds, so that other models are loaded and run
+// meanwhile. It evicts nothing: it starts only when name fits beside what
+// the device holds now with reserve bytes left over (what the models
+// still to load beside it and their work need), and reports false
+// otherwise. wait returns the load's error once it is done; until then
+// name cannot be moved or evicted. The budget is never exceeded: an
+// allocation that would is refused and fails the load.
+func (m *Manager) LoadAsync(name string, reserve int64) (wait func() error, started bool) {
+	m.mu.Lock()
+	md := m.models[name]
+	if md == nil || md.loading || md.state == Resident || md.state == Streamed {
+		m.mu.Unlock()
+		return nil, false
+	}
+	need := md.p.DeviceBytes() - m.mb.Held(name)
+	if need+max(0, reserve) > m.mb.Available() {
+		m.mu.Unlock()
+		return nil, false
+	}
+	md.loading = true
+	from := md.state
+	m.mu.Unlock()
+	m.log.Info(fmt.Sprintf("memory: loading %s (%s) in the background beside the other stages (%s free, %s kept for them)",
+		name, FormatBytes(md.p.DeviceBytes()), FormatBytes(m.mb.Available()), FormatBytes(max(0, reserve))), "model", name)
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		perr := md.p.Place(Resident, 0)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		md.loading = false
+		if perr != nil {
+			err = fmt.Errorf("memory: moving %s from %s to %s: %w", name, from, Resident, perr)
+			return
+		}
+		md.state = Resident
+		m.tick++
+		md.used = m.tick
+		m.log.Debug(fmt.Sprintf("memory: %s %s → %s in the background, uploaded %s; %s", name, from, Resident,
+			FormatBytes(m.mb.Held(name)), m.mb.Stats()), "model", name, "from", from.String(), "to", Resident.String())
+	}()
+	return func() error { <-done; return err }, true
+}
+
 // LoadPreserving places name as FramePack places the transformer: resident
 // when it fits with the preserved amount still free, otherwise streamed
 // with the part kept on the device filling the budget up to the preserved
@@ -143,6 +191,9 @@ func (m *Manager) leave(name string, st State) error {
 // move places md in st and checks that leaving the device freed every
 // byte charged to it.
 func (m *Manager) move(md *managed, st State, limit int64) error {
+	if md.loading {
+		return fmt.Errorf("memory: %s is being loaded in the background", md.name)
+	}
 	from, before := md.state, m.mb.Held(md.name)
 	if err := md.p.Place(st, limit); err != nil {
 		return fmt.Errorf("memory: moving %s from %s to %s: %w", md.name, from, st, err)
@@ -191,7 +242,7 @@ func (m *Manager) evict(need int64, keep []string, why string) {
 	var cands []*managed
 	for _, name := range m.order {
 		md := m.models[name]
-		if !slices.Contains(keep, name) && m.mb.Held(name) > 0 {
+		if !slices.Contains(keep, name) && m.mb.Held(name) > 0 && !md.loading {
 			cands = append(cands, md)
 		}
 	}
@@ -226,7 +277,7 @@ func (m *Manager) evictExcept(keep []string, why string) (freed int64) {
 			continue
 		}
 		held := m.mb.Held(name)
-		if held == 0 {
+		if held == 0 || m.models[name].loading {
 			continue
 		}
 		if err := m.move(m.models[name], OnHost, 0); err != nil {

@@ -287,3 +287,90 @@ func TestRunOOMAtEveryAllocation(t *testing.T) {
 		}
 	}
 }
+
+// gated is a model whose placement waits for a signal, to hold a load in
+// progress.
+type gated struct {
+	*model
+	started, proceed chan struct{}
+}
+
+func (g *gated) Place(st State, limit int64) error {
+	if st == Resident {
+		close(g.started)
+		<-g.proceed
+	}
+	return g.model.Place(st, limit)
+}
+
+// LoadAsync builds a model beside the others without holding the Manager:
+// another model loads and unloads while it builds; it is never evicted or
+// moved meanwhile; it starts only when it fits with the reserve left.
+func TestLoadAsync(t *testing.T) {
+	_, mb, mm, logs := newSim(1000, 1000, 100)
+	big := &gated{newModel(mb, "transformer", 300, 300), make(chan struct{}), make(chan struct{})}
+	text := newModel(mb, "text", 200)
+	for name, m := range map[string]Placeable{"transformer": big, "text": text} {
+		if err := mm.Add(name, m, Unloaded); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := mm.LoadAsync("transformer", 500); ok {
+		t.Fatal("started with 600 + 500 reserved > 1000 free")
+	}
+	wait, ok := mm.LoadAsync("transformer", 300)
+	if !ok {
+		t.Fatal("did not start with 600 + 300 reserved ≤ 1000 free")
+	}
+	<-big.started
+	if _, ok := mm.LoadAsync("transformer", 0); ok {
+		t.Error("a second LoadAsync of a model being loaded started")
+	}
+	// The Manager is free while it builds: another model loads and leaves.
+	if err := mm.Load("text"); err != nil {
+		t.Fatal(err)
+	}
+	if err := mm.Unload("transformer"); err == nil || !strings.Contains(err.Error(), "being loaded") {
+		t.Errorf("unloading a model being loaded: %v", err)
+	}
+	mm.EvictExcept("text")
+	close(big.proceed)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if mm.State("transformer") != Resident || mb.Held("transformer") != 600 || mb.Held("text") != 200 {
+		t.Errorf("transformer %s holding %d, text holding %d", mm.State("transformer"), mb.Held("transformer"), mb.Held("text"))
+	}
+	if err := mm.Unload("transformer"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "in the background") {
+		t.Errorf("no log of the background load:\n%s", logs)
+	}
+}
+
+// A background load refused by the budget fails with the budget's error and
+// leaves nothing behind.
+func TestLoadAsyncRefused(t *testing.T) {
+	_, mb, mm, _ := newSim(1000, 1000, 0)
+	big := &gated{newModel(mb, "transformer", 300, 300), make(chan struct{}), make(chan struct{})}
+	other := newModel(mb, "vae", 500)
+	mm.Add("transformer", big, Unloaded)
+	mm.Add("vae", other, Unloaded)
+	wait, ok := mm.LoadAsync("transformer", 0)
+	if !ok {
+		t.Fatal("not started")
+	}
+	<-big.started
+	if err := mm.Load("vae"); err != nil { // takes what the reserve did not keep
+		t.Fatal(err)
+	}
+	close(big.proceed)
+	err := wait()
+	if !errors.Is(err, tensor.ErrOutOfMemory) {
+		t.Fatalf("error %v, want out of memory", err)
+	}
+	if mm.State("transformer") != Unloaded || mb.Held("transformer") != 0 {
+		t.Errorf("transformer %s holding %d after a failed load", mm.State("transformer"), mb.Held("transformer"))
+	}
+}

@@ -67,6 +67,22 @@ type PinnedUploader interface {
 	UploadAsync(dst Buffer, off int64, src []byte) (wait func() error, err error)
 }
 
+// QueuedUploader copies out of page-locked memory on a copy stream and
+// tells the host when each copy is done, so that a staging buffer is
+// refilled as soon as its copy completes while later copies still run:
+// what loading weights at disk speed needs.
+type QueuedUploader interface {
+	PinnedUploader
+	// UploadQueued queues a copy of src into dst at byte offset off,
+	// ordered after the work queued so far on the compute stream (dst may
+	// be a buffer just allocated in stream order). done blocks until the
+	// copy has completed; it may be called several times and from any
+	// goroutine. src must stay unchanged until then, and so must dst's
+	// allocation. Memory not from AllocPinned is uploaded before
+	// UploadQueued returns.
+	UploadQueued(dst Buffer, off int64, src []byte) (done func() error, err error)
+}
+
 // Trimmer returns a backend's pooled memory to the device.
 type Trimmer interface{ Trim() error }
 

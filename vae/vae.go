@@ -45,7 +45,11 @@ func Load(dir string, be tensor.Backend, opts Options) (*VAE, error) {
 	if err != nil {
 		return nil, err
 	}
-	return build(cfg, be, weights.FromCheckpoint(ck, be, dt), opts)
+	// The weights are read in parallel; build runs on a plan first.
+	var v *VAE
+	weights.Build(&weights.CheckpointSource{Ck: ck, Be: be}, be, dt, weights.LoadOptions{},
+		func(p *weights.Builder) { v, err = build(cfg, be, p, opts) })
+	return v, err
 }
 
 // ReadConfig reads and checks dir/config.json as Load does: absent keys take
@@ -165,6 +169,15 @@ func (v *VAE) ScalingFactor() float32 {
 		return 0
 	}
 	return v.cfg.ScalingFactor
+}
+
+// WeightTensors is every allocation holding the weights (for charging
+// them to an owner); none for a nil VAE.
+func (v *VAE) WeightTensors() []*tensor.Tensor {
+	if v == nil {
+		return nil
+	}
+	return v.loaded.Held()
 }
 
 // WeightBytes is the device memory the weights hold.

@@ -2,6 +2,7 @@ package weights
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -172,6 +173,15 @@ func (b *Builder) Adopt(t *tensor.Tensor) *tensor.Tensor {
 		b.st.held = append(b.st.held, t)
 	}
 	return t
+}
+
+// Free frees t, a tensor the builder made, now and forgets it (a weight
+// used at load time to make another).
+func (b *Builder) Free(t *tensor.Tensor) {
+	if i := slices.Index(b.st.held, t); i >= 0 {
+		b.st.held = slices.Delete(b.st.held, i, i+1)
+	}
+	tensor.Release(t)
 }
 
 // Fail records an error (the first one wins).

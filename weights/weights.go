@@ -36,9 +36,11 @@ type Checkpoint struct {
 	closed bool
 }
 
-// shard is one safetensors file, mapped on first use.
+// shard is one safetensors file, mapped on first use. The file stays open
+// beside its mapping: parallel loads read it with pread (read.go).
 type shard struct {
 	path   string
+	file   *os.File
 	data   []byte
 	hdr    *header
 	err    error
@@ -215,7 +217,12 @@ func (s *shard) doOpen() error {
 		}
 		return fmt.Errorf("weights: %v", err)
 	}
-	defer f.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+		}
+	}()
 	st, err := f.Stat()
 	if err != nil {
 		return fmt.Errorf("weights: %v", err)
@@ -236,7 +243,9 @@ func (s *shard) doOpen() error {
 		unmapFile(data)
 		return fmt.Errorf("weights: %s: %v", s.path, err)
 	}
-	s.data, s.hdr = data, hdr
+	s.data, s.hdr, s.file = data, hdr, f
+	keep = true
+	adviseSequential(f) // the loads read it front to back, several pieces at a time
 	return nil
 }
 
@@ -256,6 +265,10 @@ func (c *Checkpoint) Close() error {
 				first = fmt.Errorf("weights: %s: munmap: %v", s.path, err)
 			}
 			s.data, s.hdr = nil, nil
+		}
+		if s.file != nil {
+			s.file.Close()
+			s.file = nil
 		}
 	}
 	return first

@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/framepack-go/framepack/hip"
@@ -92,49 +93,9 @@ func (t *transfers) isPinned(src []byte) bool {
 // from AllocPinned is uploaded on the compute stream instead (staged; wait
 // then does nothing).
 func (b *Backend) UploadAsync(dst tensor.Buffer, off int64, src []byte) (wait func() error, err error) {
-	db, ok := dst.(*Buffer)
-	if !ok {
-		return nil, fmt.Errorf("gpu: upload into a %T", dst)
-	}
-	if off < 0 || off+int64(len(src)) > db.n {
-		return nil, fmt.Errorf("gpu: upload of %d bytes at %d into %d", len(src), off, db.n)
-	}
-	none := func() error { return nil }
-	if len(src) == 0 {
-		return none, nil
-	}
-	t := b.transfers()
-	t.mu.Lock()
-	pinned := t.isPinned(src)
-	if pinned && t.stream == 0 && t.err == nil {
-		t.stream, t.err = b.dev.NewStream()
-	}
-	cs, serr := t.stream, t.err
-	t.mu.Unlock()
-	if !pinned || serr != nil {
-		return none, b.Upload(dst, off, src)
-	}
-	ready, err := b.dev.NewEvent(false)
-	if err != nil {
-		return nil, fmt.Errorf("gpu: %w", err)
-	}
-	defer b.dev.DestroyEvent(ready)
-	if err := b.dev.Record(ready, b.stream); err != nil {
-		return nil, fmt.Errorf("gpu: %w", err)
-	}
-	if err := b.dev.WaitEvent(cs, ready); err != nil {
-		return nil, fmt.Errorf("gpu: %w", err)
-	}
-	if err := b.dev.CopyH2DAsync(db.ptr+uintptr(off), unsafe.Pointer(&src[0]), len(src), cs); err != nil {
-		return nil, fmt.Errorf("gpu: %w", err)
-	}
-	done, err := b.dev.NewEvent(false)
-	if err != nil {
-		return nil, fmt.Errorf("gpu: %w", err)
-	}
-	if err := b.dev.Record(done, cs); err != nil {
-		b.dev.DestroyEvent(done)
-		return nil, fmt.Errorf("gpu: %w", err)
+	done, queued, err := b.queueUpload(dst, off, src)
+	if err != nil || !queued {
+		return func() error { return nil }, err
 	}
 	var once sync.Once
 	return func() error {
@@ -150,4 +111,95 @@ func (b *Backend) UploadAsync(dst tensor.Buffer, off int64, src []byte) (wait fu
 		})
 		return werr
 	}, nil
+}
+
+// UploadQueued queues a copy of src into dst at byte offset off on the
+// copy stream, after the work queued so far on the compute stream, and
+// returns done, which waits on the host for the copy (tensor.QueuedUploader:
+// the weight loader refills a staging buffer once its copy is done). Memory
+// not from AllocPinned is uploaded on the compute stream before it returns.
+func (b *Backend) UploadQueued(dst tensor.Buffer, off int64, src []byte) (done func() error, err error) {
+	ev, queued, err := b.queueUpload(dst, off, src)
+	if err != nil || !queued {
+		return func() error { return nil }, err
+	}
+	var once sync.Once
+	var derr error
+	return func() error {
+		once.Do(func() {
+			derr = b.waitEvent(ev)
+			b.dev.DestroyEvent(ev)
+			if derr != nil {
+				derr = fmt.Errorf("gpu: %w", derr)
+			}
+		})
+		return derr
+	}, nil
+}
+
+// waitEvent waits on the host for e by polling with a growing sleep: an
+// event synchronize spins a CPU core (the driver's default for a context
+// with fewer GPUs than cores), and a loader's readers waiting for their
+// staging buffers would spin every core they read with.
+func (b *Backend) waitEvent(e hip.Event) error {
+	sleep := 20 * time.Microsecond
+	for {
+		done, err := b.dev.EventDone(e)
+		if done || err != nil {
+			return err
+		}
+		time.Sleep(sleep)
+		sleep = min(2*sleep, 500*time.Microsecond)
+	}
+}
+
+// queueUpload queues the copy of a pinned src on the copy stream behind an
+// event of the compute stream and returns an event recorded after it;
+// queued is false when src was uploaded in line instead (not pinned, no
+// copy stream, or nothing to copy).
+func (b *Backend) queueUpload(dst tensor.Buffer, off int64, src []byte) (done hip.Event, queued bool, err error) {
+	db, ok := dst.(*Buffer)
+	if !ok {
+		return 0, false, fmt.Errorf("gpu: upload into a %T", dst)
+	}
+	if off < 0 || off+int64(len(src)) > db.n {
+		return 0, false, fmt.Errorf("gpu: upload of %d bytes at %d into %d", len(src), off, db.n)
+	}
+	if len(src) == 0 {
+		return 0, false, nil
+	}
+	t := b.transfers()
+	t.mu.Lock()
+	pinned := t.isPinned(src)
+	if pinned && t.stream == 0 && t.err == nil {
+		t.stream, t.err = b.dev.NewStream()
+	}
+	cs, serr := t.stream, t.err
+	t.mu.Unlock()
+	if !pinned || serr != nil {
+		return 0, false, b.Upload(dst, off, src)
+	}
+	ready, err := b.dev.NewEvent(false)
+	if err != nil {
+		return 0, false, fmt.Errorf("gpu: %w", err)
+	}
+	defer b.dev.DestroyEvent(ready)
+	if err := b.dev.Record(ready, b.stream); err != nil {
+		return 0, false, fmt.Errorf("gpu: %w", err)
+	}
+	if err := b.dev.WaitEvent(cs, ready); err != nil {
+		return 0, false, fmt.Errorf("gpu: %w", err)
+	}
+	if err := b.dev.CopyH2DAsync(db.ptr+uintptr(off), unsafe.Pointer(&src[0]), len(src), cs); err != nil {
+		return 0, false, fmt.Errorf("gpu: %w", err)
+	}
+	done, err = b.dev.NewEvent(false)
+	if err != nil {
+		return 0, false, fmt.Errorf("gpu: %w", err)
+	}
+	if err := b.dev.Record(done, cs); err != nil {
+		b.dev.DestroyEvent(done)
+		return 0, false, fmt.Errorf("gpu: %w", err)
+	}
+	return done, true, nil
 }

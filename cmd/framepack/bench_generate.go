@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -23,6 +24,7 @@ import (
 	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/video"
+	"github.com/framepack-go/framepack/weights"
 )
 
 func init() { benchCommands = append(benchCommands, newBenchGenerate) }
@@ -30,7 +32,7 @@ func init() { benchCommands = append(benchCommands, newBenchGenerate) }
 type benchGenFlags struct {
 	models, image, prompt, out, device, preserve string
 	modes, teacache                              string
-	coldCache                                    bool
+	coldCache, coldFiles                         bool
 	seconds                                      float64
 	resolution, steps, window                    int
 	seed                                         uint64
@@ -67,9 +69,13 @@ and their time; loop_idle_share is the section loop's share of time without samp
 compile_s is the GPU kernel compile time the backend logged, summed over modules, part of the
 stage that first needed them; kernels are cached on disk, so only a first run compiles
 (--cold-cache gives every run an empty cache). device_peak_gib is the engine allocator's peak during the job,
-rss_peak_gib the process's peak resident memory (VmHWM). load_gbps is each model's weight
-bytes in the compute dtype over its load time. latents_nonfinite counts NaN and ±Inf in the
-generated latents (0 unless the weights or the engine misbehave).`,
+rss_peak_gib the process's peak resident memory (VmHWM). load_gbps is each model's bytes
+placed (on the device and in host memory) over its load time, summed over its loads;
+load_models has the same per model with its bytes, seconds (s), number of loads and
+overlapped_s, the part of a load that ran beside other stages (the transformer loading while
+the encoders run): load_s counts only what the job waited for. --cold-files makes the loads
+read the disk and adds disk_seq_gbps, the disk's sequential read to compare them with. latents_nonfinite counts NaN
+and ±Inf in the generated latents (0 unless the weights or the engine misbehave).`,
 		Example: `  framepack bench make-models --out /tmp/fp
   framepack bench generate --models /tmp/fp --modes nocap,20G,6G --teacache on,off`,
 		Args: cobra.NoArgs,
@@ -96,6 +102,7 @@ generated latents (0 unless the weights or the engine misbehave).`,
 	fl.StringVarP(&f.out, "out", "o", "", "folder for the videos (default: a temporary folder, removed after)")
 	fl.StringVar(&f.gpus, "gpus", "", gpusUsage)
 	fl.Float64Var(&f.cfg, "cfg", def.CFG, "real classifier-free guidance scale (> 1 runs the negative prompt too)")
+	fl.BoolVar(&f.coldFiles, "cold-files", false, "drop the model's weight files from the page cache before each run (posix_fadvise, no root needed), so that its loads read the disk; the lines then carry disk_seq_gbps, one reader's sequential read of the largest weight file from the disk, the reference for the loads' rates")
 	fl.BoolVar(&f.coldCache, "cold-cache", false, "give each run empty cache folders (XDG_CACHE_HOME, and CUDA_CACHE_PATH for the NVIDIA driver's compiled PTX): GPU kernels compiled and conv3d algorithms chosen afresh, as on a machine's first run")
 	fl.BoolVar(&f.child, "child", false, "run one job in this process (what the parent runs)")
 	fl.StringVar(&f.mode, "mode", "nocap", "the child's memory mode")
@@ -190,6 +197,16 @@ func runBenchGenParent(ctx context.Context, cmd *cobra.Command, f *benchGenFlags
 	} else if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("bench generate: %w", err)
 	}
+	var weightFiles []string
+	diskGBps := 0.0
+	if f.coldFiles {
+		if weightFiles, err = modelWeightFiles(f.models); err != nil {
+			return fmt.Errorf("bench generate: --cold-files: %w", err)
+		}
+		if diskGBps, err = diskSequentialRead(weightFiles); err != nil {
+			return fmt.Errorf("bench generate: --cold-files: %w", err)
+		}
+	}
 	failed := 0
 	for _, r := range runs {
 		args := []string{"bench", "generate", "--child", "--mode", r.mode, "--tc=" + strconv.FormatBool(r.tc),
@@ -217,6 +234,11 @@ func runBenchGenParent(ctx context.Context, cmd *cobra.Command, f *benchGenFlags
 			// device (CUDA_CACHE_PATH, default ~/.nv/ComputeCache).
 			c.Env = append(os.Environ(), "XDG_CACHE_HOME="+cache, "CUDA_CACHE_PATH="+filepath.Join(cache, "nv"))
 		}
+		for _, w := range weightFiles {
+			if err := weights.EvictFile(w); err != nil {
+				return fmt.Errorf("bench generate: --cold-files: %s: %w", w, err)
+			}
+		}
 		var stdout bytes.Buffer
 		c.Stdout, c.Stderr = &stdout, cmd.ErrOrStderr()
 		runErr := c.Run()
@@ -243,7 +265,10 @@ func runBenchGenParent(ctx context.Context, cmd *cobra.Command, f *benchGenFlags
 		if err := json.Unmarshal(line, &r); err != nil {
 			return fmt.Errorf("bench generate: the child's line %s: %w", line, err)
 		}
-		r["cold_cache"] = f.coldCache
+		r["cold_cache"], r["cold_files"] = f.coldCache, f.coldFiles
+		if f.coldFiles {
+			r["disk_seq_gbps"] = diskGBps
+		}
 		if err := printResult(cmd.OutOrStdout(), r); err != nil {
 			return err
 		}
@@ -393,21 +418,37 @@ func gib(b int64) float64 { return float64(b) / (1 << 30) }
 // and, with framepack.Load's time, make load_s.
 func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.Duration) benchResult {
 	loads := map[string]time.Duration{}
-	byPart := map[string][2]float64{} // bytes, seconds
+	type partLoads struct {
+		bytes            int64
+		took, overlapped time.Duration
+		n                int
+	}
+	byPart := map[string]*partLoads{}
 	load := loadPipeline
 	for _, l := range res.Loads {
 		loads[l.Stage] += l.Time
-		load += l.Time
+		load += l.Waited()
 		b := byPart[l.Part]
-		b[0] += float64(l.Bytes)
-		b[1] += l.Time.Seconds()
-		byPart[l.Part] = b
+		if b == nil {
+			b = &partLoads{}
+			byPart[l.Part] = b
+		}
+		b.bytes += l.Bytes
+		b.took += l.Time
+		b.n++
+		if l.Overlapped {
+			b.overlapped += l.Time - l.Wait
+		}
 	}
 	gbps := map[string]float64{}
+	models := map[string]map[string]any{}
 	for part, b := range byPart {
-		if b[1] > 0 {
-			gbps[part] = b[0] / 1e9 / b[1]
+		m := map[string]any{"bytes": b.bytes, "s": b.took.Seconds(), "loads": b.n, "overlapped_s": b.overlapped.Seconds()}
+		if b.took > 0 {
+			gbps[part] = float64(b.bytes) / 1e9 / b.took.Seconds()
+			m["gbps"] = gbps[part]
 		}
+		models[part] = m
 	}
 	var sample, decode, overlappedDecode time.Duration
 	var sectionSample []float64
@@ -435,7 +476,7 @@ func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.D
 		"load_s": load.Seconds(), "text_s": text.Seconds(), "image_s": image.Seconds(),
 		"sample_s": sample.Seconds(), "decode_s": decode.Seconds(), "write_s": write.Seconds(),
 		"section_sample_s": sectionSample, "teacache_skipped_steps": skipped,
-		"device_peak_gib": gib(res.PeakBytes), "load_gbps": gbps, "gpus": 1,
+		"device_peak_gib": gib(res.PeakBytes), "load_gbps": gbps, "load_models": models, "gpus": 1,
 	}
 	if rk, _ := thisRank(); rk != nil {
 		r["gpus"] = rk.Size // device_peak_gib and rss_peak_gib are rank 0's
@@ -501,14 +542,80 @@ func processStart() (time.Time, error) {
 	return now.Add(-time.Duration(age * float64(time.Second))), nil
 }
 
-// transformerLoad is the time the job spent loading the transformer (no
-// stage time includes it).
+// transformerLoad is the time the job waited for the transformer's loads
+// (no stage time includes them; one beside the encoders counts only its
+// wait).
 func transformerLoad(res *framepack.Result) time.Duration {
 	var d time.Duration
 	for _, l := range res.Loads {
 		if l.Part == framepack.PartTransformer {
-			d += l.Time
+			d += l.Waited()
 		}
 	}
 	return d
+}
+
+// modelWeightFiles lists the safetensors files of a model folder's parts
+// (one level of folders, symbolic links followed).
+func modelWeightFiles(dir string) ([]string, error) {
+	parts, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range parts {
+		sub := filepath.Join(dir, p.Name())
+		if st, err := os.Stat(sub); err != nil || !st.IsDir() {
+			continue
+		}
+		files, err := os.ReadDir(sub)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f.Name(), ".safetensors") {
+				out = append(out, filepath.Join(sub, f.Name()))
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no .safetensors files in the folders of %s", dir)
+	}
+	return out, nil
+}
+
+// diskSequentialRead drops the largest of files from the page cache and
+// reads it front to back with one reader in 16 MiB reads (as dd bs=16M
+// would): the disk's sequential read in GB/s, the reference for cold loads.
+func diskSequentialRead(files []string) (float64, error) {
+	var big string
+	var size int64
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil && st.Size() > size {
+			big, size = f, st.Size()
+		}
+	}
+	if err := weights.EvictFile(big); err != nil {
+		return 0, fmt.Errorf("%s: %w", big, err)
+	}
+	fh, err := os.Open(big)
+	if err != nil {
+		return 0, err
+	}
+	defer fh.Close()
+	buf := make([]byte, 16<<20)
+	t := time.Now()
+	var n int64
+	for {
+		k, err := fh.Read(buf)
+		n += int64(k)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", big, err)
+		}
+	}
+	secs := time.Since(t).Seconds()
+	return float64(n) / 1e9 / max(secs, 1e-9), weights.EvictFile(big)
 }

@@ -6,7 +6,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/randmodel"
 )
 
@@ -29,7 +31,8 @@ func TestBenchGenerateTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := runCLI(t, context.Background(), "bench", "generate", "--models", dir, "--image", sceneImage, "--device", "cpu",
-		"--resolution", "64", "--seconds", "0.2", "--window", "3", "--steps", "2", "--modes", "nocap", "--teacache", "on,off")
+		"--resolution", "64", "--seconds", "0.2", "--window", "3", "--steps", "2", "--modes", "nocap", "--teacache", "on,off",
+		"--cold-files")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -67,6 +70,19 @@ func TestBenchGenerateTiny(t *testing.T) {
 		if total := num("total_s"); total < sum || total > sum+30 {
 			t.Errorf("line %d: total_s %g against stages summing to %g", i, total, sum)
 		}
+		// Every model's load, the text encoders' included, with its bytes,
+		// seconds and rate.
+		gb, _ := r["load_gbps"].(map[string]any)
+		models, _ := r["load_models"].(map[string]any)
+		for _, part := range []string{"text_encoder", "text_encoder_2", "image_encoder", "vae", "transformer"} {
+			m, _ := models[part].(map[string]any)
+			if v, _ := gb[part].(float64); v <= 0 || m == nil || m["bytes"].(float64) <= 0 || m["s"].(float64) <= 0 || m["gbps"] != gb[part] {
+				t.Errorf("line %d: %s: load_gbps %v, load_models %v", i, part, gb[part], m)
+			}
+		}
+		if r["cold_files"] != true || num("disk_seq_gbps") <= 0 {
+			t.Errorf("line %d: cold_files %v, disk_seq_gbps %v", i, r["cold_files"], r["disk_seq_gbps"])
+		}
 		if r["latents_nonfinite"] != 0.0 {
 			t.Errorf("line %d: %v non-finite latents", i, r["latents_nonfinite"])
 		}
@@ -93,5 +109,32 @@ func TestBenchGenerateBadFlags(t *testing.T) {
 		if _, err := runCLI(t, context.Background(), c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want one naming %s", c.args, err, c.want)
 		}
+	}
+}
+
+// A load beside other stages counts in load_s only for the time the job
+// waited for it; its rate is over its whole time.
+func TestBenchGenResultOverlappedLoad(t *testing.T) {
+	res := &framepack.Result{
+		TextEncode: 3 * time.Second, Total: 20 * time.Second,
+		Loads: []framepack.ModelLoad{
+			{Part: framepack.PartTextEncoder, Stage: framepack.StageTextEncode, Time: 2 * time.Second, Bytes: 16e9},
+			{Part: framepack.PartTransformer, Time: 5 * time.Second, Bytes: 25e9, Overlapped: true, Wait: time.Second},
+		},
+	}
+	r := benchGenResult(res, 25, time.Second, 0)
+	if got := r["load_s"].(float64); got != 1+2+1 {
+		t.Errorf("load_s %v, want 4 (the pipeline, the text encoder, the wait for the transformer)", got)
+	}
+	if got := r["text_s"].(float64); got != 1 {
+		t.Errorf("text_s %v, want 1", got)
+	}
+	gb := r["load_gbps"].(map[string]float64)
+	if gb[framepack.PartTransformer] != 5 || gb[framepack.PartTextEncoder] != 8 {
+		t.Errorf("load_gbps %v, want transformer 5, text encoder 8", gb)
+	}
+	m := r["load_models"].(map[string]map[string]any)[framepack.PartTransformer]
+	if m["overlapped_s"] != 4.0 || m["bytes"] != int64(25e9) || m["s"] != 5.0 || m["loads"] != 1 {
+		t.Errorf("transformer: %v", m)
 	}
 }

@@ -32,7 +32,8 @@ func ReadConfig[C interface{ Validate() error }](dir, name string, complete func
 }
 
 // Load reads the model in dir onto be in dtype dt: read reads and checks
-// its config.json, build makes the model through l.
+// its config.json, build makes the model through l, its weights read in
+// parallel (weights.Build runs build on a plan first).
 func Load[C, M any](dir string, be tensor.Backend, dt tensor.DType,
 	read func(dir string) (C, error), build func(l *weights.Builder, cfg C) M) (M, error) {
 	var none M
@@ -45,8 +46,9 @@ func Load[C, M any](dir string, be tensor.Backend, dt tensor.DType,
 	if err != nil {
 		return none, err
 	}
-	l := weights.FromCheckpoint(ck, be, dt)
-	m := build(l, cfg)
+	var m M
+	l := weights.Build(&weights.CheckpointSource{Ck: ck, Be: be}, be, dt, weights.LoadOptions{},
+		func(l *weights.Builder) { m = build(l, cfg) })
 	if err := l.Err(); err != nil {
 		l.Release()
 		return none, err

@@ -12,6 +12,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/backend/gpu"
@@ -75,6 +76,10 @@ func Backend(t testing.TB) tensor.Backend {
 type Fake struct {
 	*cpu.Backend
 	cpu.Fused
+	// CopyDelay, when set, makes UploadQueued copy on a goroutine after
+	// this long, as a copy stream would run behind the host: a caller that
+	// reuses its source before done returns uploads changed bytes.
+	CopyDelay time.Duration
 }
 
 // NewFake returns a simulated device.
@@ -99,6 +104,28 @@ func (f *Fake) AllocPinned(n int64) (*tensor.HostBuffer, error) { return tensor.
 
 // FreePinned does nothing.
 func (f *Fake) FreePinned(*tensor.HostBuffer) error { return nil }
+
+// UploadQueued copies at once, or after CopyDelay on a goroutine; done
+// waits for the copy.
+func (f *Fake) UploadQueued(dst tensor.Buffer, off int64, src []byte) (func() error, error) {
+	if f.CopyDelay <= 0 {
+		if err := f.Upload(dst, off, src); err != nil {
+			return nil, err
+		}
+		return func() error { return nil }, nil
+	}
+	hb, ok := dst.(*tensor.HostBuffer)
+	if !ok || off < 0 || off+int64(len(src)) > hb.Bytes() {
+		return nil, fmt.Errorf("fake: upload of %d bytes at %d into %v", len(src), off, dst)
+	}
+	finished := make(chan struct{})
+	go func() {
+		time.Sleep(f.CopyDelay)
+		copy(hb.Data()[off:], src)
+		close(finished)
+	}()
+	return func() error { <-finished; return nil }, nil
+}
 
 // UploadAsync copies at once.
 func (f *Fake) UploadAsync(dst tensor.Buffer, off int64, src []byte) (func() error, error) {

@@ -86,6 +86,10 @@ func build(l *weights.Builder, cfg Config) *Model {
 // Close frees the weights.
 func (m *Model) Close() { m.loaded.Release() }
 
+// WeightTensors is every allocation holding the weights (for charging
+// them to an owner).
+func (m *Model) WeightTensors() []*tensor.Tensor { return m.loaded.Held() }
+
 // Bytes is the memory the weights hold.
 func (m *Model) Bytes() int64 { return m.loaded.Bytes() }
 

@@ -110,10 +110,11 @@ func (m *Model) block(i int) any {
 func (m *Model) numBlocks() int { return len(m.blocks) + len(m.singleBlocks) }
 
 // makeBlocks lays out every block's weights (listed by loadBlock on a plan)
-// and fills them from src. Blocks are resident on the backend, or, under
-// Options.HostBlocks, kept in host memory except a prefix of at most
-// Options.KeepBlockBytes.
-func (m *Model) makeBlocks(src weights.Filler) error {
+// and queues them on ld, which fills them from src. Blocks are resident on
+// the backend, or, under Options.HostBlocks, kept in host memory except a
+// prefix of at most Options.KeepBlockBytes. The weights are usable once ld
+// has finished.
+func (m *Model) makeBlocks(src weights.Filler, ld *weights.Loader) error {
 	keep := m.opts.KeepBlockBytes
 	if keep == AutoKeep {
 		keep = m.autoKeep()
@@ -122,7 +123,6 @@ func (m *Model) makeBlocks(src weights.Filler) error {
 	// From the file: only where the blocks have a file and a host copy
 	// would be a second one (a host-backed backend computes on host memory).
 	mapped := m.opts.StreamFromFile && m.file != nil && !tensor.IsHostBacked(m.be)
-	var scratch []byte // host bytes of a resident block on a device
 	var kept int64
 	m.arenas = make([]*arena, m.numBlocks())
 	for i := range m.arenas {
@@ -130,14 +130,6 @@ func (m *Model) makeBlocks(src weights.Filler) error {
 		m.loadBlock(plan, i, m.block(i))
 		a := newArena(plan.Weights())
 		m.arenas[i] = a
-		fillAll := func(data []byte) error {
-			for j, w := range a.ws {
-				if err := src.Fill(w, a.slice(data, j)); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
 		resident := !m.opts.HostBlocks || kept+a.size <= keep
 		if !resident && mapped && !m.opts.LoRA.TouchesAny(a.ws) {
 			// A broken file fails Load, not a forward pass.
@@ -161,8 +153,8 @@ func (m *Model) makeBlocks(src weights.Filler) error {
 			if a.host == nil {
 				a.host = tensor.NewHostBuffer(a.size)
 			}
-			if err := fillAll(a.host.Data()); err != nil {
-				return err
+			for j, w := range a.ws {
+				ld.CopyToHost(w, a.slice(a.host.Data(), j))
 			}
 			if err := m.bind(i, m.block(i), nil, a.host); err != nil {
 				return err
@@ -175,22 +167,13 @@ func (m *Model) makeBlocks(src weights.Filler) error {
 			return fmt.Errorf("hunyuan: block %d weights (%d MiB): %w", i, a.size>>20, err)
 		}
 		a.dev = dev
-		if hb, ok := dev.Buffer().(*tensor.HostBuffer); ok && tensor.IsHostBacked(m.be) {
-			if err := fillAll(hb.Data()); err != nil {
-				return err
-			}
-		} else {
-			if int64(len(scratch)) < a.size {
-				scratch = make([]byte, a.size)
-			}
-			if err := fillAll(scratch[:a.size]); err != nil {
-				return err
-			}
-			if err := m.be.Upload(dev.Buffer(), 0, scratch[:a.size]); err != nil {
-				return fmt.Errorf("hunyuan: uploading block %d: %w", i, err)
-			}
+		for j, w := range a.ws {
+			ld.Copy(w, dev.Buffer(), a.offs[j])
 		}
 		if err := m.bind(i, m.block(i), m.be, dev.Buffer()); err != nil {
+			return err
+		}
+		if err := ld.Err(); err != nil {
 			return err
 		}
 	}

@@ -175,15 +175,25 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 	return m, nil
 }
 
-// build makes every weight from src: the global ones each in its own
-// allocation, the blocks' in their arenas.
+// build makes every weight from src, read in parallel by one Loader: the
+// global ones each in its own allocation (loaded ahead of loadGlobals'
+// requests from a plan of them), the blocks' in their arenas.
 func (m *Model) build(src weights.Filler) error {
-	m.global = weights.NewBuilder(src, m.dt)
+	ld := weights.NewLoader(src, m.be, weights.LoadOptions{})
+	defer ld.Finish() // before any weight is freed: no copy runs into freed memory
+	plan := weights.NewPlan().In(m.dt)
+	(&Model{cfg: m.cfg, dt: m.dt, opts: m.opts}).loadGlobals(plan)
+	pf := weights.NewPrefetch(ld, src, m.be, plan.Weights(), 0)
+	m.global = weights.NewBuilder(pf, m.dt)
 	m.loadGlobals(m.global)
+	pf.Close()
 	if err := m.global.Err(); err != nil {
 		return err
 	}
-	return m.makeBlocks(src)
+	if err := m.makeBlocks(src, ld); err != nil {
+		return err
+	}
+	return ld.Finish()
 }
 
 // ReadConfig reads and checks dir/config.json as Load does: absent keys
@@ -239,6 +249,22 @@ func (m *Model) Close() {
 		m.state.Close()
 		m.state = nil
 	}
+}
+
+// WeightTensors is every backend allocation holding weights: the global
+// ones and the resident blocks' arenas (streamed blocks hold none between
+// uses). For charging them to an owner.
+func (m *Model) WeightTensors() []*tensor.Tensor {
+	var ts []*tensor.Tensor
+	if m.global != nil {
+		ts = append(ts, m.global.Held()...)
+	}
+	for _, a := range m.arenas {
+		if a.dev != nil {
+			ts = append(ts, a.dev)
+		}
+	}
+	return ts
 }
 
 // WeightBytes is the storage of the weights on the backend and on the host.

@@ -136,32 +136,33 @@ func build(l *weights.Builder, cfg Config) *Model {
 // reordered from LLaMA's half-split layout [0..D/2) ++ [D/2..D) to pairs
 // (i, i+D/2). q and k get the same order, so q·k is unchanged, and the
 // half-split rotation becomes the interleaved one the RoPE kernel does.
+// The reorder is a copy on the weight's backend: (heads, 2, D/2, cols) →
+// (heads, D/2, 2, cols).
 func interleaveRows(l *weights.Builder, name string, rows, cols, headDim int) *tensor.Tensor {
-	w := l.F32().Get(name, rows, cols)
+	w := l.Get(name, rows, cols)
 	if w == nil {
 		return nil
 	}
-	defer tensor.Release(w)
-	src := tensor.Float32s(w)
-	out := make([]float32, len(src))
-	half := headDim / 2
-	for h := 0; h < rows/headDim; h++ {
-		for i := 0; i < half; i++ {
-			for j, r := range [2]int{i, i + half} {
-				dst := h*headDim + 2*i + j
-				copy(out[dst*cols:(dst+1)*cols], src[(h*headDim+r)*cols:(h*headDim+r+1)*cols])
-			}
-		}
+	defer l.Free(w)
+	var out *tensor.Tensor
+	if err := tensor.Catch(func() {
+		s := tensor.NewScope(w.Backend())
+		defer s.Close()
+		out = s.Permute(w.Reshape(rows/headDim, 2, headDim/2, cols), 0, 2, 1, 3).Reshape(rows, cols)
+		s.Keep(out)
+	}); err != nil {
+		l.Fail("llama: %s: reordering the heads' rows: %v", name, err)
+		return nil
 	}
-	s := tensor.NewScope(w.Backend())
-	defer s.Close()
-	t := s.Cast(s.To(tensor.FromFloat32(out, rows, cols)), l.DType())
-	s.Keep(t)
-	return l.Adopt(t)
+	return l.Adopt(out)
 }
 
 // Close frees the weights.
 func (m *Model) Close() { m.loaded.Release() }
+
+// WeightTensors is every allocation holding the weights (for charging
+// them to an owner).
+func (m *Model) WeightTensors() []*tensor.Tensor { return m.loaded.Held() }
 
 // Bytes is the memory the weights hold.
 func (m *Model) Bytes() int64 { return m.loaded.Bytes() }

@@ -48,7 +48,10 @@ func Load(dir string, be tensor.Backend, opts Options) (*VAE, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := build(cfg, be, weights.FromCheckpoint(ck, be, dt), opts)
+	// The weights are read in parallel; build runs on a plan first.
+	var v *VAE
+	weights.Build(&weights.CheckpointSource{Ck: ck, Be: be}, be, dt, weights.LoadOptions{},
+		func(p *weights.Builder) { v, err = build(cfg, be, p, opts) })
 	if err != nil {
 		return nil, fmt.Errorf("wan vae: %s: %w", dir, err)
 	}

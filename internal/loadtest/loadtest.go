@@ -1,0 +1,74 @@
+// Package loadtest checks in tests that a model loaded through the
+// parallel weight loads (weights.Build, weights.Loader) holds the bytes the
+// sequential path gives, on every kind of backend. It is for tests only.
+package loadtest
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/internal/testdevice"
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// Backends are the backends a load is checked on: the test device
+// (FRAMEPACK_TEST_DEVICE: the CPU, the GPU or the fake device), the CPU,
+// the fake device, and the fake device with copies that finish long after
+// they are queued (a staging buffer refilled too early uploads changed
+// bytes).
+func Backends(t testing.TB) map[string]tensor.Backend {
+	t.Helper()
+	lag := testdevice.NewFake()
+	lag.CopyDelay = 200 * time.Microsecond
+	return map[string]tensor.Backend{
+		"device:" + testdevice.Name(): testdevice.Backend(t),
+		"cpu":                         cpu.New(),
+		"fake":                        testdevice.NewFake(),
+		"fake-lagging-copies":         lag,
+	}
+}
+
+// Same fails t unless got and want are the same tensors, one for one: dtype,
+// shape and bytes.
+func Same(t testing.TB, got, want []*tensor.Tensor) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d weights, want %d", len(got), len(want))
+	}
+	bad := 0
+	for i := range got {
+		g, w := got[i], want[i]
+		if (g == nil) != (w == nil) {
+			t.Fatalf("weight %d: %v, want %v", i, g, w)
+		}
+		if g == nil {
+			continue
+		}
+		if g.DType() != w.DType() || !slices.Equal(g.Shape(), w.Shape()) {
+			t.Fatalf("weight %d: %v, want %v", i, g, w)
+		}
+		if !slices.Equal(Bytes(t, g), Bytes(t, w)) {
+			if bad++; bad <= 5 {
+				t.Errorf("weight %d (%v): bytes differ", i, g)
+			}
+		}
+	}
+	if bad > 5 {
+		t.Errorf("and %d more weights differ", bad-5)
+	}
+}
+
+// Bytes is x's storage as host bytes.
+func Bytes(t testing.TB, x *tensor.Tensor) []byte {
+	t.Helper()
+	out := make([]byte, x.Bytes())
+	if err := x.Backend().Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Backend().Download(out, x.Buffer(), 0); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
