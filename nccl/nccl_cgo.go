@@ -99,6 +99,8 @@ var symbolTable = (&[C.N_N]dynlib.Symbol{
 	C.N_COUNT:        {Name: "ncclCommCount"},
 })[:]
 
+func init() { libs.Symbols, libs.Init = symbols, initLib }
+
 func symbols(Vendor) []dynlib.Symbol { return symbolTable }
 
 // One process loads one of the two; the table is shared.

@@ -140,6 +140,8 @@ var symbolTables = [2][]dynlib.Symbol{
 	})[:],
 }
 
+func init() { libs.Symbols, libs.Init = symbols, initLib }
+
 // symbols is v's function table.
 func symbols(v Vendor) []dynlib.Symbol { return symbolTables[v-1] }
 

@@ -139,6 +139,8 @@ var ltSymbolTables = [2][]dynlib.Symbol{
 	})[:],
 }
 
+func init() { ltLibs.Symbols, ltLibs.Init = ltSymbols, initLt }
+
 func ltSymbols(v Vendor) []dynlib.Symbol { return ltSymbolTables[v-1] }
 
 func initLt(v Vendor, t *dynlib.Table) (*LtLib, error) {

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/framepack-go/framepack/internal/dynlib/dynlibtest"
 )
 
 // colMajorGemm is the column-major contract of Gemm on host arrays
@@ -193,16 +195,4 @@ func TestGemmValidate(t *testing.T) {
 }
 
 // A missing library gives one error naming every file tried.
-func TestOpenMissingLibrary(t *testing.T) {
-	t.Setenv(EnvPath(AMD), "/nonexistent/librocblas.so.5")
-	libs.Forget(AMD) // the next open searches again; the file stays loaded
-	_, err := OpenVendor(AMD)
-	if err == nil {
-		t.Fatal("opened a library that does not exist")
-	}
-	for _, want := range []string{"rocBLAS library not found", "tried /nonexistent/librocblas.so.5"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not mention %q", err, want)
-		}
-	}
-}
+func TestOpenMissingLibrary(t *testing.T) { dynlibtest.CheckMissing(t, libs, AMD) }

@@ -59,7 +59,7 @@ func CheckSymbols[V comparable, L any](t *testing.T, l *dynlib.Loader[V, L], ven
 }
 
 func checkVendor[V comparable, L any](t *testing.T, l *dynlib.Loader[V, L], v V) {
-	syms, lib := l.Symbols(v), l.Libraries[v]
+	syms, lib := l.SymbolTable(v), l.Libraries[v]
 	if syms == nil {
 		t.Skip("built without cgo: no loader to check")
 	}
@@ -121,4 +121,25 @@ func Exports(path string) (map[string]bool, error) {
 		}
 	}
 	return m, nil
+}
+
+// CheckMissing points v's override variable at a file that does not exist
+// and checks that opening fails with one error naming the library and the
+// file tried. The loader forgets v first, so that the open searches again
+// (a library already loaded stays loaded).
+func CheckMissing[V comparable, L any](t *testing.T, l *dynlib.Loader[V, L], v V) {
+	t.Helper()
+	lib := l.Libraries[v]
+	path := "/nonexistent/" + lib.Sonames[0]
+	t.Setenv(lib.Env, path)
+	l.Forget(v)
+	_, err := l.Open(v)
+	if err == nil {
+		t.Fatal("opened a library that does not exist")
+	}
+	for _, want := range []string{lib.Name + " library not found", "tried " + path} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
 }
