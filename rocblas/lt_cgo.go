@@ -103,45 +103,38 @@ import (
 	"github.com/framepack-go/framepack/internal/dynlib"
 )
 
-// ltSymbolTables names each vendor's functions, by the C enum.
-var ltSymbolTables = [2][]dynlib.Symbol{
-	(&[C.LT_N]dynlib.Symbol{
-		C.LT_CREATE:         {Name: "hipblasLtCreate"},
-		C.LT_DESTROY:        {Name: "hipblasLtDestroy"},
-		C.LT_DESC_CREATE:    {Name: "hipblasLtMatmulDescCreate"},
-		C.LT_DESC_DESTROY:   {Name: "hipblasLtMatmulDescDestroy"},
-		C.LT_DESC_SET:       {Name: "hipblasLtMatmulDescSetAttribute"},
-		C.LT_LAYOUT_CREATE:  {Name: "hipblasLtMatrixLayoutCreate"},
-		C.LT_LAYOUT_DESTROY: {Name: "hipblasLtMatrixLayoutDestroy"},
-		C.LT_PREF_CREATE:    {Name: "hipblasLtMatmulPreferenceCreate"},
-		C.LT_PREF_DESTROY:   {Name: "hipblasLtMatmulPreferenceDestroy"},
-		C.LT_PREF_SET:       {Name: "hipblasLtMatmulPreferenceSetAttribute"},
-		C.LT_HEURISTIC:      {Name: "hipblasLtMatmulAlgoGetHeuristic"},
-		C.LT_MATMUL:         {Name: "hipblasLtMatmul"},
-		// hipblasLtGetVersion takes a handle and an int*: never called
-		// (lt_version is NVIDIA's); listed so the table is complete.
-		C.LT_VERSION: {Name: "hipblasLtGetVersion", Optional: true},
-	})[:],
-	(&[C.LT_N]dynlib.Symbol{
-		C.LT_CREATE:         {Name: "cublasLtCreate"},
-		C.LT_DESTROY:        {Name: "cublasLtDestroy"},
-		C.LT_DESC_CREATE:    {Name: "cublasLtMatmulDescCreate"},
-		C.LT_DESC_DESTROY:   {Name: "cublasLtMatmulDescDestroy"},
-		C.LT_DESC_SET:       {Name: "cublasLtMatmulDescSetAttribute"},
-		C.LT_LAYOUT_CREATE:  {Name: "cublasLtMatrixLayoutCreate"},
-		C.LT_LAYOUT_DESTROY: {Name: "cublasLtMatrixLayoutDestroy"},
-		C.LT_PREF_CREATE:    {Name: "cublasLtMatmulPreferenceCreate"},
-		C.LT_PREF_DESTROY:   {Name: "cublasLtMatmulPreferenceDestroy"},
-		C.LT_PREF_SET:       {Name: "cublasLtMatmulPreferenceSetAttribute"},
-		C.LT_HEURISTIC:      {Name: "cublasLtMatmulAlgoGetHeuristic"},
-		C.LT_MATMUL:         {Name: "cublasLtMatmul"},
-		C.LT_VERSION:        {Name: "cublasLtGetVersion", Optional: true},
-	})[:],
+// ltFuncs names the functions by the C enum, less the vendor's prefix
+// (ltPrefixes): hipBLASLt and cuBLASLt export the same functions.
+var ltFuncs = [C.LT_N]string{
+	C.LT_CREATE:         "Create",
+	C.LT_DESTROY:        "Destroy",
+	C.LT_DESC_CREATE:    "MatmulDescCreate",
+	C.LT_DESC_DESTROY:   "MatmulDescDestroy",
+	C.LT_DESC_SET:       "MatmulDescSetAttribute",
+	C.LT_LAYOUT_CREATE:  "MatrixLayoutCreate",
+	C.LT_LAYOUT_DESTROY: "MatrixLayoutDestroy",
+	C.LT_PREF_CREATE:    "MatmulPreferenceCreate",
+	C.LT_PREF_DESTROY:   "MatmulPreferenceDestroy",
+	C.LT_PREF_SET:       "MatmulPreferenceSetAttribute",
+	C.LT_HEURISTIC:      "MatmulAlgoGetHeuristic",
+	C.LT_MATMUL:         "Matmul",
+	// Optional in both. hipblasLtGetVersion takes a handle and an int*:
+	// never called (lt_version is NVIDIA's); listed so the table is complete.
+	C.LT_VERSION: "GetVersion",
 }
+
+var ltPrefixes = [2]string{"hipblasLt", "cublasLt"}
 
 func init() { ltLibs.Symbols, ltLibs.Init = ltSymbols, initLt }
 
-func ltSymbols(v Vendor) []dynlib.Symbol { return ltSymbolTables[v-1] }
+// ltSymbols is v's function table: ltFuncs under v's prefix.
+func ltSymbols(v Vendor) []dynlib.Symbol {
+	syms := make([]dynlib.Symbol, len(ltFuncs))
+	for i, f := range ltFuncs {
+		syms[i] = dynlib.Symbol{Name: ltPrefixes[v-1] + f, Optional: i == C.LT_VERSION}
+	}
+	return syms
+}
 
 func initLt(v Vendor, t *dynlib.Table) (*LtLib, error) {
 	for i, p := range t.Addrs {
@@ -192,12 +185,7 @@ func (l *LtLib) NewHandle(stream, workspace uintptr, wsBytes int64) (*LtHandle, 
 	return &LtHandle{lib: l, h: uintptr(h), stream: stream, workspace: workspace, wsBytes: wsBytes}, nil
 }
 
-func (l *LtLib) prefix() string {
-	if l.vendor == AMD {
-		return "hipblasLt"
-	}
-	return "cublasLt"
-}
+func (l *LtLib) prefix() string { return ltPrefixes[l.vendor-1] }
 
 // Close destroys the handle.
 func (h *LtHandle) Close() error {
