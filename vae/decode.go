@@ -52,14 +52,14 @@ type DecodeStats struct {
 // are refused, and so are pixels that come out non-finite. Errors panic
 // inside s as *tensor.OpError (tensor.Catch).
 func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *tensor.Tensor {
-	if v == nil || v.dec == nil {
+	if v.model().Decoder() == nil {
 		tensor.Fail("vae.decode", "%v", errNoPart)
 	}
 	if z == nil {
 		tensor.Fail("vae.decode", "no latents")
 	}
-	if z.Rank() != 5 || z.Dim(1) != v.cfg.LatentChannels || z.Numel() == 0 {
-		tensor.Fail("vae.decode", "latents %v: want (B, %d, T, h, w)", z.Shape(), v.cfg.LatentChannels)
+	if z.Rank() != 5 || z.Dim(1) != v.m.Cfg.LatentChannels || z.Numel() == 0 {
+		tensor.Fail("vae.decode", "latents %v: want (B, %d, T, h, w)", z.Shape(), v.m.Cfg.LatentChannels)
 	}
 	// A NaN or Inf in the latents spreads through every convolution into a
 	// video of undefined (black) pixels: refuse it here, and check what
@@ -68,7 +68,7 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 		tensor.Fail("vae.decode", "%v", err)
 	}
 	til := opts.Tiling.normalized()
-	if err := til.check(&v.cfg); err != nil {
+	if err := til.check(&v.m.Cfg); err != nil {
 		tensor.Fail("vae.decode", "%v", err)
 	}
 	start := time.Now()
@@ -76,7 +76,9 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 	var n int
 	til, retries := tiles.Shrinking("vae.decode", "vae: decode", til, opts.NoRetry, opts.Log,
 		func(t Tiling) { out, n = v.decodeOnce(s, z, t, opts) },
-		func(t Tiling) (Tiling, bool) { return shrinkTiling(&v.cfg, z.Shape(), t, v.dt, readsPadded(v.be)) })
+		func(t Tiling) (Tiling, bool) {
+			return shrinkTiling(&v.m.Cfg, z.Shape(), t, v.m.DT, readsPadded(v.m.Be))
+		})
 	if opts.Stats != nil {
 		*opts.Stats = DecodeStats{Tiling: til, Tiles: n, Retries: retries, Elapsed: time.Since(start)}
 	}
@@ -93,7 +95,7 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 // decoded: the host work hides behind the device work. The device memory is
 // all freed when it returns.
 func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling, opts DecodeOptions) (*tiles.Video, int) {
-	c := &v.cfg
+	c := &v.m.Cfg
 	ss, st := c.SpatialCompressionRatio, c.TemporalCompressionRatio
 	nT, h, w := z.Dim(2), z.Dim(3), z.Dim(4)
 	boxes := decodeBoxes(c, nT, h, w, til)
@@ -114,7 +116,7 @@ func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling, opts Dec
 		}
 		return tiles.Of(hv)
 	}
-	r := tiles.RoundTo(v.dt)
+	r := tiles.RoundTo(v.m.DT)
 	grid := til.size().Decode(ss, h, w)
 	spatial := func(t0, t1 int) *tiles.Video {
 		return r.Spatial(func(h0, h1, w0, w1 int) *tiles.Video { return run(t0, t1, h0, h1, w0, w1) }, h, w, grid)
@@ -154,7 +156,7 @@ func (v *VAE) startTiles(s *tensor.Scope, z *tensor.Tensor, boxes []box, ctx con
 		defer func() { p.fail = recover() }()
 		ds := s.Child()
 		defer ds.Close()
-		zc := tiles.ToCompute(ds, z, v.dt)
+		zc := tiles.ToCompute(ds, z, v.m.DT)
 		for _, b := range boxes {
 			if ctx != nil && ctx.Err() != nil {
 				panic(&tensor.OpError{Op: "vae.decode", Err: ctx.Err()})
@@ -175,7 +177,7 @@ func (v *VAE) startTiles(s *tensor.Scope, z *tensor.Tensor, boxes []box, ctx con
 func (v *VAE) decodeBox(ds *tensor.Scope, zc *tensor.Tensor, b box) *tensor.Tensor {
 	ts := ds.Child()
 	defer ts.Close()
-	out := v.dec.forward(ts, tiles.SliceBox(ts, zc, b.t0, b.t1, b.h0, b.h1, b.w0, b.w1))
+	out := v.m.Dec.forward(ts, tiles.SliceBox(ts, zc, b.t0, b.t1, b.h0, b.h1, b.w0, b.w1))
 	if out.OnHost() { // the backend's own storage: copy it out as f32
 		return tiles.Of(out).Tensor()
 	}

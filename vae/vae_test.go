@@ -130,7 +130,7 @@ func TestRealConfig(t *testing.T) {
 	}
 	defer v.Close()
 	var n int64
-	for _, w := range v.loaded.Held() {
+	for _, w := range v.m.Weights.Held() {
 		n += int64(w.Numel())
 	}
 	if n != 246478803 || v.WeightBytes() != 2*n || m.Stats().InUse != 2*n {

@@ -23,12 +23,12 @@ func loadCase(t *testing.T, c *golden.Case, be tensor.Backend, dt tensor.DType) 
 
 func decode(t *testing.T, v *VAE, z *tensor.Tensor, opts DecodeOptions) *tensor.Tensor {
 	t.Helper()
-	return scopetest.Run(t, v.be, func(s *tensor.Scope) *tensor.Tensor { return v.Decode(s, z, opts) })
+	return scopetest.Run(t, v.m.Be, func(s *tensor.Scope) *tensor.Tensor { return v.Decode(s, z, opts) })
 }
 
 func encode(t *testing.T, v *VAE, x *tensor.Tensor, til Tiling) (mean, logvar *tensor.Tensor) {
 	t.Helper()
-	out := scopetest.Run(t, v.be, func(s *tensor.Scope) [2]*tensor.Tensor {
+	out := scopetest.Run(t, v.m.Be, func(s *tensor.Scope) [2]*tensor.Tensor {
 		m, lv := v.EncodeWith(s, x, til)
 		return [2]*tensor.Tensor{m, lv}
 	})

@@ -436,12 +436,12 @@ func TestDecodeTailPerFrame(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer v.Close()
-	if v.dec.tailFrom != 2 {
-		t.Fatalf("tail from up block %d, want 2 (after the two temporal upsamplers)", v.dec.tailFrom)
+	if v.m.Dec.tailFrom != 2 {
+		t.Fatalf("tail from up block %d, want 2 (after the two temporal upsamplers)", v.m.Dec.tailFrom)
 	}
 	z := randn(13, 1, 4, 4, 3, 2)
 	split := decode(t, v, z, DecodeOptions{})
-	v.dec.wholeChunk = true
+	v.m.Dec.wholeChunk = true
 	whole := decode(t, v, z, DecodeOptions{})
 	relL2(t, "per-frame tail", split, f64(whole), 1e-6)
 }

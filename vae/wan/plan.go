@@ -132,8 +132,8 @@ func (v *VAE) DecodePeak(latentShape []int, til Tiling) int64 {
 	if v == nil {
 		return 0
 	}
-	_, fused := tensor.As[tensor.PaddedConv](v.be)
-	return DecodePeak(v.cfg, latentShape, til, v.dt, fused)
+	_, fused := tensor.As[tensor.PaddedConv](v.m.Be)
+	return DecodePeak(v.m.Cfg, latentShape, til, v.m.DT, fused)
 }
 
 // tilingLadder lists the tilings Plan chooses from, largest first: untiled
