@@ -3,7 +3,6 @@ package vae
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae/internal/tiles"
@@ -34,13 +33,10 @@ type DecodeOptions struct {
 // tiling), what FramePack's high-VRAM mode runs.
 func DefaultDecode() DecodeOptions { return DecodeOptions{Tiling: DefaultTiling()} }
 
-// DecodeStats describe a finished decode.
-type DecodeStats struct {
-	Tiling  Tiling // the tiling that produced the result
-	Tiles   int    // decoder runs of that attempt
-	Retries int    // attempts that ran out of memory and were shrunk
-	Elapsed time.Duration
-}
+// DecodeStats describe a finished decode: the tiling that produced the
+// result, its decoder runs, the attempts that ran out of memory and were
+// shrunk, the time.
+type DecodeStats = tiles.Stats[Tiling]
 
 // Decode decodes latents z (B, latent, T, h, w) — already divided by the
 // scaling factor — into pixels (B, out, 4T−3, 8h, 8w) following diffusers'
@@ -61,32 +57,16 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 	if z.Rank() != 5 || z.Dim(1) != v.m.Cfg.LatentChannels || z.Numel() == 0 {
 		tensor.Fail("vae.decode", "latents %v: want (B, %d, T, h, w)", z.Shape(), v.m.Cfg.LatentChannels)
 	}
-	// A NaN or Inf in the latents spreads through every convolution into a
-	// video of undefined (black) pixels: refuse it here, and check what
-	// comes out too, so that neither is written as if it were a video.
-	if err := tensor.NonFiniteError("the latents to decode hold non-finite values", z); err != nil {
-		tensor.Fail("vae.decode", "%v", err)
-	}
 	til := opts.Tiling.normalized()
-	if err := til.check(&v.m.Cfg); err != nil {
-		tensor.Fail("vae.decode", "%v", err)
-	}
-	start := time.Now()
-	var out *tiles.Video
-	var n int
-	til, retries := tiles.Shrinking("vae.decode", "vae: decode", til, opts.NoRetry, opts.Log,
-		func(t Tiling) { out, n = v.decodeOnce(s, z, t, opts) },
+	out, st := tiles.Decode("vae.decode", "vae: decode", z, til, til.check(&v.m.Cfg), opts.NoRetry, opts.Log,
+		func(t Tiling) (*tiles.Video, int) { return v.decodeOnce(s, z, t, opts) },
 		func(t Tiling) (Tiling, bool) {
 			return shrinkTiling(&v.m.Cfg, z.Shape(), t, v.m.DT, readsPadded(v.m.Be))
 		})
 	if opts.Stats != nil {
-		*opts.Stats = DecodeStats{Tiling: til, Tiles: n, Retries: retries, Elapsed: time.Since(start)}
+		*opts.Stats = st
 	}
-	px := out.Tensor()
-	if err := tensor.NonFiniteError("the decoder produced non-finite pixels", px); err != nil {
-		tensor.Fail("vae.decode", "%v", err)
-	}
-	return px
+	return out.Tensor()
 }
 
 // decodeOnce runs one whole decode at tiling til. The device work runs on

@@ -9,14 +9,10 @@ import (
 	"github.com/framepack-go/framepack/weights"
 )
 
-// Options configure Load.
-type Options struct {
-	// DType is the compute dtype (weights are converted at load): F32, F16
-	// or BF16. Invalid means F32.
-	DType tensor.DType
-	// NoEncoder / NoDecoder skip loading that half (its calls then fail).
-	NoEncoder, NoDecoder bool
-}
+// Options configure Load: the compute dtype (weights are converted at
+// load: F32, F16 or BF16; Invalid means F32), and NoEncoder / NoDecoder
+// skip loading that half (its calls then fail).
+type Options = model.Options
 
 // VAE is a loaded AutoencoderKLHunyuanVideo.
 type VAE struct {
@@ -38,7 +34,7 @@ func (v *VAE) model() *model.Loaded[Config, encoder, decoder] {
 // Load reads a Hugging Face folder (config.json and
 // diffusion_pytorch_model.safetensors, any float dtype) onto be.
 func Load(dir string, be tensor.Backend, opts Options) (*VAE, error) {
-	return wrap(arch.Load(dir, be, model.Options(opts)))
+	return wrap(arch.Load(dir, be, opts))
 }
 
 func wrap(m *model.Loaded[Config, encoder, decoder], err error) (*VAE, error) {
@@ -69,7 +65,7 @@ func RandomWeights(cfg Config, be tensor.Backend, dt tensor.DType, seed uint64) 
 // model may be left out); each weight's values depend only on the seed and
 // its name.
 func RandomWeightsWith(cfg Config, be tensor.Backend, opts Options, seed uint64) (*VAE, error) {
-	return wrap(arch.Random(cfg, be, model.Options(opts), func(dt tensor.DType) *weights.Builder {
+	return wrap(arch.Random(cfg, be, opts, func(dt tensor.DType) *weights.Builder {
 		return weights.Random(be, dt, seed)
 	}))
 }

@@ -2,7 +2,6 @@ package wan
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae/internal/tiles"
@@ -61,13 +60,10 @@ type DecodeOptions struct {
 	Log     func(format string, args ...any)
 }
 
-// DecodeStats describe a finished decode.
-type DecodeStats struct {
-	Tiling  Tiling
-	Tiles   int
-	Retries int
-	Elapsed time.Duration
-}
+// DecodeStats describe a finished decode: the tiling that produced the
+// result, its decoder runs, the attempts that ran out of memory and were
+// shrunk, the time.
+type DecodeStats = tiles.Stats[Tiling]
 
 // Decode is AutoencoderKLWan.decode(z).sample: z (B, z_dim, T, h, w) as
 // the VAE takes it (already denormalized, see Config.Denormalize), decoded
@@ -84,29 +80,15 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 	if z == nil || z.Rank() != 5 || z.Dim(1) != v.m.Cfg.ZDim || z.Numel() == 0 {
 		tensor.Fail("wan.decode", "latents %v: want (B, %d, T, h, w)", shapeOf(z), v.m.Cfg.ZDim)
 	}
-	if err := tensor.NonFiniteError("the latents to decode hold non-finite values", z); err != nil {
-		tensor.Fail("wan.decode", "%v", err)
-	}
 	til := opts.Tiling.normalized()
-	if err := til.check(&v.m.Cfg); err != nil {
-		tensor.Fail("wan.decode", "%v", err)
-	}
-	start := time.Now()
-	var out *tiles.Video
-	var n int
-	til, retries := tiles.Shrinking("wan.decode", "wan vae: decode", til, opts.NoRetry, opts.Log,
-		func(t Tiling) { out, n = v.decodeOnce(s, z, t) },
+	out, st := tiles.Decode("wan.decode", "wan vae: decode", z, til, til.check(&v.m.Cfg), opts.NoRetry, opts.Log,
+		func(t Tiling) (*tiles.Video, int) { return v.decodeOnce(s, z, t) },
 		func(t Tiling) (Tiling, bool) { return v.shrink(z.Shape(), t) })
-	// Checked before the clamp, which would hide an Inf.
-	px := out.Tensor()
-	if err := tensor.NonFiniteError("the decoder produced non-finite pixels", px); err != nil {
-		tensor.Fail("wan.decode", "%v", err)
-	}
-	out.Clamp(-1, 1)
+	out.Clamp(-1, 1) // after Decode's check of the pixels, which a clamp would defeat
 	if opts.Stats != nil {
-		*opts.Stats = DecodeStats{Tiling: til, Tiles: n, Retries: retries, Elapsed: time.Since(start)}
+		*opts.Stats = st
 	}
-	return px
+	return out.Tensor()
 }
 
 func shapeOf(t *tensor.Tensor) []int {

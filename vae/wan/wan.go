@@ -11,14 +11,10 @@ import (
 	"github.com/framepack-go/framepack/weights"
 )
 
-// Options configure Load.
-type Options struct {
-	// DType is the compute dtype (weights are converted at load): F32, F16
-	// or BF16. Invalid means F32.
-	DType tensor.DType
-	// NoEncoder / NoDecoder skip loading that half (its calls then fail).
-	NoEncoder, NoDecoder bool
-}
+// Options configure Load: the compute dtype (weights are converted at
+// load: F32, F16 or BF16; Invalid means F32), and NoEncoder / NoDecoder
+// skip loading that half (its calls then fail).
+type Options = model.Options
 
 // VAE is a loaded AutoencoderKLWan.
 type VAE struct {
@@ -42,7 +38,7 @@ var errNoPart = errors.New("wan vae: that half of the model is not loaded (left 
 // Load reads a Hugging Face folder (config.json and
 // diffusion_pytorch_model.safetensors, any float dtype) onto be.
 func Load(dir string, be tensor.Backend, opts Options) (*VAE, error) {
-	return wrap(arch.Load(dir, be, model.Options(opts)))
+	return wrap(arch.Load(dir, be, opts))
 }
 
 func wrap(m *model.Loaded[Config, encoder, decoder], err error) (*VAE, error) {
@@ -67,7 +63,7 @@ func Plan(cfg Config) ([]weights.Spec, error) { return arch.Plan(cfg) }
 // for benchmarks and shape tests. Each weight depends only on the seed and
 // its name.
 func RandomWeights(cfg Config, be tensor.Backend, opts Options, seed uint64) (*VAE, error) {
-	return wrap(arch.Random(cfg, be, model.Options(opts), func(dt tensor.DType) *weights.Builder {
+	return wrap(arch.Random(cfg, be, opts, func(dt tensor.DType) *weights.Builder {
 		return weights.NewBuilder(&randSource{be: be, seed: seed}, dt)
 	}))
 }

@@ -29,10 +29,12 @@ type Arch[C any, PC Config[C], E, D any] struct {
 	NewDecoder func(*weights.Builder, *C) *D
 }
 
-// Options say what to load: the compute dtype (Invalid means F32) and
-// whether to leave a half out.
+// Options say what to load.
 type Options struct {
-	DType                tensor.DType
+	// DType is the compute dtype (weights are converted at load): F32, F16
+	// or BF16. Invalid means F32.
+	DType tensor.DType
+	// NoEncoder / NoDecoder skip loading that half (its calls then fail).
 	NoEncoder, NoDecoder bool
 }
 
