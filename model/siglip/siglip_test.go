@@ -17,13 +17,11 @@ import (
 
 func TestGoldenSiglip(t *testing.T) {
 	be := testdevice.Backend(t)
-	for _, c := range golden.Cases(t, "image_encoder.siglip") {
-		t.Run(c.Name, func(t *testing.T) {
-			m := golden.Model(t, c, func(dir string) (*Model, error) { return Load(dir, be, tensor.F32) })
-			out := scopetest.Run(t, be, func(s *tensor.Scope) *tensor.Tensor { return m.Forward(s, c.Tensor("pixel_values")) })
-			c.Compare(t, "last_hidden_state", out)
-		})
-	}
+	golden.Run(t, "image_encoder.siglip", func(t *testing.T, c *golden.Case) {
+		m := golden.Load(t, c, Load, be, tensor.F32)
+		out := scopetest.Run(t, be, func(s *tensor.Scope) *tensor.Tensor { return m.Forward(s, c.Tensor("pixel_values")) })
+		c.Compare(t, "last_hidden_state", out)
+	})
 }
 
 // The case made by bench/reference/make_golden_siglip.py: an image size that
@@ -47,7 +45,7 @@ func TestGoldenSiglipNonMultiple(t *testing.T) {
 		t.Fatalf("%s/%s/case.json is not an image_encoder.siglip case", dir, name)
 	}
 	be := cpu.New()
-	m := golden.Model(t, c, func(dir string) (*Model, error) { return Load(dir, be, tensor.F32) })
+	m := golden.Load(t, c, Load, be, tensor.F32)
 	if m.ImageSize%m.PatchSize == 0 {
 		t.Fatalf("image_size %d is a multiple of patch_size %d: not the case this test is for", m.ImageSize, m.PatchSize)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/convchain"
+	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -240,12 +240,8 @@ func onCPUAndChain(t *testing.T, f func(t *testing.T, s *tensor.Scope)) {
 }
 
 func chainBackend(t *testing.T) tensor.Backend {
-	host := cpu.New()
-	ch, err := convchain.New([]convchain.Tier{convchain.CPUTier(host)}, convchain.Options{CachePath: "off", Faults: &convchain.Faults{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return memory.Budgeted(convchain.Wrap(host, ch), memory.Budget{Device: "test", Cap: 1 << 40})
+	be, _ := testdevice.Chained(t)
+	return be
 }
 
 // TestUpsampleF64: the upsample3d resample on its second chunk (after
