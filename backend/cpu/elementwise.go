@@ -227,17 +227,11 @@ func (c *rowCursor) next() {
 }
 
 func (be *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Tensor, sOff int, sSt []int, shape []int) error {
-	if dst.DType() != src.DType() {
-		return fmt.Errorf("cpu: copy of %s into %s", src.DType(), dst.DType())
+	if err := tensor.CheckCopy(dst, dOff, dSt, src, sOff, sSt, shape); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	if tensor.Numel(shape) == 0 {
 		return nil
-	}
-	if err := tensor.CheckView(dOff, dSt, shape, dst.Numel()); err != nil {
-		return fmt.Errorf("cpu: %w", err)
-	}
-	if err := tensor.CheckView(sOff, sSt, shape, src.Numel()); err != nil {
-		return fmt.Errorf("cpu: %w", err)
 	}
 	bs, err := rawAll(dst, src)
 	if err != nil {

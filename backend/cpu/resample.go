@@ -98,20 +98,11 @@ func padRows[T word](be *Backend, d, s []T, ds, ss, bf []int, rep bool) {
 }
 
 func (be *Backend) UpsampleNearest(dst, src *tensor.Tensor, scale [3]int) error {
-	ds, ss := dst.Shape(), src.Shape()
+	if err := tensor.CheckUpsample(dst, src, scale); err != nil {
+		return fmt.Errorf("cpu: %w", err)
+	}
+	ss := src.Shape()
 	r := len(ss)
-	if dst.DType() != src.DType() || len(ds) != r || r < 3 {
-		return fmt.Errorf("cpu: upsample of %v into %v", src, dst)
-	}
-	for i := 0; i < r; i++ {
-		f := 1
-		if i >= r-3 {
-			f = scale[i-(r-3)]
-		}
-		if f < 1 || ds[i] != ss[i]*f {
-			return fmt.Errorf("cpu: upsample of %v by %v into %v", src, scale, dst)
-		}
-	}
 	g := [6]int{ss[r-3], ss[r-2], ss[r-1], scale[0], scale[1], scale[2]}
 	return bySize(dst, src,
 		func(d, s []uint8) { upsampleRows(be, d, s, g) },
@@ -150,20 +141,11 @@ func (be *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
 	if !isCompute(dt) || src.DType() != dt {
 		return unsupported("avg_pool3d", dt)
 	}
-	ds, ss := dst.Shape(), src.Shape()
+	if err := tensor.CheckAvgPool3d(dst, src, kernel); err != nil {
+		return fmt.Errorf("cpu: %w", err)
+	}
+	ss := src.Shape()
 	r := len(ss)
-	if len(ds) != r || r < 3 {
-		return fmt.Errorf("cpu: avg_pool3d of %v into %v", src, dst)
-	}
-	for i := 0; i < r; i++ {
-		f := 1
-		if i >= r-3 {
-			f = kernel[i-(r-3)]
-		}
-		if f < 1 || ds[i]*f != ss[i] {
-			return fmt.Errorf("cpu: avg_pool3d of %v by %v into %v", src, kernel, dst)
-		}
-	}
 	if dst.Numel() == 0 {
 		return nil
 	}

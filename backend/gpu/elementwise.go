@@ -134,17 +134,11 @@ func (b *Backend) d2d(dst, src uintptr, n int64) error {
 }
 
 func (b *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Tensor, sOff int, sSt []int, shape []int) error {
-	if dst.DType() != src.DType() {
-		return fmt.Errorf("gpu: copy of %s into %s", src.DType(), dst.DType())
+	if err := tensor.CheckCopy(dst, dOff, dSt, src, sOff, sSt, shape); err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
 	if tensor.Numel(shape) == 0 {
 		return nil
-	}
-	if err := tensor.CheckView(dOff, dSt, shape, dst.Numel()); err != nil {
-		return fmt.Errorf("gpu: %w", err)
-	}
-	if err := tensor.CheckView(sOff, sSt, shape, src.Numel()); err != nil {
-		return fmt.Errorf("gpu: %w", err)
 	}
 	ws := widthSuffix(dst.DType())
 	if ws == "" {
@@ -326,20 +320,11 @@ func (b *Backend) Pad(dst, src *tensor.Tensor, before []int, mode tensor.PadMode
 }
 
 func (b *Backend) UpsampleNearest(dst, src *tensor.Tensor, scale [3]int) error {
-	ds, ss := dst.Shape(), src.Shape()
+	if err := tensor.CheckUpsample(dst, src, scale); err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	ss := src.Shape()
 	r := len(ss)
-	if dst.DType() != src.DType() || len(ds) != r || r < 3 {
-		return fmt.Errorf("gpu: upsample of %v into %v", src, dst)
-	}
-	for i := 0; i < r; i++ {
-		f := 1
-		if i >= r-3 {
-			f = scale[i-(r-3)]
-		}
-		if f < 1 || ds[i] != ss[i]*f {
-			return fmt.Errorf("gpu: upsample of %v by %v into %v", src, scale, dst)
-		}
-	}
 	ws := widthSuffix(dst.DType())
 	if ws == "" {
 		return unsupported("upsample", dst.DType())
@@ -360,20 +345,11 @@ func (b *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
 	if s == "" || src.DType() != dt {
 		return unsupported("avg_pool3d", dt)
 	}
-	ds, ss := dst.Shape(), src.Shape()
+	if err := tensor.CheckAvgPool3d(dst, src, kernel); err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	ss := src.Shape()
 	r := len(ss)
-	if len(ds) != r || r < 3 {
-		return fmt.Errorf("gpu: avg_pool3d of %v into %v", src, dst)
-	}
-	for i := 0; i < r; i++ {
-		f := 1
-		if i >= r-3 {
-			f = kernel[i-(r-3)]
-		}
-		if f < 1 || ds[i]*f != ss[i] {
-			return fmt.Errorf("gpu: avg_pool3d of %v by %v into %v", src, kernel, dst)
-		}
-	}
 	ps, err := b.ptrs(dst, src)
 	if err != nil {
 		return err
