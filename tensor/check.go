@@ -164,3 +164,60 @@ func (p MatMulParams) Scale() float32 {
 	}
 	return p.Alpha
 }
+
+// CheckEmbedding checks Embedding's operands: table (V, D) in dst's dtype,
+// dst of D elements per id, ids I64 or I32. It returns V and D.
+func CheckEmbedding(dst, table, ids *Tensor) (V, D int, err error) {
+	if dst.DType() != table.DType() || table.Rank() != 2 {
+		return 0, 0, fmt.Errorf("embedding of %v into %v", table, dst)
+	}
+	V, D = table.Dim(0), table.Dim(1)
+	if n := ids.Numel(); dst.Numel() != n*D {
+		return 0, 0, fmt.Errorf("embedding of %d ids from %v into %v", n, table, dst)
+	}
+	if ids.DType() != I64 && ids.DType() != I32 {
+		return 0, 0, fmt.Errorf("embedding ids of %s: %w", ids.DType(), ErrUnsupported)
+	}
+	return V, D, nil
+}
+
+// CheckBinary checks Binary's operands: one dtype, an op backends run, and
+// a and b read through strides aSt and bSt inside them over dst's shape.
+// It returns the shape and strides to run, a 0-d dst as one element; the
+// shape is nil when dst holds no element.
+func CheckBinary(op BinaryOp, dst, a *Tensor, aSt []int, b *Tensor, bSt []int) (shape, as, bs []int, err error) {
+	dt := dst.DType()
+	if a.DType() != dt || b.DType() != dt {
+		return nil, nil, nil, fmt.Errorf("%s of %s and %s into %s", op, a.DType(), b.DType(), dt)
+	}
+	if op > OpMin {
+		return nil, nil, nil, fmt.Errorf("binary %s: %w", op, ErrUnsupported)
+	}
+	if dst.Numel() == 0 {
+		return nil, nil, nil, nil
+	}
+	shape = dst.Shape()
+	if len(shape) == 0 {
+		shape, aSt, bSt = []int{1}, []int{0}, []int{0}
+	}
+	if err := CheckView(0, aSt, shape, a.Numel()); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := CheckView(0, bSt, shape, b.Numel()); err != nil {
+		return nil, nil, nil, err
+	}
+	return shape, aSt, bSt, nil
+}
+
+// CheckLinear checks Linear's shapes: x (M, K), w (N, K), bias (nil:
+// absent) of N elements, dst (M, N). It returns M, K and N.
+func CheckLinear(dst, x, w, bias *Tensor) (M, K, N int, err error) {
+	if x.Rank() != 2 || w.Rank() != 2 || dst.Rank() != 2 {
+		return 0, 0, 0, fmt.Errorf("linear wants 2-D x, w, dst; have %v, %v, %v", x, w, dst)
+	}
+	M, K, N = x.Dim(0), x.Dim(1), w.Dim(0)
+	if w.Dim(1) != K || dst.Dim(0) != M || dst.Dim(1) != N || (bias != nil && bias.Numel() != N) {
+		return 0, 0, 0, fmt.Errorf("linear of %v by %v (bias %v) into %v", x, w, bias, dst)
+	}
+	return M, K, N, nil
+}

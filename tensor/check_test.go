@@ -21,6 +21,18 @@ func TestOperandChecks(t *testing.T) {
 		_, _, err := p.Strides(dst, a, b)
 		return err
 	}
+	embedding := func(dst, table, ids *Tensor) error {
+		_, _, err := CheckEmbedding(dst, table, ids)
+		return err
+	}
+	binary := func(op BinaryOp, dst, a *Tensor, aSt []int, b *Tensor, bSt []int) error {
+		_, _, _, err := CheckBinary(op, dst, a, aSt, b, bSt)
+		return err
+	}
+	linear := func(dst, x, w, bias *Tensor) error {
+		_, _, _, err := CheckLinear(dst, x, w, bias)
+		return err
+	}
 	for _, c := range []struct {
 		name string
 		err  error
@@ -51,6 +63,15 @@ func TestOperandChecks(t *testing.T) {
 		{"attention mask", attn(f32(1, 5, 4, 8), f32(1, 7, 2, 8), f32(1, 7, 2, 8), AttnParams{Mask: f32(2, 5, 7)}), "want f32 (B|1, 5, 7)"},
 		{"matmul ok", matmul(MatMulParams{Batch: 2, M: 2, N: 3, K: 4}, f32(2, 2, 3), f32(2, 4), f32(2, 4, 3)), ""},
 		{"matmul dst", matmul(MatMulParams{Batch: 2, M: 2, N: 3, K: 4}, f32(2, 3), f32(2, 4), f32(4, 3)), "into"},
+		{"embedding ok", embedding(f32(3, 4), f32(10, 4), New(I32, 3)), ""},
+		{"embedding size", embedding(f32(3, 5), f32(10, 4), New(I64, 3)), "3 ids"},
+		{"embedding ids", embedding(f32(3, 4), f32(10, 4), f32(3)), "ids of f32"},
+		{"binary ok", binary(OpAdd, f32(2, 3), f32(3), []int{0, 1}, f32(2, 3), []int{3, 1}), ""},
+		{"binary dtype", binary(OpAdd, f32(2, 3), f16(3), []int{0, 1}, f32(2, 3), []int{3, 1}), "of f16 and f32"},
+		{"binary view", binary(OpAdd, f32(2, 3), f32(3), []int{1, 1}, f32(2, 3), []int{3, 1}), "view"},
+		{"linear ok", linear(f32(2, 3), f32(2, 4), f32(3, 4), f32(3)), ""},
+		{"linear bias", linear(f32(2, 3), f32(2, 4), f32(3, 4), f32(4)), "linear of"},
+		{"linear rank", linear(f32(2, 3), f32(8), f32(3, 4), nil), "2-D"},
 		{"matmul operand", matmul(MatMulParams{Batch: 2, M: 2, N: 3, K: 4}, f32(2, 2, 3), f32(3, 4), f32(4, 3)), "operand"},
 	} {
 		switch {

@@ -426,24 +426,12 @@ func unaryF32(op tensor.UnaryOp, o, x []float32, a, b float32) {
 
 func (be *Backend) Binary(op tensor.BinaryOp, dst, a *tensor.Tensor, aSt []int, b *tensor.Tensor, bSt []int) error {
 	dt := dst.DType()
-	if a.DType() != dt || b.DType() != dt {
-		return fmt.Errorf("cpu: %s of %s and %s into %s", op, a.DType(), b.DType(), dt)
+	shape, aSt, bSt, err := tensor.CheckBinary(op, dst, a, aSt, b, bSt)
+	if err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
-	if op > tensor.OpMin {
-		return fmt.Errorf("cpu: binary %s: %w", op, tensor.ErrUnsupported)
-	}
-	shape := dst.Shape()
-	if dst.Numel() == 0 {
+	if shape == nil {
 		return nil
-	}
-	if len(shape) == 0 {
-		shape, aSt, bSt = []int{1}, []int{0}, []int{0}
-	}
-	if err := tensor.CheckView(0, aSt, shape, a.Numel()); err != nil {
-		return fmt.Errorf("cpu: %w", err)
-	}
-	if err := tensor.CheckView(0, bSt, shape, b.Numel()); err != nil {
-		return fmt.Errorf("cpu: %w", err)
 	}
 	bs, err := rawAll(dst, a, b)
 	if err != nil {

@@ -42,12 +42,9 @@ func (be *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 	if !isCompute(dt) || x.DType() != dt || w.DType() != dt || (bias != nil && bias.DType() != dt) {
 		return unsupported("linear", dt)
 	}
-	if x.Rank() != 2 || w.Rank() != 2 || dst.Rank() != 2 {
-		return fmt.Errorf("cpu: linear wants 2-D x, w, dst; have %v, %v, %v", x, w, dst)
-	}
-	M, K, N := x.Dim(0), x.Dim(1), w.Dim(0)
-	if w.Dim(1) != K || dst.Dim(0) != M || dst.Dim(1) != N || (bias != nil && bias.Numel() != N) {
-		return fmt.Errorf("cpu: linear of %v by %v (bias %v) into %v", x, w, bias, dst)
+	M, K, N, err := tensor.CheckLinear(dst, x, w, bias)
+	if err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	wb, err := raw(w)
 	if err != nil {

@@ -179,14 +179,11 @@ func (be *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
 }
 
 func (be *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
-	if dst.DType() != table.DType() || table.Rank() != 2 {
-		return fmt.Errorf("cpu: embedding of %v into %v", table, dst)
+	V, D, err := tensor.CheckEmbedding(dst, table, ids)
+	if err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
-	V, D := table.Dim(0), table.Dim(1)
 	n := ids.Numel()
-	if dst.Numel() != n*D {
-		return fmt.Errorf("cpu: embedding of %d ids from %v into %v", n, table, dst)
-	}
 	ib, err := raw(ids)
 	if err != nil {
 		return err
@@ -207,8 +204,6 @@ func (be *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
 				return fmt.Errorf("cpu: embedding id %d at %d outside a table of %d rows", v, i, V)
 			}
 		}
-	default:
-		return fmt.Errorf("cpu: embedding ids of %s: %w", ids.DType(), tensor.ErrUnsupported)
 	}
 	bs, err := rawAll(dst, table)
 	if err != nil {

@@ -190,11 +190,9 @@ func (b *Backend) Unary(op tensor.UnaryOp, dst, src *tensor.Tensor, x, y float32
 
 func (b *Backend) Binary(op tensor.BinaryOp, dst, x *tensor.Tensor, xSt []int, y *tensor.Tensor, ySt []int) error {
 	dt := dst.DType()
-	if x.DType() != dt || y.DType() != dt {
-		return fmt.Errorf("gpu: %s of %s and %s into %s", op, x.DType(), y.DType(), dt)
-	}
-	if op > tensor.OpMin {
-		return fmt.Errorf("gpu: binary %s: %w", op, tensor.ErrUnsupported)
+	shape, xSt, ySt, err := tensor.CheckBinary(op, dst, x, xSt, y, ySt)
+	if err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
 	s := floatSuffix(dt)
 	per := 1
@@ -206,18 +204,8 @@ func (b *Backend) Binary(op tensor.BinaryOp, dst, x *tensor.Tensor, xSt []int, y
 	default:
 		return unsupported(op.String(), dt)
 	}
-	if dst.Numel() == 0 {
+	if shape == nil {
 		return nil
-	}
-	shape := dst.Shape()
-	if len(shape) == 0 {
-		shape, xSt, ySt = []int{1}, []int{0}, []int{0}
-	}
-	if err := tensor.CheckView(0, xSt, shape, x.Numel()); err != nil {
-		return fmt.Errorf("gpu: %w", err)
-	}
-	if err := tensor.CheckView(0, ySt, shape, y.Numel()); err != nil {
-		return fmt.Errorf("gpu: %w", err)
 	}
 	p, err := b.ptrs(dst, x, y)
 	if err != nil {
@@ -323,20 +311,26 @@ func (b *Backend) UpsampleNearest(dst, src *tensor.Tensor, scale [3]int) error {
 	if err := tensor.CheckUpsample(dst, src, scale); err != nil {
 		return fmt.Errorf("gpu: %w", err)
 	}
-	ss := src.Shape()
-	r := len(ss)
 	ws := widthSuffix(dst.DType())
 	if ws == "" {
 		return unsupported("upsample", dst.DType())
 	}
+	return b.resample3d("upsample_"+ws, dst, src, scale)
+}
+
+// resample3d runs kernel, one thread per element of dst, over src (…, T,
+// H, W) and the three factors f.
+func (b *Backend) resample3d(kernel string, dst, src *tensor.Tensor, f [3]int) error {
 	ps, err := b.ptrs(dst, src)
 	if err != nil {
 		return err
 	}
+	ss := src.Shape()
+	r := len(ss)
 	n := int64(dst.Numel())
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(n).I64(int64(ss[r-3])).I64(int64(ss[r-2])).I64(int64(ss[r-1])).
-		I32(int32(scale[0])).I32(int32(scale[1])).I32(int32(scale[2]))
-	return b.launchLinear("elementwise", "upsample_"+ws, n, 256, 1, a)
+		I32(int32(f[0])).I32(int32(f[1])).I32(int32(f[2]))
+	return b.launchLinear("elementwise", kernel, n, 256, 1, a)
 }
 
 func (b *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
@@ -348,30 +342,15 @@ func (b *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
 	if err := tensor.CheckAvgPool3d(dst, src, kernel); err != nil {
 		return fmt.Errorf("gpu: %w", err)
 	}
-	ss := src.Shape()
-	r := len(ss)
-	ps, err := b.ptrs(dst, src)
-	if err != nil {
-		return err
-	}
-	n := int64(dst.Numel())
-	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(n).I64(int64(ss[r-3])).I64(int64(ss[r-2])).I64(int64(ss[r-1])).
-		I32(int32(kernel[0])).I32(int32(kernel[1])).I32(int32(kernel[2]))
-	return b.launchLinear("elementwise", "avgpool_"+s, n, 256, 1, a)
+	return b.resample3d("avgpool_"+s, dst, src, kernel)
 }
 
 func (b *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
-	if dst.DType() != table.DType() || table.Rank() != 2 {
-		return fmt.Errorf("gpu: embedding of %v into %v", table, dst)
+	V, D, err := tensor.CheckEmbedding(dst, table, ids)
+	if err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
-	V, D := table.Dim(0), table.Dim(1)
 	n := ids.Numel()
-	if dst.Numel() != n*D {
-		return fmt.Errorf("gpu: embedding of %d ids from %v into %v", n, table, dst)
-	}
-	if ids.DType() != tensor.I64 && ids.DType() != tensor.I32 {
-		return fmt.Errorf("gpu: embedding ids of %s: %w", ids.DType(), tensor.ErrUnsupported)
-	}
 	ws := widthSuffix(dst.DType())
 	if ws == "" {
 		return unsupported("embedding", dst.DType())
