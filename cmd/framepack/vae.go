@@ -3,10 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/framepack-go/framepack"
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/framepack-go/framepack"
 
 	"github.com/spf13/cobra"
 
@@ -64,14 +65,15 @@ func (f *vaeFlags) checkFlags() error {
 	return checkSizes(f.vramLimit, f.preserve)
 }
 
-// openVAE opens the device and loads a VAE with load in f.dtype (auto: f16
-// on a GPU, f32 on the CPU), logging its weights as name. release logs the
-// conv3d chain's summary, closes the VAE and then the device.
+// openVAE opens the device and loads the half of a VAE that opts keep
+// with load (vae.Load, wan.Load) in f.dtype (auto: f16 on a GPU, f32 on
+// the CPU), logging its weights as name. release logs the conv3d chain's
+// summary, closes the VAE and then the device.
 func openVAE[V interface {
 	WeightBytes() int64
 	Close()
 }](f *vaeFlags, log *slog.Logger, name string,
-	load func(dir string, be tensor.Backend, dt tensor.DType) (V, error)) (d *device.Device, v V, release func(), err error) {
+	load func(dir string, be tensor.Backend, opts vae.Options) (V, error), opts vae.Options) (d *device.Device, v V, release func(), err error) {
 	d, err = device.Open(device.Options{Choice: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, Log: log})
 	if err != nil {
 		return nil, v, nil, err
@@ -84,7 +86,8 @@ func openVAE[V interface {
 		dt, _ = parseDType(f.dtype)
 	}
 	start := time.Now()
-	v, err = load(f.vaeDir, d.Backend, dt)
+	opts.DType = dt
+	v, err = load(f.vaeDir, d.Backend, opts)
 	if err != nil {
 		d.Close()
 		return nil, v, nil, err
@@ -97,14 +100,6 @@ func openVAE[V interface {
 		d.Close()
 	}
 	return d, v, release, nil
-}
-
-// open loads the half of HunyuanVideo's VAE that opts keep.
-func (f *vaeFlags) open(log *slog.Logger, opts vae.Options) (*device.Device, *vae.VAE, func(), error) {
-	return openVAE(f, log, "vae", func(dir string, be tensor.Backend, dt tensor.DType) (*vae.VAE, error) {
-		opts.DType = dt
-		return vae.Load(dir, be, opts)
-	})
 }
 
 // withDecodeProgress runs decode, a one-section decode, showing its
@@ -272,7 +267,7 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 		return runWanDecode(cmd, f, z, til, auto, unscaled, out, vo)
 	}
 	log := slog.Default()
-	d, v, release, err := f.open(log, vae.Options{NoEncoder: true})
+	d, v, release, err := openVAE(f, log, "vae", vae.Load, vae.Options{NoEncoder: true})
 	if err != nil {
 		return err
 	}
@@ -388,7 +383,7 @@ func runVAEEncode(f *vaeFlags, im *section.RGB, sample bool, seed uint64) error 
 		return runWanEncode(f, im, sample, seed)
 	}
 	log := slog.Default()
-	d, v, release, err := f.open(log, vae.Options{NoDecoder: true})
+	d, v, release, err := openVAE(f, log, "vae", vae.Load, vae.Options{NoDecoder: true})
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/sampler"
 	"github.com/framepack-go/framepack/section"
@@ -37,14 +36,6 @@ func vaeClass(dir string) (string, error) {
 	return "", fmt.Errorf("%s/config.json: _class_name %q is not a VAE framepack runs (AutoencoderKLHunyuanVideo or AutoencoderKLWan)", dir, c.Class)
 }
 
-// openWan loads the half of the Wan VAE that opts keep.
-func (f *vaeFlags) openWan(log *slog.Logger, opts wan.Options) (*device.Device, *wan.VAE, func(), error) {
-	return openVAE(f, log, "wan vae", func(dir string, be tensor.Backend, dt tensor.DType) (*wan.VAE, error) {
-		opts.DType = dt
-		return wan.Load(dir, be, opts)
-	})
-}
-
 // wanTiling is the Wan VAE's tiling for a --tiling value: its decode is
 // always frame by frame, so framewise and none are untiled.
 func wanTiling(t vae.Tiling) wan.Tiling {
@@ -57,7 +48,7 @@ func wanTiling(t vae.Tiling) wan.Tiling {
 
 func runWanDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Tiling, auto, unscaled bool, out videoOutput, vo video.Options) error {
 	log := slog.Default()
-	d, v, release, err := f.openWan(log, wan.Options{NoEncoder: true})
+	d, v, release, err := openVAE(f, log, "wan vae", wan.Load, wan.Options{NoEncoder: true})
 	if err != nil {
 		return err
 	}
@@ -103,7 +94,7 @@ func runWanDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 
 func runWanEncode(f *vaeFlags, im *section.RGB, sample bool, seed uint64) error {
 	log := slog.Default()
-	d, v, release, err := f.openWan(log, wan.Options{NoDecoder: true})
+	d, v, release, err := openVAE(f, log, "wan vae", wan.Load, wan.Options{NoDecoder: true})
 	if err != nil {
 		return err
 	}
