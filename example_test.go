@@ -34,6 +34,25 @@ func tinyRequest() framepack.Request {
 	return req
 }
 
+// loadTiny loads the built-in tiny model on the CPU as ExampleLoad does;
+// done closes the pipeline and removes the model's temporary folder.
+func loadTiny() (p *framepack.Pipeline, done func(), err error) {
+	dir, temporary, err := tinymodel.Dir()
+	if err != nil {
+		return nil, nil, err
+	}
+	removeDir := func() {
+		if temporary {
+			os.RemoveAll(dir)
+		}
+	}
+	if p, err = framepack.Load(dir, framepack.Options{Device: framepack.DeviceCPU, Logger: quiet}); err != nil {
+		removeDir()
+		return nil, nil, err
+	}
+	return p, func() { p.Close(); removeDir() }, nil
+}
+
 // Load the built-in tiny model (random weights in the real architecture)
 // on the CPU. With real weights, pass the folder FramePack downloads.
 func ExampleLoad() {
@@ -57,20 +76,12 @@ func ExampleLoad() {
 
 // Generate a video, following its stages through Progress.
 func ExamplePipeline_Generate() {
-	dir, temporary, err := tinymodel.Dir()
+	p, done, err := loadTiny()
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	if temporary {
-		defer os.RemoveAll(dir)
-	}
-	p, err := framepack.Load(dir, framepack.Options{Device: framepack.DeviceCPU, Logger: quiet})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer p.Close()
+	defer done()
 
 	req := tinyRequest()
 	req.Progress = func(pr framepack.Progress) {
@@ -107,20 +118,12 @@ func ExamplePipeline_Generate() {
 // Cancel a generation through its context: Generate stops before the next
 // sampler step or stage and returns an error wrapping ctx.Err().
 func ExamplePipeline_Generate_cancel() {
-	dir, temporary, err := tinymodel.Dir()
+	p, done, err := loadTiny()
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	if temporary {
-		defer os.RemoveAll(dir)
-	}
-	p, err := framepack.Load(dir, framepack.Options{Device: framepack.DeviceCPU, Logger: quiet})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer p.Close()
+	defer done()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
