@@ -6,6 +6,7 @@ import (
 
 	"github.com/dlclark/regexp2"
 
+	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/tokenizer"
 )
 
@@ -15,18 +16,8 @@ import (
 // tokens, so the template takes about as many tokens as with the real
 // LLaMA-3 tokenizer (crop_start 95) and the text encoder does a real-sized
 // job.
-var corpus = []string{
-	// diffusers' DEFAULT_PROMPT_TEMPLATE for HunyuanVideo, which FramePack uses.
-	"<|start_header_id|>system<|end_header_id|>\n\nDescribe the video by detailing the following aspects: " +
-		"1. The main content and theme of the video.2. The color, shape, size, texture, quantity, text, and spatial " +
-		"relationships of the objects.3. Actions, events, behaviors temporal relationships, physical movement changes " +
-		"of the objects.4. background environment, light, style and atmosphere.5. camera angles, movements, and " +
-		"transitions used in the video:<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n",
-	"The girl dances gracefully, with clear movements, full of charm.",
-	"A character doing some simple body movements.",
-	"The man dances energetically, leaping mid-air with fluid arm swings and quick footwork.",
-	"A cat walks slowly across the room, looks at the camera and sits down.",
-}
+var corpus = append(tinymodel.Corpus(), // diffusers' HunyuanVideo prompt template, a few prompts
+	"A cat walks slowly across the room, looks at the camera and sits down.")
 
 // llamaSpecials are LLaMA-3's 256 special tokens, ids 128000–128255: the
 // text markers and the chat-header ids FramePack's template uses

@@ -17,22 +17,13 @@ import (
 	"github.com/framepack-go/framepack/tokenizer"
 )
 
-// The tiny tokenizers are generated from this corpus (TestTokenizerFiles
-// checks the files in model/ against GenerateTokenizers and rewrites them
-// with -update). The LLaMA vocabulary gets its frequent whole words, CLIP's
+// The tiny tokenizers are generated from Corpus (TestTokenizerFiles checks
+// the files in model/ against GenerateTokenizers and rewrites them with
+// -update). The LLaMA vocabulary gets its frequent whole words, CLIP's
 // merges learnt by plain BPE training, so the template and common prompt
 // words take few tokens, as with the real tokenizers; every other text
 // still tokenizes, byte by byte.
-var corpus = []string{
-	"<|start_header_id|>system<|end_header_id|>\n\nDescribe the video by detailing the following aspects: " +
-		"1. The main content and theme of the video.2. The color, shape, size, texture, quantity, text, and spatial " +
-		"relationships of the objects.3. Actions, events, behaviors temporal relationships, physical movement changes " +
-		"of the objects.4. background environment, light, style and atmosphere.5. camera angles, movements, and " +
-		"transitions used in the video:<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n",
-	"The girl dances gracefully, with clear movements, full of charm.",
-	"A character doing some simple body movements.",
-	"The man dances energetically, leaping mid-air with fluid arm swings and quick footwork.",
-}
+var corpus = Corpus()
 
 // LLaMA: 300 ids. 0–255 are the byte-level symbols (GPT-2's byte-to-rune
 // map, as LLaMA-3's tokenizer.json has them), then whole words, then the
