@@ -2,7 +2,6 @@ package vae
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
@@ -13,7 +12,7 @@ import (
 // ReadConfig (what Load uses), equals DefaultConfig, and plans the released
 // shapes.
 func TestReleasedConfigVAE(t *testing.T) {
-	cfg, specs := plantest.Plan(t, filepath.Join("..", "testdata", "released", "vae"), ReadConfig, Plan)
+	cfg, specs := plantest.Released(t, "vae", ReadConfig, Plan)
 	if fmt.Sprintf("%+v", cfg) != fmt.Sprintf("%+v", DefaultConfig()) {
 		t.Errorf("config %+v\nwant DefaultConfig %+v", cfg, DefaultConfig())
 	}

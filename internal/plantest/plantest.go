@@ -5,6 +5,8 @@ package plantest
 
 import (
 	"fmt"
+	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/framepack-go/framepack/weights"
@@ -23,6 +25,19 @@ func Plan[C any](t testing.TB, dir string, read func(dir string) (C, error), pla
 		t.Fatal(err)
 	}
 	return cfg, specs
+}
+
+// ReleasedDir is the folder of a released model part's files in this
+// repository (testdata/released/part), from whichever package's test asks.
+func ReleasedDir(part string) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "released", part)
+}
+
+// Released is Plan of the released config of part (see ReleasedDir).
+func Released[C any](t testing.TB, part string, read func(dir string) (C, error), plan func(C) ([]weights.Spec, error)) (C, []weights.Spec) {
+	t.Helper()
+	return Plan(t, ReleasedDir(part), read, plan)
 }
 
 // Shapes fails the test for each name of want that specs do not hold at

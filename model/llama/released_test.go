@@ -11,7 +11,7 @@ import (
 	"github.com/framepack-go/framepack/internal/plantest"
 )
 
-var releasedDir = filepath.Join("..", "..", "testdata", "released", "text_encoder")
+var releasedDir = plantest.ReleasedDir("text_encoder")
 
 // The released hunyuanvideo-community text_encoder/config.json (old-style
 // rope_theta with rope_scaling null, head_dim, torch_dtype) loads through

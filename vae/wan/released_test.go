@@ -2,7 +2,6 @@ package wan
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,7 +11,7 @@ import (
 // The released Wan 2.1 vae/config.json loads through ReadConfig, equals
 // DefaultConfig, and plans the released shapes and parameter count.
 func TestReleasedConfigWanVAE(t *testing.T) {
-	cfg, specs := plantest.Plan(t, filepath.Join("..", "..", "testdata", "released", "wan_vae"), ReadConfig, Plan)
+	cfg, specs := plantest.Released(t, "wan_vae", ReadConfig, Plan)
 	if got, want := deref(cfg), deref(DefaultConfig()); got != want {
 		t.Errorf("config %s\nwant DefaultConfig %s", got, want)
 	}
