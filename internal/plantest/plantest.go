@@ -1,10 +1,13 @@
 // Package plantest checks a model's weight plan (its Plan: checkpoint names
 // and shapes) in tests: against the released configs (testdata/released)
-// and against a checkpoint. It is for tests only.
+// and against a checkpoint; and it makes model folders with an edited
+// config. It is for tests only.
 package plantest
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -75,4 +78,30 @@ func Checkpoint[C any](t testing.TB, dir string, read func(dir string) (C, error
 		t.Fatal(err)
 	}
 	return cfg, specs, ck
+}
+
+// EditedConfig makes a folder holding src's config.json changed by edit
+// and links to the files of src named in link (the weights, say).
+func EditedConfig(t testing.TB, src string, edit func(cfg map[string]any), link ...string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	edit(cfg)
+	dir := t.TempDir()
+	out, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range link {
+		if err := os.Symlink(filepath.Join(src, name), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

@@ -1,7 +1,6 @@
 package siglip
 
 import (
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/plantest"
 	"github.com/framepack-go/framepack/internal/scopetest"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
@@ -69,25 +69,12 @@ func TestSiglipImageSizeNotMultiple(t *testing.T) {
 	if c == nil {
 		t.Skip("golden case siglip_vision absent")
 	}
-	dir := t.TempDir()
-	var cfg map[string]any
-	raw, err := os.ReadFile(filepath.Join(c.ModelDir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	size, patch := int(cfg["image_size"].(float64)), int(cfg["patch_size"].(float64))
-	big := size + patch - 1
-	cfg["image_size"] = big
-	raw, _ = json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(filepath.Join(c.ModelDir, "model.safetensors"), filepath.Join(dir, "model.safetensors")); err != nil {
-		t.Fatal(err)
-	}
+	var size, patch, big int
+	dir := plantest.EditedConfig(t, c.ModelDir, func(cfg map[string]any) {
+		size, patch = int(cfg["image_size"].(float64)), int(cfg["patch_size"].(float64))
+		big = size + patch - 1
+		cfg["image_size"] = big
+	}, "model.safetensors")
 	be := cpu.New()
 	m, err := Load(dir, be, tensor.F32)
 	if err != nil {
