@@ -102,7 +102,7 @@ func llamaFiles(out map[string][]byte) error {
 	v := newBPEVocab(symbols)
 	re := regexp2.MustCompile(tokenizer.LlamaPattern, regexp2.Unicode)
 	for _, text := range corpus {
-		for _, part := range splitSpecial(text, specials[:10]) {
+		for _, part := range tokenizer.SplitSpecial(text, specials[:10]) {
 			m, err := re.FindStringMatch(part)
 			for ; m != nil && err == nil; m, err = re.FindNextMatch(m) {
 				v.addWord(tokenizer.ByteLevel(m.String()))
@@ -191,7 +191,7 @@ func clipFiles(out map[string][]byte) error {
 	v := newBPEVocab(symbols)
 	re := regexp2.MustCompile(clipPattern, regexp2.Unicode)
 	for _, text := range corpus {
-		for _, part := range splitSpecial(text, llamaSpecials()[:10]) {
+		for _, part := range tokenizer.SplitSpecial(text, llamaSpecials()[:10]) {
 			m, err := re.FindStringMatch(strings.ToLower(part))
 			for ; m != nil && err == nil; m, err = re.FindNextMatch(m) {
 				w := tokenizer.ByteLevel(m.String())
@@ -230,24 +230,4 @@ func clipFiles(out map[string][]byte) error {
 		"bos_token": special(clipBOS), "eos_token": special(clipEOS), "pad_token": special(clipEOS), "unk_token": special(clipEOS),
 	})
 	return err
-}
-
-// splitSpecial drops the special tokens from text, returning the pieces
-// between them.
-func splitSpecial(text string, special []string) []string {
-	parts := []string{text}
-	for _, s := range special {
-		var next []string
-		for _, p := range parts {
-			next = append(next, strings.Split(p, s)...)
-		}
-		parts = next
-	}
-	var out []string
-	for _, p := range parts {
-		if p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -67,7 +67,7 @@ func llamaTokenizer() ([]byte, error) {
 	re := regexp2.MustCompile(tokenizer.LlamaPattern, regexp2.Unicode)
 	var words [][]string
 	for _, text := range corpus {
-		for _, part := range splitSpecial(text, llamaSpecial) {
+		for _, part := range tokenizer.SplitSpecial(text, llamaSpecial) {
 			for m, _ := re.FindStringMatch(part); m != nil; m, _ = re.FindNextMatch(m) {
 				words = append(words, tokenizer.ByteLevel(m.String()))
 			}
@@ -141,7 +141,7 @@ func clipTokenizer() (vocabJSON, mergesTxt []byte, err error) {
 	re := regexp2.MustCompile(`'s|'t|'re|'ve|'m|'ll|'d|\p{L}+|\p{N}|[^\s\p{L}\p{N}]+`, regexp2.Unicode)
 	var words [][]string
 	for _, text := range corpus {
-		for _, part := range splitSpecial(text, llamaSpecial) {
+		for _, part := range tokenizer.SplitSpecial(text, llamaSpecial) {
 			for m, _ := re.FindStringMatch(strings.ToLower(part)); m != nil; m, _ = re.FindNextMatch(m) {
 				w := tokenizer.ByteLevel(m.String())
 				w[len(w)-1] += "</w>"
@@ -231,26 +231,6 @@ func wholeWords(words [][]string, n int) []string {
 		return list[i] < list[j]
 	})
 	return list[:min(n, len(list))]
-}
-
-// splitSpecial drops the special tokens from text, returning the pieces
-// between them.
-func splitSpecial(text string, special []string) []string {
-	parts := []string{text}
-	for _, s := range special {
-		var next []string
-		for _, p := range parts {
-			next = append(next, strings.Split(p, s)...)
-		}
-		parts = next
-	}
-	var out []string
-	for _, p := range parts {
-		if p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // marshal is json with sorted keys, two-space indent and a final newline,
