@@ -22,12 +22,7 @@ func tinyConfig() Config {
 }
 
 func randn(seed uint64, shape ...int) *tensor.Tensor {
-	r := rand.New(rand.NewPCG(seed, 7))
-	v := make([]float32, tensor.Numel(shape))
-	for i := range v {
-		v[i] = float32(r.NormFloat64())
-	}
-	return tensor.FromFloat32(v, shape...)
+	return tensor.RandN(rand.New(rand.NewPCG(seed, 7)), shape...)
 }
 
 func TestDecodeEncodeShapes(t *testing.T) {
