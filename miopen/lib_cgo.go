@@ -251,7 +251,7 @@ func (l *Lib) check(fn string, s C.int) error {
 	if s == 0 {
 		return nil
 	}
-	return &Error{Func: fn, Status: int(s), Name: C.GoString(C.dnn_err(l.cv(), s))}
+	return &Error{Lib: "miopen", Func: fn, Status: int(s), Name: C.GoString(C.dnn_err(l.cv(), s))}
 }
 
 // Vendor enums.

@@ -87,16 +87,8 @@ func ParseUniqueID(s string) (UniqueID, error) {
 	return id, nil
 }
 
-// Error is a failed call.
-type Error struct {
-	Func   string
-	Result int
-	Text   string
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("nccl: %s: %s (%d)", e.Func, e.Text, e.Result)
-}
+// Error is a failed call: its ncclResult_t and the library's text for it.
+type Error = dynlib.CallError
 
 // DType is an element type as NCCL numbers it.
 type DType int

@@ -130,7 +130,7 @@ func (l *Lib) check(fn string, comm uintptr, r C.int) error {
 			text += ": " + C.GoString(last)
 		}
 	}
-	return &Error{Func: fn, Result: int(r), Text: text}
+	return &Error{Lib: "nccl", Func: fn, Status: int(r), Name: text}
 }
 
 // Comm is one rank's communicator. Its calls are made from a goroutine

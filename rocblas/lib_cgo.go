@@ -164,7 +164,7 @@ func (l *Lib) check(fn string, s C.int) error {
 	if s == 0 {
 		return nil
 	}
-	return &Error{Func: fn, Status: int(s), Name: l.statusName(int(s))}
+	return &Error{Lib: "rocblas", Func: fn, Status: int(s), Name: l.statusName(int(s))}
 }
 
 func (l *Lib) statusName(s int) string {

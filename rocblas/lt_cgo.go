@@ -180,7 +180,7 @@ var ltStages = [...]string{"", "MatmulDescCreate", "MatmulDescSetAttribute (tran
 func (l *LtLib) NewHandle(stream, workspace uintptr, wsBytes int64) (*LtHandle, error) {
 	var h C.uintptr_t
 	if s := C.lt_create(C.int(l.vendor-1), &h); s != 0 {
-		return nil, &Error{Func: l.prefix() + "Create", Status: int(s), Name: "status " + fmt.Sprint(int(s))}
+		return nil, &Error{Lib: "rocblas", Func: l.prefix() + "Create", Status: int(s), Name: "status " + fmt.Sprint(int(s))}
 	}
 	return &LtHandle{lib: l, h: uintptr(h), stream: stream, workspace: workspace, wsBytes: wsBytes}, nil
 }
@@ -194,7 +194,7 @@ func (h *LtHandle) Close() error {
 	}
 	h.closed = true
 	if s := C.lt_destroy(C.int(h.lib.vendor-1), C.uintptr_t(h.h)); s != 0 {
-		return &Error{Func: h.lib.prefix() + "Destroy", Status: int(s), Name: "status " + fmt.Sprint(int(s))}
+		return &Error{Lib: "rocblas", Func: h.lib.prefix() + "Destroy", Status: int(s), Name: "status " + fmt.Sprint(int(s))}
 	}
 	return nil
 }
@@ -223,7 +223,7 @@ func (h *LtHandle) Linear(g LtLinear) error {
 		C.uintptr_t(g.X), C.uintptr_t(g.W), C.uintptr_t(g.D), C.uintptr_t(g.Bias), C.uintptr_t(g.XScale), C.uintptr_t(g.WScale),
 		C.uintptr_t(h.workspace), C.size_t(h.wsBytes), C.uintptr_t(h.stream), &stage)
 	if s != 0 {
-		return &Error{Func: h.lib.prefix() + ltStages[stage], Status: int(s),
+		return &Error{Lib: "rocblas", Func: h.lib.prefix() + ltStages[stage], Status: int(s),
 			Name: fmt.Sprintf("%dx%dx%d %s·%s→%s epilogue %d", g.M, g.N, g.K, g.XType, g.WType, g.DType, g.Epilogue)}
 	}
 	return nil

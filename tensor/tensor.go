@@ -134,6 +134,15 @@ func (t *Tensor) Int32s() []int32 { return hostView[int32](t, "Int32s", I32) }
 // Uint8s is the storage of a host u8 or bool tensor (no copy).
 func (t *Tensor) Uint8s() []uint8 { return hostView[uint8](t, "Uint8s", U8, Bool) }
 
+// float32sOf is vs converted to float32.
+func float32sOf[T Elem](vs []T) []float32 {
+	out := make([]float32, len(vs))
+	for i, v := range vs {
+		out[i] = float32(v)
+	}
+	return out
+}
+
 // hostView is the storage of a host tensor of one of dts as Ts; it panics,
 // naming the accessor, for any other dtype.
 func hostView[T Elem](t *Tensor, accessor string, dts ...DType) []T {
@@ -158,23 +167,11 @@ func (t *Tensor) ToFloat32() []float32 {
 		WidenBF16(out, t.Uint16s())
 		return out
 	case I64:
-		out := make([]float32, t.Numel())
-		for i, v := range t.Int64s() {
-			out[i] = float32(v)
-		}
-		return out
+		return float32sOf(t.Int64s())
 	case I32:
-		out := make([]float32, t.Numel())
-		for i, v := range t.Int32s() {
-			out[i] = float32(v)
-		}
-		return out
+		return float32sOf(t.Int32s())
 	case U8, Bool:
-		out := make([]float32, t.Numel())
-		for i, v := range t.Uint8s() {
-			out[i] = float32(v)
-		}
-		return out
+		return float32sOf(t.Uint8s())
 	case F8E4M3:
 		out := make([]float32, t.Numel())
 		WidenF8E4M3(out, t.HostBytes())

@@ -201,6 +201,19 @@ type Table struct {
 // ErrNoCgo is every load's error in a build without cgo.
 var ErrNoCgo = errors.New("built without cgo: GPU libraries cannot be loaded")
 
+// CallError is a failed call into a vendor library: the status it returned
+// and the library's own string for it.
+type CallError struct {
+	Lib    string // the Go package that made the call ("rocblas")
+	Func   string // the vendor function that failed
+	Status int
+	Name   string // the library's own string for Status
+}
+
+func (e *CallError) Error() string {
+	return fmt.Sprintf("%s: %s: %s (status %d)", e.Lib, e.Func, e.Name, e.Status)
+}
+
 // SymbolError is a library that loaded but lacks a required symbol.
 type SymbolError struct{ Name string }
 
