@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/internal/errtest"
 	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/internal/plantest"
 	"github.com/framepack-go/framepack/tensor"
@@ -47,11 +48,7 @@ func TestLoadErrors(t *testing.T) {
 			if err == nil {
 				t.Fatal("loaded")
 			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not say %q", err, w)
-				}
-			}
+			errtest.Mentions(t, err, tc.want...)
 		})
 	}
 	if _, err := Load(t.TempDir(), cpu.New(), Options{}); err == nil {
