@@ -34,12 +34,14 @@ func tinyRequest() framepack.Request {
 	return req
 }
 
-// loadTiny loads the built-in tiny model on the CPU as ExampleLoad does;
-// done closes the pipeline and removes the model's temporary folder.
-func loadTiny() (p *framepack.Pipeline, done func(), err error) {
+// loadTiny loads the built-in tiny model on the CPU as ExampleLoad does,
+// or prints why it cannot and returns nil; done closes the pipeline and
+// removes the model's temporary folder.
+func loadTiny() (p *framepack.Pipeline, done func()) {
 	dir, temporary, err := tinymodel.Dir()
 	if err != nil {
-		return nil, nil, err
+		fmt.Println(err)
+		return nil, nil
 	}
 	removeDir := func() {
 		if temporary {
@@ -47,10 +49,11 @@ func loadTiny() (p *framepack.Pipeline, done func(), err error) {
 		}
 	}
 	if p, err = framepack.Load(dir, framepack.Options{Device: framepack.DeviceCPU, Logger: quiet}); err != nil {
+		fmt.Println(err)
 		removeDir()
-		return nil, nil, err
+		return nil, nil
 	}
-	return p, func() { p.Close(); removeDir() }, nil
+	return p, func() { p.Close(); removeDir() }
 }
 
 // Load the built-in tiny model (random weights in the real architecture)
@@ -76,9 +79,8 @@ func ExampleLoad() {
 
 // Generate a video, following its stages through Progress.
 func ExamplePipeline_Generate() {
-	p, done, err := loadTiny()
-	if err != nil {
-		fmt.Println(err)
+	p, done := loadTiny()
+	if p == nil {
 		return
 	}
 	defer done()
@@ -118,9 +120,8 @@ func ExamplePipeline_Generate() {
 // Cancel a generation through its context: Generate stops before the next
 // sampler step or stage and returns an error wrapping ctx.Err().
 func ExamplePipeline_Generate_cancel() {
-	p, done, err := loadTiny()
-	if err != nil {
-		fmt.Println(err)
+	p, done := loadTiny()
+	if p == nil {
 		return
 	}
 	defer done()
@@ -133,7 +134,7 @@ func ExamplePipeline_Generate_cancel() {
 			cancel() // a user pressing stop after the first step
 		}
 	}
-	_, err = p.Generate(ctx, req)
+	_, err := p.Generate(ctx, req)
 	fmt.Println(errors.Is(err, context.Canceled))
 	// Output: true
 }

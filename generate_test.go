@@ -87,6 +87,18 @@ func loadTinyLogged(t *testing.T, opts Options) (*Pipeline, *bytes.Buffer) {
 	return p, &logs
 }
 
+// generateQuiet runs req on p without its Progress, failing the test on an
+// error.
+func generateQuiet(t *testing.T, p *Pipeline, req Request) *Result {
+	t.Helper()
+	req.Progress = nil
+	res, err := p.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 func testImage(t *testing.T) *section.RGB {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
@@ -187,11 +199,7 @@ func TestGenerateTiny(t *testing.T) {
 				// pipeline whose budget makes it load the transformer
 				// and the VAE decoder for their stage only.
 				small, logs := loadTinyLogged(t, Options{VRAMLimit: "64M", Preserve: "60M"})
-				req.Progress = nil
-				again, err := small.Generate(context.Background(), req)
-				if err != nil {
-					t.Fatal(err)
-				}
+				again := generateQuiet(t, small, req)
 				if !bytes.Equal(again.Pix, res.Pix) {
 					t.Error("the same request gave different frames")
 				}
@@ -208,11 +216,7 @@ func TestGenerateTiny(t *testing.T) {
 				fake, logs := loadTinyLogged(t, Options{})
 				fake.gpu = true
 				fake.be = memory.Budgeted(fake.dev.CPU, memory.Budget{Device: "small", Total: 64 << 20, Cap: 64 << 20, Preserve: 61 << 20})
-				req.Progress = nil
-				streamed, err := fake.Generate(context.Background(), req)
-				if err != nil {
-					t.Fatal(err)
-				}
+				streamed := generateQuiet(t, fake, req)
 				if !bytes.Equal(streamed.Pix, res.Pix) {
 					t.Error("the streamed transformer and host-placed encoders gave different frames")
 				}
@@ -222,11 +226,7 @@ func TestGenerateTiny(t *testing.T) {
 					}
 				}
 				req.Seed++
-				req.Progress = nil
-				other, err := p.Generate(context.Background(), req)
-				if err != nil {
-					t.Fatal(err)
-				}
+				other := generateQuiet(t, p, req)
 				if bytes.Equal(other.Pix, res.Pix) {
 					t.Error("another seed gave identical frames")
 				}
