@@ -182,21 +182,14 @@ func (v *VAE) EncodeWith(s *tensor.Scope, x *tensor.Tensor, til Tiling) (mean, l
 		tensor.Fail("wan.encode", "pixels %v: height and width must be multiples of %d", x.Shape(), r)
 	}
 	til = til.normalized()
-	if err := til.check(c); err != nil {
-		tensor.Fail("wan.encode", "%v", err)
-	}
-	es := s.Child()
-	defer es.Close()
-	xc := tiles.ToCompute(es, x, v.m.DT)
-	h, w := x.Dim(3), x.Dim(4)
-	run := func(h0, h1, w0, w1 int) *tiles.Video { return v.encodeTile(es, xc, h0, h1, w0, w1) }
-	var mom *tiles.Video
-	if til.Spatial && (w > til.TileWidth || h > til.TileHeight) {
-		mom = tiles.RoundTo(v.m.DT).Spatial(run, h, w, til.size().Encode(r, h, w))
-	} else {
-		mom = run(0, h, 0, w)
-	}
-	return tiles.Posterior(mom)
+	return tiles.Encode("wan.encode", s, x, v.m.DT, til.check(c), func(es *tensor.Scope, xc *tensor.Tensor) *tiles.Video {
+		h, w := x.Dim(3), x.Dim(4)
+		run := func(h0, h1, w0, w1 int) *tiles.Video { return v.encodeTile(es, xc, h0, h1, w0, w1) }
+		if til.Spatial && (w > til.TileWidth || h > til.TileHeight) {
+			return tiles.RoundTo(v.m.DT).Spatial(run, h, w, til.size().Encode(r, h, w))
+		}
+		return run(0, h, 0, w)
+	})
 }
 
 // encodeTile encodes the pixel box [h0,h1)×[w0,w1): frame 0, then chunks

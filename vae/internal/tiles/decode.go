@@ -40,3 +40,17 @@ func Decode[T fmt.Stringer](op, what string, z *tensor.Tensor, til T, bad error,
 	}
 	return out, Stats[T]{Tiling: til, Tiles: n, Retries: retries, Elapsed: time.Since(start)}
 }
+
+// Encode is the frame of a VAE's encode of pixels x: it fails as op when
+// bad (the tiling's own check) is set, else runs encode on x in the
+// compute dtype dt, in a child scope of s that closes when it returns;
+// encode gives the moments, whose posterior Encode returns (host tensors).
+func Encode(op string, s *tensor.Scope, x *tensor.Tensor, dt tensor.DType, bad error,
+	encode func(es *tensor.Scope, xc *tensor.Tensor) *Video) (mean, logvar *tensor.Tensor) {
+	if bad != nil {
+		tensor.Fail(op, "%v", bad)
+	}
+	es := s.Child()
+	defer es.Close()
+	return Posterior(encode(es, ToCompute(es, x, dt)))
+}
