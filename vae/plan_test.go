@@ -51,11 +51,7 @@ func TestDecodePeakModel(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			m := meter()
-			v, err := RandomWeights(cfg, m, tc.dt, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer v.Close()
+			v := randomVAE(t, cfg, m, tc.dt, 3)
 			base := m.Stats().InUse
 			m.ResetPeak()
 			z := randLatents(1, tc.shape...)
@@ -132,11 +128,7 @@ func TestPlannedDecodeFits(t *testing.T) {
 	cfg := smallConfig()
 	shape := []int{1, 16, 6, 6, 8}
 	m := meter()
-	v, err := RandomWeights(cfg, m, tensor.F32, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	v := randomVAE(t, cfg, m, tensor.F32, 5)
 	untiled := DecodePeak(cfg, shape, DefaultTiling(), tensor.F32)
 	budget := untiled * 2 / 5
 	opts, planned := PlanDecode(cfg, shape, budget, tensor.F32)
@@ -162,11 +154,7 @@ func TestDecodeRetriesSmallerTiles(t *testing.T) {
 	cfg := smallConfig()
 	shape := []int{1, 16, 2, 6, 8}
 	m := meter()
-	v, err := RandomWeights(cfg, m, tensor.F32, 9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	v := randomVAE(t, cfg, m, tensor.F32, 9)
 	z := randLatents(4, shape...)
 	forced := DefaultTiling() // untiled in space
 	need := DecodePeak(cfg, shape, forced, tensor.F32)
@@ -194,7 +182,7 @@ func TestDecodeRetriesSmallerTiles(t *testing.T) {
 	setCap(m, base+need/2)
 	s := tensor.NewScope(m)
 	defer s.Close()
-	err = tensor.Catch(func() { v.Decode(s, z, DecodeOptions{Tiling: forced, NoRetry: true}) })
+	err := tensor.Catch(func() { v.Decode(s, z, DecodeOptions{Tiling: forced, NoRetry: true}) })
 	if err == nil {
 		t.Fatal("NoRetry decode above the cap succeeded")
 	}
@@ -253,4 +241,16 @@ func setCap(m *memory.Backend, c int64) {
 		c = noCap
 	}
 	m.SetBudget(memory.Budget{Device: "test", Cap: c})
+}
+
+// randomVAE is RandomWeights, failing the test on an error; the VAE closes
+// when the test ends.
+func randomVAE(t *testing.T, cfg Config, be tensor.Backend, dt tensor.DType, seed uint64) *VAE {
+	t.Helper()
+	v, err := RandomWeights(cfg, be, dt, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Close)
+	return v
 }

@@ -116,11 +116,7 @@ func TestRealConfig(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	m := meter()
-	v, err := RandomWeights(cfg, m, tensor.BF16, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	v := randomVAE(t, cfg, m, tensor.BF16, 1)
 	var n int64
 	for _, w := range v.m.Weights.Held() {
 		n += int64(w.Numel())
@@ -162,11 +158,7 @@ func checkFinite(t *testing.T, x *tensor.Tensor, shape ...int) {
 }
 
 func TestDecodeBadInput(t *testing.T) {
-	v, err := RandomWeights(smallConfig(), cpu.New(), tensor.F32, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	v := randomVAE(t, smallConfig(), cpu.New(), tensor.F32, 1)
 	s := tensor.NewScope(v.Backend())
 	defer s.Close()
 	for _, tc := range []struct {
@@ -209,7 +201,7 @@ func TestDecodeBadInput(t *testing.T) {
 			t.Errorf("decode: error %v, want one saying %q", err, tc.want)
 		}
 	}
-	err = tensor.Catch(func() { v.Encode(s, randLatents(1, 1, 4, 1, 8, 8)) })
+	err := tensor.Catch(func() { v.Encode(s, randLatents(1, 1, 4, 1, 8, 8)) })
 	if err == nil || !strings.Contains(err.Error(), "want (B, 3, T, H, W)") {
 		t.Errorf("encode of 4 channels: %v", err)
 	}

@@ -427,11 +427,7 @@ func TestUpsampleThirdChunkF64(t *testing.T) {
 // upsampler one frame at a time gives the whole chunk's result.
 func TestDecodeTailPerFrame(t *testing.T) {
 	be := cpu.New()
-	v, err := RandomWeights(tinyConfig(), be, Options{}, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	v := randomVAE(t, tinyConfig(), be, Options{}, 5)
 	if v.m.Dec.tailFrom != 2 {
 		t.Fatalf("tail from up block %d, want 2 (after the two temporal upsamplers)", v.m.Dec.tailFrom)
 	}

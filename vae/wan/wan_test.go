@@ -27,11 +27,7 @@ func randn(seed uint64, shape ...int) *tensor.Tensor {
 
 func TestDecodeEncodeShapes(t *testing.T) {
 	be := cpu.New()
-	v, err := RandomWeights(tinyConfig(), be, Options{}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	v := randomVAE(t, tinyConfig(), be, Options{}, 1)
 	s := tensor.NewScope(be)
 	defer s.Close()
 	var px, mean, logvar *tensor.Tensor
@@ -68,4 +64,16 @@ func equal(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// randomVAE is RandomWeights, failing the test on an error; the VAE closes
+// when the test ends.
+func randomVAE(t *testing.T, cfg Config, be tensor.Backend, opts Options, seed uint64) *VAE {
+	t.Helper()
+	v, err := RandomWeights(cfg, be, opts, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Close)
+	return v
 }
