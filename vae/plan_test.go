@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/internal/errtest"
 	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
@@ -248,9 +249,5 @@ func setCap(m *memory.Backend, c int64) {
 func randomVAE(t *testing.T, cfg Config, be tensor.Backend, dt tensor.DType, seed uint64) *VAE {
 	t.Helper()
 	v, err := RandomWeights(cfg, be, dt, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(v.Close)
-	return v
+	return errtest.Closing(t, v, err)
 }

@@ -21,3 +21,14 @@ func Mentions(t testing.TB, err error, want ...string) {
 		}
 	}
 }
+
+// Closing fails the test on err, else returns m, closed when the test ends:
+// for what a test opens or builds.
+func Closing[M interface{ Close() }](t testing.TB, m M, err error) M {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}

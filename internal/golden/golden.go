@@ -17,6 +17,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/framepack-go/framepack/internal/errtest"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )
@@ -418,11 +419,7 @@ func Run(t *testing.T, component string, f func(t *testing.T, c *Case)) {
 func Model[M interface{ Close() }](t testing.TB, c *Case, load func(dir string) (M, error)) M {
 	t.Helper()
 	m, err := load(c.ModelDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	return m
+	return errtest.Closing(t, m, err)
 }
 
 // Load is Model with a loader that takes the backend and one more argument

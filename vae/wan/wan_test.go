@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/internal/errtest"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -71,9 +72,5 @@ func equal(a, b []int) bool {
 func randomVAE(t *testing.T, cfg Config, be tensor.Backend, opts Options, seed uint64) *VAE {
 	t.Helper()
 	v, err := RandomWeights(cfg, be, opts, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(v.Close)
-	return v
+	return errtest.Closing(t, v, err)
 }
