@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"testing"
 
@@ -41,6 +42,18 @@ func ReleasedDir(part string) string {
 func Released[C any](t testing.TB, part string, read func(dir string) (C, error), plan func(C) ([]weights.Spec, error)) (C, []weights.Spec) {
 	t.Helper()
 	return Plan(t, ReleasedDir(part), read, plan)
+}
+
+// SameConfig fails the test unless got (a config read from a released
+// config.json) equals want (the model's own defaults); both are shown as
+// JSON, which prints what their pointers hold.
+func SameConfig[C any](t testing.TB, got, want C) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(want)
+		t.Errorf("config %s\nwant %s", g, w)
+	}
 }
 
 // Shapes fails the test for each name of want that specs do not hold at

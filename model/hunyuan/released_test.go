@@ -17,9 +17,7 @@ func TestReleasedConfigTransformer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprintf("%+v", cfg) != fmt.Sprintf("%+v", FramePackI2V()) {
-		t.Errorf("config %+v\nwant FramePackI2V %+v", cfg, FramePackI2V())
-	}
+	plantest.SameConfig(t, cfg, FramePackI2V())
 	if cfg.Inner() != 3072 {
 		t.Errorf("hidden size %d, want 3072", cfg.Inner())
 	}
