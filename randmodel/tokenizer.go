@@ -115,44 +115,16 @@ func llamaFiles(out map[string][]byte) error {
 	if len(v.vocab) >= llamaFirstSpecial {
 		return fmt.Errorf("tokenizer: %d regular tokens reach the special ids", len(v.vocab))
 	}
-	var added []map[string]any
 	decoder := map[string]any{}
 	for i, s := range specials {
 		id := llamaFirstSpecial + i
 		// In the model's vocabulary too, so that every loader gives the
 		// added token this id rather than the next free one.
 		v.vocab[s] = id
-		added = append(added, map[string]any{"id": id, "content": s, "single_word": false, "lstrip": false,
-			"rstrip": false, "normalized": false, "special": true})
 		decoder[fmt.Sprint(id)] = map[string]any{"content": s, "single_word": false, "lstrip": false,
 			"rstrip": false, "normalized": false, "special": true}
 	}
-	bos := func(typeID int) map[string]any {
-		return map[string]any{"SpecialToken": map[string]any{"id": llamaBOS, "type_id": typeID}}
-	}
-	seq := func(id string, typeID int) map[string]any {
-		return map[string]any{"Sequence": map[string]any{"id": id, "type_id": typeID}}
-	}
-	doc := map[string]any{
-		"version":      "1.0",
-		"truncation":   nil,
-		"padding":      nil,
-		"added_tokens": added,
-		"normalizer":   nil,
-		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": tokenizer.LlamaPattern}, "behavior": "Isolated", "invert": false},
-			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
-		}},
-		"post_processor": map[string]any{"type": "TemplateProcessing",
-			"single":         []any{bos(0), seq("A", 0)},
-			"pair":           []any{bos(0), seq("A", 0), bos(1), seq("B", 1)},
-			"special_tokens": map[string]any{llamaBOS: map[string]any{"id": llamaBOS, "ids": []int{llamaFirstSpecial}, "tokens": []string{llamaBOS}}},
-		},
-		"decoder": map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
-		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
-			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "ignore_merges": true,
-			"vocab": v.vocab, "merges": v.merges},
-	}
+	doc := tokenizer.LlamaDocument(v.vocab, v.merges, specials, llamaBOS)
 	var err error
 	if out["tokenizer/tokenizer.json"], err = marshal(doc); err != nil {
 		return err

@@ -83,42 +83,10 @@ func llamaTokenizer() ([]byte, error) {
 	for _, w := range wholeWords(words, llamaVocab-256-len(llamaSpecial)) {
 		vocab[w] = len(vocab)
 	}
-	merges := []string{}
-	var added []map[string]any
 	for i, s := range llamaSpecial {
-		id := llamaVocab - len(llamaSpecial) + i
-		vocab[s] = id
-		added = append(added, map[string]any{"id": id, "content": s, "single_word": false, "lstrip": false,
-			"rstrip": false, "normalized": false, "special": true})
+		vocab[s] = llamaVocab - len(llamaSpecial) + i
 	}
-	doc := map[string]any{
-		"version":      "1.0",
-		"truncation":   nil,
-		"padding":      nil,
-		"added_tokens": added,
-		"normalizer":   nil,
-		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": tokenizer.LlamaPattern}, "behavior": "Isolated", "invert": false},
-			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
-		}},
-		"post_processor": map[string]any{"type": "TemplateProcessing",
-			"single": []any{
-				map[string]any{"SpecialToken": map[string]any{"id": llamaBOS, "type_id": 0}},
-				map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}},
-			},
-			"pair": []any{
-				map[string]any{"SpecialToken": map[string]any{"id": llamaBOS, "type_id": 0}},
-				map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}},
-				map[string]any{"SpecialToken": map[string]any{"id": llamaBOS, "type_id": 1}},
-				map[string]any{"Sequence": map[string]any{"id": "B", "type_id": 1}},
-			},
-			"special_tokens": map[string]any{llamaBOS: map[string]any{"id": llamaBOS, "ids": []int{vocab[llamaBOS]}, "tokens": []string{llamaBOS}}},
-		},
-		"decoder": map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
-		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
-			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "ignore_merges": true,
-			"vocab": vocab, "merges": merges},
-	}
+	doc := tokenizer.LlamaDocument(vocab, []string{}, llamaSpecial, llamaBOS)
 	return marshal(doc)
 }
 
