@@ -102,6 +102,21 @@ func openVAE[V interface {
 	return d, v, release, nil
 }
 
+// withVAE opens the device and the half of a VAE that opts keep (see
+// openVAE), runs use on them and releases both.
+func withVAE[V interface {
+	WeightBytes() int64
+	Close()
+}](f *vaeFlags, log *slog.Logger, name string, load func(string, tensor.Backend, vae.Options) (V, error), opts vae.Options,
+	use func(d *device.Device, v V) error) error {
+	d, v, release, err := openVAE(f, log, name, load, opts)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return use(d, v)
+}
+
 // withDecodeProgress runs decode, a one-section decode, showing its
 // progress; decode reports its tiles through tile.
 func withDecodeProgress(cmd *cobra.Command, log *slog.Logger, decode func(tile func(done, total int))) error {
@@ -267,55 +282,52 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 		return runWanDecode(cmd, f, z, til, auto, unscaled, out, vo)
 	}
 	log := slog.Default()
-	d, v, release, err := openVAE(f, log, "vae", vae.Load, vae.Options{NoEncoder: true})
-	if err != nil {
-		return err
-	}
-	defer release()
-	cfg := v.Config()
-	if z.Dim(1) != cfg.LatentChannels {
-		return fmt.Errorf("latents %v: the VAE takes %d channels", z.Shape(), cfg.LatentChannels)
-	}
-	opts := vae.DecodeOptions{Tiling: til}
-	var planned int64
-	st := d.Backend.Stats()
-	avail, err := d.DecodeRoom()
-	if err != nil {
-		return fmt.Errorf("vae decode: %w", err)
-	}
-	if auto {
-		opts, planned = v.Plan(z.Shape(), avail)
-	} else {
-		planned = v.DecodePeak(z.Shape(), opts.Tiling)
-	}
-	T, h, w := z.Dim(2), z.Dim(3), z.Dim(4)
-	ss := cfg.SpatialCompressionRatio
-	log.Info(fmt.Sprintf("vae decode: latents %v → %d frames of %dx%d; %s; cap %s, %s free for activations, planned peak %s",
-		z.Shape(), cfg.SampleFrames(T), h*ss, w*ss, opts.Tiling, memory.FormatBytes(st.Cap), memory.FormatBytes(avail),
-		memory.FormatBytes(planned)))
-	var ds vae.DecodeStats
-	opts.Stats = &ds
-	opts.Log = func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
-	d.Backend.ResetPeak()
-	hs := tensor.NewScope(d.CPU) // the pixels
-	defer hs.Close()
-	var px *tensor.Tensor
-	opts.Context = cmd.Context()
-	err = withDecodeProgress(cmd, log, func(tile func(done, total int)) {
-		opts.Progress = tile
-		if unscaled {
-			px = section.DecodeUnscaled(hs, v, z, opts)
-		} else {
-			px = section.VAEDecode(hs, v, z, opts)
+	return withVAE(f, log, "vae", vae.Load, vae.Options{NoEncoder: true}, func(d *device.Device, v *vae.VAE) error {
+		cfg := v.Config()
+		if z.Dim(1) != cfg.LatentChannels {
+			return fmt.Errorf("latents %v: the VAE takes %d channels", z.Shape(), cfg.LatentChannels)
 		}
+		opts := vae.DecodeOptions{Tiling: til}
+		var planned int64
+		st := d.Backend.Stats()
+		avail, err := d.DecodeRoom()
+		if err != nil {
+			return fmt.Errorf("vae decode: %w", err)
+		}
+		if auto {
+			opts, planned = v.Plan(z.Shape(), avail)
+		} else {
+			planned = v.DecodePeak(z.Shape(), opts.Tiling)
+		}
+		T, h, w := z.Dim(2), z.Dim(3), z.Dim(4)
+		ss := cfg.SpatialCompressionRatio
+		log.Info(fmt.Sprintf("vae decode: latents %v → %d frames of %dx%d; %s; cap %s, %s free for activations, planned peak %s",
+			z.Shape(), cfg.SampleFrames(T), h*ss, w*ss, opts.Tiling, memory.FormatBytes(st.Cap), memory.FormatBytes(avail),
+			memory.FormatBytes(planned)))
+		var ds vae.DecodeStats
+		opts.Stats = &ds
+		opts.Log = func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
+		d.Backend.ResetPeak()
+		hs := tensor.NewScope(d.CPU) // the pixels
+		defer hs.Close()
+		var px *tensor.Tensor
+		opts.Context = cmd.Context()
+		err = withDecodeProgress(cmd, log, func(tile func(done, total int)) {
+			opts.Progress = tile
+			if unscaled {
+				px = section.DecodeUnscaled(hs, v, z, opts)
+			} else {
+				px = section.VAEDecode(hs, v, z, opts)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("vae decode: %w", err)
+		}
+		peak := d.Backend.Stats().Peak - v.WeightBytes()
+		log.Info(fmt.Sprintf("vae decode: %d tiles at %s (%d retries) in %.2f s; activations peak %s (planned %s); %s",
+			ds.Tiles, ds.Tiling, ds.Retries, ds.Elapsed.Seconds(), memory.FormatBytes(peak), memory.FormatBytes(planned), d.Backend))
+		return writeFrames(cmd, log, "vae decode", px, out, vo)
 	})
-	if err != nil {
-		return fmt.Errorf("vae decode: %w", err)
-	}
-	peak := d.Backend.Stats().Peak - v.WeightBytes()
-	log.Info(fmt.Sprintf("vae decode: %d tiles at %s (%d retries) in %.2f s; activations peak %s (planned %s); %s",
-		ds.Tiles, ds.Tiling, ds.Retries, ds.Elapsed.Seconds(), memory.FormatBytes(peak), memory.FormatBytes(planned), d.Backend))
-	return writeFrames(cmd, log, "vae decode", px, out, vo)
 }
 
 func newVAEEncode() *cobra.Command {
@@ -383,25 +395,22 @@ func runVAEEncode(f *vaeFlags, im *section.RGB, sample bool, seed uint64) error 
 		return runWanEncode(f, im, sample, seed)
 	}
 	log := slog.Default()
-	d, v, release, err := openVAE(f, log, "vae", vae.Load, vae.Options{NoDecoder: true})
-	if err != nil {
-		return err
-	}
-	defer release()
-	log.Info(fmt.Sprintf("vae encode: %dx%d image → latents (1, %d, 1, %d, %d)", im.W, im.H, v.Config().LatentChannels,
-		im.H/v.Config().SpatialCompressionRatio, im.W/v.Config().SpatialCompressionRatio))
-	start := time.Now()
-	d.Backend.ResetPeak()
-	s := tensor.NewScope(d.Backend)
-	defer s.Close()
-	var rng vae.Randn // nil: the posterior's mode
-	if sample {
-		rng = sampler.NewTorchGenerator(seed)
-	}
-	var out *tensor.Tensor
-	err = tensor.Catch(func() { out = section.VAEEncode(s, v, im, vae.DefaultTiling(), rng) })
-	if err != nil {
-		return fmt.Errorf("vae encode: %w", err)
-	}
-	return saveLatents(log, "vae encode", d, start, v.WeightBytes(), f.out, out)
+	return withVAE(f, log, "vae", vae.Load, vae.Options{NoDecoder: true}, func(d *device.Device, v *vae.VAE) error {
+		log.Info(fmt.Sprintf("vae encode: %dx%d image → latents (1, %d, 1, %d, %d)", im.W, im.H, v.Config().LatentChannels,
+			im.H/v.Config().SpatialCompressionRatio, im.W/v.Config().SpatialCompressionRatio))
+		start := time.Now()
+		d.Backend.ResetPeak()
+		s := tensor.NewScope(d.Backend)
+		defer s.Close()
+		var rng vae.Randn // nil: the posterior's mode
+		if sample {
+			rng = sampler.NewTorchGenerator(seed)
+		}
+		var out *tensor.Tensor
+		err := tensor.Catch(func() { out = section.VAEEncode(s, v, im, vae.DefaultTiling(), rng) })
+		if err != nil {
+			return fmt.Errorf("vae encode: %w", err)
+		}
+		return saveLatents(log, "vae encode", d, start, v.WeightBytes(), f.out, out)
+	})
 }
