@@ -34,6 +34,28 @@ func tinyRequest() framepack.Request {
 	return req
 }
 
+// loadTiny loads the built-in tiny model on the CPU as ExampleLoad does,
+// or prints why it cannot and returns nil; done closes the pipeline and
+// removes the model's temporary folder.
+func loadTiny() (p *framepack.Pipeline, done func()) {
+	dir, temporary, err := tinymodel.Dir()
+	if err != nil {
+		fmt.Println(err)
+		return nil, nil
+	}
+	removeDir := func() {
+		if temporary {
+			os.RemoveAll(dir)
+		}
+	}
+	if p, err = framepack.Load(dir, framepack.Options{Device: framepack.DeviceCPU, Logger: quiet}); err != nil {
+		fmt.Println(err)
+		removeDir()
+		return nil, nil
+	}
+	return p, func() { p.Close(); removeDir() }
+}
+
 // Load the built-in tiny model (random weights in the real architecture)
 // on the CPU. With real weights, pass the folder FramePack downloads.
 func ExampleLoad() {
@@ -57,20 +79,11 @@ func ExampleLoad() {
 
 // Generate a video, following its stages through Progress.
 func ExamplePipeline_Generate() {
-	dir, temporary, err := tinymodel.Dir()
-	if err != nil {
-		fmt.Println(err)
+	p, done := loadTiny()
+	if p == nil {
 		return
 	}
-	if temporary {
-		defer os.RemoveAll(dir)
-	}
-	p, err := framepack.Load(dir, framepack.Options{Device: framepack.DeviceCPU, Logger: quiet})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer p.Close()
+	defer done()
 
 	req := tinyRequest()
 	req.Progress = func(pr framepack.Progress) {
@@ -107,20 +120,11 @@ func ExamplePipeline_Generate() {
 // Cancel a generation through its context: Generate stops before the next
 // sampler step or stage and returns an error wrapping ctx.Err().
 func ExamplePipeline_Generate_cancel() {
-	dir, temporary, err := tinymodel.Dir()
-	if err != nil {
-		fmt.Println(err)
+	p, done := loadTiny()
+	if p == nil {
 		return
 	}
-	if temporary {
-		defer os.RemoveAll(dir)
-	}
-	p, err := framepack.Load(dir, framepack.Options{Device: framepack.DeviceCPU, Logger: quiet})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer p.Close()
+	defer done()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -130,7 +134,7 @@ func ExamplePipeline_Generate_cancel() {
 			cancel() // a user pressing stop after the first step
 		}
 	}
-	_, err = p.Generate(ctx, req)
+	_, err := p.Generate(ctx, req)
 	fmt.Println(errors.Is(err, context.Canceled))
 	// Output: true
 }

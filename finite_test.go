@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/framepack-go/framepack/internal/errtest"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )
@@ -120,11 +121,7 @@ func TestNonFiniteIsAnError(t *testing.T) {
 				t.Fatalf("a NaN in %s made a %d-frame video", c.tensor, res.T)
 			}
 			t.Logf("NaN in %s: %v", c.tensor, err)
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not say %q", err, w)
-				}
-			}
+			errtest.Mentions(t, err, c.want...)
 		})
 	}
 }
@@ -200,11 +197,7 @@ func TestLoadChecksEveryPartsWeights(t *testing.T) {
 				t.Fatal("loaded")
 			}
 			t.Log(err)
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not say %q", err, w)
-				}
-			}
+			errtest.Mentions(t, err, c.want...)
 		})
 	}
 }

@@ -126,6 +126,16 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// PartPath is the field of o that overrides the folder of part (one of the
+// Part names), nil for any other name.
+func (o *Options) PartPath(part string) *string {
+	return map[string]*string{
+		PartTransformer: &o.Transformer, PartVAE: &o.VAE, PartTextEncoder: &o.TextEncoder,
+		PartTextEncoder2: &o.TextEncoder2, PartTokenizer: &o.Tokenizer, PartTokenizer2: &o.Tokenizer2,
+		PartImageEncoder: &o.ImageEncoder, PartFeatureExtractor: &o.FeatureExtractor,
+	}[part]
+}
+
 // Device choices for Options.Device.
 const (
 	DeviceAuto = device.Auto
@@ -198,13 +208,8 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 		return nil, fmt.Errorf("options: TeaCacheThreshold must be a finite value ≥ 0 (0: FramePack's 0.15), have %v", th)
 	}
 	p := &Pipeline{log: log, opts: opts, paths: map[string]string{}, bytes: map[string]int64{}}
-	overrides := map[string]string{
-		PartTransformer: opts.Transformer, PartVAE: opts.VAE, PartTextEncoder: opts.TextEncoder,
-		PartTextEncoder2: opts.TextEncoder2, PartTokenizer: opts.Tokenizer, PartTokenizer2: opts.Tokenizer2,
-		PartImageEncoder: opts.ImageEncoder,
-	}
 	for _, part := range []string{PartTransformer, PartVAE, PartTextEncoder, PartTextEncoder2, PartTokenizer, PartTokenizer2, PartImageEncoder} {
-		path := overrides[part]
+		path := *opts.PartPath(part)
 		if path == "" {
 			if dir == "" {
 				return nil, fmt.Errorf("no model folder and no path for the %s", part)

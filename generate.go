@@ -200,27 +200,31 @@ func (j *job) run(img *section.RGB) error {
 		crops = append(crops, ecrop)
 	}
 
-	if err := j.stage(StageVAEEncode); err != nil {
-		return err
-	}
-	t = time.Now()
-	lat, err := j.encodeImage(crops...)
+	lat, err := j.encodeStage(StageVAEEncode, &j.res.VAEEncode, j.encodeImage, crops)
 	if err != nil {
 		return err
 	}
-	j.res.VAEEncode = time.Since(t)
-
-	if err := j.stage(StageImageEncode); err != nil {
-		return err
-	}
-	t = time.Now()
-	emb, err := j.encodeSigLIP(crops...)
+	emb, err := j.encodeStage(StageImageEncode, &j.res.ImageEncode, j.encodeSigLIP, crops)
 	if err != nil {
 		return err
 	}
-	j.res.ImageEncode = time.Since(t)
 
 	return j.sections(images{start: lat[0], image: emb[0], end: at(lat, 1), endImage: at(emb, 1)}, pos, neg, bh/8, bw/8)
+}
+
+// encodeStage enters stage, encodes the crops and keeps the time it took
+// in d.
+func (j *job) encodeStage(stage string, d *time.Duration, encode func(...*section.RGB) ([]*tensor.Tensor, error), crops []*section.RGB) ([]*tensor.Tensor, error) {
+	if err := j.stage(stage); err != nil {
+		return nil, err
+	}
+	t := time.Now()
+	out, err := encode(crops...)
+	if err != nil {
+		return nil, err
+	}
+	*d = time.Since(t)
+	return out, nil
 }
 
 // images are the encoded start image and, when given, end image.

@@ -71,6 +71,34 @@ func loadTiny(t *testing.T) *Pipeline {
 	return p
 }
 
+// loadTinyLogged loads the tiny model on the CPU with opts (Device and
+// Logger set here) and keeps its debug log; the pipeline closes when the
+// test ends.
+func loadTinyLogged(t *testing.T, opts Options) (*Pipeline, *bytes.Buffer) {
+	t.Helper()
+	var logs bytes.Buffer
+	opts.Device = DeviceCPU
+	opts.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p, err := Load(tinyDir(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p, &logs
+}
+
+// generateQuiet runs req on p without its Progress, failing the test on an
+// error.
+func generateQuiet(t *testing.T, p *Pipeline, req Request) *Result {
+	t.Helper()
+	req.Progress = nil
+	res, err := p.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 func testImage(t *testing.T) *section.RGB {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
@@ -170,18 +198,8 @@ func TestGenerateTiny(t *testing.T) {
 				// every section from one generator, also from a
 				// pipeline whose budget makes it load the transformer
 				// and the VAE decoder for their stage only.
-				var logs bytes.Buffer
-				small, err := Load(tinyDir(t), Options{Device: DeviceCPU, VRAMLimit: "64M", Preserve: "60M",
-					Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), &slog.HandlerOptions{Level: slog.LevelDebug}))})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer small.Close()
-				req.Progress = nil
-				again, err := small.Generate(context.Background(), req)
-				if err != nil {
-					t.Fatal(err)
-				}
+				small, logs := loadTinyLogged(t, Options{VRAMLimit: "64M", Preserve: "60M"})
+				again := generateQuiet(t, small, req)
 				if !bytes.Equal(again.Pix, res.Pix) {
 					t.Error("the same request gave different frames")
 				}
@@ -195,20 +213,10 @@ func TestGenerateTiny(t *testing.T) {
 				// The GPU policies (encoders placed on the host when the
 				// device lacks room, transformer blocks streamed, reload
 				// per section), run on the CPU, change nothing.
-				var logs bytes.Buffer
-				fake, err := Load(tinyDir(t), Options{Device: DeviceCPU,
-					Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), &slog.HandlerOptions{Level: slog.LevelDebug}))})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer fake.Close()
+				fake, logs := loadTinyLogged(t, Options{})
 				fake.gpu = true
 				fake.be = memory.Budgeted(fake.dev.CPU, memory.Budget{Device: "small", Total: 64 << 20, Cap: 64 << 20, Preserve: 61 << 20})
-				req.Progress = nil
-				streamed, err := fake.Generate(context.Background(), req)
-				if err != nil {
-					t.Fatal(err)
-				}
+				streamed := generateQuiet(t, fake, req)
 				if !bytes.Equal(streamed.Pix, res.Pix) {
 					t.Error("the streamed transformer and host-placed encoders gave different frames")
 				}
@@ -218,11 +226,7 @@ func TestGenerateTiny(t *testing.T) {
 					}
 				}
 				req.Seed++
-				req.Progress = nil
-				other, err := p.Generate(context.Background(), req)
-				if err != nil {
-					t.Fatal(err)
-				}
+				other := generateQuiet(t, p, req)
 				if bytes.Equal(other.Pix, res.Pix) {
 					t.Error("another seed gave identical frames")
 				}

@@ -3,8 +3,6 @@ package framepack
 import (
 	"bytes"
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 
@@ -31,13 +29,7 @@ func TestGenerateHostBudget(t *testing.T) {
 		{"mapped", 64 << 20, "blocks streamed from the mapped checkpoint"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var logs bytes.Buffer
-			fp, err := Load(tinyDir(t), Options{Device: DeviceCPU,
-				Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), &slog.HandlerOptions{Level: slog.LevelDebug}))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fp.Close()
+			fp, logs := loadTinyLogged(t, Options{})
 			fp.gpu = true
 			fp.be = memory.Budgeted(testdevice.NewFake(), memory.Budget{Device: "small", Total: 64 << 20, Cap: 64 << 20, Preserve: 61 << 20})
 			fp.ram = memory.NewHost(c.limit, 1<<40, "test")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/framepack-go/framepack/internal/errtest"
 	"github.com/framepack-go/framepack/lora"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/tinymodel"
@@ -167,11 +168,7 @@ func TestLoadBadInput(t *testing.T) {
 				p.Close()
 				t.Fatal("loaded")
 			}
-			for _, w := range r.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
-			}
+			errtest.Mentions(t, err, r.want...)
 			if strings.Contains(err.Error(), "no-such-device") {
 				t.Errorf("error %q comes from the device, not the check before it", err)
 			}

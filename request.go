@@ -107,23 +107,30 @@ func (r *Request) forward() bool { return r.Model == ModelF1 }
 
 // endFrame is the end image, if any.
 func (r *Request) endFrame() (*section.RGB, error) {
+	return frameOf("End", "end ", r.EndImage, r.EndRGB)
+}
+
+// frameOf checks one of a request's frames, given as an image or as RGB
+// (the fields field+"Image" and field+"RGB"; what names it in prose), and
+// returns it, or nil when neither is set.
+func frameOf(field, what string, img image.Image, rgb *section.RGB) (*section.RGB, error) {
 	switch {
-	case r.EndImage != nil && r.EndRGB != nil:
-		return nil, fmt.Errorf("request: set EndImage or EndRGB, not both")
-	case r.EndRGB != nil:
-		if r.EndRGB.W <= 0 || r.EndRGB.H <= 0 || len(r.EndRGB.Pix) != 3*r.EndRGB.W*r.EndRGB.H {
-			return nil, fmt.Errorf("request: end RGB image of %d×%d with %d bytes", r.EndRGB.W, r.EndRGB.H, len(r.EndRGB.Pix))
+	case img != nil && rgb != nil:
+		return nil, fmt.Errorf("request: set %sImage or %sRGB, not both", field, field)
+	case rgb != nil:
+		if rgb.W <= 0 || rgb.H <= 0 || len(rgb.Pix) != 3*rgb.W*rgb.H {
+			return nil, fmt.Errorf("request: %sRGB image of %d×%d with %d bytes", what, rgb.W, rgb.H, len(rgb.Pix))
 		}
-		return r.EndRGB, nil
-	case r.EndImage != nil:
-		b := r.EndImage.Bounds()
+		return rgb, nil
+	case img != nil:
+		b := img.Bounds()
 		if b.Dx() <= 0 || b.Dy() <= 0 {
-			return nil, fmt.Errorf("request: the end image has no pixels (%d×%d)", b.Dx(), b.Dy())
+			return nil, fmt.Errorf("request: the %simage has no pixels (%d×%d)", what, b.Dx(), b.Dy())
 		}
 		if int64(b.Dx())*int64(b.Dy()) > section.MaxImagePixels {
-			return nil, fmt.Errorf("request: a %d×%d end image is too large (limit %d megapixels)", b.Dx(), b.Dy(), section.MaxImagePixels/1000000)
+			return nil, fmt.Errorf("request: a %d×%d %simage is too large (limit %d megapixels)", b.Dx(), b.Dy(), what, section.MaxImagePixels/1000000)
 		}
-		return section.FromImage(r.EndImage), nil
+		return section.FromImage(img), nil
 	}
 	return nil, nil
 }
@@ -278,25 +285,11 @@ func (r *Request) Validate() error {
 
 // validate checks a request and returns its start image.
 func (r *Request) validate() (*section.RGB, error) {
-	var img *section.RGB
+	img, err := frameOf("", "", r.Image, r.RGB)
 	switch {
-	case r.Image != nil && r.RGB != nil:
-		return nil, fmt.Errorf("request: set Image or RGB, not both")
-	case r.RGB != nil:
-		if r.RGB.W <= 0 || r.RGB.H <= 0 || len(r.RGB.Pix) != 3*r.RGB.W*r.RGB.H {
-			return nil, fmt.Errorf("request: RGB image of %d×%d with %d bytes", r.RGB.W, r.RGB.H, len(r.RGB.Pix))
-		}
-		img = r.RGB
-	case r.Image != nil:
-		b := r.Image.Bounds()
-		if b.Dx() <= 0 || b.Dy() <= 0 {
-			return nil, fmt.Errorf("request: the image has no pixels (%d×%d)", b.Dx(), b.Dy())
-		}
-		if int64(b.Dx())*int64(b.Dy()) > section.MaxImagePixels {
-			return nil, fmt.Errorf("request: a %d×%d image is too large (limit %d megapixels)", b.Dx(), b.Dy(), section.MaxImagePixels/1000000)
-		}
-		img = section.FromImage(r.Image)
-	default:
+	case err != nil:
+		return nil, err
+	case img == nil:
 		return nil, fmt.Errorf("request: no start image")
 	}
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

@@ -1,11 +1,8 @@
 package framepack
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -41,13 +38,7 @@ func TestGenerateResidency(t *testing.T) {
 		{"small budget", 64 << 20, 60 << 20, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var logs bytes.Buffer
-			p, err := Load(tinyDir(t), Options{Device: DeviceCPU,
-				Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), &slog.HandlerOptions{Level: slog.LevelDebug}))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
+			p, logs := loadTinyLogged(t, Options{})
 			tc := &trimCounter{Backend: p.dev.CPU}
 			p.be = memory.Budgeted(tc, memory.Budget{Device: "counted", Total: c.cap, Cap: c.cap, Preserve: c.preserve})
 

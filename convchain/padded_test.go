@@ -43,13 +43,7 @@ func (t *padTier) RunPadded(_ *Plan, dst, x, w, bias *tensor.Tensor, p tensor.Co
 func TestConv3dPadded(t *testing.T) {
 	c := cpu.New()
 	rng := rand.New(rand.NewPCG(3, 4))
-	rnd := func(shape ...int) *tensor.Tensor {
-		v := make([]float32, tensor.Numel(shape))
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return tensor.FromFloat32(v, shape...)
-	}
+	rnd := func(shape ...int) *tensor.Tensor { return tensor.RandN(rng, shape...) }
 	x, w, b := rnd(1, 3, 4, 5, 6), rnd(2, 3, 3, 3, 3), rnd(2)
 	pad := tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}
 	px := tensor.New(tensor.F32, 1, 3, 6, 7, 8)
@@ -133,16 +127,8 @@ func upsampleRef(x *tensor.Tensor, f [3]int, causal bool) *tensor.Tensor {
 func TestConv3dPaddedUpsample(t *testing.T) {
 	c := cpu.New()
 	rng := rand.New(rand.NewPCG(5, 6))
-	v := make([]float32, 2*3*3*4*5)
-	for i := range v {
-		v[i] = float32(rng.NormFloat64())
-	}
-	x := tensor.FromFloat32(v, 2, 3, 3, 4, 5)
-	wv := make([]float32, 4*3*27)
-	for i := range wv {
-		wv[i] = float32(rng.NormFloat64())
-	}
-	w := tensor.FromFloat32(wv, 4, 3, 3, 3, 3)
+	x := tensor.RandN(rng, 2, 3, 3, 4, 5)
+	w := tensor.RandN(rng, 4, 3, 3, 3, 3)
 	for _, tc := range []struct {
 		f      [3]int
 		causal bool

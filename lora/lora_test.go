@@ -98,13 +98,7 @@ func TestTargets(t *testing.T) {
 	}
 }
 
-func randn(r *rand.Rand, n int) []float32 {
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = float32(r.NormFloat64())
-	}
-	return v
-}
+func randn(r *rand.Rand, n int) []float32 { return tensor.RandN(r, n).Float32s() }
 
 func save(t *testing.T, path string, ts map[string][]float32, shapes map[string][]int) {
 	t.Helper()

@@ -101,9 +101,7 @@ func TestPlanStreamByRAMLimit(t *testing.T) {
 // the host budget are one pool, and a byte on the device is a byte less
 // for the host.
 func TestUnifiedOnePool(t *testing.T) {
-	// Strix Halo: 124 GiB, 110 GiB available, 96 GiB GTT.
-	root := fakeSys(t, 124*GiB, 110*GiB, 96*GiB, 2*GiB)
-	d := DeviceInfo{Name: "AMD Radeon 8060S", Arch: "gfx1151", Integrated: true, PCIBusID: "0000:c3:00.0", TotalMem: 512 * MiB}
+	root, d := strixHalo(t, "0000:c3:00.0")
 	b, err := BudgetFor(d, root)
 	if err != nil {
 		t.Fatal(err)

@@ -68,31 +68,27 @@ func (m *Manager) State(name string) State {
 	return Unloaded
 }
 
-func (m *Manager) get(name string) (*managed, error) {
+// with runs f on the model registered as name, under the manager's lock.
+func (m *Manager) with(name string, f func(md *managed) error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	md := m.models[name]
 	if md == nil {
-		return nil, fmt.Errorf("memory: no model %s registered", name)
+		return fmt.Errorf("memory: no model %s registered", name)
 	}
-	return md, nil
+	return f(md)
 }
 
 // Load makes name resident, evicting other models (least recently used
 // first, never those in keep) when the budget lacks room.
 func (m *Manager) Load(name string, keep ...string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	md, err := m.get(name)
-	if err != nil {
-		return err
-	}
-	need := md.p.DeviceBytes() - m.mb.Held(name)
-	if err := m.makeRoom(need, append(keep, name), "load "+name); err != nil {
-		return err
-	}
-	if err := m.move(md, Resident, 0); err != nil {
-		return err
-	}
-	return nil
+	return m.with(name, func(md *managed) error {
+		need := md.p.DeviceBytes() - m.mb.Held(name)
+		if err := m.makeRoom(need, append(keep, name), "load "+name); err != nil {
+			return err
+		}
+		return m.move(md, Resident, 0)
+	})
 }
 
 // LoadAsync makes name resident on another goroutine, without holding the
@@ -147,23 +143,19 @@ func (m *Manager) LoadAsync(name string, reserve int64) (wait func() error, star
 // amount. Other models not in keep are evicted (least recently used first)
 // as long as that lets more of it stay.
 func (m *Manager) LoadPreserving(name string, keep ...string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	md, err := m.get(name)
-	if err != nil {
-		return err
-	}
-	preserve := m.mb.Budget().Preserve
-	need := md.p.DeviceBytes() - m.mb.Held(name) + preserve
-	m.evict(need, append(keep, name), "load "+name)
-	limit := m.mb.Available() + m.mb.Held(name) - preserve
-	if md.p.DeviceBytes() <= limit {
-		return m.move(md, Resident, 0)
-	}
-	m.log.Info(fmt.Sprintf("memory: %s (%s) does not fit beside %s preserved; streaming it with %s kept on the device",
-		name, FormatBytes(md.p.DeviceBytes()), FormatBytes(preserve), FormatBytes(max(0, limit))),
-		"model", name, "bytes", md.p.DeviceBytes(), "limit", max(0, limit))
-	return m.move(md, Streamed, max(0, limit))
+	return m.with(name, func(md *managed) error {
+		preserve := m.mb.Budget().Preserve
+		need := md.p.DeviceBytes() - m.mb.Held(name) + preserve
+		m.evict(need, append(keep, name), "load "+name)
+		limit := m.mb.Available() + m.mb.Held(name) - preserve
+		if md.p.DeviceBytes() <= limit {
+			return m.move(md, Resident, 0)
+		}
+		m.log.Info(fmt.Sprintf("memory: %s (%s) does not fit beside %s preserved; streaming it with %s kept on the device",
+			name, FormatBytes(md.p.DeviceBytes()), FormatBytes(preserve), FormatBytes(max(0, limit))),
+			"model", name, "bytes", md.p.DeviceBytes(), "limit", max(0, limit))
+		return m.move(md, Streamed, max(0, limit))
+	})
 }
 
 // Offload moves name to the host, freeing every byte it holds on the
@@ -175,17 +167,13 @@ func (m *Manager) Offload(name string) error { return m.leave(name, OnHost) }
 func (m *Manager) Unload(name string) error { return m.leave(name, Unloaded) }
 
 func (m *Manager) leave(name string, st State) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	md, err := m.get(name)
-	if err != nil {
-		return err
-	}
-	if err := m.move(md, st, 0); err != nil {
-		return err
-	}
-	m.trim(st.String() + " " + name)
-	return nil
+	return m.with(name, func(md *managed) error {
+		if err := m.move(md, st, 0); err != nil {
+			return err
+		}
+		m.trim(st.String() + " " + name)
+		return nil
+	})
 }
 
 // move places md in st and checks that leaving the device freed every

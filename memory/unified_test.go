@@ -39,12 +39,17 @@ func fakeSys(t *testing.T, memTotal, memAvail, gtt, gttUsed int64) string {
 	return root
 }
 
+// strixHalo is the sysfs of a Strix Halo (128 GiB: 124 GiB to the system,
+// 110 GiB available, 96 GiB GTT with 2 GiB used) and its GPU at busID.
+func strixHalo(t *testing.T, busID string) (string, DeviceInfo) {
+	return fakeSys(t, 124*GiB, 110*GiB, 96*GiB, 2*GiB),
+		DeviceInfo{Name: "AMD Radeon 8060S", Arch: "gfx1151", Integrated: true, PCIBusID: busID, TotalMem: 512 * MiB}
+}
+
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func TestUnifiedBudgetFromSysfs(t *testing.T) {
-	// Strix Halo, 128 GiB, 96 GiB GTT, 110 GiB available.
-	root := fakeSys(t, 124*GiB, 110*GiB, 96*GiB, 2*GiB)
-	d := DeviceInfo{Name: "AMD Radeon 8060S", Arch: "gfx1151", Integrated: true, PCIBusID: "0000:C3:00.0", TotalMem: 512 * MiB}
+	root, d := strixHalo(t, "0000:C3:00.0") // the bus id in another case than sysfs'
 	b, err := BudgetFor(d, root)
 	if err != nil {
 		t.Fatal(err)

@@ -13,22 +13,9 @@ import (
 // (skipping, with the reason, when the convolution library is absent).
 func openGPU(t testing.TB) (*gputest.Device, *Handle) {
 	t.Helper()
-	dev := gputest.Open(t)
-	v := AMD
-	if dev.Platform == "cuda" {
-		v = NVIDIA
-	}
-	lib, err := OpenVendor(v)
-	if err != nil {
-		t.Skipf("GPU %s present but no convolution library: %v", dev.Name, err)
-	}
-	h, err := lib.NewHandle(dev.Stream)
-	if err != nil {
-		t.Fatalf("%v: NewHandle: %v", lib, err)
-	}
-	t.Cleanup(func() { h.Close() })
-	t.Logf("device %s (%s), %v", dev.Name, dev.Platform, lib)
-	return dev, h
+	return gputest.OpenHandle(t, "convolution", OpenVendor, func(dev *gputest.Device, lib *Lib) (*Handle, error) {
+		return lib.NewHandle(dev.Stream)
+	})
 }
 
 // conv3dRef is the float64 cross-correlation on logical NCDHW arrays.

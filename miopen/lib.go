@@ -79,23 +79,20 @@ var libs = &dynlib.Loader[Vendor, *Lib]{
 			Name:    "MIOpen",
 			Env:     "FRAMEPACK_MIOPEN",
 			Sonames: []string{"libMIOpen.so.1"},
-			Dirs:    []string{"$ROCM_PATH/lib", "$HIP_PATH/lib", "/opt/rocm/lib"},
+			Dirs:    dynlib.ROCmDirs(),
 		},
 		NVIDIA: {
 			Name:    "cuDNN 9",
 			Env:     "FRAMEPACK_CUDNN",
 			Sonames: []string{"libcudnn.so.9"},
-			Dirs: []string{"$CUDNN_PATH/lib", "$CUDA_PATH/lib64", "$CUDA_HOME/lib64",
-				"/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"},
+			Dirs:    append([]string{"$CUDNN_PATH/lib"}, dynlib.CUDADirs("/usr/lib/x86_64-linux-gnu")...),
 		},
 	},
-	Symbols: symbols,
-	Init:    initLib,
 }
 
 // EnvPath names the environment variable that points a vendor's loader at
 // one library file, bypassing the search.
-func EnvPath(v Vendor) string { return libs.Libraries[v].Env }
+func EnvPath(v Vendor) string { return libs.EnvPath(v) }
 
 // Open loads MIOpen, or cuDNN when MIOpen is absent. A caller that knows its
 // platform should use OpenVendor.

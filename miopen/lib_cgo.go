@@ -8,13 +8,14 @@ package miopen
 
 // Function tables, one per vendor (index 0 AMD, 1 NVIDIA), indexed by the
 // enums below; the Go side names each entry (symbolTables) and fills them.
-enum { MI_CREATE, MI_DESTROY, MI_SET_STREAM, MI_VERSION, MI_ERR,
-       MI_CREATE_T, MI_SET_T, MI_DESTROY_T, MI_CREATE_C, MI_INIT_C, MI_DESTROY_C,
+// Both begin with the calls whose signatures MIOpen and cuDNN share.
+enum { DNN_DESTROY, DNN_SET_STREAM, DNN_ERR, DNN_CREATE_T, DNN_SET_T, DNN_DESTROY_T,
+       DNN_CREATE_C, DNN_DESTROY_C, DNN_N };
+enum { MI_CREATE = DNN_N, MI_VERSION, MI_INIT_C,
        MI_OUTDIM, MI_SOL_COUNT, MI_SOL, MI_SOL_WS, MI_COMPILE, MI_IMMEDIATE,
        MI_WS, MI_FIND, MI_FIND_MODE, MI_N };
-enum { CD_CREATE, CD_DESTROY, CD_SET_STREAM, CD_VERSION, CD_ERR,
-       CD_CREATE_T, CD_SET_T, CD_DESTROY_T, CD_CREATE_F, CD_SET_F, CD_DESTROY_F,
-       CD_CREATE_C, CD_SET_C, CD_SET_MATH, CD_DESTROY_C, CD_OUTDIM,
+enum { CD_CREATE = DNN_N, CD_VERSION, CD_CREATE_F, CD_SET_F, CD_DESTROY_F,
+       CD_SET_C, CD_SET_MATH, CD_OUTDIM,
        CD_GET_ALGO, CD_WS, CD_FWD, CD_FIND,
        CD_BE_CREATE, CD_BE_DESTROY, CD_BE_SET, CD_BE_GET, CD_BE_FINALIZE, CD_BE_EXECUTE, CD_LAST_ERR, CD_N };
 #define FP_MAX 32
@@ -23,44 +24,55 @@ _Static_assert(MI_N <= FP_MAX && CD_N <= FP_MAX, "FP_MAX too small");
 static void* fp[2][FP_MAX];
 static void fp_set(int v, int i, uintptr_t p) { fp[v][i] = (void*)p; }
 
-#define MI(i, T) ((T)fp[0][i])
-#define CD(i, T) ((T)fp[1][i])
+#define FN(v, i, T) ((T)fp[v][i])
+#define MI(i, T) FN(0, i, T)
+#define CD(i, T) FN(1, i, T)
 typedef void* P;
+
+// ---- both ----
+static int dnn_destroy(int v, uintptr_t h) { return FN(v, DNN_DESTROY, int (*)(P))((P)h); }
+static int dnn_set_stream(int v, uintptr_t h, uintptr_t s) { return FN(v, DNN_SET_STREAM, int (*)(P, P))((P)h, (P)s); }
+static const char* dnn_err(int v, int s) { return FN(v, DNN_ERR, const char* (*)(int))(s); }
+// dnn_destroy_desc frees a descriptor with the vendor's destroy call i.
+static int dnn_destroy_desc(int v, int i, uintptr_t d) { return FN(v, i, int (*)(P))((P)d); }
+// dnn_new makes a descriptor with create call i (*r its status).
+static P dnn_new(int v, int i, int* r) { P p = 0; *r = FN(v, i, int (*)(P*))(&p); return p; }
+// dnn_made hands out p, whose setter returned r, or frees it with destroy
+// call i when r is an error.
+static int dnn_made(int v, int i, P p, int r, uintptr_t* out) {
+	if (r) { dnn_destroy_desc(v, i, (uintptr_t)p); return r; }
+	*out = (uintptr_t)p;
+	return 0;
+}
+static int dnn_tensor(int v, uintptr_t* d, int dt, const int* dims, const int* strides) {
+	int r;
+	P p = dnn_new(v, DNN_CREATE_T, &r);
+	if (r) return r;
+	r = FN(v, DNN_SET_T, int (*)(P, int, int, const int*, const int*))(p, dt, 5, dims, strides);
+	return dnn_made(v, DNN_DESTROY_T, p, r, d);
+}
+static int dnn_conv(int v, uintptr_t* c, const int* pad, const int* stride, const int* dil) {
+	int r;
+	P p = dnn_new(v, DNN_CREATE_C, &r);
+	if (r) return r;
+	if (v == 0)
+		r = MI(MI_INIT_C, int (*)(P, int, const int*, const int*, const int*, int))(p, 3, pad, stride, dil, 0);
+	else // CROSS_CORRELATION (1), f32 compute (CUDNN_DATA_FLOAT 0) for every dtype.
+		r = CD(CD_SET_C, int (*)(P, int, const int*, const int*, const int*, int, int))(p, 3, pad, stride, dil, 1, 0);
+	return dnn_made(v, DNN_DESTROY_C, p, r, c);
+}
 
 // ---- MIOpen ----
 typedef struct { float time; size_t workspace_size; uint64_t solution_id; int algorithm; } mi_sol;
 typedef struct { int algo; float time; size_t memory; } mi_perf;
 
 static int mi_create(uintptr_t* h, uintptr_t s) { P p = 0; int r = MI(MI_CREATE, int (*)(P*, P))(&p, (P)s); *h = (uintptr_t)p; return r; }
-static int mi_destroy(uintptr_t h) { return MI(MI_DESTROY, int (*)(P))((P)h); }
-static int mi_set_stream(uintptr_t h, uintptr_t s) { return MI(MI_SET_STREAM, int (*)(P, P))((P)h, (P)s); }
 static int mi_version(size_t* a, size_t* b, size_t* c) { return MI(MI_VERSION, int (*)(size_t*, size_t*, size_t*))(a, b, c); }
-static const char* mi_err(int s) { return MI(MI_ERR, const char* (*)(int))(s); }
-static int mi_tensor(uintptr_t* d, int dt, const int* dims, const int* strides) {
-	P p = 0;
-	int r = MI(MI_CREATE_T, int (*)(P*))(&p);
-	if (r) return r;
-	r = MI(MI_SET_T, int (*)(P, int, int, const int*, const int*))(p, dt, 5, dims, strides);
-	if (r) { MI(MI_DESTROY_T, int (*)(P))(p); return r; }
-	*d = (uintptr_t)p;
-	return 0;
-}
-static int mi_destroy_tensor(uintptr_t d) { return MI(MI_DESTROY_T, int (*)(P))((P)d); }
-static int mi_conv(uintptr_t* c, const int* pad, const int* stride, const int* dil) {
-	P p = 0;
-	int r = MI(MI_CREATE_C, int (*)(P*))(&p);
-	if (r) return r;
-	r = MI(MI_INIT_C, int (*)(P, int, const int*, const int*, const int*, int))(p, 3, pad, stride, dil, 0);
-	if (r) { MI(MI_DESTROY_C, int (*)(P))(p); return r; }
-	*c = (uintptr_t)p;
-	return 0;
-}
 // mi_set_find_mode returns -1 when this MIOpen lacks the call.
 static int mi_set_find_mode(uintptr_t c, int mode) {
 	if (!fp[0][MI_FIND_MODE]) return -1;
 	return MI(MI_FIND_MODE, int (*)(P, int))((P)c, mode);
 }
-static int mi_destroy_conv(uintptr_t c) { return MI(MI_DESTROY_C, int (*)(P))((P)c); }
 static int mi_outdim(uintptr_t c, uintptr_t x, uintptr_t w, int* out) {
 	int n = 5;
 	return MI(MI_OUTDIM, int (*)(P, P, P, int*, int*))((P)c, (P)x, (P)w, &n, out);
@@ -95,42 +107,15 @@ static int mi_find(uintptr_t h, uintptr_t x, uintptr_t xp, uintptr_t w, uintptr_
 typedef struct { int algo; int status; float time; size_t memory; int determinism; int mathType; int reserved[3]; } cd_perf;
 
 static int cd_create(uintptr_t* h) { P p = 0; int r = CD(CD_CREATE, int (*)(P*))(&p); *h = (uintptr_t)p; return r; }
-static int cd_destroy(uintptr_t h) { return CD(CD_DESTROY, int (*)(P))((P)h); }
-static int cd_set_stream(uintptr_t h, uintptr_t s) { return CD(CD_SET_STREAM, int (*)(P, P))((P)h, (P)s); }
 static size_t cd_version(void) { return CD(CD_VERSION, size_t (*)(void))(); }
-static const char* cd_err(int s) { return CD(CD_ERR, const char* (*)(int))(s); }
-static int cd_tensor(uintptr_t* d, int dt, const int* dims, const int* strides) {
-	P p = 0;
-	int r = CD(CD_CREATE_T, int (*)(P*))(&p);
-	if (r) return r;
-	r = CD(CD_SET_T, int (*)(P, int, int, const int*, const int*))(p, dt, 5, dims, strides);
-	if (r) { CD(CD_DESTROY_T, int (*)(P))(p); return r; }
-	*d = (uintptr_t)p;
-	return 0;
-}
-static int cd_destroy_tensor(uintptr_t d) { return CD(CD_DESTROY_T, int (*)(P))((P)d); }
 static int cd_filter(uintptr_t* d, int dt, int format, const int* dims) {
-	P p = 0;
-	int r = CD(CD_CREATE_F, int (*)(P*))(&p);
+	int r;
+	P p = dnn_new(1, CD_CREATE_F, &r);
 	if (r) return r;
 	r = CD(CD_SET_F, int (*)(P, int, int, int, const int*))(p, dt, format, 5, dims);
-	if (r) { CD(CD_DESTROY_F, int (*)(P))(p); return r; }
-	*d = (uintptr_t)p;
-	return 0;
-}
-static int cd_destroy_filter(uintptr_t d) { return CD(CD_DESTROY_F, int (*)(P))((P)d); }
-static int cd_conv(uintptr_t* c, const int* pad, const int* stride, const int* dil) {
-	P p = 0;
-	int r = CD(CD_CREATE_C, int (*)(P*))(&p);
-	if (r) return r;
-	// CROSS_CORRELATION (1), f32 compute (CUDNN_DATA_FLOAT 0) for every dtype.
-	r = CD(CD_SET_C, int (*)(P, int, const int*, const int*, const int*, int, int))(p, 3, pad, stride, dil, 1, 0);
-	if (r) { CD(CD_DESTROY_C, int (*)(P))(p); return r; }
-	*c = (uintptr_t)p;
-	return 0;
+	return dnn_made(1, CD_DESTROY_F, p, r, d);
 }
 static int cd_set_math(uintptr_t c, int m) { return CD(CD_SET_MATH, int (*)(P, int))((P)c, m); }
-static int cd_destroy_conv(uintptr_t c) { return CD(CD_DESTROY_C, int (*)(P))((P)c); }
 static int cd_outdim(uintptr_t c, uintptr_t x, uintptr_t w, int* out) {
 	return CD(CD_OUTDIM, int (*)(P, P, P, int, int*))((P)c, (P)x, (P)w, 5, out);
 }
@@ -168,49 +153,49 @@ import (
 // tests check against the libraries' export tables.
 var symbolTables = [2][]dynlib.Symbol{
 	(&[C.MI_N]dynlib.Symbol{
-		C.MI_CREATE:     {Name: "miopenCreateWithStream"},
-		C.MI_DESTROY:    {Name: "miopenDestroy"},
-		C.MI_SET_STREAM: {Name: "miopenSetStream"},
-		C.MI_VERSION:    {Name: "miopenGetVersion"},
-		C.MI_ERR:        {Name: "miopenGetErrorString"},
-		C.MI_CREATE_T:   {Name: "miopenCreateTensorDescriptor"},
-		C.MI_SET_T:      {Name: "miopenSetTensorDescriptor"},
-		C.MI_DESTROY_T:  {Name: "miopenDestroyTensorDescriptor"},
-		C.MI_CREATE_C:   {Name: "miopenCreateConvolutionDescriptor"},
-		C.MI_INIT_C:     {Name: "miopenInitConvolutionNdDescriptor"},
-		C.MI_DESTROY_C:  {Name: "miopenDestroyConvolutionDescriptor"},
-		C.MI_OUTDIM:     {Name: "miopenGetConvolutionNdForwardOutputDim"},
-		C.MI_SOL_COUNT:  {Name: "miopenConvolutionForwardGetSolutionCount"},
-		C.MI_SOL:        {Name: "miopenConvolutionForwardGetSolution"},
-		C.MI_SOL_WS:     {Name: "miopenConvolutionForwardGetSolutionWorkspaceSize"},
-		C.MI_COMPILE:    {Name: "miopenConvolutionForwardCompileSolution"},
-		C.MI_IMMEDIATE:  {Name: "miopenConvolutionForwardImmediate"},
-		C.MI_WS:         {Name: "miopenConvolutionForwardGetWorkSpaceSize"},
-		C.MI_FIND:       {Name: "miopenFindConvolutionForwardAlgorithm"},
+		C.DNN_DESTROY:    {Name: "miopenDestroy"},
+		C.DNN_SET_STREAM: {Name: "miopenSetStream"},
+		C.DNN_ERR:        {Name: "miopenGetErrorString"},
+		C.DNN_CREATE_T:   {Name: "miopenCreateTensorDescriptor"},
+		C.DNN_SET_T:      {Name: "miopenSetTensorDescriptor"},
+		C.DNN_DESTROY_T:  {Name: "miopenDestroyTensorDescriptor"},
+		C.DNN_CREATE_C:   {Name: "miopenCreateConvolutionDescriptor"},
+		C.DNN_DESTROY_C:  {Name: "miopenDestroyConvolutionDescriptor"},
+		C.MI_CREATE:      {Name: "miopenCreateWithStream"},
+		C.MI_VERSION:     {Name: "miopenGetVersion"},
+		C.MI_INIT_C:      {Name: "miopenInitConvolutionNdDescriptor"},
+		C.MI_OUTDIM:      {Name: "miopenGetConvolutionNdForwardOutputDim"},
+		C.MI_SOL_COUNT:   {Name: "miopenConvolutionForwardGetSolutionCount"},
+		C.MI_SOL:         {Name: "miopenConvolutionForwardGetSolution"},
+		C.MI_SOL_WS:      {Name: "miopenConvolutionForwardGetSolutionWorkspaceSize"},
+		C.MI_COMPILE:     {Name: "miopenConvolutionForwardCompileSolution"},
+		C.MI_IMMEDIATE:   {Name: "miopenConvolutionForwardImmediate"},
+		C.MI_WS:          {Name: "miopenConvolutionForwardGetWorkSpaceSize"},
+		C.MI_FIND:        {Name: "miopenFindConvolutionForwardAlgorithm"},
 		// Exported since ROCm 4.1 but declared only in miopen_internal.h.
 		C.MI_FIND_MODE: {Name: "miopenSetConvolutionFindMode", Optional: true},
 	})[:],
 	(&[C.CD_N]dynlib.Symbol{
-		C.CD_CREATE:     {Name: "cudnnCreate"},
-		C.CD_DESTROY:    {Name: "cudnnDestroy"},
-		C.CD_SET_STREAM: {Name: "cudnnSetStream"},
-		C.CD_VERSION:    {Name: "cudnnGetVersion"},
-		C.CD_ERR:        {Name: "cudnnGetErrorString"},
-		C.CD_CREATE_T:   {Name: "cudnnCreateTensorDescriptor"},
-		C.CD_SET_T:      {Name: "cudnnSetTensorNdDescriptor"},
-		C.CD_DESTROY_T:  {Name: "cudnnDestroyTensorDescriptor"},
-		C.CD_CREATE_F:   {Name: "cudnnCreateFilterDescriptor"},
-		C.CD_SET_F:      {Name: "cudnnSetFilterNdDescriptor"},
-		C.CD_DESTROY_F:  {Name: "cudnnDestroyFilterDescriptor"},
-		C.CD_CREATE_C:   {Name: "cudnnCreateConvolutionDescriptor"},
-		C.CD_SET_C:      {Name: "cudnnSetConvolutionNdDescriptor"},
-		C.CD_SET_MATH:   {Name: "cudnnSetConvolutionMathType"},
-		C.CD_DESTROY_C:  {Name: "cudnnDestroyConvolutionDescriptor"},
-		C.CD_OUTDIM:     {Name: "cudnnGetConvolutionNdForwardOutputDim"},
-		C.CD_GET_ALGO:   {Name: "cudnnGetConvolutionForwardAlgorithm_v7"},
-		C.CD_WS:         {Name: "cudnnGetConvolutionForwardWorkspaceSize"},
-		C.CD_FWD:        {Name: "cudnnConvolutionForward"},
-		C.CD_FIND:       {Name: "cudnnFindConvolutionForwardAlgorithmEx"},
+		C.DNN_DESTROY:    {Name: "cudnnDestroy"},
+		C.DNN_SET_STREAM: {Name: "cudnnSetStream"},
+		C.DNN_ERR:        {Name: "cudnnGetErrorString"},
+		C.DNN_CREATE_T:   {Name: "cudnnCreateTensorDescriptor"},
+		C.DNN_SET_T:      {Name: "cudnnSetTensorNdDescriptor"},
+		C.DNN_DESTROY_T:  {Name: "cudnnDestroyTensorDescriptor"},
+		C.DNN_CREATE_C:   {Name: "cudnnCreateConvolutionDescriptor"},
+		C.DNN_DESTROY_C:  {Name: "cudnnDestroyConvolutionDescriptor"},
+		C.CD_CREATE:      {Name: "cudnnCreate"},
+		C.CD_VERSION:     {Name: "cudnnGetVersion"},
+		C.CD_CREATE_F:    {Name: "cudnnCreateFilterDescriptor"},
+		C.CD_SET_F:       {Name: "cudnnSetFilterNdDescriptor"},
+		C.CD_DESTROY_F:   {Name: "cudnnDestroyFilterDescriptor"},
+		C.CD_SET_C:       {Name: "cudnnSetConvolutionNdDescriptor"},
+		C.CD_SET_MATH:    {Name: "cudnnSetConvolutionMathType"},
+		C.CD_OUTDIM:      {Name: "cudnnGetConvolutionNdForwardOutputDim"},
+		C.CD_GET_ALGO:    {Name: "cudnnGetConvolutionForwardAlgorithm_v7"},
+		C.CD_WS:          {Name: "cudnnGetConvolutionForwardWorkspaceSize"},
+		C.CD_FWD:         {Name: "cudnnConvolutionForward"},
+		C.CD_FIND:        {Name: "cudnnFindConvolutionForwardAlgorithmEx"},
 		// The graph (backend) API, for fused attention (attention_cgo.go).
 		C.CD_BE_CREATE:   {Name: "cudnnBackendCreateDescriptor", Optional: true},
 		C.CD_BE_DESTROY:  {Name: "cudnnBackendDestroyDescriptor", Optional: true},
@@ -221,6 +206,8 @@ var symbolTables = [2][]dynlib.Symbol{
 		C.CD_LAST_ERR:    {Name: "cudnnGetLastErrorString", Optional: true},
 	})[:],
 }
+
+func init() { libs.Symbols, libs.Init = symbols, initLib }
 
 // symbols is v's function table.
 func symbols(v Vendor) []dynlib.Symbol { return symbolTables[v-1] }
@@ -254,17 +241,17 @@ func initLib(v Vendor, t *dynlib.Table) (*Lib, error) {
 	return l, nil
 }
 
+// cv is the vendor's index in the C tables.
+func (l *Lib) cv() C.int { return C.int(l.vendor - 1) }
+
+// fn is the name of the vendor's function i.
+func (l *Lib) fn(i C.int) string { return symbolTables[l.vendor-1][i].Name }
+
 func (l *Lib) check(fn string, s C.int) error {
 	if s == 0 {
 		return nil
 	}
-	var name string
-	if l.vendor == AMD {
-		name = C.GoString(C.mi_err(s))
-	} else {
-		name = C.GoString(C.cd_err(s))
-	}
-	return &Error{Func: fn, Status: int(s), Name: name}
+	return &Error{Lib: "miopen", Func: fn, Status: int(s), Name: C.GoString(C.dnn_err(l.cv(), s))}
 }
 
 // Vendor enums.
@@ -320,10 +307,8 @@ func (h *Handle) SetStream(stream uintptr) error {
 	if h.closed {
 		return errClosed
 	}
-	if h.lib.vendor == AMD {
-		return h.lib.check("miopenSetStream", C.mi_set_stream(C.uintptr_t(h.h), C.uintptr_t(stream)))
-	}
-	return h.lib.check("cudnnSetStream", C.cd_set_stream(C.uintptr_t(h.h), C.uintptr_t(stream)))
+	l := h.lib
+	return l.check(l.fn(C.DNN_SET_STREAM), C.dnn_set_stream(l.cv(), C.uintptr_t(h.h), C.uintptr_t(stream)))
 }
 
 // Close frees the cached plans and the handle. Work already queued
@@ -335,10 +320,8 @@ func (h *Handle) Close() error {
 	h.forget()
 	h.forgetAttention()
 	h.closed = true
-	if h.lib.vendor == AMD {
-		return h.lib.check("miopenDestroy", C.mi_destroy(C.uintptr_t(h.h)))
-	}
-	return h.lib.check("cudnnDestroy", C.cd_destroy(C.uintptr_t(h.h)))
+	l := h.lib
+	return l.check(l.fn(C.DNN_DESTROY), C.dnn_destroy(l.cv(), C.uintptr_t(h.h)))
 }
 
 func (h *Handle) forget() {
@@ -349,27 +332,18 @@ func (h *Handle) forget() {
 }
 
 func (h *Handle) release(e *entry) {
-	if h.lib.vendor == AMD {
-		for _, t := range []uintptr{e.xd, e.wd, e.yd} {
-			if t != 0 {
-				C.mi_destroy_tensor(C.uintptr_t(t))
-			}
-		}
-		if e.cd != 0 {
-			C.mi_destroy_conv(C.uintptr_t(e.cd))
-		}
-		return
+	// MIOpen's weight is a tensor descriptor, cuDNN's a filter descriptor.
+	wDestroy := C.int(C.DNN_DESTROY_T)
+	if h.lib.vendor == NVIDIA {
+		wDestroy = C.CD_DESTROY_F
 	}
-	for _, t := range []uintptr{e.xd, e.yd} {
-		if t != 0 {
-			C.cd_destroy_tensor(C.uintptr_t(t))
+	for _, d := range []struct {
+		p       uintptr
+		destroy C.int
+	}{{e.xd, C.DNN_DESTROY_T}, {e.wd, wDestroy}, {e.yd, C.DNN_DESTROY_T}, {e.cd, C.DNN_DESTROY_C}} {
+		if d.p != 0 {
+			C.dnn_destroy_desc(h.lib.cv(), d.destroy, C.uintptr_t(d.p))
 		}
-	}
-	if e.wd != 0 {
-		C.cd_destroy_filter(C.uintptr_t(e.wd))
-	}
-	if e.cd != 0 {
-		C.cd_destroy_conv(C.uintptr_t(e.cd))
 	}
 }
 
@@ -391,35 +365,36 @@ func (h *Handle) describe(d ConvDesc) (*entry, error) {
 	// The library writes each new descriptor straight into the entry.
 	xd, wd := (*C.uintptr_t)(unsafe.Pointer(&e.xd)), (*C.uintptr_t)(unsafe.Pointer(&e.wd))
 	yd, cd := (*C.uintptr_t)(unsafe.Pointer(&e.yd)), (*C.uintptr_t)(unsafe.Pointer(&e.cd))
-	var err error
+	cv, setT := l.cv(), l.fn(C.DNN_SET_T)
+	var wErr, convErr error
 	if v == AMD {
 		// MIOpen has no filter type: the weight is a tensor whose strides
 		// give its layout, like the data tensors.
-		err = firstErr(
-			l.check("miopenSetTensorDescriptor(x)", C.mi_tensor(xd, dt, cints(xDims), cints(xStr))),
-			l.check("miopenSetTensorDescriptor(w)", C.mi_tensor(wd, dt, cints(wDims), cints(wStr))),
-			l.check("miopenSetTensorDescriptor(y)", C.mi_tensor(yd, dt, cints(yDims), cints(yStr))),
-			l.check("miopenInitConvolutionNdDescriptor", C.mi_conv(cd, &pad[0], &stride[0], &dil[0])))
-		// FAST: a Find on this descriptor reads the find-db or takes the
-		// heuristic, never benchmarks (Search opts in).
-		if err == nil {
-			if s := C.mi_set_find_mode(*cd, miFindFast); s > 0 {
-				err = l.check("miopenSetConvolutionFindMode", s)
-			}
-		}
+		wErr = l.check(setT+"(w)", C.dnn_tensor(cv, wd, dt, cints(wDims), cints(wStr)))
+		convErr = l.check(l.fn(C.MI_INIT_C), C.dnn_conv(cv, cd, &pad[0], &stride[0], &dil[0]))
 	} else {
 		format := C.int(cdFormatNCHW)
 		if d.Layout == NDHWC {
 			format = cdFormatNHWC
 		}
-		err = firstErr(
-			l.check("cudnnSetTensorNdDescriptor(x)", C.cd_tensor(xd, dt, cints(xDims), cints(xStr))),
-			l.check("cudnnSetFilterNdDescriptor", C.cd_filter(wd, dt, format, cints(wDims))),
-			l.check("cudnnSetTensorNdDescriptor(y)", C.cd_tensor(yd, dt, cints(yDims), cints(yStr))),
-			l.check("cudnnSetConvolutionNdDescriptor", C.cd_conv(cd, &pad[0], &stride[0], &dil[0])))
-		if err == nil {
-			err = l.check("cudnnSetConvolutionMathType", C.cd_set_math(*cd, h.mathFor(d)))
+		wErr = l.check(l.fn(C.CD_SET_F), C.cd_filter(wd, dt, format, cints(wDims)))
+		convErr = l.check(l.fn(C.CD_SET_C), C.dnn_conv(cv, cd, &pad[0], &stride[0], &dil[0]))
+	}
+	err := firstErr(
+		l.check(setT+"(x)", C.dnn_tensor(cv, xd, dt, cints(xDims), cints(xStr))),
+		wErr,
+		l.check(setT+"(y)", C.dnn_tensor(cv, yd, dt, cints(yDims), cints(yStr))),
+		convErr)
+	switch {
+	case err != nil:
+	case v == AMD:
+		// FAST: a Find on this descriptor reads the find-db or takes the
+		// heuristic, never benchmarks (Search opts in).
+		if s := C.mi_set_find_mode(*cd, miFindFast); s > 0 {
+			err = l.check("miopenSetConvolutionFindMode", s)
 		}
+	default:
+		err = l.check("cudnnSetConvolutionMathType", C.cd_set_math(*cd, h.mathFor(d)))
 	}
 	if err != nil {
 		h.release(e)

@@ -6,10 +6,6 @@ import "github.com/framepack-go/framepack/internal/dynlib"
 
 var errNoCgo = dynlib.ErrNoCgo
 
-func symbols(Vendor) []dynlib.Symbol { return nil }
-
-func initLib(Vendor, *dynlib.Table) (*Lib, error) { return nil, errNoCgo }
-
 // NewHandle fails: this build cannot load GPU libraries.
 func (l *Lib) NewHandle(uintptr) (*Handle, error) { return nil, errNoCgo }
 

@@ -224,15 +224,7 @@ func (p Plan) String() string {
 }
 
 // Error is a status returned by the vendor library.
-type Error struct {
-	Func   string
-	Status int
-	Name   string
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("miopen: %s: %s (status %d)", e.Func, e.Name, e.Status)
-}
+type Error = dynlib.CallError
 
 func solverName(id uint64) string {
 	if n, ok := solverNames[id]; ok {

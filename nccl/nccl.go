@@ -58,21 +58,19 @@ var libs = &dynlib.Loader[Vendor, *Lib]{
 			Name:    "RCCL",
 			Env:     "FRAMEPACK_RCCL",
 			Sonames: []string{"librccl.so.1"},
-			Dirs:    []string{"$ROCM_PATH/lib", "$HIP_PATH/lib", "/opt/rocm/lib"},
+			Dirs:    dynlib.ROCmDirs(),
 		},
 		NVIDIA: {
 			Name:    "NCCL",
 			Env:     "FRAMEPACK_NCCL",
 			Sonames: []string{"libnccl.so.2"},
-			Dirs:    []string{"$CUDA_PATH/lib64", "$CUDA_HOME/lib64", "/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"},
+			Dirs:    dynlib.CUDADirs("/usr/lib/x86_64-linux-gnu"),
 		},
 	},
-	Symbols: symbols,
-	Init:    initLib,
 }
 
 // EnvPath names the variable that points a vendor's loader at one file.
-func EnvPath(v Vendor) string { return libs.Libraries[v].Env }
+func EnvPath(v Vendor) string { return libs.EnvPath(v) }
 
 // OpenVendor loads the vendor's library; the error names every file tried.
 func OpenVendor(v Vendor) (*Lib, error) { return libs.Open(v) }
@@ -95,16 +93,8 @@ func ParseUniqueID(s string) (UniqueID, error) {
 	return id, nil
 }
 
-// Error is a failed call.
-type Error struct {
-	Func   string
-	Result int
-	Text   string
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("nccl: %s: %s (%d)", e.Func, e.Text, e.Result)
-}
+// Error is a failed call: its ncclResult_t and the library's text for it.
+type Error = dynlib.CallError
 
 // DType is an element type as NCCL numbers it.
 type DType int

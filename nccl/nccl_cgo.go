@@ -44,8 +44,8 @@ static int n_split(uintptr_t comm, int color, int key, uintptr_t* out) {
 	*out = (uintptr_t)c;
 	return r;
 }
-static int n_destroy(uintptr_t c) { return ((comm_t)fp[N_DESTROY])((void*)c); }
-static int n_abort(uintptr_t c) { return ((comm_t)fp[N_ABORT])((void*)c); }
+// n_free frees a communicator with N_DESTROY or N_ABORT.
+static int n_free(int i, uintptr_t c) { return ((comm_t)fp[i])((void*)c); }
 static int n_async_error(uintptr_t c, int* e) { return ((async_error_t)fp[N_ASYNC_ERROR])((void*)c, e); }
 static int n_group_start(void) { return ((group_t)fp[N_GROUP_START])(); }
 static int n_group_end(void) { return ((group_t)fp[N_GROUP_END])(); }
@@ -99,6 +99,8 @@ var symbolTable = (&[C.N_N]dynlib.Symbol{
 	C.N_COUNT:        {Name: "ncclCommCount"},
 })[:]
 
+func init() { libs.Symbols, libs.Init = symbols, initLib }
+
 func symbols(Vendor) []dynlib.Symbol { return symbolTable }
 
 // One process loads one of the two; the table is shared.
@@ -128,7 +130,7 @@ func (l *Lib) check(fn string, comm uintptr, r C.int) error {
 			text += ": " + C.GoString(last)
 		}
 	}
-	return &Error{Func: fn, Result: int(r), Text: text}
+	return &Error{Lib: "nccl", Func: fn, Status: int(r), Name: text}
 }
 
 // Comm is one rank's communicator. Its calls are made from a goroutine
@@ -209,22 +211,19 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 }
 
 // Destroy frees the communicator after its queued work.
-func (c *Comm) Destroy() error {
-	if c == nil || c.h == 0 {
-		return nil
-	}
-	err := c.lib.check("ncclCommDestroy", 0, C.n_destroy(C.uintptr_t(c.h)))
-	c.h = 0
-	return err
-}
+func (c *Comm) Destroy() error { return c.free(C.N_DESTROY) }
 
 // Abort frees the communicator at once, stopping its queued and running
 // work (a peer died); safe from another goroutine.
-func (c *Comm) Abort() error {
+func (c *Comm) Abort() error { return c.free(C.N_ABORT) }
+
+// free frees the communicator with the table's call i (ncclCommDestroy or
+// ncclCommAbort).
+func (c *Comm) free(i C.int) error {
 	if c == nil || c.h == 0 {
 		return nil
 	}
-	err := c.lib.check("ncclCommAbort", 0, C.n_abort(C.uintptr_t(c.h)))
+	err := c.lib.check(symbolTable[i].Name, 0, C.n_free(i, C.uintptr_t(c.h)))
 	c.h = 0
 	return err
 }

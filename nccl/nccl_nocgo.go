@@ -10,10 +10,6 @@ import (
 
 var errNoCgo = dynlib.ErrNoCgo
 
-func symbols(Vendor) []dynlib.Symbol { return nil }
-
-func initLib(Vendor, *dynlib.Table) (*Lib, error) { return nil, errNoCgo }
-
 // Comm is a communicator; this build cannot make one.
 type Comm struct{}
 

@@ -206,15 +206,22 @@ func (l *local) AllToAll(send, recv []*tensor.Tensor) error {
 	return nil
 }
 
+// share offers x to the other ranks for the collective kind and returns
+// it as sent with what every rank sent.
+func (l *local) share(kind string, x *tensor.Tensor) (piece, *call, error) {
+	pc, err := pieceOf(x)
+	if err != nil {
+		return piece{}, nil, fmt.Errorf("parallel: %s on rank %d: %w", kind, l.rank, err)
+	}
+	c, err := l.exchange(kind, pc)
+	return pc, c, err
+}
+
 func (l *local) AllGather(x *tensor.Tensor, recv []*tensor.Tensor) error {
 	if len(recv) != l.h.n {
 		return fmt.Errorf("parallel: all-gather on rank %d: %d receives for %d ranks", l.rank, len(recv), l.h.n)
 	}
-	pc, err := pieceOf(x)
-	if err != nil {
-		return fmt.Errorf("parallel: all-gather on rank %d: %w", l.rank, err)
-	}
-	c, err := l.exchange("all-gather", pc)
+	pc, c, err := l.share("all-gather", x)
 	if err != nil {
 		return err
 	}
@@ -235,11 +242,7 @@ func (l *local) AllReduceSum(x *tensor.Tensor) error {
 	if x == nil || x.DType() != tensor.F32 {
 		return fmt.Errorf("parallel: all-reduce on rank %d: want an f32 tensor", l.rank)
 	}
-	pc, err := pieceOf(x)
-	if err != nil {
-		return fmt.Errorf("parallel: all-reduce on rank %d: %w", l.rank, err)
-	}
-	c, err := l.exchange("all-reduce", pc)
+	pc, c, err := l.share("all-reduce", x)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/dlclark/regexp2"
 
+	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/tokenizer"
 )
 
@@ -15,18 +16,8 @@ import (
 // tokens, so the template takes about as many tokens as with the real
 // LLaMA-3 tokenizer (crop_start 95) and the text encoder does a real-sized
 // job.
-var corpus = []string{
-	// diffusers' DEFAULT_PROMPT_TEMPLATE for HunyuanVideo, which FramePack uses.
-	"<|start_header_id|>system<|end_header_id|>\n\nDescribe the video by detailing the following aspects: " +
-		"1. The main content and theme of the video.2. The color, shape, size, texture, quantity, text, and spatial " +
-		"relationships of the objects.3. Actions, events, behaviors temporal relationships, physical movement changes " +
-		"of the objects.4. background environment, light, style and atmosphere.5. camera angles, movements, and " +
-		"transitions used in the video:<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n",
-	"The girl dances gracefully, with clear movements, full of charm.",
-	"A character doing some simple body movements.",
-	"The man dances energetically, leaping mid-air with fluid arm swings and quick footwork.",
-	"A cat walks slowly across the room, looks at the camera and sits down.",
-}
+var corpus = append(tinymodel.Corpus(), // diffusers' HunyuanVideo prompt template, a few prompts
+	"A cat walks slowly across the room, looks at the camera and sits down.")
 
 // llamaSpecials are LLaMA-3's 256 special tokens, ids 128000–128255: the
 // text markers and the chat-header ids FramePack's template uses
@@ -111,7 +102,7 @@ func llamaFiles(out map[string][]byte) error {
 	v := newBPEVocab(symbols)
 	re := regexp2.MustCompile(tokenizer.LlamaPattern, regexp2.Unicode)
 	for _, text := range corpus {
-		for _, part := range splitSpecial(text, specials[:10]) {
+		for _, part := range tokenizer.SplitSpecial(text, specials[:10]) {
 			m, err := re.FindStringMatch(part)
 			for ; m != nil && err == nil; m, err = re.FindNextMatch(m) {
 				v.addWord(tokenizer.ByteLevel(m.String()))
@@ -124,44 +115,16 @@ func llamaFiles(out map[string][]byte) error {
 	if len(v.vocab) >= llamaFirstSpecial {
 		return fmt.Errorf("tokenizer: %d regular tokens reach the special ids", len(v.vocab))
 	}
-	var added []map[string]any
 	decoder := map[string]any{}
 	for i, s := range specials {
 		id := llamaFirstSpecial + i
 		// In the model's vocabulary too, so that every loader gives the
 		// added token this id rather than the next free one.
 		v.vocab[s] = id
-		added = append(added, map[string]any{"id": id, "content": s, "single_word": false, "lstrip": false,
-			"rstrip": false, "normalized": false, "special": true})
 		decoder[fmt.Sprint(id)] = map[string]any{"content": s, "single_word": false, "lstrip": false,
 			"rstrip": false, "normalized": false, "special": true}
 	}
-	bos := func(typeID int) map[string]any {
-		return map[string]any{"SpecialToken": map[string]any{"id": llamaBOS, "type_id": typeID}}
-	}
-	seq := func(id string, typeID int) map[string]any {
-		return map[string]any{"Sequence": map[string]any{"id": id, "type_id": typeID}}
-	}
-	doc := map[string]any{
-		"version":      "1.0",
-		"truncation":   nil,
-		"padding":      nil,
-		"added_tokens": added,
-		"normalizer":   nil,
-		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": tokenizer.LlamaPattern}, "behavior": "Isolated", "invert": false},
-			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
-		}},
-		"post_processor": map[string]any{"type": "TemplateProcessing",
-			"single":         []any{bos(0), seq("A", 0)},
-			"pair":           []any{bos(0), seq("A", 0), bos(1), seq("B", 1)},
-			"special_tokens": map[string]any{llamaBOS: map[string]any{"id": llamaBOS, "ids": []int{llamaFirstSpecial}, "tokens": []string{llamaBOS}}},
-		},
-		"decoder": map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
-		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
-			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "ignore_merges": true,
-			"vocab": v.vocab, "merges": v.merges},
-	}
+	doc := tokenizer.LlamaDocument(v.vocab, v.merges, specials, llamaBOS)
 	var err error
 	if out["tokenizer/tokenizer.json"], err = marshal(doc); err != nil {
 		return err
@@ -200,7 +163,7 @@ func clipFiles(out map[string][]byte) error {
 	v := newBPEVocab(symbols)
 	re := regexp2.MustCompile(clipPattern, regexp2.Unicode)
 	for _, text := range corpus {
-		for _, part := range splitSpecial(text, llamaSpecials()[:10]) {
+		for _, part := range tokenizer.SplitSpecial(text, llamaSpecials()[:10]) {
 			m, err := re.FindStringMatch(strings.ToLower(part))
 			for ; m != nil && err == nil; m, err = re.FindNextMatch(m) {
 				w := tokenizer.ByteLevel(m.String())
@@ -239,24 +202,4 @@ func clipFiles(out map[string][]byte) error {
 		"bos_token": special(clipBOS), "eos_token": special(clipEOS), "pad_token": special(clipEOS), "unk_token": special(clipEOS),
 	})
 	return err
-}
-
-// splitSpecial drops the special tokens from text, returning the pieces
-// between them.
-func splitSpecial(text string, special []string) []string {
-	parts := []string{text}
-	for _, s := range special {
-		var next []string
-		for _, p := range parts {
-			next = append(next, strings.Split(p, s)...)
-		}
-		parts = next
-	}
-	var out []string
-	for _, p := range parts {
-		if p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -9,25 +9,12 @@ import (
 )
 
 // openGPU gives a device (skipping without one) and a handle on its stream
-// (skipping when the BLAS library is absent: the reason is logged).
+// (skipping, with the reason, when the BLAS library is absent).
 func openGPU(t testing.TB) (*gputest.Device, *Handle) {
 	t.Helper()
-	dev := gputest.Open(t)
-	v := AMD
-	if dev.Platform == "cuda" {
-		v = NVIDIA
-	}
-	lib, err := OpenVendor(v)
-	if err != nil {
-		t.Skipf("GPU %s present but no BLAS library: %v", dev.Name, err)
-	}
-	h, err := lib.NewHandle(dev.Stream)
-	if err != nil {
-		t.Fatalf("%v: NewHandle: %v", lib, err)
-	}
-	t.Cleanup(func() { h.Close() })
-	t.Logf("device %s (%s), %v", dev.Name, dev.Platform, lib)
-	return dev, h
+	return gputest.OpenHandle(t, "BLAS", OpenVendor, func(dev *gputest.Device, lib *Lib) (*Handle, error) {
+		return lib.NewHandle(dev.Stream)
+	})
 }
 
 // tolerance on the relative L2 error against float64 math on the same

@@ -52,23 +52,20 @@ var libs = &dynlib.Loader[Vendor, *Lib]{
 			Name:    "rocBLAS",
 			Env:     "FRAMEPACK_ROCBLAS",
 			Sonames: []string{"librocblas.so.5", "librocblas.so.4", "librocblas.so.0"},
-			Dirs:    []string{"$ROCM_PATH/lib", "$HIP_PATH/lib", "/opt/rocm/lib"},
+			Dirs:    dynlib.ROCmDirs(),
 		},
 		NVIDIA: {
 			Name:    "cuBLAS",
 			Env:     "FRAMEPACK_CUBLAS",
 			Sonames: []string{"libcublas.so.13", "libcublas.so.12"},
-			Dirs: []string{"$CUDA_PATH/lib64", "$CUDA_HOME/lib64",
-				"/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"},
+			Dirs:    dynlib.CUDADirs("/usr/local/cuda/targets/x86_64-linux/lib"),
 		},
 	},
-	Symbols: symbols,
-	Init:    initLib,
 }
 
 // EnvPath names the environment variable that points a vendor's loader at
 // one library file, bypassing the search.
-func EnvPath(v Vendor) string { return libs.Libraries[v].Env }
+func EnvPath(v Vendor) string { return libs.EnvPath(v) }
 
 // Open loads rocBLAS, or cuBLAS when rocBLAS is absent. A caller that knows
 // its platform (the hip package reports it) should use OpenVendor.

@@ -8,20 +8,28 @@ package rocblas
 
 // Function tables, one per vendor (index 0 AMD, 1 NVIDIA), indexed by the
 // enums below; the Go side names each entry (symbolTables) and fills them.
-enum { RB_CREATE, RB_DESTROY, RB_SET_STREAM, RB_GEMM, RB_STATUS_STRING,
-       RB_VERSION_SIZE, RB_VERSION, RB_N };
-enum { CB_CREATE, CB_DESTROY, CB_SET_STREAM, CB_SET_MATH, CB_GEMM,
-       CB_GET_PROPERTY, CB_STATUS_STRING, CB_STATUS_NAME, CB_N };
+// Both begin with the handle calls, whose signatures the libraries share.
+enum { H_CREATE, H_DESTROY, H_SET_STREAM, H_N };
+enum { RB_GEMM = H_N, RB_STATUS_STRING, RB_VERSION_SIZE, RB_VERSION, RB_N };
+enum { CB_SET_MATH = H_N, CB_GEMM, CB_GET_PROPERTY, CB_STATUS_STRING, CB_STATUS_NAME, CB_N };
 #define FP_MAX 8
 _Static_assert(RB_N <= FP_MAX && CB_N <= FP_MAX, "FP_MAX too small");
 
 static void* fp[2][FP_MAX];
 static void fp_set(int v, int i, uintptr_t p) { fp[v][i] = (void*)p; }
 
+static int h_create(int v, uintptr_t* h) {
+	void* p = 0;
+	int s = ((int (*)(void**))fp[v][H_CREATE])(&p);
+	*h = (uintptr_t)p;
+	return s;
+}
+static int h_destroy(int v, uintptr_t h) { return ((int (*)(void*))fp[v][H_DESTROY])((void*)h); }
+static int h_set_stream(int v, uintptr_t h, uintptr_t s) {
+	return ((int (*)(void*, void*))fp[v][H_SET_STREAM])((void*)h, (void*)s);
+}
+
 // rocBLAS. Enums are int-sized; rocblas_int is int32, rocblas_stride int64.
-typedef int (*rb_create_t)(void**);
-typedef int (*rb_destroy_t)(void*);
-typedef int (*rb_set_stream_t)(void*, void*);
 typedef int (*rb_gemm_t)(void*, int, int, int32_t, int32_t, int32_t,
 	const void*, const void*, int, int32_t, int64_t,
 	const void*, int, int32_t, int64_t,
@@ -32,16 +40,6 @@ typedef const char* (*rb_status_string_t)(int);
 typedef int (*rb_version_size_t)(size_t*);
 typedef int (*rb_version_t)(char*, size_t);
 
-static int rb_create(uintptr_t* h) {
-	void* p = 0;
-	int s = ((rb_create_t)fp[0][RB_CREATE])(&p);
-	*h = (uintptr_t)p;
-	return s;
-}
-static int rb_destroy(uintptr_t h) { return ((rb_destroy_t)fp[0][RB_DESTROY])((void*)h); }
-static int rb_set_stream(uintptr_t h, uintptr_t s) {
-	return ((rb_set_stream_t)fp[0][RB_SET_STREAM])((void*)h, (void*)s);
-}
 static int rb_gemm(uintptr_t h, int ta, int tb, int m, int n, int k, float alpha,
 	uintptr_t a, int at, int lda, int64_t sa, uintptr_t b, int bt, int ldb, int64_t sb,
 	float beta, uintptr_t c, int ct, int ldc, int64_t sc, int batch, int compute) {
@@ -62,9 +60,6 @@ static int rb_version(char* buf, size_t n) {
 }
 
 // cuBLAS.
-typedef int (*cb_create_t)(void**);
-typedef int (*cb_destroy_t)(void*);
-typedef int (*cb_set_stream_t)(void*, void*);
 typedef int (*cb_set_math_t)(void*, int);
 typedef int (*cb_gemm_t)(void*, int, int, int, int, int,
 	const void*, const void*, int, int, long long,
@@ -74,16 +69,6 @@ typedef int (*cb_gemm_t)(void*, int, int, int, int, int,
 typedef int (*cb_get_property_t)(int, int*);
 typedef const char* (*cb_status_string_t)(int);
 
-static int cb_create(uintptr_t* h) {
-	void* p = 0;
-	int s = ((cb_create_t)fp[1][CB_CREATE])(&p);
-	*h = (uintptr_t)p;
-	return s;
-}
-static int cb_destroy(uintptr_t h) { return ((cb_destroy_t)fp[1][CB_DESTROY])((void*)h); }
-static int cb_set_stream(uintptr_t h, uintptr_t s) {
-	return ((cb_set_stream_t)fp[1][CB_SET_STREAM])((void*)h, (void*)s);
-}
 static int cb_set_math(uintptr_t h, int mode) {
 	return ((cb_set_math_t)fp[1][CB_SET_MATH])((void*)h, mode);
 }
@@ -120,18 +105,18 @@ import (
 // tests check against the libraries' export tables.
 var symbolTables = [2][]dynlib.Symbol{
 	(&[C.RB_N]dynlib.Symbol{
-		C.RB_CREATE:        {Name: "rocblas_create_handle"},
-		C.RB_DESTROY:       {Name: "rocblas_destroy_handle"},
-		C.RB_SET_STREAM:    {Name: "rocblas_set_stream"},
+		C.H_CREATE:         {Name: "rocblas_create_handle"},
+		C.H_DESTROY:        {Name: "rocblas_destroy_handle"},
+		C.H_SET_STREAM:     {Name: "rocblas_set_stream"},
 		C.RB_GEMM:          {Name: "rocblas_gemm_strided_batched_ex"},
 		C.RB_STATUS_STRING: {Name: "rocblas_status_to_string"},
 		C.RB_VERSION_SIZE:  {Name: "rocblas_get_version_string_size", Optional: true},
 		C.RB_VERSION:       {Name: "rocblas_get_version_string", Optional: true},
 	})[:],
 	(&[C.CB_N]dynlib.Symbol{
-		C.CB_CREATE:        {Name: "cublasCreate_v2"},
-		C.CB_DESTROY:       {Name: "cublasDestroy_v2"},
-		C.CB_SET_STREAM:    {Name: "cublasSetStream_v2"},
+		C.H_CREATE:         {Name: "cublasCreate_v2"},
+		C.H_DESTROY:        {Name: "cublasDestroy_v2"},
+		C.H_SET_STREAM:     {Name: "cublasSetStream_v2"},
 		C.CB_SET_MATH:      {Name: "cublasSetMathMode"},
 		C.CB_GEMM:          {Name: "cublasGemmStridedBatchedEx"},
 		C.CB_GET_PROPERTY:  {Name: "cublasGetProperty", Optional: true},
@@ -139,6 +124,8 @@ var symbolTables = [2][]dynlib.Symbol{
 		C.CB_STATUS_NAME:   {Name: "cublasGetStatusName", Optional: true},
 	})[:],
 }
+
+func init() { libs.Symbols, libs.Init = symbols, initLib }
 
 // symbols is v's function table.
 func symbols(v Vendor) []dynlib.Symbol { return symbolTables[v-1] }
@@ -167,11 +154,17 @@ func initLib(v Vendor, t *dynlib.Table) (*Lib, error) {
 	return l, nil
 }
 
+// cv is the vendor's index in the C tables.
+func (l *Lib) cv() C.int { return C.int(l.vendor - 1) }
+
+// call checks status s of the vendor's function i, named by the table.
+func (l *Lib) call(i, s C.int) error { return l.check(symbolTables[l.vendor-1][i].Name, s) }
+
 func (l *Lib) check(fn string, s C.int) error {
 	if s == 0 {
 		return nil
 	}
-	return &Error{Func: fn, Status: int(s), Name: l.statusName(int(s))}
+	return &Error{Lib: "rocblas", Func: fn, Status: int(s), Name: l.statusName(int(s))}
 }
 
 func (l *Lib) statusName(s int) string {
@@ -195,14 +188,8 @@ func (l *Lib) statusName(s int) string {
 // (0 is the default stream).
 func (l *Lib) NewHandle(stream uintptr) (*Handle, error) {
 	var h C.uintptr_t
-	if l.vendor == AMD {
-		if err := l.check("rocblas_create_handle", C.rb_create(&h)); err != nil {
-			return nil, err
-		}
-	} else {
-		if err := l.check("cublasCreate_v2", C.cb_create(&h)); err != nil {
-			return nil, err
-		}
+	if err := l.call(C.H_CREATE, C.h_create(l.cv(), &h)); err != nil {
+		return nil, err
 	}
 	hd := &Handle{lib: l, h: uintptr(h)}
 	if l.vendor == NVIDIA {
@@ -224,10 +211,7 @@ func (h *Handle) SetStream(stream uintptr) error {
 	if h.closed {
 		return errClosed
 	}
-	if h.lib.vendor == AMD {
-		return h.lib.check("rocblas_set_stream", C.rb_set_stream(C.uintptr_t(h.h), C.uintptr_t(stream)))
-	}
-	return h.lib.check("cublasSetStream_v2", C.cb_set_stream(C.uintptr_t(h.h), C.uintptr_t(stream)))
+	return h.lib.call(C.H_SET_STREAM, C.h_set_stream(h.lib.cv(), C.uintptr_t(h.h), C.uintptr_t(stream)))
 }
 
 // Close destroys the handle. Work already queued completes.
@@ -236,10 +220,7 @@ func (h *Handle) Close() error {
 		return nil
 	}
 	h.closed = true
-	if h.lib.vendor == AMD {
-		return h.lib.check("rocblas_destroy_handle", C.rb_destroy(C.uintptr_t(h.h)))
-	}
-	return h.lib.check("cublasDestroy_v2", C.cb_destroy(C.uintptr_t(h.h)))
+	return h.lib.call(C.H_DESTROY, C.h_destroy(h.lib.cv(), C.uintptr_t(h.h)))
 }
 
 // Vendor enums.

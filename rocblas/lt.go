@@ -32,18 +32,15 @@ var ltLibs = &dynlib.Loader[Vendor, *LtLib]{
 			Name:    "hipBLASLt",
 			Env:     "FRAMEPACK_HIPBLASLT",
 			Sonames: []string{"libhipblaslt.so.1", "libhipblaslt.so.0"},
-			Dirs:    []string{"$ROCM_PATH/lib", "$HIP_PATH/lib", "/opt/rocm/lib"},
+			Dirs:    dynlib.ROCmDirs(),
 		},
 		NVIDIA: {
 			Name:    "cuBLASLt",
 			Env:     "FRAMEPACK_CUBLASLT",
 			Sonames: []string{"libcublasLt.so.13", "libcublasLt.so.12"},
-			Dirs: []string{"$CUDA_PATH/lib64", "$CUDA_HOME/lib64",
-				"/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"},
+			Dirs:    dynlib.CUDADirs("/usr/local/cuda/targets/x86_64-linux/lib"),
 		},
 	},
-	Symbols: ltSymbols,
-	Init:    initLt,
 }
 
 // OpenLt loads the vendor's Lt library. The error names every file tried.

@@ -103,43 +103,38 @@ import (
 	"github.com/framepack-go/framepack/internal/dynlib"
 )
 
-// ltSymbolTables names each vendor's functions, by the C enum.
-var ltSymbolTables = [2][]dynlib.Symbol{
-	(&[C.LT_N]dynlib.Symbol{
-		C.LT_CREATE:         {Name: "hipblasLtCreate"},
-		C.LT_DESTROY:        {Name: "hipblasLtDestroy"},
-		C.LT_DESC_CREATE:    {Name: "hipblasLtMatmulDescCreate"},
-		C.LT_DESC_DESTROY:   {Name: "hipblasLtMatmulDescDestroy"},
-		C.LT_DESC_SET:       {Name: "hipblasLtMatmulDescSetAttribute"},
-		C.LT_LAYOUT_CREATE:  {Name: "hipblasLtMatrixLayoutCreate"},
-		C.LT_LAYOUT_DESTROY: {Name: "hipblasLtMatrixLayoutDestroy"},
-		C.LT_PREF_CREATE:    {Name: "hipblasLtMatmulPreferenceCreate"},
-		C.LT_PREF_DESTROY:   {Name: "hipblasLtMatmulPreferenceDestroy"},
-		C.LT_PREF_SET:       {Name: "hipblasLtMatmulPreferenceSetAttribute"},
-		C.LT_HEURISTIC:      {Name: "hipblasLtMatmulAlgoGetHeuristic"},
-		C.LT_MATMUL:         {Name: "hipblasLtMatmul"},
-		// hipblasLtGetVersion takes a handle and an int*: never called
-		// (lt_version is NVIDIA's); listed so the table is complete.
-		C.LT_VERSION: {Name: "hipblasLtGetVersion", Optional: true},
-	})[:],
-	(&[C.LT_N]dynlib.Symbol{
-		C.LT_CREATE:         {Name: "cublasLtCreate"},
-		C.LT_DESTROY:        {Name: "cublasLtDestroy"},
-		C.LT_DESC_CREATE:    {Name: "cublasLtMatmulDescCreate"},
-		C.LT_DESC_DESTROY:   {Name: "cublasLtMatmulDescDestroy"},
-		C.LT_DESC_SET:       {Name: "cublasLtMatmulDescSetAttribute"},
-		C.LT_LAYOUT_CREATE:  {Name: "cublasLtMatrixLayoutCreate"},
-		C.LT_LAYOUT_DESTROY: {Name: "cublasLtMatrixLayoutDestroy"},
-		C.LT_PREF_CREATE:    {Name: "cublasLtMatmulPreferenceCreate"},
-		C.LT_PREF_DESTROY:   {Name: "cublasLtMatmulPreferenceDestroy"},
-		C.LT_PREF_SET:       {Name: "cublasLtMatmulPreferenceSetAttribute"},
-		C.LT_HEURISTIC:      {Name: "cublasLtMatmulAlgoGetHeuristic"},
-		C.LT_MATMUL:         {Name: "cublasLtMatmul"},
-		C.LT_VERSION:        {Name: "cublasLtGetVersion", Optional: true},
-	})[:],
+// ltFuncs names the functions by the C enum, less the vendor's prefix
+// (ltPrefixes): hipBLASLt and cuBLASLt export the same functions.
+var ltFuncs = [C.LT_N]string{
+	C.LT_CREATE:         "Create",
+	C.LT_DESTROY:        "Destroy",
+	C.LT_DESC_CREATE:    "MatmulDescCreate",
+	C.LT_DESC_DESTROY:   "MatmulDescDestroy",
+	C.LT_DESC_SET:       "MatmulDescSetAttribute",
+	C.LT_LAYOUT_CREATE:  "MatrixLayoutCreate",
+	C.LT_LAYOUT_DESTROY: "MatrixLayoutDestroy",
+	C.LT_PREF_CREATE:    "MatmulPreferenceCreate",
+	C.LT_PREF_DESTROY:   "MatmulPreferenceDestroy",
+	C.LT_PREF_SET:       "MatmulPreferenceSetAttribute",
+	C.LT_HEURISTIC:      "MatmulAlgoGetHeuristic",
+	C.LT_MATMUL:         "Matmul",
+	// Optional in both. hipblasLtGetVersion takes a handle and an int*:
+	// never called (lt_version is NVIDIA's); listed so the table is complete.
+	C.LT_VERSION: "GetVersion",
 }
 
-func ltSymbols(v Vendor) []dynlib.Symbol { return ltSymbolTables[v-1] }
+var ltPrefixes = [2]string{"hipblasLt", "cublasLt"}
+
+func init() { ltLibs.Symbols, ltLibs.Init = ltSymbols, initLt }
+
+// ltSymbols is v's function table: ltFuncs under v's prefix.
+func ltSymbols(v Vendor) []dynlib.Symbol {
+	syms := make([]dynlib.Symbol, len(ltFuncs))
+	for i, f := range ltFuncs {
+		syms[i] = dynlib.Symbol{Name: ltPrefixes[v-1] + f, Optional: i == C.LT_VERSION}
+	}
+	return syms
+}
 
 func initLt(v Vendor, t *dynlib.Table) (*LtLib, error) {
 	for i, p := range t.Addrs {
@@ -185,17 +180,12 @@ var ltStages = [...]string{"", "MatmulDescCreate", "MatmulDescSetAttribute (tran
 func (l *LtLib) NewHandle(stream, workspace uintptr, wsBytes int64) (*LtHandle, error) {
 	var h C.uintptr_t
 	if s := C.lt_create(C.int(l.vendor-1), &h); s != 0 {
-		return nil, &Error{Func: l.prefix() + "Create", Status: int(s), Name: "status " + fmt.Sprint(int(s))}
+		return nil, &Error{Lib: "rocblas", Func: l.prefix() + "Create", Status: int(s), Name: "status " + fmt.Sprint(int(s))}
 	}
 	return &LtHandle{lib: l, h: uintptr(h), stream: stream, workspace: workspace, wsBytes: wsBytes}, nil
 }
 
-func (l *LtLib) prefix() string {
-	if l.vendor == AMD {
-		return "hipblasLt"
-	}
-	return "cublasLt"
-}
+func (l *LtLib) prefix() string { return ltPrefixes[l.vendor-1] }
 
 // Close destroys the handle.
 func (h *LtHandle) Close() error {
@@ -204,7 +194,7 @@ func (h *LtHandle) Close() error {
 	}
 	h.closed = true
 	if s := C.lt_destroy(C.int(h.lib.vendor-1), C.uintptr_t(h.h)); s != 0 {
-		return &Error{Func: h.lib.prefix() + "Destroy", Status: int(s), Name: "status " + fmt.Sprint(int(s))}
+		return &Error{Lib: "rocblas", Func: h.lib.prefix() + "Destroy", Status: int(s), Name: "status " + fmt.Sprint(int(s))}
 	}
 	return nil
 }
@@ -233,7 +223,7 @@ func (h *LtHandle) Linear(g LtLinear) error {
 		C.uintptr_t(g.X), C.uintptr_t(g.W), C.uintptr_t(g.D), C.uintptr_t(g.Bias), C.uintptr_t(g.XScale), C.uintptr_t(g.WScale),
 		C.uintptr_t(h.workspace), C.size_t(h.wsBytes), C.uintptr_t(h.stream), &stage)
 	if s != 0 {
-		return &Error{Func: h.lib.prefix() + ltStages[stage], Status: int(s),
+		return &Error{Lib: "rocblas", Func: h.lib.prefix() + ltStages[stage], Status: int(s),
 			Name: fmt.Sprintf("%dx%dx%d %s·%s→%s epilogue %d", g.M, g.N, g.K, g.XType, g.WType, g.DType, g.Epilogue)}
 	}
 	return nil

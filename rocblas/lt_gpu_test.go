@@ -16,22 +16,9 @@ import (
 // skipping without a GPU or without the Lt library.
 func openLt(t *testing.T) (*gputest.Device, *LtHandle) {
 	t.Helper()
-	dev := gputest.Open(t)
-	v := AMD
-	if dev.Platform == "cuda" {
-		v = NVIDIA
-	}
-	lib, err := OpenLt(v)
-	if err != nil {
-		t.Skipf("GPU %s present but no Lt library: %v", dev.Name, err)
-	}
-	h, err := lib.NewHandle(dev.Stream, dev.Alloc(t, LtWorkspace), LtWorkspace)
-	if err != nil {
-		t.Fatalf("%v: NewHandle: %v", lib, err)
-	}
-	t.Cleanup(func() { h.Close() })
-	t.Logf("device %s (%s), %v", dev.Name, dev.Platform, lib)
-	return dev, h
+	return gputest.OpenHandle(t, "Lt", OpenLt, func(dev *gputest.Device, lib *LtLib) (*LtHandle, error) {
+		return lib.NewHandle(dev.Stream, dev.Alloc(t, LtWorkspace), LtWorkspace)
+	})
 }
 
 func geluTanh(x float64) float64 {

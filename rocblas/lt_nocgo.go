@@ -2,12 +2,6 @@
 
 package rocblas
 
-import "github.com/framepack-go/framepack/internal/dynlib"
-
-func ltSymbols(Vendor) []dynlib.Symbol { return nil }
-
-func initLt(Vendor, *dynlib.Table) (*LtLib, error) { return nil, errNoCgo }
-
 // NewHandle fails: this build cannot load GPU libraries.
 func (l *LtLib) NewHandle(stream, workspace uintptr, wsBytes int64) (*LtHandle, error) {
 	return nil, errNoCgo

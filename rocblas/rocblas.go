@@ -211,12 +211,4 @@ func (g Gemm) FLOPs() float64 {
 }
 
 // Error is a status returned by the vendor library.
-type Error struct {
-	Func   string // the vendor function that failed
-	Status int
-	Name   string // the library's own string for Status
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("rocblas: %s: %s (status %d)", e.Func, e.Name, e.Status)
-}
+type Error = dynlib.CallError

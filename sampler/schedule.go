@@ -33,7 +33,7 @@ func Sigmas(steps int, mu float64) ([]float32, error) {
 		return nil, fmt.Errorf("sampler: bad time-shift exponent mu=%v", mu)
 	}
 	e := float32(math.Exp(mu))
-	t := linspace32(1, 0, steps+1)
+	t := Linspace32(1, 0, steps+1)
 	out := make([]float32, len(t))
 	for i, ti := range t {
 		// torch evaluates e/(e + (1/t − 1)) as reciprocal(e + (reciprocal(t) − 1))·e.
@@ -43,12 +43,12 @@ func Sigmas(steps int, mu float64) ([]float32, error) {
 	return out, nil
 }
 
-// linspace32 is torch.linspace(start, end, n) in float32 on the CPU (its
+// Linspace32 is torch.linspace(start, end, n) in float32 on the CPU (its
 // scalar path): the first half counts up from start, the second half back
 // from end, so both ends are exact. (A torch build whose vector width is 8
 // fills the first 16 values in vector chunks instead, which moves σ_13 of
 // the 25-step schedule by one ulp; the spec's measured table is this one.)
-func linspace32(start, end float32, n int) []float32 {
+func Linspace32(start, end float32, n int) []float32 {
 	out := make([]float32, n)
 	if n == 1 {
 		out[0] = start

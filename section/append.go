@@ -1,6 +1,9 @@
 package section
 
-import "github.com/framepack-go/framepack/tensor"
+import (
+	"github.com/framepack-go/framepack/sampler"
+	"github.com/framepack-go/framepack/tensor"
+)
 
 // SoftAppend is FramePack's soft_append_bcthw(a, b, overlap): the frames of
 // a (B, C, Ta, H, W) followed by those of b (B, C, Tb, H, W), the last
@@ -25,27 +28,8 @@ func SoftAppend(s *tensor.Scope, a, b *tensor.Tensor, overlap int) *tensor.Tenso
 	if ta < overlap || tb < overlap {
 		tensor.Fail("soft_append", "overlap %d longer than %d or %d frames", overlap, ta, tb)
 	}
-	w := s.Cast(s.To(tensor.FromFloat32(linspace(1, 0, overlap), 1, 1, overlap, 1, 1)), a.DType())
+	w := s.Cast(s.To(tensor.FromFloat32(sampler.Linspace32(1, 0, overlap), 1, 1, overlap, 1, 1)), a.DType())
 	oneMinus := s.AddScalar(s.Neg(w), 1)
 	blended := s.Add(s.Mul(w, s.Slice(a, 2, ta-overlap, ta)), s.Mul(oneMinus, s.Slice(b, 2, 0, overlap)))
 	return s.Concat(2, s.Slice(a, 2, 0, ta-overlap), blended, s.Slice(b, 2, overlap, tb))
-}
-
-// linspace is torch.linspace in float32 (its scalar path: counting up from
-// start for the first half, down from end for the second).
-func linspace(start, end float32, n int) []float32 {
-	out := make([]float32, n)
-	if n == 1 {
-		out[0] = start
-		return out
-	}
-	step := (end - start) / float32(n-1)
-	for i := range out {
-		if i < n/2 {
-			out[i] = start + float32(step*float32(i))
-		} else {
-			out[i] = end - float32(step*float32(n-i-1))
-		}
-	}
-	return out
 }

@@ -96,13 +96,7 @@ func TestHookAndOpByOp(t *testing.T) {
 func TestConv3dPaddedFallback(t *testing.T) {
 	be := cpu.New()
 	rng := rand.New(rand.NewPCG(1, 2))
-	rnd := func(shape ...int) *tensor.Tensor {
-		v := make([]float32, tensor.Numel(shape))
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return tensor.FromFloat32(v, shape...)
-	}
+	rnd := func(shape ...int) *tensor.Tensor { return tensor.RandN(rng, shape...) }
 	causal := tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}
 	for _, c := range []struct {
 		name   string

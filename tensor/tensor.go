@@ -7,6 +7,7 @@ package tensor
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -119,37 +120,36 @@ func (t *Tensor) HostBytes() []byte {
 }
 
 // Float32s is the storage of a host f32 tensor (no copy).
-func (t *Tensor) Float32s() []float32 {
-	t.mustHost(F32)
-	return ViewAs[float32](t.HostBytes())
-}
+func (t *Tensor) Float32s() []float32 { return hostView[float32](t, "Float32s", F32) }
 
 // Uint16s is the storage of a host f16 or bf16 tensor (no copy).
-func (t *Tensor) Uint16s() []uint16 {
-	if t.dtype != F16 && t.dtype != BF16 {
-		panic(fmt.Sprintf("tensor: Uint16s of a %s tensor", t.dtype))
-	}
-	return ViewAs[uint16](t.HostBytes())
-}
+func (t *Tensor) Uint16s() []uint16 { return hostView[uint16](t, "Uint16s", F16, BF16) }
 
 // Int64s is the storage of a host i64 tensor (no copy).
-func (t *Tensor) Int64s() []int64 {
-	t.mustHost(I64)
-	return ViewAs[int64](t.HostBytes())
-}
+func (t *Tensor) Int64s() []int64 { return hostView[int64](t, "Int64s", I64) }
 
 // Int32s is the storage of a host i32 tensor (no copy).
-func (t *Tensor) Int32s() []int32 {
-	t.mustHost(I32)
-	return ViewAs[int32](t.HostBytes())
-}
+func (t *Tensor) Int32s() []int32 { return hostView[int32](t, "Int32s", I32) }
 
 // Uint8s is the storage of a host u8 or bool tensor (no copy).
-func (t *Tensor) Uint8s() []uint8 {
-	if t.dtype != U8 && t.dtype != Bool {
-		panic(fmt.Sprintf("tensor: Uint8s of a %s tensor", t.dtype))
+func (t *Tensor) Uint8s() []uint8 { return hostView[uint8](t, "Uint8s", U8, Bool) }
+
+// float32sOf is vs converted to float32.
+func float32sOf[T Elem](vs []T) []float32 {
+	out := make([]float32, len(vs))
+	for i, v := range vs {
+		out[i] = float32(v)
 	}
-	return t.HostBytes()
+	return out
+}
+
+// hostView is the storage of a host tensor of one of dts as Ts; it panics,
+// naming the accessor, for any other dtype.
+func hostView[T Elem](t *Tensor, accessor string, dts ...DType) []T {
+	if !slices.Contains(dts, t.dtype) {
+		panic(fmt.Sprintf("tensor: %s of a %s tensor", accessor, t.dtype))
+	}
+	return ViewAs[T](t.HostBytes())
 }
 
 // ToFloat32 returns a host tensor's values widened to float32 (a copy for
@@ -167,35 +167,17 @@ func (t *Tensor) ToFloat32() []float32 {
 		WidenBF16(out, t.Uint16s())
 		return out
 	case I64:
-		out := make([]float32, t.Numel())
-		for i, v := range t.Int64s() {
-			out[i] = float32(v)
-		}
-		return out
+		return float32sOf(t.Int64s())
 	case I32:
-		out := make([]float32, t.Numel())
-		for i, v := range t.Int32s() {
-			out[i] = float32(v)
-		}
-		return out
+		return float32sOf(t.Int32s())
 	case U8, Bool:
-		out := make([]float32, t.Numel())
-		for i, v := range t.Uint8s() {
-			out[i] = float32(v)
-		}
-		return out
+		return float32sOf(t.Uint8s())
 	case F8E4M3:
 		out := make([]float32, t.Numel())
 		WidenF8E4M3(out, t.HostBytes())
 		return out
 	}
 	panic(fmt.Sprintf("tensor: ToFloat32 of a %s tensor", t.dtype))
-}
-
-func (t *Tensor) mustHost(dt DType) {
-	if t.dtype != dt {
-		panic(fmt.Sprintf("tensor: want a %s tensor, have %s", dt, t.dtype))
-	}
 }
 
 // Reshape returns a tensor sharing t's storage with a new shape of the same

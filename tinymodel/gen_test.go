@@ -17,22 +17,13 @@ import (
 	"github.com/framepack-go/framepack/tokenizer"
 )
 
-// The tiny tokenizers are generated from this corpus (TestTokenizerFiles
-// checks the files in model/ against GenerateTokenizers and rewrites them
-// with -update). The LLaMA vocabulary gets its frequent whole words, CLIP's
+// The tiny tokenizers are generated from Corpus (TestTokenizerFiles checks
+// the files in model/ against GenerateTokenizers and rewrites them with
+// -update). The LLaMA vocabulary gets its frequent whole words, CLIP's
 // merges learnt by plain BPE training, so the template and common prompt
 // words take few tokens, as with the real tokenizers; every other text
 // still tokenizes, byte by byte.
-var corpus = []string{
-	"<|start_header_id|>system<|end_header_id|>\n\nDescribe the video by detailing the following aspects: " +
-		"1. The main content and theme of the video.2. The color, shape, size, texture, quantity, text, and spatial " +
-		"relationships of the objects.3. Actions, events, behaviors temporal relationships, physical movement changes " +
-		"of the objects.4. background environment, light, style and atmosphere.5. camera angles, movements, and " +
-		"transitions used in the video:<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n",
-	"The girl dances gracefully, with clear movements, full of charm.",
-	"A character doing some simple body movements.",
-	"The man dances energetically, leaping mid-air with fluid arm swings and quick footwork.",
-}
+var corpus = Corpus()
 
 // LLaMA: 300 ids. 0–255 are the byte-level symbols (GPT-2's byte-to-rune
 // map, as LLaMA-3's tokenizer.json has them), then whole words, then the
@@ -76,7 +67,7 @@ func llamaTokenizer() ([]byte, error) {
 	re := regexp2.MustCompile(tokenizer.LlamaPattern, regexp2.Unicode)
 	var words [][]string
 	for _, text := range corpus {
-		for _, part := range splitSpecial(text, llamaSpecial) {
+		for _, part := range tokenizer.SplitSpecial(text, llamaSpecial) {
 			for m, _ := re.FindStringMatch(part); m != nil; m, _ = re.FindNextMatch(m) {
 				words = append(words, tokenizer.ByteLevel(m.String()))
 			}
@@ -92,42 +83,10 @@ func llamaTokenizer() ([]byte, error) {
 	for _, w := range wholeWords(words, llamaVocab-256-len(llamaSpecial)) {
 		vocab[w] = len(vocab)
 	}
-	merges := []string{}
-	var added []map[string]any
 	for i, s := range llamaSpecial {
-		id := llamaVocab - len(llamaSpecial) + i
-		vocab[s] = id
-		added = append(added, map[string]any{"id": id, "content": s, "single_word": false, "lstrip": false,
-			"rstrip": false, "normalized": false, "special": true})
+		vocab[s] = llamaVocab - len(llamaSpecial) + i
 	}
-	doc := map[string]any{
-		"version":      "1.0",
-		"truncation":   nil,
-		"padding":      nil,
-		"added_tokens": added,
-		"normalizer":   nil,
-		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": tokenizer.LlamaPattern}, "behavior": "Isolated", "invert": false},
-			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
-		}},
-		"post_processor": map[string]any{"type": "TemplateProcessing",
-			"single": []any{
-				map[string]any{"SpecialToken": map[string]any{"id": llamaBOS, "type_id": 0}},
-				map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}},
-			},
-			"pair": []any{
-				map[string]any{"SpecialToken": map[string]any{"id": llamaBOS, "type_id": 0}},
-				map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}},
-				map[string]any{"SpecialToken": map[string]any{"id": llamaBOS, "type_id": 1}},
-				map[string]any{"Sequence": map[string]any{"id": "B", "type_id": 1}},
-			},
-			"special_tokens": map[string]any{llamaBOS: map[string]any{"id": llamaBOS, "ids": []int{vocab[llamaBOS]}, "tokens": []string{llamaBOS}}},
-		},
-		"decoder": map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
-		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
-			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "ignore_merges": true,
-			"vocab": vocab, "merges": merges},
-	}
+	doc := tokenizer.LlamaDocument(vocab, []string{}, llamaSpecial, llamaBOS)
 	return marshal(doc)
 }
 
@@ -150,7 +109,7 @@ func clipTokenizer() (vocabJSON, mergesTxt []byte, err error) {
 	re := regexp2.MustCompile(`'s|'t|'re|'ve|'m|'ll|'d|\p{L}+|\p{N}|[^\s\p{L}\p{N}]+`, regexp2.Unicode)
 	var words [][]string
 	for _, text := range corpus {
-		for _, part := range splitSpecial(text, llamaSpecial) {
+		for _, part := range tokenizer.SplitSpecial(text, llamaSpecial) {
 			for m, _ := re.FindStringMatch(strings.ToLower(part)); m != nil; m, _ = re.FindNextMatch(m) {
 				w := tokenizer.ByteLevel(m.String())
 				w[len(w)-1] += "</w>"
@@ -240,26 +199,6 @@ func wholeWords(words [][]string, n int) []string {
 		return list[i] < list[j]
 	})
 	return list[:min(n, len(list))]
-}
-
-// splitSpecial drops the special tokens from text, returning the pieces
-// between them.
-func splitSpecial(text string, special []string) []string {
-	parts := []string{text}
-	for _, s := range special {
-		var next []string
-		for _, p := range parts {
-			next = append(next, strings.Split(p, s)...)
-		}
-		parts = next
-	}
-	var out []string
-	for _, p := range parts {
-		if p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // marshal is json with sorted keys, two-space indent and a final newline,

@@ -43,9 +43,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/framepack-go/framepack/internal/atomicfile"
+	"github.com/framepack-go/framepack/section"
 )
 
 //go:embed model
@@ -54,6 +56,19 @@ var files embed.FS
 // Resolution is the bucket resolution to run the tiny model at (see the
 // package comment); the command line's default without --models.
 const Resolution = 128
+
+// Corpus is the text the tiny tokenizers keep in few tokens (their
+// generator's training text): the prompt template's part before the user
+// prompt, as FramePack uses it, and a few prompts.
+func Corpus() []string {
+	prefix, _, _ := strings.Cut(section.PromptTemplate, "{}")
+	return []string{
+		prefix,
+		"The girl dances gracefully, with clear movements, full of charm.",
+		"A character doing some simple body movements.",
+		"The man dances energetically, leaping mid-air with fluid arm swings and quick footwork.",
+	}
+}
 
 // FS is the model folder as a file system.
 func FS() fs.FS {

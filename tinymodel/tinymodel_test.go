@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tokenizer"
 )
 
@@ -56,11 +57,7 @@ func TestDimsFit(t *testing.T) {
 	}
 }
 
-const template = "<|start_header_id|>system<|end_header_id|>\n\nDescribe the video by detailing the following aspects: " +
-	"1. The main content and theme of the video.2. The color, shape, size, texture, quantity, text, and spatial " +
-	"relationships of the objects.3. Actions, events, behaviors temporal relationships, physical movement changes " +
-	"of the objects.4. background environment, light, style and atmosphere.5. camera angles, movements, and " +
-	"transitions used in the video:<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n{}<|eot_id|>"
+const template = section.PromptTemplate
 
 func TestTokenizers(t *testing.T) {
 	dir := t.TempDir()

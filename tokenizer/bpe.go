@@ -65,6 +65,26 @@ var byteToRune = func() [256]rune {
 // LLaMA-3's, CLIP's) spell byte b with.
 func ByteRune(b byte) rune { return byteToRune[b] }
 
+// SplitSpecial drops the special tokens from text and returns the pieces
+// between them, none empty: the text a vocabulary is learnt from.
+func SplitSpecial(text string, special []string) []string {
+	parts := []string{text}
+	for _, s := range special {
+		var next []string
+		for _, p := range parts {
+			next = append(next, strings.Split(p, s)...)
+		}
+		parts = next
+	}
+	var out []string
+	for _, p := range parts {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // ByteLevel maps the UTF-8 bytes of s to one symbol per byte (ByteRune).
 func ByteLevel(s string) []string {
 	out := make([]string, len(s))

@@ -373,3 +373,41 @@ func (t *Llama) splitAdded(text string) []textPart {
 
 // ID is the id of a token in the vocabulary.
 func (t *Llama) ID(token string) (int64, bool) { id, ok := t.vocab[token]; return id, ok }
+
+// LlamaDocument is a tokenizer.json of LLaMA-3's form, as LoadLlama reads
+// it and transformers writes it: LlamaPattern's pre-tokenizer, byte-level
+// BPE over vocab and merges that looks a whole pre-token up first
+// (ignore_merges), the special tokens added under their ids in vocab, and
+// bos before every sequence. The tokenizer generators of the random and
+// tiny models write it.
+func LlamaDocument(vocab map[string]int, merges []string, specials []string, bos string) map[string]any {
+	var added []map[string]any
+	for _, s := range specials {
+		added = append(added, map[string]any{"id": vocab[s], "content": s, "single_word": false, "lstrip": false,
+			"rstrip": false, "normalized": false, "special": true})
+	}
+	piece := func(kind, id string, typeID int) map[string]any {
+		return map[string]any{kind: map[string]any{"id": id, "type_id": typeID}}
+	}
+	return map[string]any{
+		"version":      "1.0",
+		"truncation":   nil,
+		"padding":      nil,
+		"added_tokens": added,
+		"normalizer":   nil,
+		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": LlamaPattern}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
+		}},
+		"post_processor": map[string]any{"type": "TemplateProcessing",
+			"single": []any{piece("SpecialToken", bos, 0), piece("Sequence", "A", 0)},
+			"pair": []any{piece("SpecialToken", bos, 0), piece("Sequence", "A", 0),
+				piece("SpecialToken", bos, 1), piece("Sequence", "B", 1)},
+			"special_tokens": map[string]any{bos: map[string]any{"id": bos, "ids": []int{vocab[bos]}, "tokens": []string{bos}}},
+		},
+		"decoder": map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
+			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "ignore_merges": true,
+			"vocab": vocab, "merges": merges},
+	}
+}

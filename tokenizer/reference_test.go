@@ -53,21 +53,31 @@ func TestRealLlamaMatchesReference(t *testing.T) {
 	if len(ref.Prefix) != 95 {
 		t.Errorf("the reference's template prefix has %d tokens, want crop_start 95", len(ref.Prefix))
 	}
+	matchReference(t, "LLaMA", ref.Prompts, ref.Llama, len(ref.Prefix), func(p string) ([]int64, error) {
+		return tok.Encode(strings.Replace(ref.Template, "{}", p, 1))
+	})
+}
+
+// matchReference encodes each prompt with encode, compares the ids with
+// want's (a mismatch is shown after the first skip tokens, which the
+// template gives all prompts) and logs how many of the tokenizer's match.
+func matchReference(t *testing.T, name string, prompts []string, want [][]int64, skip int, encode func(p string) ([]int64, error)) {
+	t.Helper()
 	match := 0
-	for i, p := range ref.Prompts {
-		got, err := tok.Encode(strings.Replace(ref.Template, "{}", p, 1))
+	for i, p := range prompts {
+		got, err := encode(p)
 		if err != nil {
 			t.Errorf("prompt %d %q: %v", i, p, err)
 			continue
 		}
-		if reflect.DeepEqual(got, ref.Llama[i]) {
+		if reflect.DeepEqual(got, want[i]) {
 			match++
-		} else {
-			n := min(len(ref.Prefix), len(got), len(ref.Llama[i]))
-			t.Errorf("prompt %d %q, after %d tokens:\n got %v\nwant %v", i, p, n, got[n:], ref.Llama[i][n:])
+			continue
 		}
+		n := min(skip, len(got), len(want[i]))
+		t.Errorf("prompt %d %q, after %d tokens:\n got %v\nwant %v", i, p, n, got[n:], want[i][n:])
 	}
-	t.Logf("LLaMA: %d/%d prompts match the reference", match, len(ref.Prompts))
+	t.Logf("%s: %d/%d prompts match the reference", name, match, len(prompts))
 }
 
 func TestRealCLIPMatchesReference(t *testing.T) {
@@ -76,18 +86,5 @@ func TestRealCLIPMatchesReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	match := 0
-	for i, p := range ref.Prompts {
-		got, err := tok.Encode(p)
-		if err != nil {
-			t.Errorf("prompt %d %q: %v", i, p, err)
-			continue
-		}
-		if reflect.DeepEqual(got, ref.CLIP[i]) {
-			match++
-		} else {
-			t.Errorf("prompt %d %q:\n got %v\nwant %v", i, p, got, ref.CLIP[i])
-		}
-	}
-	t.Logf("CLIP: %d/%d prompts match the reference", match, len(ref.Prompts))
+	matchReference(t, "CLIP", ref.Prompts, ref.CLIP, 0, tok.Encode)
 }

@@ -299,3 +299,10 @@ func TestTokenizerFolderWithoutFiles(t *testing.T) {
 		t.Errorf("missing folder: %v", err)
 	}
 }
+
+func TestSplitSpecial(t *testing.T) {
+	got := SplitSpecial("<s>one<|x|>two<s><|x|>three", []string{"<s>", "<|x|>"})
+	if !reflect.DeepEqual(got, []string{"one", "two", "three"}) {
+		t.Errorf("SplitSpecial = %q", got)
+	}
+}

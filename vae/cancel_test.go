@@ -13,11 +13,7 @@ import (
 // cancelled after its first tile stops within the next tile instead of
 // running to the end of the video.
 func TestDecodeProgressAndCancel(t *testing.T) {
-	v, err := RandomWeights(smallConfig(), cpu.New(), tensor.F32, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	v := randomVAE(t, smallConfig(), cpu.New(), tensor.F32, 3)
 	z := randLatents(5, 1, 16, 3, 8, 8) // 64×64 pixels: 4 spatial tiles of 32
 	til := SpatialTiling(32, 24)
 
@@ -36,7 +32,7 @@ func TestDecodeProgressAndCancel(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	calls := 0
-	err = tensor.Catch(func() {
+	err := tensor.Catch(func() {
 		v.Decode(s, z, DecodeOptions{Tiling: til, Context: ctx, Progress: func(done, n int) {
 			calls++
 			cancel()

@@ -3,7 +3,6 @@ package vae
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae/internal/tiles"
@@ -34,13 +33,10 @@ type DecodeOptions struct {
 // tiling), what FramePack's high-VRAM mode runs.
 func DefaultDecode() DecodeOptions { return DecodeOptions{Tiling: DefaultTiling()} }
 
-// DecodeStats describe a finished decode.
-type DecodeStats struct {
-	Tiling  Tiling // the tiling that produced the result
-	Tiles   int    // decoder runs of that attempt
-	Retries int    // attempts that ran out of memory and were shrunk
-	Elapsed time.Duration
-}
+// DecodeStats describe a finished decode: the tiling that produced the
+// result, its decoder runs, the attempts that ran out of memory and were
+// shrunk, the time.
+type DecodeStats = tiles.Stats[Tiling]
 
 // Decode decodes latents z (B, latent, T, h, w) — already divided by the
 // scaling factor — into pixels (B, out, 4T−3, 8h, 8w) following diffusers'
@@ -52,39 +48,25 @@ type DecodeStats struct {
 // are refused, and so are pixels that come out non-finite. Errors panic
 // inside s as *tensor.OpError (tensor.Catch).
 func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *tensor.Tensor {
-	if v == nil || v.dec == nil {
+	if v.model().Decoder() == nil {
 		tensor.Fail("vae.decode", "%v", errNoPart)
 	}
 	if z == nil {
 		tensor.Fail("vae.decode", "no latents")
 	}
-	if z.Rank() != 5 || z.Dim(1) != v.cfg.LatentChannels || z.Numel() == 0 {
-		tensor.Fail("vae.decode", "latents %v: want (B, %d, T, h, w)", z.Shape(), v.cfg.LatentChannels)
-	}
-	// A NaN or Inf in the latents spreads through every convolution into a
-	// video of undefined (black) pixels: refuse it here, and check what
-	// comes out too, so that neither is written as if it were a video.
-	if err := tensor.NonFiniteError("the latents to decode hold non-finite values", z); err != nil {
-		tensor.Fail("vae.decode", "%v", err)
+	if z.Rank() != 5 || z.Dim(1) != v.m.Cfg.LatentChannels || z.Numel() == 0 {
+		tensor.Fail("vae.decode", "latents %v: want (B, %d, T, h, w)", z.Shape(), v.m.Cfg.LatentChannels)
 	}
 	til := opts.Tiling.normalized()
-	if err := til.check(&v.cfg); err != nil {
-		tensor.Fail("vae.decode", "%v", err)
-	}
-	start := time.Now()
-	var out *tiles.Video
-	var n int
-	til, retries := tiles.Shrinking("vae.decode", "vae: decode", til, opts.NoRetry, opts.Log,
-		func(t Tiling) { out, n = v.decodeOnce(s, z, t, opts) },
-		func(t Tiling) (Tiling, bool) { return shrinkTiling(&v.cfg, z.Shape(), t, v.dt, readsPadded(v.be)) })
+	out, st := tiles.Decode("vae.decode", "vae: decode", z, til, til.check(&v.m.Cfg), opts.NoRetry, opts.Log,
+		func(t Tiling) (*tiles.Video, int) { return v.decodeOnce(s, z, t, opts) },
+		func(t Tiling) (Tiling, bool) {
+			return shrinkTiling(&v.m.Cfg, z.Shape(), t, v.m.DT, readsPadded(v.m.Be))
+		})
 	if opts.Stats != nil {
-		*opts.Stats = DecodeStats{Tiling: til, Tiles: n, Retries: retries, Elapsed: time.Since(start)}
+		*opts.Stats = st
 	}
-	px := out.Tensor()
-	if err := tensor.NonFiniteError("the decoder produced non-finite pixels", px); err != nil {
-		tensor.Fail("vae.decode", "%v", err)
-	}
-	return px
+	return out.Tensor()
 }
 
 // decodeOnce runs one whole decode at tiling til. The device work runs on
@@ -93,7 +75,7 @@ func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *ten
 // decoded: the host work hides behind the device work. The device memory is
 // all freed when it returns.
 func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling, opts DecodeOptions) (*tiles.Video, int) {
-	c := &v.cfg
+	c := &v.m.Cfg
 	ss, st := c.SpatialCompressionRatio, c.TemporalCompressionRatio
 	nT, h, w := z.Dim(2), z.Dim(3), z.Dim(4)
 	boxes := decodeBoxes(c, nT, h, w, til)
@@ -114,7 +96,7 @@ func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling, opts Dec
 		}
 		return tiles.Of(hv)
 	}
-	r := tiles.RoundTo(v.dt)
+	r := tiles.RoundTo(v.m.DT)
 	grid := til.size().Decode(ss, h, w)
 	spatial := func(t0, t1 int) *tiles.Video {
 		return r.Spatial(func(h0, h1, w0, w1 int) *tiles.Video { return run(t0, t1, h0, h1, w0, w1) }, h, w, grid)
@@ -154,7 +136,7 @@ func (v *VAE) startTiles(s *tensor.Scope, z *tensor.Tensor, boxes []box, ctx con
 		defer func() { p.fail = recover() }()
 		ds := s.Child()
 		defer ds.Close()
-		zc := tiles.ToCompute(ds, z, v.dt)
+		zc := tiles.ToCompute(ds, z, v.m.DT)
 		for _, b := range boxes {
 			if ctx != nil && ctx.Err() != nil {
 				panic(&tensor.OpError{Op: "vae.decode", Err: ctx.Err()})
@@ -175,7 +157,7 @@ func (v *VAE) startTiles(s *tensor.Scope, z *tensor.Tensor, boxes []box, ctx con
 func (v *VAE) decodeBox(ds *tensor.Scope, zc *tensor.Tensor, b box) *tensor.Tensor {
 	ts := ds.Child()
 	defer ts.Close()
-	out := v.dec.forward(ts, tiles.SliceBox(ts, zc, b.t0, b.t1, b.h0, b.h1, b.w0, b.w1))
+	out := v.m.Dec.forward(ts, tiles.SliceBox(ts, zc, b.t0, b.t1, b.h0, b.h1, b.w0, b.w1))
 	if out.OnHost() { // the backend's own storage: copy it out as f32
 		return tiles.Of(out).Tensor()
 	}

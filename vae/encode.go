@@ -20,47 +20,40 @@ func (v *VAE) Encode(s *tensor.Scope, x *tensor.Tensor) (mean, logvar *tensor.Te
 // tiling is on and the image exceeds the tile; FramePack's low-VRAM mode
 // encodes its start image with SpatialTiling(0, 0)).
 func (v *VAE) EncodeWith(s *tensor.Scope, x *tensor.Tensor, til Tiling) (mean, logvar *tensor.Tensor) {
-	if v == nil || v.enc == nil {
+	if v.model().Encoder() == nil {
 		tensor.Fail("vae.encode", "%v", errNoPart)
 	}
 	if x == nil {
 		tensor.Fail("vae.encode", "no pixels")
 	}
-	c := &v.cfg
+	c := &v.m.Cfg
 	if x.Rank() != 5 || x.Dim(1) != c.InChannels || x.Numel() == 0 {
 		tensor.Fail("vae.encode", "pixels %v: want (B, %d, T, H, W)", x.Shape(), c.InChannels)
 	}
 	til = til.normalized()
-	if err := til.check(c); err != nil {
-		tensor.Fail("vae.encode", "%v", err)
-	}
-	es := s.Child()
-	defer es.Close()
-	xc := tiles.ToCompute(es, x, v.dt)
-	ss, st := c.SpatialCompressionRatio, c.TemporalCompressionRatio
-	nT, h, w := x.Dim(2), x.Dim(3), x.Dim(4)
-	r := tiles.RoundTo(v.dt)
-	run := func(t0, t1, h0, h1, w0, w1 int) *tiles.Video {
-		ts := es.Child()
-		defer ts.Close()
-		return tiles.Of(v.enc.forward(ts, tiles.SliceBox(ts, xc, t0, t1, h0, h1, w0, w1)))
-	}
-	useSpatial := til.Spatial && (h > til.TileHeight || w > til.TileWidth)
-	grid := til.size().Encode(ss, h, w) // diffusers crops tiled moments to H//8, W//8
-	tile := func(t0, t1 int) *tiles.Video {
-		if useSpatial {
-			return r.Spatial(func(h0, h1, w0, w1 int) *tiles.Video { return run(t0, t1, h0, h1, w0, w1) }, h, w, grid)
+	m, lv := tiles.Encode("vae.encode", s, x, v.m.DT, til.check(c), func(es *tensor.Scope, xc *tensor.Tensor) *tiles.Video {
+		ss, st := c.SpatialCompressionRatio, c.TemporalCompressionRatio
+		nT, h, w := x.Dim(2), x.Dim(3), x.Dim(4)
+		r := tiles.RoundTo(v.m.DT)
+		run := func(t0, t1, h0, h1, w0, w1 int) *tiles.Video {
+			ts := es.Child()
+			defer ts.Close()
+			return tiles.Of(v.m.Enc.forward(ts, tiles.SliceBox(ts, xc, t0, t1, h0, h1, w0, w1)))
 		}
-		return run(t0, t1, 0, h, 0, w)
-	}
-	var mom *tiles.Video
-	if til.Framewise && nT > til.TileFrames {
-		mom = r.Temporal(tile, nT, til.TileFrames+1, til.TileFrameStride,
-			til.TileFrameStride/st, til.TileFrames/st-til.TileFrameStride/st, c.LatentFrames(nT))
-	} else {
-		mom = tile(0, nT)
-	}
-	m, lv := tiles.Posterior(mom)
+		useSpatial := til.Spatial && (h > til.TileHeight || w > til.TileWidth)
+		grid := til.size().Encode(ss, h, w) // diffusers crops tiled moments to H//8, W//8
+		tile := func(t0, t1 int) *tiles.Video {
+			if useSpatial {
+				return r.Spatial(func(h0, h1, w0, w1 int) *tiles.Video { return run(t0, t1, h0, h1, w0, w1) }, h, w, grid)
+			}
+			return run(t0, t1, 0, h, 0, w)
+		}
+		if til.Framewise && nT > til.TileFrames {
+			return r.Temporal(tile, nT, til.TileFrames+1, til.TileFrameStride,
+				til.TileFrameStride/st, til.TileFrames/st-til.TileFrameStride/st, c.LatentFrames(nT))
+		}
+		return tile(0, nT)
+	})
 	return s.To(m), s.To(lv)
 }
 

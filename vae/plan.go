@@ -253,7 +253,7 @@ func (v *VAE) DecodePeak(latentShape []int, til Tiling) int64 {
 	if v == nil {
 		return 0
 	}
-	return decodePeak(v.cfg, latentShape, til, v.dt, readsPadded(v.be))
+	return decodePeak(v.m.Cfg, latentShape, til, v.m.DT, readsPadded(v.m.Be))
 }
 
 func decodePeak(cfg Config, latentShape []int, til Tiling, dt tensor.DType, fusedPad bool) int64 {
@@ -340,7 +340,7 @@ func (v *VAE) Plan(latentShape []int, budget int64) (DecodeOptions, int64) {
 	if v == nil {
 		return DecodeOptions{}, 0
 	}
-	return planDecode(v.cfg, latentShape, budget, v.dt, readsPadded(v.be))
+	return planDecode(v.m.Cfg, latentShape, budget, v.m.DT, readsPadded(v.m.Be))
 }
 
 // shrinkTiling is the largest tiling of the ladder predicted to need less

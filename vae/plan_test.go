@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/internal/errtest"
 	"github.com/framepack-go/framepack/internal/numcmp"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
@@ -24,12 +25,7 @@ func smallConfig() Config {
 }
 
 func randLatents(seed uint64, shape ...int) *tensor.Tensor {
-	r := rand.New(rand.NewPCG(seed, 7))
-	v := make([]float32, tensor.Numel(shape))
-	for i := range v {
-		v[i] = float32(r.NormFloat64())
-	}
-	return tensor.FromFloat32(v, shape...)
+	return tensor.RandN(rand.New(rand.NewPCG(seed, 7)), shape...)
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
@@ -56,11 +52,7 @@ func TestDecodePeakModel(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			m := meter()
-			v, err := RandomWeights(cfg, m, tc.dt, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer v.Close()
+			v := randomVAE(t, cfg, m, tc.dt, 3)
 			base := m.Stats().InUse
 			m.ResetPeak()
 			z := randLatents(1, tc.shape...)
@@ -137,11 +129,7 @@ func TestPlannedDecodeFits(t *testing.T) {
 	cfg := smallConfig()
 	shape := []int{1, 16, 6, 6, 8}
 	m := meter()
-	v, err := RandomWeights(cfg, m, tensor.F32, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	v := randomVAE(t, cfg, m, tensor.F32, 5)
 	untiled := DecodePeak(cfg, shape, DefaultTiling(), tensor.F32)
 	budget := untiled * 2 / 5
 	opts, planned := PlanDecode(cfg, shape, budget, tensor.F32)
@@ -167,11 +155,7 @@ func TestDecodeRetriesSmallerTiles(t *testing.T) {
 	cfg := smallConfig()
 	shape := []int{1, 16, 2, 6, 8}
 	m := meter()
-	v, err := RandomWeights(cfg, m, tensor.F32, 9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	v := randomVAE(t, cfg, m, tensor.F32, 9)
 	z := randLatents(4, shape...)
 	forced := DefaultTiling() // untiled in space
 	need := DecodePeak(cfg, shape, forced, tensor.F32)
@@ -199,7 +183,7 @@ func TestDecodeRetriesSmallerTiles(t *testing.T) {
 	setCap(m, base+need/2)
 	s := tensor.NewScope(m)
 	defer s.Close()
-	err = tensor.Catch(func() { v.Decode(s, z, DecodeOptions{Tiling: forced, NoRetry: true}) })
+	err := tensor.Catch(func() { v.Decode(s, z, DecodeOptions{Tiling: forced, NoRetry: true}) })
 	if err == nil {
 		t.Fatal("NoRetry decode above the cap succeeded")
 	}
@@ -258,4 +242,12 @@ func setCap(m *memory.Backend, c int64) {
 		c = noCap
 	}
 	m.SetBudget(memory.Budget{Device: "test", Cap: c})
+}
+
+// randomVAE is RandomWeights, failing the test on an error; the VAE closes
+// when the test ends.
+func randomVAE(t *testing.T, cfg Config, be tensor.Backend, dt tensor.DType, seed uint64) *VAE {
+	t.Helper()
+	v, err := RandomWeights(cfg, be, dt, seed)
+	return errtest.Closing(t, v, err)
 }

@@ -1,8 +1,6 @@
 package vae
 
 import (
-	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
@@ -13,10 +11,8 @@ import (
 // ReadConfig (what Load uses), equals DefaultConfig, and plans the released
 // shapes.
 func TestReleasedConfigVAE(t *testing.T) {
-	cfg, specs := plantest.Plan(t, filepath.Join("..", "testdata", "released", "vae"), ReadConfig, Plan)
-	if fmt.Sprintf("%+v", cfg) != fmt.Sprintf("%+v", DefaultConfig()) {
-		t.Errorf("config %+v\nwant DefaultConfig %+v", cfg, DefaultConfig())
-	}
+	cfg, specs := plantest.Released(t, "vae", ReadConfig, Plan)
+	plantest.SameConfig(t, cfg, DefaultConfig())
 	n := plantest.Shapes(t, specs, map[string]string{
 		"encoder.conv_in.conv.weight":                             "[128 3 3 3 3]",
 		"encoder.conv_out.conv.weight":                            "[32 512 3 3 3]",

@@ -7,18 +7,16 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/internal/scopetest"
 	"github.com/framepack-go/framepack/internal/testdevice"
-	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 )
 
 // loadCase loads the case's model on be in dt.
 func loadCase(t *testing.T, c *golden.Case, be tensor.Backend, dt tensor.DType) *VAE {
 	t.Helper()
-	return golden.Model(t, c, func(dir string) (*VAE, error) { return Load(dir, be, Options{DType: dt}) })
+	return golden.Load(t, c, Load, be, Options{DType: dt})
 }
 
 func decode(t *testing.T, v *VAE, z *tensor.Tensor, opts DecodeOptions) *tensor.Tensor {
@@ -34,43 +32,37 @@ func caseTiling(c *golden.Case) Tiling {
 }
 
 func TestGoldenDecode(t *testing.T) {
-	for _, c := range golden.Cases(t, "vae.decode") {
-		t.Run(c.Name, func(t *testing.T) {
-			v := loadCase(t, c, testdevice.Backend(t), tensor.F32)
-			c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DefaultDecode()))
-		})
-	}
+	golden.Run(t, "vae.decode", func(t *testing.T, c *golden.Case) {
+		v := loadCase(t, c, testdevice.Backend(t), tensor.F32)
+		c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DefaultDecode()))
+	})
 }
 
 func TestGoldenDecodeTiled(t *testing.T) {
-	for _, c := range golden.Cases(t, "vae.decode_tiled") {
-		t.Run(c.Name, func(t *testing.T) {
-			v := loadCase(t, c, testdevice.Backend(t), tensor.F32)
-			z := c.Tensor("z")
-			var st DecodeStats
-			c.Compare(t, "sample", decode(t, v, z, DecodeOptions{Tiling: caseTiling(c), Stats: &st}))
-			if st.Tiles < 2 {
-				t.Errorf("tiled decode ran %d tiles", st.Tiles)
-			}
-			c.Compare(t, "sample_untiled", decode(t, v, z, DefaultDecode()))
-		})
-	}
+	golden.Run(t, "vae.decode_tiled", func(t *testing.T, c *golden.Case) {
+		v := loadCase(t, c, testdevice.Backend(t), tensor.F32)
+		z := c.Tensor("z")
+		var st DecodeStats
+		c.Compare(t, "sample", decode(t, v, z, DecodeOptions{Tiling: caseTiling(c), Stats: &st}))
+		if st.Tiles < 2 {
+			t.Errorf("tiled decode ran %d tiles", st.Tiles)
+		}
+		c.Compare(t, "sample_untiled", decode(t, v, z, DefaultDecode()))
+	})
 }
 
 func TestGoldenEncode(t *testing.T) {
-	for _, c := range golden.Cases(t, "vae.encode") {
-		t.Run(c.Name, func(t *testing.T) {
-			v := loadCase(t, c, testdevice.Backend(t), tensor.F32)
-			s := tensor.NewScope(v.Backend())
-			defer s.Close()
-			var mean, logvar *tensor.Tensor
-			if err := tensor.Catch(func() { mean, logvar = v.Encode(s, c.Tensor("x")) }); err != nil {
-				t.Fatal(err)
-			}
-			c.Compare(t, "mean", mean)
-			c.Compare(t, "logvar", logvar)
-		})
-	}
+	golden.Run(t, "vae.encode", func(t *testing.T, c *golden.Case) {
+		v := loadCase(t, c, testdevice.Backend(t), tensor.F32)
+		s := tensor.NewScope(v.Backend())
+		defer s.Close()
+		var mean, logvar *tensor.Tensor
+		if err := tensor.Catch(func() { mean, logvar = v.Encode(s, c.Tensor("x")) }); err != nil {
+			t.Fatal(err)
+		}
+		c.Compare(t, "mean", mean)
+		c.Compare(t, "logvar", logvar)
+	})
 }
 
 // TestGoldenDecodeHalf runs the golden decodes in f16 and bf16 (weights
@@ -124,13 +116,9 @@ func TestRealConfig(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	m := meter()
-	v, err := RandomWeights(cfg, m, tensor.BF16, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	v := randomVAE(t, cfg, m, tensor.BF16, 1)
 	var n int64
-	for _, w := range v.loaded.Held() {
+	for _, w := range v.m.Weights.Held() {
 		n += int64(w.Numel())
 	}
 	if n != 246478803 || v.WeightBytes() != 2*n || m.Stats().InUse != 2*n {
@@ -170,11 +158,7 @@ func checkFinite(t *testing.T, x *tensor.Tensor, shape ...int) {
 }
 
 func TestDecodeBadInput(t *testing.T) {
-	v, err := RandomWeights(smallConfig(), cpu.New(), tensor.F32, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	v := randomVAE(t, smallConfig(), cpu.New(), tensor.F32, 1)
 	s := tensor.NewScope(v.Backend())
 	defer s.Close()
 	for _, tc := range []struct {
@@ -217,7 +201,7 @@ func TestDecodeBadInput(t *testing.T) {
 			t.Errorf("decode: error %v, want one saying %q", err, tc.want)
 		}
 	}
-	err = tensor.Catch(func() { v.Encode(s, randLatents(1, 1, 4, 1, 8, 8)) })
+	err := tensor.Catch(func() { v.Encode(s, randLatents(1, 1, 4, 1, 8, 8)) })
 	if err == nil || !strings.Contains(err.Error(), "want (B, 3, T, H, W)") {
 		t.Errorf("encode of 4 channels: %v", err)
 	}
@@ -229,30 +213,23 @@ func TestDecodeBadInput(t *testing.T) {
 // with the same result, and the peak model without padded copies still
 // bounds the measured peak of the activations.
 func TestGoldenDecodeThroughChain(t *testing.T) {
-	for _, c := range golden.Cases(t, "vae.decode") {
-		t.Run(c.Name, func(t *testing.T) {
-			host := cpu.New()
-			ch, err := convchain.New([]convchain.Tier{convchain.CPUTier(host)}, convchain.Options{CachePath: "off", Faults: &convchain.Faults{}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			be := memory.Budgeted(convchain.Wrap(host, ch), memory.Budget{Device: "test", Cap: 1 << 40})
-			v := loadCase(t, c, be, tensor.F32)
-			if !readsPadded(be) {
-				t.Fatal("no Conv3dPadded under the budget")
-			}
-			z := c.Tensor("z")
-			be.ResetPeak()
-			c.Compare(t, "sample", decode(t, v, z, DefaultDecode()))
-			if n := ch.Summary()[0].Convs; n == 0 {
-				t.Error("no convolution went through the chain")
-			}
-			measured := be.Stats().Peak - v.WeightBytes()
-			planned := v.DecodePeak(z.Shape(), DefaultTiling())
-			t.Logf("planned %d B, measured %d B (a padded copy per convolution beyond the model)", planned, measured)
-			if padded := DecodePeak(v.Config(), z.Shape(), DefaultTiling(), tensor.F32); planned >= padded {
-				t.Errorf("the fused model (%d B) is not below the padded one (%d B)", planned, padded)
-			}
-		})
-	}
+	golden.Run(t, "vae.decode", func(t *testing.T, c *golden.Case) {
+		be, ch := testdevice.Chained(t)
+		v := loadCase(t, c, be, tensor.F32)
+		if !readsPadded(be) {
+			t.Fatal("no Conv3dPadded under the budget")
+		}
+		z := c.Tensor("z")
+		be.ResetPeak()
+		c.Compare(t, "sample", decode(t, v, z, DefaultDecode()))
+		if n := ch.Summary()[0].Convs; n == 0 {
+			t.Error("no convolution went through the chain")
+		}
+		measured := be.Stats().Peak - v.WeightBytes()
+		planned := v.DecodePeak(z.Shape(), DefaultTiling())
+		t.Logf("planned %d B, measured %d B (a padded copy per convolution beyond the model)", planned, measured)
+		if padded := DecodePeak(v.Config(), z.Shape(), DefaultTiling(), tensor.F32); planned >= padded {
+			t.Errorf("the fused model (%d B) is not below the padded one (%d B)", planned, padded)
+		}
+	})
 }

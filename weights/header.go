@@ -42,27 +42,13 @@ var fileDTypes = map[string]fileDType{
 	"F8_E8M0": {1, tensor.Invalid},
 }
 
-// fileDTypeName is the safetensors name of a loadable dtype (for Save).
+// fileDTypeName is the safetensors name of a loadable dtype (for Save):
+// fileDTypes read backwards, where each loadable dtype has one name.
 func fileDTypeName(dt tensor.DType) (string, bool) {
-	switch dt {
-	case tensor.F64:
-		return "F64", true
-	case tensor.F32:
-		return "F32", true
-	case tensor.F16:
-		return "F16", true
-	case tensor.BF16:
-		return "BF16", true
-	case tensor.I64:
-		return "I64", true
-	case tensor.I32:
-		return "I32", true
-	case tensor.U8:
-		return "U8", true
-	case tensor.Bool:
-		return "BOOL", true
-	case tensor.F8E4M3:
-		return "F8_E4M3", true
+	for name, f := range fileDTypes {
+		if f.dt == dt && dt != tensor.Invalid {
+			return name, true
+		}
 	}
 	return "", false
 }

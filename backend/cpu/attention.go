@@ -20,20 +20,13 @@ func (be *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) e
 	if !isCompute(dt) || q.DType() != dt || k.DType() != dt || v.DType() != dt {
 		return unsupported("attention", dt)
 	}
-	if q.Rank() != 4 || k.Rank() != 4 || v.Rank() != 4 || dst.Numel() != q.Numel() {
-		return fmt.Errorf("cpu: attention of q %v, k %v, v %v into %v", q, k, v, dst)
+	dims, err := tensor.CheckAttention(dst, q, k, v, p)
+	if err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
-	B, Lq, Hq, D := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
-	Lk, Hkv := k.Dim(1), k.Dim(2)
-	if k.Dim(0) != B || k.Dim(3) != D || v.Dim(0) != B || v.Dim(1) != Lk || v.Dim(2) != Hkv || v.Dim(3) != D || Hkv == 0 || Hq%Hkv != 0 {
-		return fmt.Errorf("cpu: attention of q %v with k %v, v %v", q, k, v)
-	}
+	B, Lq, Hq, D, Lk, Hkv, maskBatch := dims.B, dims.Lq, dims.Hq, dims.D, dims.Lk, dims.Hkv, dims.MaskStride
 	var keyMask, mask []float32
-	maskBatch := 0
 	if p.KeyMask != nil {
-		if p.KeyMask.DType() != tensor.F32 || p.KeyMask.Numel() != B*Lk {
-			return fmt.Errorf("cpu: attention key mask %v, want f32 (%d, %d)", p.KeyMask, B, Lk)
-		}
 		b, err := raw(p.KeyMask)
 		if err != nil {
 			return err
@@ -41,18 +34,11 @@ func (be *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) e
 		keyMask = tensor.ViewAs[float32](b)
 	}
 	if p.Mask != nil {
-		n := p.Mask.Numel()
-		if p.Mask.DType() != tensor.F32 || (n != Lq*Lk && n != B*Lq*Lk) {
-			return fmt.Errorf("cpu: attention mask %v, want f32 (B|1, %d, %d)", p.Mask, Lq, Lk)
-		}
 		b, err := raw(p.Mask)
 		if err != nil {
 			return err
 		}
 		mask = tensor.ViewAs[float32](b)
-		if n == B*Lq*Lk && B > 1 {
-			maskBatch = Lq * Lk
-		}
 	}
 	scale := p.Scale
 	if scale == 0 {

@@ -239,13 +239,17 @@ func (be *Backend) inF32(dst *tensor.Tensor, ins []*tensor.Tensor, kernel func(t
 }
 
 func (be *Backend) widenInto(dst []float32, src []uint16, dt tensor.DType) {
-	be.parallel(len(dst), 1<<14, func(lo, hi int) {
-		if dt == tensor.F16 {
-			tensor.WidenF16(dst[lo:hi], src[lo:hi])
-		} else {
-			tensor.WidenBF16(dst[lo:hi], src[lo:hi])
-		}
-	})
+	convertInto(be, dst, src, dt, tensor.WidenF16, tensor.WidenBF16)
+}
+
+// convertInto converts src into dst in parallel chunks with f16 or bf16,
+// as dt says.
+func convertInto[D, S any](be *Backend, dst []D, src []S, dt tensor.DType, f16, bf16 func([]D, []S)) {
+	f := bf16
+	if dt == tensor.F16 {
+		f = f16
+	}
+	be.parallel(len(dst), 1<<14, func(lo, hi int) { f(dst[lo:hi], src[lo:hi]) })
 }
 
 // output gives f32 storage to compute a tensor's values into and a commit
@@ -334,13 +338,7 @@ func (p *scratchPool) put(b []float32) {
 }
 
 func (be *Backend) narrowInto(dst []uint16, src []float32, dt tensor.DType) {
-	be.parallel(len(dst), 1<<14, func(lo, hi int) {
-		if dt == tensor.F16 {
-			tensor.NarrowF16(dst[lo:hi], src[lo:hi])
-		} else {
-			tensor.NarrowBF16(dst[lo:hi], src[lo:hi])
-		}
-	})
+	convertInto(be, dst, src, dt, tensor.NarrowF16, tensor.NarrowBF16)
 }
 
 // ---- parallelism ----

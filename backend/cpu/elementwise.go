@@ -101,35 +101,21 @@ func (be *Backend) Cast(dst, src *tensor.Tensor) error {
 func readF64(dst []float64, b []byte, dt tensor.DType, off int) {
 	switch dt {
 	case tensor.F32:
-		for i, v := range tensor.ViewAs[float32](b)[off : off+len(dst)] {
-			dst[i] = float64(v)
-		}
+		toF64(dst, tensor.ViewAs[float32](b)[off:], func(v float32) float64 { return float64(v) })
 	case tensor.F16:
-		for i, v := range tensor.ViewAs[uint16](b)[off : off+len(dst)] {
-			dst[i] = float64(tensor.F32FromF16(v))
-		}
+		toF64(dst, tensor.ViewAs[uint16](b)[off:], func(v uint16) float64 { return float64(tensor.F32FromF16(v)) })
 	case tensor.BF16:
-		for i, v := range tensor.ViewAs[uint16](b)[off : off+len(dst)] {
-			dst[i] = float64(tensor.F32FromBF16(v))
-		}
+		toF64(dst, tensor.ViewAs[uint16](b)[off:], func(v uint16) float64 { return float64(tensor.F32FromBF16(v)) })
 	case tensor.F64:
 		copy(dst, tensor.ViewAs[float64](b)[off:])
 	case tensor.I64:
-		for i, v := range tensor.ViewAs[int64](b)[off : off+len(dst)] {
-			dst[i] = float64(v)
-		}
+		toF64(dst, tensor.ViewAs[int64](b)[off:], func(v int64) float64 { return float64(v) })
 	case tensor.I32:
-		for i, v := range tensor.ViewAs[int32](b)[off : off+len(dst)] {
-			dst[i] = float64(v)
-		}
+		toF64(dst, tensor.ViewAs[int32](b)[off:], func(v int32) float64 { return float64(v) })
 	case tensor.U8, tensor.Bool:
-		for i, v := range b[off : off+len(dst)] {
-			dst[i] = float64(v)
-		}
+		toF64(dst, b[off:], func(v byte) float64 { return float64(v) })
 	case tensor.F8E4M3:
-		for i, v := range b[off : off+len(dst)] {
-			dst[i] = float64(tensor.F32FromF8E4M3(v))
-		}
+		toF64(dst, b[off:], func(v byte) float64 { return float64(tensor.F32FromF8E4M3(v)) })
 	}
 }
 
@@ -138,51 +124,43 @@ func readF64(dst []float64, b []byte, dt tensor.DType, off int) {
 func writeF64(b []byte, dt tensor.DType, off int, src []float64) {
 	switch dt {
 	case tensor.F32:
-		d := tensor.ViewAs[float32](b)[off : off+len(src)]
-		for i, v := range src {
-			d[i] = float32(v)
-		}
+		fromF64(tensor.ViewAs[float32](b)[off:], src, func(v float64) float32 { return float32(v) })
 	case tensor.F16:
-		d := tensor.ViewAs[uint16](b)[off : off+len(src)]
-		for i, v := range src {
-			d[i] = tensor.F16FromF32(float32(v))
-		}
+		fromF64(tensor.ViewAs[uint16](b)[off:], src, func(v float64) uint16 { return tensor.F16FromF32(float32(v)) })
 	case tensor.BF16:
-		d := tensor.ViewAs[uint16](b)[off : off+len(src)]
-		for i, v := range src {
-			d[i] = tensor.BF16FromF32(float32(v))
-		}
+		fromF64(tensor.ViewAs[uint16](b)[off:], src, func(v float64) uint16 { return tensor.BF16FromF32(float32(v)) })
 	case tensor.F64:
 		copy(tensor.ViewAs[float64](b)[off:], src)
 	case tensor.I64:
-		d := tensor.ViewAs[int64](b)[off : off+len(src)]
-		for i, v := range src {
-			d[i] = int64(v)
-		}
+		fromF64(tensor.ViewAs[int64](b)[off:], src, func(v float64) int64 { return int64(v) })
 	case tensor.I32:
-		d := tensor.ViewAs[int32](b)[off : off+len(src)]
-		for i, v := range src {
-			d[i] = int32(v)
-		}
+		fromF64(tensor.ViewAs[int32](b)[off:], src, func(v float64) int32 { return int32(v) })
 	case tensor.U8:
-		d := b[off : off+len(src)]
-		for i, v := range src {
-			d[i] = uint8(int64(v))
-		}
+		fromF64(b[off:], src, func(v float64) uint8 { return uint8(int64(v)) })
 	case tensor.F8E4M3: // through f32, as torch: no saturation (fp8.go)
-		d := b[off : off+len(src)]
-		for i, v := range src {
-			d[i] = tensor.F8E4M3FromF32(float32(v))
-		}
+		fromF64(b[off:], src, func(v float64) uint8 { return tensor.F8E4M3FromF32(float32(v)) })
 	case tensor.Bool:
-		d := b[off : off+len(src)]
-		for i, v := range src {
+		fromF64(b[off:], src, func(v float64) uint8 {
 			if v != 0 {
-				d[i] = 1
-			} else {
-				d[i] = 0
+				return 1
 			}
-		}
+			return 0
+		})
+	}
+}
+
+// toF64 converts the first len(dst) elements of s with f.
+func toF64[T any](dst []float64, s []T, f func(T) float64) {
+	for i, v := range s[:len(dst)] {
+		dst[i] = f(v)
+	}
+}
+
+// fromF64 converts src with f into the first len(src) elements of d.
+func fromF64[T any](d []T, src []float64, f func(float64) T) {
+	d = d[:len(src)]
+	for i, v := range src {
+		d[i] = f(v)
 	}
 }
 
@@ -227,17 +205,11 @@ func (c *rowCursor) next() {
 }
 
 func (be *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Tensor, sOff int, sSt []int, shape []int) error {
-	if dst.DType() != src.DType() {
-		return fmt.Errorf("cpu: copy of %s into %s", src.DType(), dst.DType())
+	if err := tensor.CheckCopy(dst, dOff, dSt, src, sOff, sSt, shape); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	if tensor.Numel(shape) == 0 {
 		return nil
-	}
-	if err := tensor.CheckView(dOff, dSt, shape, dst.Numel()); err != nil {
-		return fmt.Errorf("cpu: %w", err)
-	}
-	if err := tensor.CheckView(sOff, sSt, shape, src.Numel()); err != nil {
-		return fmt.Errorf("cpu: %w", err)
 	}
 	bs, err := rawAll(dst, src)
 	if err != nil {
@@ -432,24 +404,12 @@ func unaryF32(op tensor.UnaryOp, o, x []float32, a, b float32) {
 
 func (be *Backend) Binary(op tensor.BinaryOp, dst, a *tensor.Tensor, aSt []int, b *tensor.Tensor, bSt []int) error {
 	dt := dst.DType()
-	if a.DType() != dt || b.DType() != dt {
-		return fmt.Errorf("cpu: %s of %s and %s into %s", op, a.DType(), b.DType(), dt)
+	shape, aSt, bSt, err := tensor.CheckBinary(op, dst, a, aSt, b, bSt)
+	if err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
-	if op > tensor.OpMin {
-		return fmt.Errorf("cpu: binary %s: %w", op, tensor.ErrUnsupported)
-	}
-	shape := dst.Shape()
-	if dst.Numel() == 0 {
+	if shape == nil {
 		return nil
-	}
-	if len(shape) == 0 {
-		shape, aSt, bSt = []int{1}, []int{0}, []int{0}
-	}
-	if err := tensor.CheckView(0, aSt, shape, a.Numel()); err != nil {
-		return fmt.Errorf("cpu: %w", err)
-	}
-	if err := tensor.CheckView(0, bSt, shape, b.Numel()); err != nil {
-		return fmt.Errorf("cpu: %w", err)
 	}
 	bs, err := rawAll(dst, a, b)
 	if err != nil {

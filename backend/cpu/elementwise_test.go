@@ -437,31 +437,20 @@ func TestBinaryBroadcast(t *testing.T) {
 		{{1, 1}, {1}},
 		{{2, 40000}, {40000}}, // long rows (split into pieces)
 	}
-	ops := []tensor.BinaryOp{tensor.OpAdd, tensor.OpSub, tensor.OpMul, tensor.OpDiv, tensor.OpMax, tensor.OpMin}
+	ops := []struct {
+		op tensor.BinaryOp
+		f  func(a, b *tensor.Tensor) *tensor.Tensor
+	}{{tensor.OpAdd, s.Add}, {tensor.OpSub, s.Sub}, {tensor.OpMul, s.Mul}, {tensor.OpDiv, s.Div}, {tensor.OpMax, s.Maximum}, {tensor.OpMin, s.Minimum}}
 	for _, sh := range shapes {
 		for _, dt := range floatTypes {
 			av := randVals(r, dt, tensor.Numel(sh[0]), -3, 3)
 			bv := randVals(r, dt, tensor.Numel(sh[1]), 0.5, 3) // away from zero for div
 			a := input(s, dt, av, sh[0]...)
 			b := input(s, dt, bv, sh[1]...)
-			for _, op := range ops {
+			for _, o := range ops {
+				op := o.op
 				var y *tensor.Tensor
-				must(t, func() {
-					switch op {
-					case tensor.OpAdd:
-						y = s.Add(a, b)
-					case tensor.OpSub:
-						y = s.Sub(a, b)
-					case tensor.OpMul:
-						y = s.Mul(a, b)
-					case tensor.OpDiv:
-						y = s.Div(a, b)
-					case tensor.OpMax:
-						y = s.Maximum(a, b)
-					case tensor.OpMin:
-						y = s.Minimum(a, b)
-					}
-				})
+				must(t, func() { y = o.f(a, b) })
 				want, shape := broadcastRef(op, av, sh[0], bv, sh[1])
 				if !slices.Equal(y.Shape(), shape) {
 					t.Fatalf("%s %v %v: shape %v, want %v", op, sh[0], sh[1], y.Shape(), shape)

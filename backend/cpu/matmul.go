@@ -11,31 +11,11 @@ func (be *Backend) MatMul(dst, a, b *tensor.Tensor, p tensor.MatMulParams) error
 	if !isCompute(dt) || a.DType() != dt || b.DType() != dt {
 		return unsupported("matmul", dt)
 	}
-	B, M, N, K := p.Batch, p.M, p.N, p.K
-	if B < 0 || M < 0 || N < 0 || K < 0 || dst.Numel() != B*M*N {
-		return fmt.Errorf("cpu: matmul %+v into %v", p, dst)
-	}
-	batchStride := func(t *tensor.Tensor, rows, cols int) (int, error) {
-		switch t.Numel() {
-		case rows * cols:
-			return 0, nil
-		case B * rows * cols:
-			return rows * cols, nil
-		}
-		return 0, fmt.Errorf("cpu: matmul %+v: operand %v", p, t)
-	}
-	sa, err := batchStride(a, M, K)
+	sa, sb, err := p.Strides(dst, a, b)
 	if err != nil {
-		return err
+		return fmt.Errorf("cpu: %w", err)
 	}
-	sb, err := batchStride(b, K, N)
-	if err != nil {
-		return err
-	}
-	alpha := p.Alpha
-	if alpha == 0 {
-		alpha = 1
-	}
+	B, M, N, K, alpha := p.Batch, p.M, p.N, p.K, p.Scale()
 	return be.inF32(dst, []*tensor.Tensor{a, b}, func(_ *temps, in [][]float32, out []float32) {
 		af, bf := in[0], in[1]
 		lda, ldb := K, N
@@ -62,12 +42,9 @@ func (be *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 	if !isCompute(dt) || x.DType() != dt || w.DType() != dt || (bias != nil && bias.DType() != dt) {
 		return unsupported("linear", dt)
 	}
-	if x.Rank() != 2 || w.Rank() != 2 || dst.Rank() != 2 {
-		return fmt.Errorf("cpu: linear wants 2-D x, w, dst; have %v, %v, %v", x, w, dst)
-	}
-	M, K, N := x.Dim(0), x.Dim(1), w.Dim(0)
-	if w.Dim(1) != K || dst.Dim(0) != M || dst.Dim(1) != N || (bias != nil && bias.Numel() != N) {
-		return fmt.Errorf("cpu: linear of %v by %v (bias %v) into %v", x, w, bias, dst)
+	M, K, N, err := tensor.CheckLinear(dst, x, w, bias)
+	if err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	wb, err := raw(w)
 	if err != nil {

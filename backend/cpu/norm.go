@@ -25,33 +25,15 @@ func meanVar(x []float32) (mean, variance float64) {
 	return mean, q / float64(len(x))
 }
 
-func checkAffine(op string, dt tensor.DType, n int, ts ...*tensor.Tensor) error {
-	for _, t := range ts {
-		if t == nil {
-			continue
-		}
-		if t.DType() != dt {
-			return fmt.Errorf("cpu: %s: parameter %v, input %s", op, t, dt)
-		}
-		if t.Numel() != n {
-			return fmt.Errorf("cpu: %s: parameter %v for %d channels", op, t, n)
-		}
-	}
-	return nil
-}
-
 func (be *Backend) GroupNorm(dst, x, w, b *tensor.Tensor, groups int, eps float32, silu bool) error {
 	dt := dst.DType()
 	if !isCompute(dt) || x.DType() != dt {
 		return unsupported("group_norm", dt)
 	}
-	if x.Rank() < 2 || x.Numel() != dst.Numel() || groups <= 0 || x.Dim(1)%groups != 0 {
-		return fmt.Errorf("cpu: group_norm of %v in %d groups into %v", x, groups, dst)
+	if err := tensor.CheckGroupNorm(dst, x, w, b, groups); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	B, C := x.Dim(0), x.Dim(1)
-	if err := checkAffine("group_norm", dt, C, w, b); err != nil {
-		return err
-	}
 	S := 0
 	if B*C > 0 {
 		S = x.Numel() / (B * C)
@@ -102,17 +84,11 @@ func rowsOf(op string, dst, x *tensor.Tensor, params ...*tensor.Tensor) (int, in
 	if !isCompute(dt) {
 		return 0, 0, unsupported(op, dt)
 	}
-	if x.Rank() == 0 || dst.Numel() != x.Numel() || x.DType() != dt {
-		return 0, 0, fmt.Errorf("cpu: %s of %v into %v", op, x, dst)
+	n, d, err := tensor.Rows(op, dst, x, params...)
+	if err != nil {
+		return 0, 0, fmt.Errorf("cpu: %w", err)
 	}
-	d := x.Dim(-1)
-	if err := checkAffine(op, dt, d, params...); err != nil {
-		return 0, 0, err
-	}
-	if d == 0 {
-		return 0, 0, nil
-	}
-	return x.Numel() / d, d, nil
+	return n, d, nil
 }
 
 func (be *Backend) LayerNorm(dst, x, w, b *tensor.Tensor, eps float32) error {

@@ -98,20 +98,11 @@ func padRows[T word](be *Backend, d, s []T, ds, ss, bf []int, rep bool) {
 }
 
 func (be *Backend) UpsampleNearest(dst, src *tensor.Tensor, scale [3]int) error {
-	ds, ss := dst.Shape(), src.Shape()
+	if err := tensor.CheckUpsample(dst, src, scale); err != nil {
+		return fmt.Errorf("cpu: %w", err)
+	}
+	ss := src.Shape()
 	r := len(ss)
-	if dst.DType() != src.DType() || len(ds) != r || r < 3 {
-		return fmt.Errorf("cpu: upsample of %v into %v", src, dst)
-	}
-	for i := 0; i < r; i++ {
-		f := 1
-		if i >= r-3 {
-			f = scale[i-(r-3)]
-		}
-		if f < 1 || ds[i] != ss[i]*f {
-			return fmt.Errorf("cpu: upsample of %v by %v into %v", src, scale, dst)
-		}
-	}
 	g := [6]int{ss[r-3], ss[r-2], ss[r-1], scale[0], scale[1], scale[2]}
 	return bySize(dst, src,
 		func(d, s []uint8) { upsampleRows(be, d, s, g) },
@@ -150,20 +141,11 @@ func (be *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
 	if !isCompute(dt) || src.DType() != dt {
 		return unsupported("avg_pool3d", dt)
 	}
-	ds, ss := dst.Shape(), src.Shape()
+	if err := tensor.CheckAvgPool3d(dst, src, kernel); err != nil {
+		return fmt.Errorf("cpu: %w", err)
+	}
+	ss := src.Shape()
 	r := len(ss)
-	if len(ds) != r || r < 3 {
-		return fmt.Errorf("cpu: avg_pool3d of %v into %v", src, dst)
-	}
-	for i := 0; i < r; i++ {
-		f := 1
-		if i >= r-3 {
-			f = kernel[i-(r-3)]
-		}
-		if f < 1 || ds[i]*f != ss[i] {
-			return fmt.Errorf("cpu: avg_pool3d of %v by %v into %v", src, kernel, dst)
-		}
-	}
 	if dst.Numel() == 0 {
 		return nil
 	}
@@ -197,14 +179,11 @@ func (be *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
 }
 
 func (be *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
-	if dst.DType() != table.DType() || table.Rank() != 2 {
-		return fmt.Errorf("cpu: embedding of %v into %v", table, dst)
+	V, D, err := tensor.CheckEmbedding(dst, table, ids)
+	if err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
-	V, D := table.Dim(0), table.Dim(1)
 	n := ids.Numel()
-	if dst.Numel() != n*D {
-		return fmt.Errorf("cpu: embedding of %d ids from %v into %v", n, table, dst)
-	}
 	ib, err := raw(ids)
 	if err != nil {
 		return err
@@ -225,8 +204,6 @@ func (be *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
 				return fmt.Errorf("cpu: embedding id %d at %d outside a table of %d rows", v, i, V)
 			}
 		}
-	default:
-		return fmt.Errorf("cpu: embedding ids of %s: %w", ids.DType(), tensor.ErrUnsupported)
 	}
 	bs, err := rawAll(dst, table)
 	if err != nil {

@@ -212,32 +212,47 @@ func (s *staging) slot(i int) error {
 	return nil
 }
 
-func (s *staging) upload(dst uintptr, src []byte) error {
-	if len(src) == 0 {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// chunks moves total bytes through the two staging buffers, stageChunk at
+// a time: queue queues chunk [pos, pos+n) on buffer i once that buffer is
+// free, the buffer is then marked busy until the stream passes the copy,
+// and after (when set) runs. The caller holds s.mu.
+func (s *staging) chunks(total int, queue, after func(i, pos, n int) error) error {
 	if err := s.ready(); err != nil {
 		return err
 	}
-	for pos := 0; pos < len(src); pos += stageChunk {
-		n := min(stageChunk, len(src)-pos)
+	for pos := 0; pos < total; pos += stageChunk {
+		n := min(stageChunk, total-pos)
 		i := s.next
 		s.next = 1 - s.next
 		if err := s.slot(i); err != nil {
 			return err
 		}
-		copy(s.bufs[i].Bytes(), src[pos:pos+n])
-		if err := s.dev.CopyH2DAsync(dst+uintptr(pos), s.bufs[i].Ptr, n, s.stream); err != nil {
+		if err := queue(i, pos, n); err != nil {
 			return fmt.Errorf("gpu: %w", err)
 		}
 		if err := s.dev.Record(s.evs[i], s.stream); err != nil {
 			return fmt.Errorf("gpu: %w", err)
 		}
 		s.busy[i] = true
+		if after != nil {
+			if err := after(i, pos, n); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+func (s *staging) upload(dst uintptr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.chunks(len(src), func(i, pos, n int) error {
+		copy(s.bufs[i].Bytes(), src[pos:pos+n])
+		return s.dev.CopyH2DAsync(dst+uintptr(pos), s.bufs[i].Ptr, n, s.stream)
+	}, nil)
 }
 
 func (s *staging) download(dst []byte, src uintptr) error {
@@ -246,9 +261,6 @@ func (s *staging) download(dst []byte, src uintptr) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.ready(); err != nil {
-		return err
-	}
 	// Chunk k goes to buffer k%2; chunk k−1 is copied out while k transfers.
 	prev, prevPos, prevN := -1, 0, 0
 	drain := func() error {
@@ -261,24 +273,17 @@ func (s *staging) download(dst []byte, src uintptr) error {
 		copy(dst[prevPos:prevPos+prevN], s.bufs[prev].Bytes()[:prevN])
 		return nil
 	}
-	for pos := 0; pos < len(dst); pos += stageChunk {
-		n := min(stageChunk, len(dst)-pos)
-		i := s.next
-		s.next = 1 - s.next
-		if err := s.slot(i); err != nil {
-			return err
-		}
-		if err := s.dev.CopyD2HAsync(s.bufs[i].Ptr, src+uintptr(pos), n, s.stream); err != nil {
-			return fmt.Errorf("gpu: %w", err)
-		}
-		if err := s.dev.Record(s.evs[i], s.stream); err != nil {
-			return fmt.Errorf("gpu: %w", err)
-		}
-		s.busy[i] = true
+	err := s.chunks(len(dst), func(i, pos, n int) error {
+		return s.dev.CopyD2HAsync(s.bufs[i].Ptr, src+uintptr(pos), n, s.stream)
+	}, func(i, pos, n int) error {
 		if err := drain(); err != nil {
 			return err
 		}
 		prev, prevPos, prevN = i, pos, n
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return drain()
 }

@@ -49,29 +49,13 @@ func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) er
 	if s == "" || q.DType() != dt || k.DType() != dt || v.DType() != dt {
 		return unsupported("attention", dt)
 	}
-	if q.Rank() != 4 || k.Rank() != 4 || v.Rank() != 4 || dst.Numel() != q.Numel() {
-		return fmt.Errorf("gpu: attention of q %v, k %v, v %v into %v", q, k, v, dst)
+	dims, err := tensor.CheckAttention(dst, q, k, v, p)
+	if err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
-	B, Lq, Hq, D := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
-	Lk, Hkv := k.Dim(1), k.Dim(2)
-	if k.Dim(0) != B || k.Dim(3) != D || v.Dim(0) != B || v.Dim(1) != Lk || v.Dim(2) != Hkv || v.Dim(3) != D || Hkv == 0 || Hq%Hkv != 0 {
-		return fmt.Errorf("gpu: attention of q %v with k %v, v %v", q, k, v)
-	}
+	B, Lq, Hq, D, Lk, Hkv, maskStride := dims.B, dims.Lq, dims.Hq, dims.D, dims.Lk, dims.Hkv, dims.MaskStride
 	if D > 512 {
 		return fmt.Errorf("gpu: attention with head dim %d > 512: %w", D, tensor.ErrUnsupported)
-	}
-	maskStride := 0
-	if p.KeyMask != nil && (p.KeyMask.DType() != tensor.F32 || p.KeyMask.Numel() != B*Lk) {
-		return fmt.Errorf("gpu: attention key mask %v, want f32 (%d, %d)", p.KeyMask, B, Lk)
-	}
-	if p.Mask != nil {
-		n := p.Mask.Numel()
-		if p.Mask.DType() != tensor.F32 || (n != Lq*Lk && n != B*Lq*Lk) {
-			return fmt.Errorf("gpu: attention mask %v, want f32 (B|1, %d, %d)", p.Mask, Lq, Lk)
-		}
-		if n == B*Lq*Lk && B > 1 {
-			maskStride = Lq * Lk
-		}
 	}
 	if dst.Numel() == 0 {
 		return nil

@@ -141,11 +141,7 @@ func New(o Options) (*Backend, error) {
 // openLt opens cuBLASLt / hipBLASLt with its workspace; without it Linear
 // stays on the plain GEMM, with a log line saying why.
 func (b *Backend) openLt() {
-	v := rocblas.AMD
-	if b.dev.Vendor == hip.NVIDIA {
-		v = rocblas.NVIDIA
-	}
-	lib, err := rocblas.OpenLt(v)
+	lib, err := rocblas.OpenLt(b.dev.Vendor) // hip's, rocblas' and miopen's Vendor are dynlib's
 	if err != nil {
 		b.log.Info("gpu: no Lt library, Linear runs on the plain GEMM", "why", err)
 		return
@@ -172,11 +168,7 @@ func (b *Backend) openLt() {
 }
 
 func (b *Backend) openBLAS() {
-	v := rocblas.AMD
-	if b.dev.Vendor == hip.NVIDIA {
-		v = rocblas.NVIDIA
-	}
-	lib, err := rocblas.OpenVendor(v)
+	lib, err := rocblas.OpenVendor(b.dev.Vendor)
 	if err != nil {
 		b.blasErr = err
 		b.log.Info("gpu: no vendor BLAS, GEMMs run on framepack's own kernel", "why", err)

@@ -107,53 +107,34 @@ func timeIt(b *testing.B, g *Backend, fn func() error) float64 {
 
 const benchElems = 64 << 20 // 64 Mi elements: 128 MiB in bf16
 
-// BenchmarkCopyD2D is the bandwidth ceiling: a device-to-device copy,
-// counting bytes read plus written.
-func BenchmarkCopyD2D(b *testing.B) {
-	g := benchGPU(b)
-	x := randDevice(b, g, tensor.BF16, benchElems)
-	y := randDevice(b, g, tensor.BF16, benchElems)
-	s := timeIt(b, g, func() error { return g.Cast(y, x) })
-	b.ReportMetric(float64(2*2*benchElems)/s/1e9, "GB/s")
-}
-
-func BenchmarkSiLU(b *testing.B) {
-	g := benchGPU(b)
-	x := randDevice(b, g, tensor.BF16, benchElems)
-	y := randDevice(b, g, tensor.BF16, benchElems)
-	s := timeIt(b, g, func() error { return g.Unary(tensor.OpSiLU, y, x, 0, 0) })
-	b.ReportMetric(float64(2*2*benchElems)/s/1e9, "GB/s")
-}
-
-func BenchmarkAddBroadcast(b *testing.B) {
-	g := benchGPU(b)
-	rows, cols := benchElems/3072, 3072
-	x := randDevice(b, g, tensor.BF16, rows, cols)
-	bias := randDevice(b, g, tensor.BF16, cols)
-	y := randDevice(b, g, tensor.BF16, rows, cols)
-	s := timeIt(b, g, func() error {
-		return g.Binary(tensor.OpAdd, y, x, []int{cols, 1}, bias, []int{0, 1})
-	})
-	b.ReportMetric(float64(2*2*benchElems)/s/1e9, "GB/s")
-}
-
-func BenchmarkLayerNorm(b *testing.B) {
-	g := benchGPU(b)
-	rows, cols := benchElems/3072, 3072
-	x := randDevice(b, g, tensor.BF16, rows, cols)
-	y := randDevice(b, g, tensor.BF16, rows, cols)
-	s := timeIt(b, g, func() error { return g.LayerNorm(y, x, nil, nil, 1e-6) })
-	b.ReportMetric(float64(2*2*benchElems)/s/1e9, "GB/s")
-}
-
-func BenchmarkRMSNorm(b *testing.B) {
-	g := benchGPU(b)
-	rows, cols := benchElems/128, 128
-	x := randDevice(b, g, tensor.BF16, rows, cols)
-	w := randDevice(b, g, tensor.BF16, cols)
-	y := randDevice(b, g, tensor.BF16, rows, cols)
-	s := timeIt(b, g, func() error { return g.RMSNorm(y, x, w, 1e-6) })
-	b.ReportMetric(float64(2*2*benchElems)/s/1e9, "GB/s")
+// BenchmarkBandwidth times memory-bound kernels over benchElems bf16
+// elements in rows of cols, counting bytes read plus written; CopyD2D, a
+// device-to-device copy, is the ceiling. w is a row of cols elements (a
+// bias, a norm's weight).
+func BenchmarkBandwidth(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		cols int
+		run  func(g *Backend, y, x, w *tensor.Tensor) error
+	}{
+		{"CopyD2D", 1, func(g *Backend, y, x, _ *tensor.Tensor) error { return g.Cast(y, x) }},
+		{"SiLU", 1, func(g *Backend, y, x, _ *tensor.Tensor) error { return g.Unary(tensor.OpSiLU, y, x, 0, 0) }},
+		{"AddBroadcast", 3072, func(g *Backend, y, x, w *tensor.Tensor) error {
+			return g.Binary(tensor.OpAdd, y, x, []int{3072, 1}, w, []int{0, 1})
+		}},
+		{"LayerNorm", 3072, func(g *Backend, y, x, _ *tensor.Tensor) error { return g.LayerNorm(y, x, nil, nil, 1e-6) }},
+		{"RMSNorm", 128, func(g *Backend, y, x, w *tensor.Tensor) error { return g.RMSNorm(y, x, w, 1e-6) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			g := benchGPU(b)
+			rows := benchElems / c.cols
+			x := randDevice(b, g, tensor.BF16, rows, c.cols)
+			w := randDevice(b, g, tensor.BF16, c.cols)
+			y := randDevice(b, g, tensor.BF16, rows, c.cols)
+			s := timeIt(b, g, func() error { return c.run(g, y, x, w) })
+			b.ReportMetric(float64(2*2*benchElems)/s/1e9, "GB/s")
+		})
+	}
 }
 
 // BenchmarkGroupNormSiLU: a VAE decoder activation (128 channels, 9 frames

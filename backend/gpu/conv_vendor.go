@@ -96,11 +96,7 @@ const workspaceLimit = 1 << 30
 
 func openHandle(be *Backend) (*handle, error) {
 	dev := be.Device()
-	v := miopen.AMD
-	if dev.Vendor == hip.NVIDIA {
-		v = miopen.NVIDIA
-	}
-	lib, err := miopen.OpenVendor(v)
+	lib, err := miopen.OpenVendor(dev.Vendor)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +110,7 @@ func openHandle(be *Backend) (*handle, error) {
 		return nil, err
 	}
 	h.SetWorkspaceLimit(workspaceLimit)
-	return &handle{be: be, dev: dev, h: h, vendor: v, given: map[miopen.ConvDesc]bool{},
+	return &handle{be: be, dev: dev, h: h, vendor: dev.Vendor, given: map[miopen.ConvDesc]bool{},
 		lk: &layoutKernels{b: be}}, nil
 }
 

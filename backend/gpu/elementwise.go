@@ -135,17 +135,11 @@ func (b *Backend) d2d(dst, src uintptr, n int64) error {
 }
 
 func (b *Backend) Copy(dst *tensor.Tensor, dOff int, dSt []int, src *tensor.Tensor, sOff int, sSt []int, shape []int) error {
-	if dst.DType() != src.DType() {
-		return fmt.Errorf("gpu: copy of %s into %s", src.DType(), dst.DType())
+	if err := tensor.CheckCopy(dst, dOff, dSt, src, sOff, sSt, shape); err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
 	if tensor.Numel(shape) == 0 {
 		return nil
-	}
-	if err := tensor.CheckView(dOff, dSt, shape, dst.Numel()); err != nil {
-		return fmt.Errorf("gpu: %w", err)
-	}
-	if err := tensor.CheckView(sOff, sSt, shape, src.Numel()); err != nil {
-		return fmt.Errorf("gpu: %w", err)
 	}
 	ws := widthSuffix(dst.DType())
 	if ws == "" {
@@ -231,11 +225,9 @@ func (b *Backend) Unary(op tensor.UnaryOp, dst, src *tensor.Tensor, x, y float32
 
 func (b *Backend) Binary(op tensor.BinaryOp, dst, x *tensor.Tensor, xSt []int, y *tensor.Tensor, ySt []int) error {
 	dt := dst.DType()
-	if x.DType() != dt || y.DType() != dt {
-		return fmt.Errorf("gpu: %s of %s and %s into %s", op, x.DType(), y.DType(), dt)
-	}
-	if op > tensor.OpMin {
-		return fmt.Errorf("gpu: binary %s: %w", op, tensor.ErrUnsupported)
+	shape, xSt, ySt, err := tensor.CheckBinary(op, dst, x, xSt, y, ySt)
+	if err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
 	s := floatSuffix(dt)
 	per := 1
@@ -247,18 +239,8 @@ func (b *Backend) Binary(op tensor.BinaryOp, dst, x *tensor.Tensor, xSt []int, y
 	default:
 		return unsupported(op.String(), dt)
 	}
-	if dst.Numel() == 0 {
+	if shape == nil {
 		return nil
-	}
-	shape := dst.Shape()
-	if len(shape) == 0 {
-		shape, xSt, ySt = []int{1}, []int{0}, []int{0}
-	}
-	if err := tensor.CheckView(0, xSt, shape, x.Numel()); err != nil {
-		return fmt.Errorf("gpu: %w", err)
-	}
-	if err := tensor.CheckView(0, ySt, shape, y.Numel()); err != nil {
-		return fmt.Errorf("gpu: %w", err)
 	}
 	p, err := b.ptrs(dst, x, y)
 	if err != nil {
@@ -361,32 +343,29 @@ func (b *Backend) Pad(dst, src *tensor.Tensor, before []int, mode tensor.PadMode
 }
 
 func (b *Backend) UpsampleNearest(dst, src *tensor.Tensor, scale [3]int) error {
-	ds, ss := dst.Shape(), src.Shape()
-	r := len(ss)
-	if dst.DType() != src.DType() || len(ds) != r || r < 3 {
-		return fmt.Errorf("gpu: upsample of %v into %v", src, dst)
-	}
-	for i := 0; i < r; i++ {
-		f := 1
-		if i >= r-3 {
-			f = scale[i-(r-3)]
-		}
-		if f < 1 || ds[i] != ss[i]*f {
-			return fmt.Errorf("gpu: upsample of %v by %v into %v", src, scale, dst)
-		}
+	if err := tensor.CheckUpsample(dst, src, scale); err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
 	ws := widthSuffix(dst.DType())
 	if ws == "" {
 		return unsupported("upsample", dst.DType())
 	}
+	return b.resample3d("upsample_"+ws, dst, src, scale)
+}
+
+// resample3d runs kernel, one thread per element of dst, over src (…, T,
+// H, W) and the three factors f.
+func (b *Backend) resample3d(kernel string, dst, src *tensor.Tensor, f [3]int) error {
 	ps, err := b.ptrs(dst, src)
 	if err != nil {
 		return err
 	}
+	ss := src.Shape()
+	r := len(ss)
 	n := int64(dst.Numel())
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(n).I64(int64(ss[r-3])).I64(int64(ss[r-2])).I64(int64(ss[r-1])).
-		I32(int32(scale[0])).I32(int32(scale[1])).I32(int32(scale[2]))
-	return b.launchLinear("elementwise", "upsample_"+ws, n, 256, 1, a)
+		I32(int32(f[0])).I32(int32(f[1])).I32(int32(f[2]))
+	return b.launchLinear("elementwise", kernel, n, 256, 1, a)
 }
 
 func (b *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
@@ -395,42 +374,18 @@ func (b *Backend) AvgPool3d(dst, src *tensor.Tensor, kernel [3]int) error {
 	if s == "" || src.DType() != dt {
 		return unsupported("avg_pool3d", dt)
 	}
-	ds, ss := dst.Shape(), src.Shape()
-	r := len(ss)
-	if len(ds) != r || r < 3 {
-		return fmt.Errorf("gpu: avg_pool3d of %v into %v", src, dst)
+	if err := tensor.CheckAvgPool3d(dst, src, kernel); err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
-	for i := 0; i < r; i++ {
-		f := 1
-		if i >= r-3 {
-			f = kernel[i-(r-3)]
-		}
-		if f < 1 || ds[i]*f != ss[i] {
-			return fmt.Errorf("gpu: avg_pool3d of %v by %v into %v", src, kernel, dst)
-		}
-	}
-	ps, err := b.ptrs(dst, src)
-	if err != nil {
-		return err
-	}
-	n := int64(dst.Numel())
-	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(n).I64(int64(ss[r-3])).I64(int64(ss[r-2])).I64(int64(ss[r-1])).
-		I32(int32(kernel[0])).I32(int32(kernel[1])).I32(int32(kernel[2]))
-	return b.launchLinear("elementwise", "avgpool_"+s, n, 256, 1, a)
+	return b.resample3d("avgpool_"+s, dst, src, kernel)
 }
 
 func (b *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
-	if dst.DType() != table.DType() || table.Rank() != 2 {
-		return fmt.Errorf("gpu: embedding of %v into %v", table, dst)
+	V, D, err := tensor.CheckEmbedding(dst, table, ids)
+	if err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
-	V, D := table.Dim(0), table.Dim(1)
 	n := ids.Numel()
-	if dst.Numel() != n*D {
-		return fmt.Errorf("gpu: embedding of %d ids from %v into %v", n, table, dst)
-	}
-	if ids.DType() != tensor.I64 && ids.DType() != tensor.I32 {
-		return fmt.Errorf("gpu: embedding ids of %s: %w", ids.DType(), tensor.ErrUnsupported)
-	}
 	ws := widthSuffix(dst.DType())
 	if ws == "" {
 		return unsupported("embedding", dst.DType())

@@ -101,31 +101,12 @@ func (b *Backend) MatMul(dst, x, y *tensor.Tensor, p tensor.MatMulParams) error 
 	if floatSuffix(dt) == "" || x.DType() != dt || y.DType() != dt {
 		return unsupported("matmul", dt)
 	}
-	B, M, N, K := p.Batch, p.M, p.N, p.K
-	if B < 0 || M < 0 || N < 0 || K < 0 || dst.Numel() != B*M*N {
-		return fmt.Errorf("gpu: matmul %+v into %v", p, dst)
-	}
-	bcast := func(t *tensor.Tensor, r, c int) (bool, error) {
-		switch t.Numel() {
-		case r * c:
-			return true, nil
-		case B * r * c:
-			return false, nil
-		}
-		return false, fmt.Errorf("gpu: matmul %+v: operand %v", p, t)
-	}
-	ba, err := bcast(x, M, K)
+	sa, sb, err := p.Strides(dst, x, y)
 	if err != nil {
-		return err
+		return fmt.Errorf("gpu: %w", err)
 	}
-	bb, err := bcast(y, K, N)
-	if err != nil {
-		return err
-	}
-	alpha := p.Alpha
-	if alpha == 0 {
-		alpha = 1
-	}
+	B, M, N, K, alpha := p.Batch, p.M, p.N, p.K, p.Scale()
+	ba, bb := sa == 0, sb == 0 // one matrix serves every batch
 	ps, err := b.ptrs(dst, x, y)
 	if err != nil {
 		return err
@@ -141,12 +122,9 @@ func (b *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 	if floatSuffix(dt) == "" || x.DType() != dt || w.DType() != dt || (bias != nil && bias.DType() != dt) {
 		return unsupported("linear", dt)
 	}
-	if x.Rank() != 2 || w.Rank() != 2 || dst.Rank() != 2 {
-		return fmt.Errorf("gpu: linear wants 2-D x, w, dst; have %v, %v, %v", x, w, dst)
-	}
-	M, K, N := x.Dim(0), x.Dim(1), w.Dim(0)
-	if w.Dim(1) != K || dst.Dim(0) != M || dst.Dim(1) != N || (bias != nil && bias.Numel() != N) {
-		return fmt.Errorf("gpu: linear of %v by %v (bias %v) into %v", x, w, bias, dst)
+	M, K, N, err := tensor.CheckLinear(dst, x, w, bias)
+	if err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
 	ps, err := b.ptrs(dst, x, w, bias)
 	if err != nil {

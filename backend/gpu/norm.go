@@ -9,34 +9,16 @@ import (
 
 // ---- normalisation ----
 
-func (b *Backend) checkAffine(op string, dt tensor.DType, n int, ts ...*tensor.Tensor) error {
-	for _, t := range ts {
-		if t == nil {
-			continue
-		}
-		if t.DType() != dt {
-			return fmt.Errorf("gpu: %s: parameter %v, input %s", op, t, dt)
-		}
-		if t.Numel() != n {
-			return fmt.Errorf("gpu: %s: parameter %v for %d channels", op, t, n)
-		}
-	}
-	return nil
-}
-
 func (b *Backend) GroupNorm(dst, x, w, bias *tensor.Tensor, groups int, eps float32, silu bool) error {
 	dt := dst.DType()
 	s := floatSuffix(dt)
 	if s == "" || x.DType() != dt {
 		return unsupported("group_norm", dt)
 	}
-	if x.Rank() < 2 || x.Numel() != dst.Numel() || groups <= 0 || x.Dim(1)%groups != 0 {
-		return fmt.Errorf("gpu: group_norm of %v in %d groups into %v", x, groups, dst)
+	if err := tensor.CheckGroupNorm(dst, x, w, bias, groups); err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
 	B, C := x.Dim(0), x.Dim(1)
-	if err := b.checkAffine("group_norm", dt, C, w, bias); err != nil {
-		return err
-	}
 	if x.Numel() == 0 {
 		return nil
 	}
@@ -86,16 +68,18 @@ func (b *Backend) GroupNorm(dst, x, w, bias *tensor.Tensor, groups int, eps floa
 	return b.launchLinear("norm", "gn_apply_"+s, n, 256, per, a)
 }
 
-// rows checks a last-axis op and returns (rows, row length).
-func rows(op string, dst, x *tensor.Tensor) (int, int, error) {
-	if x.Rank() == 0 || dst.Numel() != x.Numel() || dst.DType() != x.DType() {
-		return 0, 0, fmt.Errorf("gpu: %s of %v into %v", op, x, dst)
+// rowOp checks a last-axis op with its per-channel parameters (nil:
+// absent) and returns its kernels' dtype suffix, its rows and row length.
+func rowOp(op string, dst, x *tensor.Tensor, params ...*tensor.Tensor) (s string, n, d int, err error) {
+	s = floatSuffix(dst.DType())
+	if s == "" {
+		return "", 0, 0, unsupported(op, dst.DType())
 	}
-	d := x.Dim(-1)
-	if d == 0 {
-		return 0, 0, nil
+	n, d, err = tensor.Rows(op, dst, x, params...)
+	if err != nil {
+		return "", 0, 0, fmt.Errorf("gpu: %w", err)
 	}
-	return x.Numel() / d, d, nil
+	return s, n, d, nil
 }
 
 // shortRow is the longest row the 32-lanes-per-row kernels take.
@@ -118,15 +102,8 @@ func (b *Backend) rowLaunch(name string, nrows int, a *hip.Args) error {
 }
 
 func (b *Backend) LayerNorm(dst, x, w, bias *tensor.Tensor, eps float32) error {
-	s := floatSuffix(dst.DType())
-	if s == "" {
-		return unsupported("layer_norm", dst.DType())
-	}
-	n, d, err := rows("layer_norm", dst, x)
+	s, n, d, err := rowOp("layer_norm", dst, x, w, bias)
 	if err != nil {
-		return err
-	}
-	if err := b.checkAffine("layer_norm", dst.DType(), d, w, bias); err != nil {
 		return err
 	}
 	ps, err := b.ptrs(dst, x, w, bias)
@@ -142,15 +119,8 @@ func (b *Backend) LayerNorm(dst, x, w, bias *tensor.Tensor, eps float32) error {
 }
 
 func (b *Backend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
-	s := floatSuffix(dst.DType())
-	if s == "" {
-		return unsupported("rms_norm", dst.DType())
-	}
-	n, d, err := rows("rms_norm", dst, x)
+	s, n, d, err := rowOp("rms_norm", dst, x, w)
 	if err != nil {
-		return err
-	}
-	if err := b.checkAffine("rms_norm", dst.DType(), d, w); err != nil {
 		return err
 	}
 	ps, err := b.ptrs(dst, x, w)
@@ -166,11 +136,7 @@ func (b *Backend) RMSNorm(dst, x, w *tensor.Tensor, eps float32) error {
 }
 
 func (b *Backend) Softmax(dst, x *tensor.Tensor) error {
-	s := floatSuffix(dst.DType())
-	if s == "" {
-		return unsupported("softmax", dst.DType())
-	}
-	n, d, err := rows("softmax", dst, x)
+	s, n, d, err := rowOp("softmax", dst, x)
 	if err != nil {
 		return err
 	}

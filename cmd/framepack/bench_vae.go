@@ -400,12 +400,7 @@ func runBenchDecode(cmd *cobra.Command, f *benchVAEFlags, d *benchDevice, m *ben
 
 // benchLatent is a standard normal latent of shape from seed.
 func benchLatent(shape []int, seed uint64) *tensor.Tensor {
-	rng := rand.New(rand.NewPCG(seed, 2))
-	vals := make([]float32, tensor.Numel(shape))
-	for i := range vals {
-		vals[i] = float32(rng.NormFloat64())
-	}
-	return tensor.FromFloat32(vals, shape...)
+	return tensor.RandN(rand.New(rand.NewPCG(seed, 2)), shape...)
 }
 
 // printProfile prints the per-class profile lines of --profile.

@@ -397,23 +397,8 @@ func tinyModel(log *slog.Logger, at string) (dir string, cleanup func(), err err
 func (f *generateFlags) loadOptions(log *slog.Logger) framepack.Options {
 	opts := framepack.Options{Device: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, RAMLimit: f.ramLimit, LoRA: f.loraFiles, Logger: log}
 	for part, p := range f.parts {
-		switch part {
-		case framepack.PartTransformer:
-			opts.Transformer = *p
-		case framepack.PartVAE:
-			opts.VAE = *p
-		case framepack.PartTextEncoder:
-			opts.TextEncoder = *p
-		case framepack.PartTextEncoder2:
-			opts.TextEncoder2 = *p
-		case framepack.PartTokenizer:
-			opts.Tokenizer = *p
-		case framepack.PartTokenizer2:
-			opts.Tokenizer2 = *p
-		case framepack.PartImageEncoder:
-			opts.ImageEncoder = *p
-		case framepack.PartFeatureExtractor:
-			opts.FeatureExtractor = *p
+		if dst := opts.PartPath(part); dst != nil {
+			*dst = *p
 		}
 	}
 	if f.dtype != "" {

@@ -3,10 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/framepack-go/framepack"
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/framepack-go/framepack"
 
 	"github.com/spf13/cobra"
 
@@ -64,14 +65,15 @@ func (f *vaeFlags) checkFlags() error {
 	return checkSizes(f.vramLimit, f.preserve)
 }
 
-// openVAE opens the device and loads a VAE with load in f.dtype (auto: f16
-// on a GPU, f32 on the CPU), logging its weights as name. release logs the
-// conv3d chain's summary, closes the VAE and then the device.
+// openVAE opens the device and loads the half of a VAE that opts keep
+// with load (vae.Load, wan.Load) in f.dtype (auto: f16 on a GPU, f32 on
+// the CPU), logging its weights as name. release logs the conv3d chain's
+// summary, closes the VAE and then the device.
 func openVAE[V interface {
 	WeightBytes() int64
 	Close()
 }](f *vaeFlags, log *slog.Logger, name string,
-	load func(dir string, be tensor.Backend, dt tensor.DType) (V, error)) (d *device.Device, v V, release func(), err error) {
+	load func(dir string, be tensor.Backend, opts vae.Options) (V, error), opts vae.Options) (d *device.Device, v V, release func(), err error) {
 	d, err = device.Open(device.Options{Choice: f.device, VRAMLimit: f.vramLimit, Preserve: f.preserve, Log: log})
 	if err != nil {
 		return nil, v, nil, err
@@ -84,7 +86,8 @@ func openVAE[V interface {
 		dt, _ = parseDType(f.dtype)
 	}
 	start := time.Now()
-	v, err = load(f.vaeDir, d.Backend, dt)
+	opts.DType = dt
+	v, err = load(f.vaeDir, d.Backend, opts)
 	if err != nil {
 		d.Close()
 		return nil, v, nil, err
@@ -99,12 +102,19 @@ func openVAE[V interface {
 	return d, v, release, nil
 }
 
-// open loads the half of HunyuanVideo's VAE that opts keep.
-func (f *vaeFlags) open(log *slog.Logger, opts vae.Options) (*device.Device, *vae.VAE, func(), error) {
-	return openVAE(f, log, "vae", func(dir string, be tensor.Backend, dt tensor.DType) (*vae.VAE, error) {
-		opts.DType = dt
-		return vae.Load(dir, be, opts)
-	})
+// withVAE opens the device and the half of a VAE that opts keep (see
+// openVAE), runs use on them and releases both.
+func withVAE[V interface {
+	WeightBytes() int64
+	Close()
+}](f *vaeFlags, log *slog.Logger, name string, load func(string, tensor.Backend, vae.Options) (V, error), opts vae.Options,
+	use func(d *device.Device, v V) error) error {
+	d, v, release, err := openVAE(f, log, name, load, opts)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return use(d, v)
 }
 
 // withDecodeProgress runs decode, a one-section decode, showing its
@@ -272,55 +282,52 @@ func runVAEDecode(cmd *cobra.Command, f *vaeFlags, z *tensor.Tensor, til vae.Til
 		return runWanDecode(cmd, f, z, til, auto, unscaled, out, vo)
 	}
 	log := slog.Default()
-	d, v, release, err := f.open(log, vae.Options{NoEncoder: true})
-	if err != nil {
-		return err
-	}
-	defer release()
-	cfg := v.Config()
-	if z.Dim(1) != cfg.LatentChannels {
-		return fmt.Errorf("latents %v: the VAE takes %d channels", z.Shape(), cfg.LatentChannels)
-	}
-	opts := vae.DecodeOptions{Tiling: til}
-	var planned int64
-	st := d.Backend.Stats()
-	avail, err := d.DecodeRoom()
-	if err != nil {
-		return fmt.Errorf("vae decode: %w", err)
-	}
-	if auto {
-		opts, planned = v.Plan(z.Shape(), avail)
-	} else {
-		planned = v.DecodePeak(z.Shape(), opts.Tiling)
-	}
-	T, h, w := z.Dim(2), z.Dim(3), z.Dim(4)
-	ss := cfg.SpatialCompressionRatio
-	log.Info(fmt.Sprintf("vae decode: latents %v → %d frames of %dx%d; %s; cap %s, %s free for activations, planned peak %s",
-		z.Shape(), cfg.SampleFrames(T), h*ss, w*ss, opts.Tiling, memory.FormatBytes(st.Cap), memory.FormatBytes(avail),
-		memory.FormatBytes(planned)))
-	var ds vae.DecodeStats
-	opts.Stats = &ds
-	opts.Log = func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
-	d.Backend.ResetPeak()
-	hs := tensor.NewScope(d.CPU) // the pixels
-	defer hs.Close()
-	var px *tensor.Tensor
-	opts.Context = cmd.Context()
-	err = withDecodeProgress(cmd, log, func(tile func(done, total int)) {
-		opts.Progress = tile
-		if unscaled {
-			px = section.DecodeUnscaled(hs, v, z, opts)
-		} else {
-			px = section.VAEDecode(hs, v, z, opts)
+	return withVAE(f, log, "vae", vae.Load, vae.Options{NoEncoder: true}, func(d *device.Device, v *vae.VAE) error {
+		cfg := v.Config()
+		if z.Dim(1) != cfg.LatentChannels {
+			return fmt.Errorf("latents %v: the VAE takes %d channels", z.Shape(), cfg.LatentChannels)
 		}
+		opts := vae.DecodeOptions{Tiling: til}
+		var planned int64
+		st := d.Backend.Stats()
+		avail, err := d.DecodeRoom()
+		if err != nil {
+			return fmt.Errorf("vae decode: %w", err)
+		}
+		if auto {
+			opts, planned = v.Plan(z.Shape(), avail)
+		} else {
+			planned = v.DecodePeak(z.Shape(), opts.Tiling)
+		}
+		T, h, w := z.Dim(2), z.Dim(3), z.Dim(4)
+		ss := cfg.SpatialCompressionRatio
+		log.Info(fmt.Sprintf("vae decode: latents %v → %d frames of %dx%d; %s; cap %s, %s free for activations, planned peak %s",
+			z.Shape(), cfg.SampleFrames(T), h*ss, w*ss, opts.Tiling, memory.FormatBytes(st.Cap), memory.FormatBytes(avail),
+			memory.FormatBytes(planned)))
+		var ds vae.DecodeStats
+		opts.Stats = &ds
+		opts.Log = func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
+		d.Backend.ResetPeak()
+		hs := tensor.NewScope(d.CPU) // the pixels
+		defer hs.Close()
+		var px *tensor.Tensor
+		opts.Context = cmd.Context()
+		err = withDecodeProgress(cmd, log, func(tile func(done, total int)) {
+			opts.Progress = tile
+			if unscaled {
+				px = section.DecodeUnscaled(hs, v, z, opts)
+			} else {
+				px = section.VAEDecode(hs, v, z, opts)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("vae decode: %w", err)
+		}
+		peak := d.Backend.Stats().Peak - v.WeightBytes()
+		log.Info(fmt.Sprintf("vae decode: %d tiles at %s (%d retries) in %.2f s; activations peak %s (planned %s); %s",
+			ds.Tiles, ds.Tiling, ds.Retries, ds.Elapsed.Seconds(), memory.FormatBytes(peak), memory.FormatBytes(planned), d.Backend))
+		return writeFrames(cmd, log, "vae decode", px, out, vo)
 	})
-	if err != nil {
-		return fmt.Errorf("vae decode: %w", err)
-	}
-	peak := d.Backend.Stats().Peak - v.WeightBytes()
-	log.Info(fmt.Sprintf("vae decode: %d tiles at %s (%d retries) in %.2f s; activations peak %s (planned %s); %s",
-		ds.Tiles, ds.Tiling, ds.Retries, ds.Elapsed.Seconds(), memory.FormatBytes(peak), memory.FormatBytes(planned), d.Backend))
-	return writeFrames(cmd, log, "vae decode", px, out, vo)
 }
 
 func newVAEEncode() *cobra.Command {
@@ -388,25 +395,22 @@ func runVAEEncode(f *vaeFlags, im *section.RGB, sample bool, seed uint64) error 
 		return runWanEncode(f, im, sample, seed)
 	}
 	log := slog.Default()
-	d, v, release, err := f.open(log, vae.Options{NoDecoder: true})
-	if err != nil {
-		return err
-	}
-	defer release()
-	log.Info(fmt.Sprintf("vae encode: %dx%d image → latents (1, %d, 1, %d, %d)", im.W, im.H, v.Config().LatentChannels,
-		im.H/v.Config().SpatialCompressionRatio, im.W/v.Config().SpatialCompressionRatio))
-	start := time.Now()
-	d.Backend.ResetPeak()
-	s := tensor.NewScope(d.Backend)
-	defer s.Close()
-	var rng vae.Randn // nil: the posterior's mode
-	if sample {
-		rng = sampler.NewTorchGenerator(seed)
-	}
-	var out *tensor.Tensor
-	err = tensor.Catch(func() { out = section.VAEEncode(s, v, im, vae.DefaultTiling(), rng) })
-	if err != nil {
-		return fmt.Errorf("vae encode: %w", err)
-	}
-	return saveLatents(log, "vae encode", d, start, v.WeightBytes(), f.out, out)
+	return withVAE(f, log, "vae", vae.Load, vae.Options{NoDecoder: true}, func(d *device.Device, v *vae.VAE) error {
+		log.Info(fmt.Sprintf("vae encode: %dx%d image → latents (1, %d, 1, %d, %d)", im.W, im.H, v.Config().LatentChannels,
+			im.H/v.Config().SpatialCompressionRatio, im.W/v.Config().SpatialCompressionRatio))
+		start := time.Now()
+		d.Backend.ResetPeak()
+		s := tensor.NewScope(d.Backend)
+		defer s.Close()
+		var rng vae.Randn // nil: the posterior's mode
+		if sample {
+			rng = sampler.NewTorchGenerator(seed)
+		}
+		var out *tensor.Tensor
+		err := tensor.Catch(func() { out = section.VAEEncode(s, v, im, vae.DefaultTiling(), rng) })
+		if err != nil {
+			return fmt.Errorf("vae encode: %w", err)
+		}
+		return saveLatents(log, "vae encode", d, start, v.WeightBytes(), f.out, out)
+	})
 }

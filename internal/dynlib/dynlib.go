@@ -31,6 +31,14 @@ type Library struct {
 	Dirs []string
 }
 
+// ROCmDirs are a ROCm install's library directories.
+func ROCmDirs() []string { return []string{"$ROCM_PATH/lib", "$HIP_PATH/lib", "/opt/rocm/lib"} }
+
+// CUDADirs are a CUDA toolkit's library directories, then extra.
+func CUDADirs(extra ...string) []string {
+	return append([]string{"$CUDA_PATH/lib64", "$CUDA_HOME/lib64", "/usr/local/cuda/lib64"}, extra...)
+}
+
 // SearchDirs is Dirs with the variables expanded, read when called.
 func (l Library) SearchDirs() []string {
 	var dirs []string
@@ -88,8 +96,9 @@ type Loader[V comparable, L any] struct {
 	Prefix string
 	// Libraries says where each vendor's library is found.
 	Libraries map[V]Library
-	// Symbols is what each vendor's library must (or may) export; nil in
-	// a build without cgo.
+	// Symbols is what each vendor's library must (or may) export. Symbols
+	// and Init are set by the package's cgo code; without them (a build
+	// without cgo) every load fails with ErrNoCgo.
 	Symbols func(V) []Symbol
 	// Init takes a library whose symbols resolved: it hands the addresses
 	// to the package's C shim and reads what it needs (the version, say).
@@ -125,13 +134,29 @@ func (l *Loader[V, L]) Open(v V) (L, error) {
 
 // OpenFile loads path as v's library, bypassing the search and the cache.
 func (l *Loader[V, L]) OpenFile(v V, path string) (L, error) {
+	var zero L
+	if l.Symbols == nil || l.Init == nil {
+		return zero, ErrNoCgo
+	}
 	t, err := Open(path, l.Symbols(v))
 	if err != nil {
-		var zero L
 		return zero, err
 	}
 	return l.Init(v, t)
 }
+
+// SymbolTable is what v's library must (or may) export; nil in a build
+// without cgo.
+func (l *Loader[V, L]) SymbolTable(v V) []Symbol {
+	if l.Symbols == nil {
+		return nil
+	}
+	return l.Symbols(v)
+}
+
+// EnvPath names the environment variable that points v's search at one
+// library file.
+func (l *Loader[V, L]) EnvPath(v V) string { return l.Libraries[v].Env }
 
 // Forget drops v's library, so that the next Open searches again (for
 // tests of the search; the file stays loaded).
@@ -175,6 +200,19 @@ type Table struct {
 
 // ErrNoCgo is every load's error in a build without cgo.
 var ErrNoCgo = errors.New("built without cgo: GPU libraries cannot be loaded")
+
+// CallError is a failed call into a vendor library: the status it returned
+// and the library's own string for it.
+type CallError struct {
+	Lib    string // the Go package that made the call ("rocblas")
+	Func   string // the vendor function that failed
+	Status int
+	Name   string // the library's own string for Status
+}
+
+func (e *CallError) Error() string {
+	return fmt.Sprintf("%s: %s: %s (status %d)", e.Lib, e.Func, e.Name, e.Status)
+}
 
 // SymbolError is a library that loaded but lacks a required symbol.
 type SymbolError struct{ Name string }

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/framepack-go/framepack/internal/errtest"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )
@@ -404,14 +405,26 @@ func float64s(t *tensor.Tensor) ([]float64, error) {
 	return out, nil
 }
 
+// Run runs f as a subtest, named for the case, for each case of component
+// (see Cases).
+func Run(t *testing.T, component string, f func(t *testing.T, c *Case)) {
+	t.Helper()
+	for _, c := range Cases(t, component) {
+		t.Run(c.Name, func(t *testing.T) { f(t, c) })
+	}
+}
+
 // Model loads the case's model (from c.ModelDir) with load, failing the
 // test when it cannot, and closes it when the test ends.
 func Model[M interface{ Close() }](t testing.TB, c *Case, load func(dir string) (M, error)) M {
 	t.Helper()
 	m, err := load(c.ModelDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	return m
+	return errtest.Closing(t, m, err)
+}
+
+// Load is Model with a loader that takes the backend and one more argument
+// (a dtype, load options): load(dir, be, o).
+func Load[M interface{ Close() }, O any](t testing.TB, c *Case, load func(string, tensor.Backend, O) (M, error), be tensor.Backend, o O) M {
+	t.Helper()
+	return Model(t, c, func(dir string) (M, error) { return load(dir, be, o) })
 }

@@ -1,10 +1,16 @@
 // Package plantest checks a model's weight plan (its Plan: checkpoint names
 // and shapes) in tests: against the released configs (testdata/released)
-// and against a checkpoint. It is for tests only.
+// and against a checkpoint; and it makes model folders with an edited
+// config. It is for tests only.
 package plantest
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
 	"testing"
 
 	"github.com/framepack-go/framepack/weights"
@@ -23,6 +29,31 @@ func Plan[C any](t testing.TB, dir string, read func(dir string) (C, error), pla
 		t.Fatal(err)
 	}
 	return cfg, specs
+}
+
+// ReleasedDir is the folder of a released model part's files in this
+// repository (testdata/released/part), from whichever package's test asks.
+func ReleasedDir(part string) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "released", part)
+}
+
+// Released is Plan of the released config of part (see ReleasedDir).
+func Released[C any](t testing.TB, part string, read func(dir string) (C, error), plan func(C) ([]weights.Spec, error)) (C, []weights.Spec) {
+	t.Helper()
+	return Plan(t, ReleasedDir(part), read, plan)
+}
+
+// SameConfig fails the test unless got (a config read from a released
+// config.json) equals want (the model's own defaults); both are shown as
+// JSON, which prints what their pointers hold.
+func SameConfig[C any](t testing.TB, got, want C) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(want)
+		t.Errorf("config %s\nwant %s", g, w)
+	}
 }
 
 // Shapes fails the test for each name of want that specs do not hold at
@@ -60,4 +91,30 @@ func Checkpoint[C any](t testing.TB, dir string, read func(dir string) (C, error
 		t.Fatal(err)
 	}
 	return cfg, specs, ck
+}
+
+// EditedConfig makes a folder holding src's config.json changed by edit
+// and links to the files of src named in link (the weights, say).
+func EditedConfig(t testing.TB, src string, edit func(cfg map[string]any), link ...string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	edit(cfg)
+	dir := t.TempDir()
+	out, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range link {
+		if err := os.Symlink(filepath.Join(src, name), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

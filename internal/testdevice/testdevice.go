@@ -16,6 +16,8 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/backend/gpu"
+	"github.com/framepack-go/framepack/convchain"
+	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -133,4 +135,17 @@ func (f *Fake) UploadAsync(dst tensor.Buffer, off int64, src []byte) (func() err
 		return nil, err
 	}
 	return func() error { return nil }, nil
+}
+
+// Chained is the CPU behind the conv3d chain (its CPU tier alone, no cache,
+// no faults) and an unlimited memory budget: the padded convolutions go
+// through Conv3dPadded as on a GPU, and the budget measures the peak.
+func Chained(t testing.TB) (*memory.Backend, *convchain.Chain) {
+	t.Helper()
+	host := cpu.New()
+	ch, err := convchain.New([]convchain.Tier{convchain.CPUTier(host)}, convchain.Options{CachePath: "off", Faults: &convchain.Faults{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return memory.Budgeted(convchain.Wrap(host, ch), memory.Budget{Device: "test", Cap: 1 << 40}), ch
 }

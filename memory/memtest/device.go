@@ -12,6 +12,7 @@ import (
 
 // Device is a simulated GPU of Total bytes.
 type Device struct {
+	tensor.NoKernels
 	name  string
 	total int64
 
@@ -99,32 +100,3 @@ func (d *Device) Upload(dst tensor.Buffer, off int64, src []byte) error {
 func (d *Device) Download(dst []byte, src tensor.Buffer, off int64) error {
 	return d.check(src, off, int64(len(dst)))
 }
-
-func (d *Device) Sync() error                        { return nil }
-func (d *Device) Fill(*tensor.Tensor, float64) error { return nil }
-func (d *Device) Cast(_, _ *tensor.Tensor) error     { return nil }
-func (d *Device) Unary(tensor.UnaryOp, *tensor.Tensor, *tensor.Tensor, float32, float32) error {
-	return nil
-}
-func (d *Device) Copy(*tensor.Tensor, int, []int, *tensor.Tensor, int, []int, []int) error {
-	return nil
-}
-func (d *Device) Binary(tensor.BinaryOp, *tensor.Tensor, *tensor.Tensor, []int, *tensor.Tensor, []int) error {
-	return nil
-}
-func (d *Device) MatMul(_, _, _ *tensor.Tensor, _ tensor.MatMulParams) error  { return nil }
-func (d *Device) Linear(_, _, _, _ *tensor.Tensor) error                      { return nil }
-func (d *Device) Conv3d(_, _, _, _ *tensor.Tensor, _ tensor.ConvParams) error { return nil }
-func (d *Device) GroupNorm(_, _, _, _ *tensor.Tensor, _ int, _ float32, _ bool) error {
-	return nil
-}
-func (d *Device) LayerNorm(_, _, _, _ *tensor.Tensor, _ float32) error           { return nil }
-func (d *Device) RMSNorm(_, _, _ *tensor.Tensor, _ float32) error                { return nil }
-func (d *Device) Softmax(_, _ *tensor.Tensor) error                              { return nil }
-func (d *Device) Attention(_, _, _, _ *tensor.Tensor, _ tensor.AttnParams) error { return nil }
-func (d *Device) RoPE(_, _, _, _ *tensor.Tensor) error                           { return nil }
-func (d *Device) Reduce(tensor.ReduceOp, *tensor.Tensor, *tensor.Tensor) error   { return nil }
-func (d *Device) Pad(_, _ *tensor.Tensor, _ []int, _ tensor.PadMode) error       { return nil }
-func (d *Device) UpsampleNearest(_, _ *tensor.Tensor, _ [3]int) error            { return nil }
-func (d *Device) AvgPool3d(_, _ *tensor.Tensor, _ [3]int) error                  { return nil }
-func (d *Device) Embedding(_, _, _ *tensor.Tensor) error                         { return nil }

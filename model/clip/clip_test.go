@@ -12,14 +12,12 @@ import (
 
 func TestGoldenCLIPText(t *testing.T) {
 	be := testdevice.Backend(t)
-	for _, c := range golden.Cases(t, "text_encoder.clip") {
-		t.Run(c.Name, func(t *testing.T) {
-			m := golden.Model(t, c, func(dir string) (*Model, error) { return Load(dir, be, tensor.F32) })
-			out := scopetest.Run(t, be, func(s *tensor.Scope) Output { return m.Forward(s, c.Tensor("input_ids").Int64s()) })
-			c.Compare(t, "last_hidden_state", out.LastHiddenState)
-			c.Compare(t, "pooler_output", out.Pooled)
-		})
-	}
+	golden.Run(t, "text_encoder.clip", func(t *testing.T, c *golden.Case) {
+		m := golden.Load(t, c, Load, be, tensor.F32)
+		out := scopetest.Run(t, be, func(s *tensor.Scope) Output { return m.Forward(s, c.Tensor("input_ids").Int64s()) })
+		c.Compare(t, "last_hidden_state", out.LastHiddenState)
+		c.Compare(t, "pooler_output", out.Pooled)
+	})
 }
 
 func TestEOSPosition(t *testing.T) {
@@ -37,7 +35,7 @@ func TestEOSPosition(t *testing.T) {
 
 func TestBadTokens(t *testing.T) {
 	be := cpu.New()
-	m := golden.Model(t, golden.Cases(t, "text_encoder.clip")[0], func(dir string) (*Model, error) { return Load(dir, be, tensor.F32) })
+	m := golden.Load(t, golden.Cases(t, "text_encoder.clip")[0], Load, be, tensor.F32)
 	s := tensor.NewScope(be)
 	defer s.Close()
 	for _, ids := range [][]int64{nil, {1, 100000}, make([]int64, 78)} {

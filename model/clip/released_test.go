@@ -1,7 +1,6 @@
 package clip
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
@@ -12,7 +11,7 @@ import (
 // eos_token_id 2, quick_gelu, torch_dtype) loads through ReadConfig (what
 // Load uses) and plans the released shapes.
 func TestReleasedConfigCLIP(t *testing.T) {
-	cfg, specs := plantest.Plan(t, filepath.Join("..", "..", "testdata", "released", "text_encoder_2"), ReadConfig, Plan)
+	cfg, specs := plantest.Released(t, "text_encoder_2", ReadConfig, Plan)
 	if cfg.EOSTokenID != 2 {
 		t.Errorf("eos_token_id %d, want the legacy 2", cfg.EOSTokenID)
 	}

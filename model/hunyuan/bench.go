@@ -47,13 +47,7 @@ func BenchSection() Section {
 // latents being the start and end frames.
 func SectionInputs(cfg Config, sec Section, seed uint64) *Inputs {
 	r := rand.New(rand.NewPCG(seed, 0x5ec))
-	randn := func(shape ...int) *tensor.Tensor {
-		v := make([]float32, tensor.Numel(shape))
-		for i := range v {
-			v[i] = float32(r.NormFloat64())
-		}
-		return tensor.FromFloat32(v, shape...)
-	}
+	randn := func(shape ...int) *tensor.Tensor { return tensor.RandN(r, shape...) }
 	b, h, w := sec.Batch, sec.LatentH, sec.LatentW
 	next := int64(0)
 	take := func(n int) []int64 {

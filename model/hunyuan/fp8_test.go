@@ -22,32 +22,30 @@ import (
 // E4M3's own rounding (3 mantissa bits: about 2.5% relative L2 on each
 // weight, TestFP8QuantizeRows), carried through the blocks.
 func TestGoldenFP8Weights(t *testing.T) {
-	for _, c := range golden.Cases(t, "transformer") {
-		t.Run(c.Name, func(t *testing.T) {
-			in := caseInputs(c)
-			bf := forward(t, loadModel(t, c.ModelDir, Options{DType: tensor.BF16}), in).Float32s()
-			for _, o := range []Options{{}, {HostBlocks: true}, {HostBlocks: true, StreamFromFile: true}} {
-				o.DType, o.FP8 = tensor.BF16, true
-				host := o.HostBlocks
-				m := loadModel(t, c.ModelDir, o)
-				if host {
-					if _, h := m.WeightBytes(); h == 0 && !m.StreamsFromFile() {
-						t.Fatal("no block streams from the host")
-					}
-				}
-				got := forward(t, m, in).Float32s()
-				r := numcmp.RelL2(got, bf)
-				rRef := numcmp.RelL2(got, c.Tensor("output").Float32s())
-				t.Logf("fp8 weights (host blocks %v, from file %v): rel_l2 %.3g vs bf16 weights, %.3g vs the f32 reference", host, m.StreamsFromFile(), r, rRef)
-				if r > 4e-2 || math.IsNaN(r) {
-					t.Errorf("fp8 weights: rel_l2 %.3g vs bf16 weights > 4e-2", r)
-				}
-				if r < 1e-4 {
-					t.Errorf("fp8 weights: rel_l2 %.3g vs bf16: the weights were not quantized", r)
+	golden.Run(t, "transformer", func(t *testing.T, c *golden.Case) {
+		in := caseInputs(c)
+		bf := forward(t, loadModel(t, c.ModelDir, Options{DType: tensor.BF16}), in).Float32s()
+		for _, o := range []Options{{}, {HostBlocks: true}, {HostBlocks: true, StreamFromFile: true}} {
+			o.DType, o.FP8 = tensor.BF16, true
+			host := o.HostBlocks
+			m := loadModel(t, c.ModelDir, o)
+			if host {
+				if _, h := m.WeightBytes(); h == 0 && !m.StreamsFromFile() {
+					t.Fatal("no block streams from the host")
 				}
 			}
-		})
-	}
+			got := forward(t, m, in).Float32s()
+			r := numcmp.RelL2(got, bf)
+			rRef := numcmp.RelL2(got, c.Tensor("output").Float32s())
+			t.Logf("fp8 weights (host blocks %v, from file %v): rel_l2 %.3g vs bf16 weights, %.3g vs the f32 reference", host, m.StreamsFromFile(), r, rRef)
+			if r > 4e-2 || math.IsNaN(r) {
+				t.Errorf("fp8 weights: rel_l2 %.3g vs bf16 weights > 4e-2", r)
+			}
+			if r < 1e-4 {
+				t.Errorf("fp8 weights: rel_l2 %.3g vs bf16: the weights were not quantized", r)
+			}
+		}
+	})
 }
 
 // noFP8 hides the backend's FP8Weights (and its other capabilities): the

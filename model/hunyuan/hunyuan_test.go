@@ -60,12 +60,10 @@ func loadModel(t testing.TB, dir string, opts Options) *Model {
 }
 
 func TestGoldenTransformer(t *testing.T) {
-	for _, c := range golden.Cases(t, "transformer") {
-		t.Run(c.Name, func(t *testing.T) {
-			m := loadModel(t, c.ModelDir, Options{})
-			c.Compare(t, "output", forward(t, m, caseInputs(c)))
-		})
-	}
+	golden.Run(t, "transformer", func(t *testing.T, c *golden.Case) {
+		m := loadModel(t, c.ModelDir, Options{})
+		c.Compare(t, "output", forward(t, m, caseInputs(c)))
+	})
 }
 
 // stack joins host f32 tensors of equal shape along a new batch axis 0
@@ -178,17 +176,15 @@ func TestGoldenBatch2(t *testing.T) {
 // attention (0.0111–0.0135 before the embedders moved to f32 and the
 // GEMV-like GEMMs to cuBLAS's pedantic compute type).
 func TestGoldenBF16Compute(t *testing.T) {
-	for _, c := range golden.Cases(t, "transformer") {
-		t.Run(c.Name, func(t *testing.T) {
-			m := loadModel(t, c.ModelDir, Options{DType: tensor.BF16})
-			got := forward(t, m, caseInputs(c))
-			r := numcmp.RelL2(got.Float32s(), c.Tensor("output").Float32s())
-			t.Logf("bf16 compute: rel_l2 %.3g", r)
-			if r > 1e-2 || math.IsNaN(r) {
-				t.Errorf("bf16 compute: rel_l2 %.3g > 1e-2", r)
-			}
-		})
-	}
+	golden.Run(t, "transformer", func(t *testing.T, c *golden.Case) {
+		m := loadModel(t, c.ModelDir, Options{DType: tensor.BF16})
+		got := forward(t, m, caseInputs(c))
+		r := numcmp.RelL2(got.Float32s(), c.Tensor("output").Float32s())
+		t.Logf("bf16 compute: rel_l2 %.3g", r)
+		if r > 1e-2 || math.IsNaN(r) {
+			t.Errorf("bf16 compute: rel_l2 %.3g > 1e-2", r)
+		}
+	})
 }
 
 // TestGoldenHostBlocks keeps the block weights on the host (block-wise

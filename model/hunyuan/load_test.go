@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/internal/errtest"
 	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
@@ -82,11 +83,7 @@ func TestLoadErrors(t *testing.T) {
 				m.Close()
 				t.Fatal("loaded a broken checkpoint")
 			}
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
+			errtest.Mentions(t, err, c.want...)
 			t.Log(err)
 		})
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/internal/numcmp"
+	"github.com/framepack-go/framepack/internal/plantest"
 	"github.com/framepack-go/framepack/lora"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -23,14 +24,7 @@ func TestGoldenLoRA(t *testing.T) {
 		var scale float64
 		c.Param("lora_files", &files)
 		c.Param("lora_scale", &scale)
-		cfg, err := ReadConfig(c.ModelDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		plan, err := Plan(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, plan := plantest.Plan(t, c.ModelDir, ReadConfig, Plan)
 		for _, f := range files {
 			set, err := lora.Resolve([]lora.File{{Path: filepath.Join(c.Dir, f), Scale: scale}}, plan)
 			if err != nil {
@@ -56,14 +50,7 @@ func TestGoldenLoRA(t *testing.T) {
 // resident or streamed, and that the LoRA changes it.
 func TestLoRAFormatsAgree(t *testing.T) {
 	c := golden.Cases(t, "transformer")[0]
-	cfg, err := ReadConfig(c.ModelDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := Plan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, plan := plantest.Plan(t, c.ModelDir, ReadConfig, Plan)
 	shape := map[string][]int{}
 	for _, s := range plan {
 		shape[s.Name] = s.Shape

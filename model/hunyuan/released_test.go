@@ -2,10 +2,10 @@ package hunyuan
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/plantest"
 	"github.com/framepack-go/framepack/weights"
 )
 
@@ -13,13 +13,11 @@ import (
 // through ReadConfig (what Load uses), equals FramePackI2V(), and plans the
 // released shapes: 12.87 B parameters.
 func TestReleasedConfigTransformer(t *testing.T) {
-	cfg, err := ReadConfig(filepath.Join("..", "..", "testdata", "released", "transformer"))
+	cfg, err := ReadConfig(plantest.ReleasedDir("transformer"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprintf("%+v", cfg) != fmt.Sprintf("%+v", FramePackI2V()) {
-		t.Errorf("config %+v\nwant FramePackI2V %+v", cfg, FramePackI2V())
-	}
+	plantest.SameConfig(t, cfg, FramePackI2V())
 	if cfg.Inner() != 3072 {
 		t.Errorf("hidden size %d, want 3072", cfg.Inner())
 	}
@@ -69,14 +67,7 @@ func TestReleasedConfigTransformer(t *testing.T) {
 // The plan is what the checkpoint holds, one file or sharded.
 func TestPlanMatchesCheckpoint(t *testing.T) {
 	for _, c := range golden.Cases(t, "transformer") {
-		cfg, err := ReadConfig(c.ModelDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		specs, err := Plan(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, specs := plantest.Plan(t, c.ModelDir, ReadConfig, Plan)
 		ck, err := weights.Open(c.ModelDir)
 		if err != nil {
 			t.Fatal(err)

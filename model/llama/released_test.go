@@ -1,9 +1,6 @@
 package llama
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,7 +8,7 @@ import (
 	"github.com/framepack-go/framepack/internal/plantest"
 )
 
-var releasedDir = filepath.Join("..", "..", "testdata", "released", "text_encoder")
+var releasedDir = plantest.ReleasedDir("text_encoder")
 
 // The released hunyuanvideo-community text_encoder/config.json (old-style
 // rope_theta with rope_scaling null, head_dim, torch_dtype) loads through
@@ -41,23 +38,7 @@ func TestReleasedConfigLlama(t *testing.T) {
 // Newer transformers write rope_parameters instead of rope_theta; both load,
 // and a rope scaling, which the model does not do, is refused by name.
 func TestReleasedConfigLlamaRopeStyles(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(releasedDir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	edit := func(f func(m map[string]any)) string {
-		var m map[string]any
-		if err := json.Unmarshal(raw, &m); err != nil {
-			t.Fatal(err)
-		}
-		f(m)
-		dir := t.TempDir()
-		b, _ := json.Marshal(m)
-		if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
+	edit := func(f func(m map[string]any)) string { return plantest.EditedConfig(t, releasedDir, f) }
 	newStyle := edit(func(m map[string]any) {
 		delete(m, "rope_theta")
 		delete(m, "rope_scaling")

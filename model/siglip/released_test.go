@@ -1,7 +1,6 @@
 package siglip
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
@@ -12,7 +11,7 @@ import (
 // ReadConfig (what Load uses) and plans the released shapes: image_size 384
 // with patch 14 gives 27×27 = 729 tokens.
 func TestReleasedConfigSigLIP(t *testing.T) {
-	cfg, specs := plantest.Plan(t, filepath.Join("..", "..", "testdata", "released", "image_encoder"), ReadConfig, Plan)
+	cfg, specs := plantest.Released(t, "image_encoder", ReadConfig, Plan)
 	if cfg.Tokens() != 729 || cfg.PatchesPerSide() != 27 {
 		t.Errorf("%d tokens (%d a side), want 729 (27)", cfg.Tokens(), cfg.PatchesPerSide())
 	}

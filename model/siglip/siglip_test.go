@@ -1,7 +1,6 @@
 package siglip
 
 import (
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/plantest"
 	"github.com/framepack-go/framepack/internal/scopetest"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
@@ -17,13 +17,11 @@ import (
 
 func TestGoldenSiglip(t *testing.T) {
 	be := testdevice.Backend(t)
-	for _, c := range golden.Cases(t, "image_encoder.siglip") {
-		t.Run(c.Name, func(t *testing.T) {
-			m := golden.Model(t, c, func(dir string) (*Model, error) { return Load(dir, be, tensor.F32) })
-			out := scopetest.Run(t, be, func(s *tensor.Scope) *tensor.Tensor { return m.Forward(s, c.Tensor("pixel_values")) })
-			c.Compare(t, "last_hidden_state", out)
-		})
-	}
+	golden.Run(t, "image_encoder.siglip", func(t *testing.T, c *golden.Case) {
+		m := golden.Load(t, c, Load, be, tensor.F32)
+		out := scopetest.Run(t, be, func(s *tensor.Scope) *tensor.Tensor { return m.Forward(s, c.Tensor("pixel_values")) })
+		c.Compare(t, "last_hidden_state", out)
+	})
 }
 
 // The case made by bench/reference/make_golden_siglip.py: an image size that
@@ -47,7 +45,7 @@ func TestGoldenSiglipNonMultiple(t *testing.T) {
 		t.Fatalf("%s/%s/case.json is not an image_encoder.siglip case", dir, name)
 	}
 	be := cpu.New()
-	m := golden.Model(t, c, func(dir string) (*Model, error) { return Load(dir, be, tensor.F32) })
+	m := golden.Load(t, c, Load, be, tensor.F32)
 	if m.ImageSize%m.PatchSize == 0 {
 		t.Fatalf("image_size %d is a multiple of patch_size %d: not the case this test is for", m.ImageSize, m.PatchSize)
 	}
@@ -71,25 +69,12 @@ func TestSiglipImageSizeNotMultiple(t *testing.T) {
 	if c == nil {
 		t.Skip("golden case siglip_vision absent")
 	}
-	dir := t.TempDir()
-	var cfg map[string]any
-	raw, err := os.ReadFile(filepath.Join(c.ModelDir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	size, patch := int(cfg["image_size"].(float64)), int(cfg["patch_size"].(float64))
-	big := size + patch - 1
-	cfg["image_size"] = big
-	raw, _ = json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(filepath.Join(c.ModelDir, "model.safetensors"), filepath.Join(dir, "model.safetensors")); err != nil {
-		t.Fatal(err)
-	}
+	var size, patch, big int
+	dir := plantest.EditedConfig(t, c.ModelDir, func(cfg map[string]any) {
+		size, patch = int(cfg["image_size"].(float64)), int(cfg["patch_size"].(float64))
+		big = size + patch - 1
+		cfg["image_size"] = big
+	}, "model.safetensors")
 	be := cpu.New()
 	m, err := Load(dir, be, tensor.F32)
 	if err != nil {

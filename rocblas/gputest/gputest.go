@@ -6,6 +6,7 @@ package gputest
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -58,6 +59,35 @@ func Open(t testing.TB) *Device {
 		t.Fatalf("gputest: bind device: %v", err)
 	}
 	return dev
+}
+
+// Vendor is the library family of the device's platform.
+func (d *Device) Vendor() dynlib.Vendor {
+	if d.Platform == "cuda" {
+		return dynlib.NVIDIA
+	}
+	return dynlib.AMD
+}
+
+// OpenHandle gives the device (skipping without one) and a handle that
+// newHandle makes from the device's library of the kind what names ("BLAS",
+// say), opened by open; the test skips, with the reason, when that library
+// is absent. The handle is closed when the test ends.
+func OpenHandle[L fmt.Stringer, H io.Closer](t testing.TB, what string, open func(dynlib.Vendor) (L, error),
+	newHandle func(*Device, L) (H, error)) (*Device, H) {
+	t.Helper()
+	dev := Open(t)
+	lib, err := open(dev.Vendor())
+	if err != nil {
+		t.Skipf("GPU %s present but no %s library: %v", dev.Name, what, err)
+	}
+	h, err := newHandle(dev, lib)
+	if err != nil {
+		t.Fatalf("%v: NewHandle: %v", lib, err)
+	}
+	t.Cleanup(func() { h.Close() })
+	t.Logf("device %s (%s), %v", dev.Name, dev.Platform, lib)
+	return dev, h
 }
 
 // Bind makes the device current on the calling goroutine's thread, which

@@ -2,7 +2,6 @@ package wan
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae/internal/tiles"
@@ -61,13 +60,10 @@ type DecodeOptions struct {
 	Log     func(format string, args ...any)
 }
 
-// DecodeStats describe a finished decode.
-type DecodeStats struct {
-	Tiling  Tiling
-	Tiles   int
-	Retries int
-	Elapsed time.Duration
-}
+// DecodeStats describe a finished decode: the tiling that produced the
+// result, its decoder runs, the attempts that ran out of memory and were
+// shrunk, the time.
+type DecodeStats = tiles.Stats[Tiling]
 
 // Decode is AutoencoderKLWan.decode(z).sample: z (B, z_dim, T, h, w) as
 // the VAE takes it (already denormalized, see Config.Denormalize), decoded
@@ -78,35 +74,21 @@ type DecodeStats struct {
 // smaller tiling of the planner's ladder. Latents or pixels holding NaN or
 // Inf are refused. Errors panic inside s as *tensor.OpError.
 func (v *VAE) Decode(s *tensor.Scope, z *tensor.Tensor, opts DecodeOptions) *tensor.Tensor {
-	if v == nil || v.dec == nil {
+	if v.model().Decoder() == nil {
 		tensor.Fail("wan.decode", "%v", errNoPart)
 	}
-	if z == nil || z.Rank() != 5 || z.Dim(1) != v.cfg.ZDim || z.Numel() == 0 {
-		tensor.Fail("wan.decode", "latents %v: want (B, %d, T, h, w)", shapeOf(z), v.cfg.ZDim)
-	}
-	if err := tensor.NonFiniteError("the latents to decode hold non-finite values", z); err != nil {
-		tensor.Fail("wan.decode", "%v", err)
+	if z == nil || z.Rank() != 5 || z.Dim(1) != v.m.Cfg.ZDim || z.Numel() == 0 {
+		tensor.Fail("wan.decode", "latents %v: want (B, %d, T, h, w)", shapeOf(z), v.m.Cfg.ZDim)
 	}
 	til := opts.Tiling.normalized()
-	if err := til.check(&v.cfg); err != nil {
-		tensor.Fail("wan.decode", "%v", err)
-	}
-	start := time.Now()
-	var out *tiles.Video
-	var n int
-	til, retries := tiles.Shrinking("wan.decode", "wan vae: decode", til, opts.NoRetry, opts.Log,
-		func(t Tiling) { out, n = v.decodeOnce(s, z, t) },
+	out, st := tiles.Decode("wan.decode", "wan vae: decode", z, til, til.check(&v.m.Cfg), opts.NoRetry, opts.Log,
+		func(t Tiling) (*tiles.Video, int) { return v.decodeOnce(s, z, t) },
 		func(t Tiling) (Tiling, bool) { return v.shrink(z.Shape(), t) })
-	// Checked before the clamp, which would hide an Inf.
-	px := out.Tensor()
-	if err := tensor.NonFiniteError("the decoder produced non-finite pixels", px); err != nil {
-		tensor.Fail("wan.decode", "%v", err)
-	}
-	out.Clamp(-1, 1)
+	out.Clamp(-1, 1) // after Decode's check of the pixels, which a clamp would defeat
 	if opts.Stats != nil {
-		*opts.Stats = DecodeStats{Tiling: til, Tiles: n, Retries: retries, Elapsed: time.Since(start)}
+		*opts.Stats = st
 	}
-	return px
+	return out.Tensor()
 }
 
 func shapeOf(t *tensor.Tensor) []int {
@@ -121,15 +103,15 @@ func shapeOf(t *tensor.Tensor) []int {
 func (v *VAE) decodeOnce(s *tensor.Scope, z *tensor.Tensor, til Tiling) (*tiles.Video, int) {
 	ds := s.Child()
 	defer ds.Close()
-	zc := tiles.ToCompute(ds, z, v.dt)
-	r := v.cfg.SpatialRatio()
+	zc := tiles.ToCompute(ds, z, v.m.DT)
+	r := v.m.Cfg.SpatialRatio()
 	h, w := z.Dim(3), z.Dim(4)
 	n := 0
 	run := func(h0, h1, w0, w1 int) *tiles.Video { n++; return v.decodeTile(ds, zc, h0, h1, w0, w1) }
 	if !til.useDecode(r, h, w) {
 		return run(0, h, 0, w), 1
 	}
-	return tiles.RoundTo(v.dt).Spatial(run, h, w, til.size().Decode(r, h, w)), n
+	return tiles.RoundTo(v.m.DT).Spatial(run, h, w, til.size().Decode(r, h, w)), n
 }
 
 // useDecode is _decode's test: tiling on and the latent wider or taller
@@ -143,9 +125,9 @@ func (t Tiling) useDecode(r, h, w int) bool {
 func (v *VAE) decodeTile(ds *tensor.Scope, zc *tensor.Tensor, h0, h1, w0, w1 int) *tiles.Video {
 	var out *tiles.Video
 	t := 0
-	v.dec.frames(ds, zc, zc.Dim(2), h0, h1, w0, w1, func(y *tensor.Tensor) {
+	v.m.Dec.frames(ds, zc, zc.Dim(2), h0, h1, w0, w1, func(y *tensor.Tensor) {
 		if out == nil {
-			out = tiles.New(y.Dim(0), y.Dim(1), v.cfg.SampleFrames(zc.Dim(2)), y.Dim(3), y.Dim(4))
+			out = tiles.New(y.Dim(0), y.Dim(1), v.m.Cfg.SampleFrames(zc.Dim(2)), y.Dim(3), y.Dim(4))
 		}
 		out.SetFrames(t, y)
 		t += y.Dim(2)
@@ -188,10 +170,10 @@ func (v *VAE) Encode(s *tensor.Scope, x *tensor.Tensor) (mean, logvar *tensor.Te
 // EncodeWith is Encode with diffusers' tiled_encode when til is spatial and
 // the video exceeds a tile.
 func (v *VAE) EncodeWith(s *tensor.Scope, x *tensor.Tensor, til Tiling) (mean, logvar *tensor.Tensor) {
-	if v == nil || v.enc == nil {
+	if v.model().Encoder() == nil {
 		tensor.Fail("wan.encode", "%v", errNoPart)
 	}
-	c := &v.cfg
+	c := &v.m.Cfg
 	if x == nil || x.Rank() != 5 || x.Dim(1) != c.InChannels || x.Numel() == 0 {
 		tensor.Fail("wan.encode", "pixels %v: want (B, %d, T, H, W)", shapeOf(x), c.InChannels)
 	}
@@ -200,21 +182,14 @@ func (v *VAE) EncodeWith(s *tensor.Scope, x *tensor.Tensor, til Tiling) (mean, l
 		tensor.Fail("wan.encode", "pixels %v: height and width must be multiples of %d", x.Shape(), r)
 	}
 	til = til.normalized()
-	if err := til.check(c); err != nil {
-		tensor.Fail("wan.encode", "%v", err)
-	}
-	es := s.Child()
-	defer es.Close()
-	xc := tiles.ToCompute(es, x, v.dt)
-	h, w := x.Dim(3), x.Dim(4)
-	run := func(h0, h1, w0, w1 int) *tiles.Video { return v.encodeTile(es, xc, h0, h1, w0, w1) }
-	var mom *tiles.Video
-	if til.Spatial && (w > til.TileWidth || h > til.TileHeight) {
-		mom = tiles.RoundTo(v.dt).Spatial(run, h, w, til.size().Encode(r, h, w))
-	} else {
-		mom = run(0, h, 0, w)
-	}
-	return tiles.Posterior(mom)
+	return tiles.Encode("wan.encode", s, x, v.m.DT, til.check(c), func(es *tensor.Scope, xc *tensor.Tensor) *tiles.Video {
+		h, w := x.Dim(3), x.Dim(4)
+		run := func(h0, h1, w0, w1 int) *tiles.Video { return v.encodeTile(es, xc, h0, h1, w0, w1) }
+		if til.Spatial && (w > til.TileWidth || h > til.TileHeight) {
+			return tiles.RoundTo(v.m.DT).Spatial(run, h, w, til.size().Encode(r, h, w))
+		}
+		return run(0, h, 0, w)
+	})
 }
 
 // encodeTile encodes the pixel box [h0,h1)×[w0,w1): frame 0, then chunks
@@ -236,9 +211,9 @@ func (v *VAE) encodeTile(es *tensor.Scope, xc *tensor.Tensor, h0, h1, w0, w1 int
 		func() {
 			fs := cs.Child()
 			defer fs.Close()
-			y := v.enc.forward(fs, f, tiles.SliceBox(fs, xc, t0, t1, h0, h1, w0, w1))
+			y := v.m.Enc.forward(fs, f, tiles.SliceBox(fs, xc, t0, t1, h0, h1, w0, w1))
 			if out == nil {
-				out = tiles.New(y.Dim(0), y.Dim(1), v.cfg.LatentFrames(nT), y.Dim(3), y.Dim(4))
+				out = tiles.New(y.Dim(0), y.Dim(1), v.m.Cfg.LatentFrames(nT), y.Dim(3), y.Dim(4))
 			}
 			out.SetFrames(t, y)
 			t += y.Dim(2)

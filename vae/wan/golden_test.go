@@ -4,11 +4,9 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/internal/scopetest"
 	"github.com/framepack-go/framepack/internal/testdevice"
-	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -18,17 +16,17 @@ import (
 
 func loadCase(t *testing.T, c *golden.Case, be tensor.Backend, dt tensor.DType) *VAE {
 	t.Helper()
-	return golden.Model(t, c, func(dir string) (*VAE, error) { return Load(dir, be, Options{DType: dt}) })
+	return golden.Load(t, c, Load, be, Options{DType: dt})
 }
 
 func decode(t *testing.T, v *VAE, z *tensor.Tensor, opts DecodeOptions) *tensor.Tensor {
 	t.Helper()
-	return scopetest.Run(t, v.be, func(s *tensor.Scope) *tensor.Tensor { return v.Decode(s, z, opts) })
+	return scopetest.Run(t, v.m.Be, func(s *tensor.Scope) *tensor.Tensor { return v.Decode(s, z, opts) })
 }
 
 func encode(t *testing.T, v *VAE, x *tensor.Tensor, til Tiling) (mean, logvar *tensor.Tensor) {
 	t.Helper()
-	out := scopetest.Run(t, v.be, func(s *tensor.Scope) [2]*tensor.Tensor {
+	out := scopetest.Run(t, v.m.Be, func(s *tensor.Scope) [2]*tensor.Tensor {
 		m, lv := v.EncodeWith(s, x, til)
 		return [2]*tensor.Tensor{m, lv}
 	})
@@ -42,66 +40,56 @@ func caseTiling(c *golden.Case) Tiling {
 }
 
 func TestGoldenWanDecode(t *testing.T) {
-	for _, c := range golden.Cases(t, "wan_vae.decode") {
-		t.Run(c.Name, func(t *testing.T) {
-			v := loadCase(t, c, cpu.New(), tensor.F32)
-			c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}))
-		})
-	}
+	golden.Run(t, "wan_vae.decode", func(t *testing.T, c *golden.Case) {
+		v := loadCase(t, c, cpu.New(), tensor.F32)
+		c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}))
+	})
 }
 
 func TestGoldenWanDecodeTiled(t *testing.T) {
-	for _, c := range golden.Cases(t, "wan_vae.decode_tiled") {
-		t.Run(c.Name, func(t *testing.T) {
-			v := loadCase(t, c, cpu.New(), tensor.F32)
-			z := c.Tensor("z")
-			var st DecodeStats
-			c.Compare(t, "sample", decode(t, v, z, DecodeOptions{Tiling: caseTiling(c), Stats: &st}))
-			if st.Tiles < 2 {
-				t.Errorf("%d tiles: the case should tile", st.Tiles)
-			}
-			c.CompareWith(t, "sample_untiled", decode(t, v, z, DecodeOptions{}), c.Tol.For("sample"))
-		})
-	}
+	golden.Run(t, "wan_vae.decode_tiled", func(t *testing.T, c *golden.Case) {
+		v := loadCase(t, c, cpu.New(), tensor.F32)
+		z := c.Tensor("z")
+		var st DecodeStats
+		c.Compare(t, "sample", decode(t, v, z, DecodeOptions{Tiling: caseTiling(c), Stats: &st}))
+		if st.Tiles < 2 {
+			t.Errorf("%d tiles: the case should tile", st.Tiles)
+		}
+		c.CompareWith(t, "sample_untiled", decode(t, v, z, DecodeOptions{}), c.Tol.For("sample"))
+	})
 }
 
 func TestGoldenWanEncode(t *testing.T) {
-	for _, c := range golden.Cases(t, "wan_vae.encode") {
-		t.Run(c.Name, func(t *testing.T) {
-			v := loadCase(t, c, cpu.New(), tensor.F32)
-			mean, logvar := encode(t, v, c.Tensor("x"), Tiling{})
-			c.Compare(t, "mean", mean)
-			c.Compare(t, "logvar", logvar)
-		})
-	}
+	golden.Run(t, "wan_vae.encode", func(t *testing.T, c *golden.Case) {
+		v := loadCase(t, c, cpu.New(), tensor.F32)
+		mean, logvar := encode(t, v, c.Tensor("x"), Tiling{})
+		c.Compare(t, "mean", mean)
+		c.Compare(t, "logvar", logvar)
+	})
 }
 
 func TestGoldenWanEncodeTiled(t *testing.T) {
-	for _, c := range golden.Cases(t, "wan_vae.encode_tiled") {
-		t.Run(c.Name, func(t *testing.T) {
-			v := loadCase(t, c, cpu.New(), tensor.F32)
-			mean, logvar := encode(t, v, c.Tensor("x"), caseTiling(c))
-			c.Compare(t, "mean", mean)
-			c.Compare(t, "logvar", logvar)
-		})
-	}
+	golden.Run(t, "wan_vae.encode_tiled", func(t *testing.T, c *golden.Case) {
+		v := loadCase(t, c, cpu.New(), tensor.F32)
+		mean, logvar := encode(t, v, c.Tensor("x"), caseTiling(c))
+		c.Compare(t, "mean", mean)
+		c.Compare(t, "logvar", logvar)
+	})
 }
 
 // TestGoldenWanDecodeDevice runs the golden decodes on FRAMEPACK_TEST_DEVICE
 // (the GPU on the device machine): the same ops, f32 and f16.
 func TestGoldenWanDecodeDevice(t *testing.T) {
-	for _, c := range golden.Cases(t, "wan_vae.decode") {
-		t.Run(c.Name, func(t *testing.T) {
-			be := testdevice.Backend(t)
-			for _, tc := range []struct {
-				dt  tensor.DType
-				lim float64
-			}{{tensor.F32, 1e-3}, {tensor.F16, 1e-2}} {
-				v := loadCase(t, c, be, tc.dt)
-				c.CompareWith(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}), golden.Limit{RelL2: tc.lim, HasRelL2: true})
-			}
-		})
-	}
+	golden.Run(t, "wan_vae.decode", func(t *testing.T, c *golden.Case) {
+		be := testdevice.Backend(t)
+		for _, tc := range []struct {
+			dt  tensor.DType
+			lim float64
+		}{{tensor.F32, 1e-3}, {tensor.F16, 1e-2}} {
+			v := loadCase(t, c, be, tc.dt)
+			c.CompareWith(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}), golden.Limit{RelL2: tc.lim, HasRelL2: true})
+		}
+	})
 }
 
 // TestGoldenWanDecodeThroughChain decodes behind the conv3d chain and a
@@ -109,22 +97,15 @@ func TestGoldenWanDecodeDevice(t *testing.T) {
 // the upsamplers' nearest ×2 read through) goes through Conv3dPadded as on
 // a GPU; the result is the same.
 func TestGoldenWanDecodeThroughChain(t *testing.T) {
-	for _, c := range golden.Cases(t, "wan_vae.decode") {
-		t.Run(c.Name, func(t *testing.T) {
-			host := cpu.New()
-			ch, err := convchain.New([]convchain.Tier{convchain.CPUTier(host)}, convchain.Options{CachePath: "off", Faults: &convchain.Faults{}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			be := memory.Budgeted(convchain.Wrap(host, ch), memory.Budget{Device: "test", Cap: 1 << 40})
-			v := loadCase(t, c, be, tensor.F32)
-			if _, ok := tensor.As[tensor.PaddedConv](be); !ok {
-				t.Fatal("no Conv3dPadded under the budget")
-			}
-			c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}))
-			if n := ch.Summary()[0].Convs; n == 0 {
-				t.Error("no convolution went through the chain")
-			}
-		})
-	}
+	golden.Run(t, "wan_vae.decode", func(t *testing.T, c *golden.Case) {
+		be, ch := testdevice.Chained(t)
+		v := loadCase(t, c, be, tensor.F32)
+		if _, ok := tensor.As[tensor.PaddedConv](be); !ok {
+			t.Fatal("no Conv3dPadded under the budget")
+		}
+		c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}))
+		if n := ch.Summary()[0].Convs; n == 0 {
+			t.Error("no convolution went through the chain")
+		}
+	})
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/convchain"
+	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -240,12 +240,8 @@ func onCPUAndChain(t *testing.T, f func(t *testing.T, s *tensor.Scope)) {
 }
 
 func chainBackend(t *testing.T) tensor.Backend {
-	host := cpu.New()
-	ch, err := convchain.New([]convchain.Tier{convchain.CPUTier(host)}, convchain.Options{CachePath: "off", Faults: &convchain.Faults{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return memory.Budgeted(convchain.Wrap(host, ch), memory.Budget{Device: "test", Cap: 1 << 40})
+	be, _ := testdevice.Chained(t)
+	return be
 }
 
 // TestUpsampleF64: the upsample3d resample on its second chunk (after
@@ -431,17 +427,13 @@ func TestUpsampleThirdChunkF64(t *testing.T) {
 // upsampler one frame at a time gives the whole chunk's result.
 func TestDecodeTailPerFrame(t *testing.T) {
 	be := cpu.New()
-	v, err := RandomWeights(tinyConfig(), be, Options{}, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
-	if v.dec.tailFrom != 2 {
-		t.Fatalf("tail from up block %d, want 2 (after the two temporal upsamplers)", v.dec.tailFrom)
+	v := randomVAE(t, tinyConfig(), be, Options{}, 5)
+	if v.m.Dec.tailFrom != 2 {
+		t.Fatalf("tail from up block %d, want 2 (after the two temporal upsamplers)", v.m.Dec.tailFrom)
 	}
 	z := randn(13, 1, 4, 4, 3, 2)
 	split := decode(t, v, z, DecodeOptions{})
-	v.dec.wholeChunk = true
+	v.m.Dec.wholeChunk = true
 	whole := decode(t, v, z, DecodeOptions{})
 	relL2(t, "per-frame tail", split, f64(whole), 1e-6)
 }

@@ -22,10 +22,9 @@ type dryBuf struct{ n int64 }
 
 func (d *dryBuf) Bytes() int64 { return d.n }
 
-// dryBackend is a tensor.Backend whose kernels do nothing. An op the
-// decoder does not use reaches the nil embedded interface and panics.
+// dryBackend is a tensor.Backend whose kernels do nothing.
 type dryBackend struct {
-	tensor.Backend
+	tensor.NoKernels
 	mu         sync.Mutex
 	live, peak int64
 }
@@ -45,25 +44,6 @@ func (d *dryBackend) Free(b tensor.Buffer) {
 }
 func (d *dryBackend) Upload(tensor.Buffer, int64, []byte) error   { return nil }
 func (d *dryBackend) Download([]byte, tensor.Buffer, int64) error { return nil }
-func (d *dryBackend) Sync() error                                 { return nil }
-func (d *dryBackend) Fill(*tensor.Tensor, float64) error          { return nil }
-func (d *dryBackend) Cast(_, _ *tensor.Tensor) error              { return nil }
-func (d *dryBackend) Copy(*tensor.Tensor, int, []int, *tensor.Tensor, int, []int, []int) error {
-	return nil
-}
-func (d *dryBackend) Unary(tensor.UnaryOp, *tensor.Tensor, *tensor.Tensor, float32, float32) error {
-	return nil
-}
-func (d *dryBackend) Binary(tensor.BinaryOp, *tensor.Tensor, *tensor.Tensor, []int, *tensor.Tensor, []int) error {
-	return nil
-}
-func (d *dryBackend) MatMul(_, _, _ *tensor.Tensor, _ tensor.MatMulParams) error  { return nil }
-func (d *dryBackend) Linear(_, _, _, _ *tensor.Tensor) error                      { return nil }
-func (d *dryBackend) Conv3d(_, _, _, _ *tensor.Tensor, _ tensor.ConvParams) error { return nil }
-func (d *dryBackend) RMSNorm(_, _, _ *tensor.Tensor, _ float32) error             { return nil }
-func (d *dryBackend) Softmax(_, _ *tensor.Tensor) error                           { return nil }
-func (d *dryBackend) Pad(_, _ *tensor.Tensor, _ []int, _ tensor.PadMode) error    { return nil }
-func (d *dryBackend) UpsampleNearest(_, _ *tensor.Tensor, _ [3]int) error         { return nil }
 
 // dryPadded is dryBackend convolving through paddings, as the GPU's conv3d
 // chain does (no padded or upsampled copies).
@@ -132,8 +112,8 @@ func (v *VAE) DecodePeak(latentShape []int, til Tiling) int64 {
 	if v == nil {
 		return 0
 	}
-	_, fused := tensor.As[tensor.PaddedConv](v.be)
-	return DecodePeak(v.cfg, latentShape, til, v.dt, fused)
+	_, fused := tensor.As[tensor.PaddedConv](v.m.Be)
+	return DecodePeak(v.m.Cfg, latentShape, til, v.m.DT, fused)
 }
 
 // tilingLadder lists the tilings Plan chooses from, largest first: untiled

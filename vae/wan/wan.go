@@ -5,29 +5,32 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"path/filepath"
 
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/vae/internal/model"
 	"github.com/framepack-go/framepack/weights"
 )
 
-// Options configure Load.
-type Options struct {
-	// DType is the compute dtype (weights are converted at load): F32, F16
-	// or BF16. Invalid means F32.
-	DType tensor.DType
-	// NoEncoder / NoDecoder skip loading that half (its calls then fail).
-	NoEncoder, NoDecoder bool
-}
+// Options configure Load: the compute dtype (weights are converted at
+// load: F32, F16 or BF16; Invalid means F32), and NoEncoder / NoDecoder
+// skip loading that half (its calls then fail).
+type Options = model.Options
 
 // VAE is a loaded AutoencoderKLWan.
 type VAE struct {
-	cfg    Config
-	be     tensor.Backend
-	dt     tensor.DType
-	enc    *encoder
-	dec    *decoder
-	loaded *weights.Builder
+	m *model.Loaded[Config, encoder, decoder]
+}
+
+var arch = &model.Arch[Config, *Config, encoder, decoder]{
+	Name: "wan vae", Default: DefaultConfig, NewEncoder: newEncoder, NewDecoder: newDecoder,
+}
+
+// model is v's loaded model, nil for a nil VAE.
+func (v *VAE) model() *model.Loaded[Config, encoder, decoder] {
+	if v == nil {
+		return nil
+	}
+	return v.m
 }
 
 var errNoPart = errors.New("wan vae: that half of the model is not loaded (left out at Load, or the VAE is closed or nil)")
@@ -35,134 +38,48 @@ var errNoPart = errors.New("wan vae: that half of the model is not loaded (left 
 // Load reads a Hugging Face folder (config.json and
 // diffusion_pytorch_model.safetensors, any float dtype) onto be.
 func Load(dir string, be tensor.Backend, opts Options) (*VAE, error) {
-	ck, err := weights.Open(dir)
-	if err != nil {
-		return nil, fmt.Errorf("wan vae: %w", err)
-	}
-	defer ck.Close()
-	cfg, err := ReadConfig(ck.Dir())
+	return wrap(arch.Load(dir, be, opts))
+}
+
+func wrap(m *model.Loaded[Config, encoder, decoder], err error) (*VAE, error) {
 	if err != nil {
 		return nil, err
 	}
-	dt, err := computeDType(opts.DType)
-	if err != nil {
-		return nil, err
-	}
-	// The weights are read in parallel; build runs on a plan first.
-	var v *VAE
-	weights.Build(&weights.CheckpointSource{Ck: ck, Be: be}, be, dt, weights.LoadOptions{},
-		func(p *weights.Builder) { v, err = build(cfg, be, p, opts) })
-	if err != nil {
-		return nil, fmt.Errorf("wan vae: %s: %w", dir, err)
-	}
-	return v, nil
+	return &VAE{m}, nil
 }
 
 // ReadConfig reads and checks dir/config.json as Load does: absent keys
-// take DefaultConfig's values; keys the model does not use are ignored.
-func ReadConfig(dir string) (Config, error) {
-	// Absent keys keep diffusers' defaults (scale factors 8 and 4); a
-	// key present as null reads as null.
-	cfg := DefaultConfig()
-	if err := weights.ReadConfig(dir, &cfg); err != nil {
-		return cfg, fmt.Errorf("wan vae: %w", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("wan vae: %s: %w", filepath.Join(dir, "config.json"), err)
-	}
-	return cfg, nil
-}
+// take DefaultConfig's values (diffusers' defaults: scale factors 8 and 4);
+// a key present as null reads as null; keys the model does not use are
+// ignored.
+func ReadConfig(dir string) (Config, error) { return arch.ReadConfig(dir) }
 
 // Plan lists the weights a model of config cfg reads, encoder and decoder
 // (checkpoint names and shapes), without loading anything.
-func Plan(cfg Config) ([]weights.Spec, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("wan vae: config: %w", err)
-	}
-	p := weights.NewPlan()
-	newEncoder(p, &cfg)
-	newDecoder(p, &cfg)
-	return p.Specs(), nil
-}
+func Plan(cfg Config) ([]weights.Spec, error) { return arch.Plan(cfg) }
 
 // RandomWeights builds a VAE of config cfg with deterministic random
 // weights (PyTorch's default scale: uniform ±1/√fan_in; the norms' γ 1),
 // for benchmarks and shape tests. Each weight depends only on the seed and
 // its name.
 func RandomWeights(cfg Config, be tensor.Backend, opts Options, seed uint64) (*VAE, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("wan vae: config: %w", err)
-	}
-	dt, err := computeDType(opts.DType)
-	if err != nil {
-		return nil, err
-	}
-	v, err := build(cfg, be, weights.NewBuilder(&randSource{be: be, seed: seed}, dt), opts)
-	if err != nil {
-		return nil, fmt.Errorf("wan vae: %w", err)
-	}
-	return v, nil
-}
-
-func computeDType(dt tensor.DType) (tensor.DType, error) {
-	switch dt {
-	case tensor.Invalid:
-		return tensor.F32, nil
-	case tensor.F32, tensor.F16, tensor.BF16:
-		return dt, nil
-	}
-	return 0, fmt.Errorf("wan vae: compute dtype %s is not f32, f16 or bf16", dt)
-}
-
-// build makes the encoder and decoder from p's weights.
-func build(cfg Config, be tensor.Backend, p *weights.Builder, opts Options) (*VAE, error) {
-	v := &VAE{cfg: cfg, be: be, dt: p.DType(), loaded: p}
-	if !opts.NoEncoder {
-		v.enc = newEncoder(p, &v.cfg)
-	}
-	if !opts.NoDecoder {
-		v.dec = newDecoder(p, &v.cfg)
-	}
-	if err := p.Err(); err != nil {
-		p.Release()
-		return nil, err
-	}
-	return v, nil
+	return wrap(arch.Random(cfg, be, opts, func(dt tensor.DType) *weights.Builder {
+		return weights.NewBuilder(&randSource{be: be, seed: seed}, dt)
+	}))
 }
 
 // Close frees the weights; Encode and Decode fail afterwards. Closing twice
 // or a nil VAE does nothing.
-func (v *VAE) Close() {
-	if v == nil {
-		return
-	}
-	v.loaded.Release()
-	v.enc, v.dec = nil, nil
-}
+func (v *VAE) Close() { v.model().Close() }
 
 // Config is the model's configuration.
-func (v *VAE) Config() Config {
-	if v == nil {
-		return Config{}
-	}
-	return v.cfg
-}
+func (v *VAE) Config() Config { return v.model().Config() }
 
 // DType is the compute dtype.
-func (v *VAE) DType() tensor.DType {
-	if v == nil {
-		return tensor.Invalid
-	}
-	return v.dt
-}
+func (v *VAE) DType() tensor.DType { return v.model().DType() }
 
 // WeightBytes is the memory the weights hold on the backend.
-func (v *VAE) WeightBytes() int64 {
-	if v == nil {
-		return 0
-	}
-	return v.loaded.Bytes()
-}
+func (v *VAE) WeightBytes() int64 { return v.model().WeightBytes() }
 
 // Normalize maps raw latents (what Encode's posterior gives) to the
 // normalized latents Wan's pipelines sample in: (z − latents_mean) /

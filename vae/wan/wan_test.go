@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/internal/errtest"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -22,21 +23,12 @@ func tinyConfig() Config {
 }
 
 func randn(seed uint64, shape ...int) *tensor.Tensor {
-	r := rand.New(rand.NewPCG(seed, 7))
-	v := make([]float32, tensor.Numel(shape))
-	for i := range v {
-		v[i] = float32(r.NormFloat64())
-	}
-	return tensor.FromFloat32(v, shape...)
+	return tensor.RandN(rand.New(rand.NewPCG(seed, 7)), shape...)
 }
 
 func TestDecodeEncodeShapes(t *testing.T) {
 	be := cpu.New()
-	v, err := RandomWeights(tinyConfig(), be, Options{}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	v := randomVAE(t, tinyConfig(), be, Options{}, 1)
 	s := tensor.NewScope(be)
 	defer s.Close()
 	var px, mean, logvar *tensor.Tensor
@@ -73,4 +65,12 @@ func equal(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// randomVAE is RandomWeights, failing the test on an error; the VAE closes
+// when the test ends.
+func randomVAE(t *testing.T, cfg Config, be tensor.Backend, opts Options, seed uint64) *VAE {
+	t.Helper()
+	v, err := RandomWeights(cfg, be, opts, seed)
+	return errtest.Closing(t, v, err)
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/dynlib"
+	"github.com/framepack-go/framepack/internal/errtest"
 )
 
 // Files finds l's library files on this machine: the override variable's
@@ -59,7 +60,7 @@ func CheckSymbols[V comparable, L any](t *testing.T, l *dynlib.Loader[V, L], ven
 }
 
 func checkVendor[V comparable, L any](t *testing.T, l *dynlib.Loader[V, L], v V) {
-	syms, lib := l.Symbols(v), l.Libraries[v]
+	syms, lib := l.SymbolTable(v), l.Libraries[v]
 	if syms == nil {
 		t.Skip("built without cgo: no loader to check")
 	}
@@ -121,4 +122,18 @@ func Exports(path string) (map[string]bool, error) {
 		}
 	}
 	return m, nil
+}
+
+// CheckMissing points v's override variable at a file that does not exist
+// and checks that opening fails with one error naming the library and the
+// file tried. The loader forgets v first, so that the open searches again
+// (a library already loaded stays loaded).
+func CheckMissing[V comparable, L any](t *testing.T, l *dynlib.Loader[V, L], v V) {
+	t.Helper()
+	lib := l.Libraries[v]
+	path := "/nonexistent/" + lib.Sonames[0]
+	t.Setenv(lib.Env, path)
+	l.Forget(v)
+	_, err := l.Open(v)
+	errtest.Mentions(t, err, lib.Name+" library not found", "tried "+path)
 }
