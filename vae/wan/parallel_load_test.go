@@ -4,8 +4,9 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/vae/internal/modeltest"
 )
 
 func TestLoadMatchesSequential(t *testing.T) {
-	arch.CheckLoadMatchesSequential(t, golden.Cases(t, "wan_vae.decode")[0].ModelDir)
+	modeltest.CheckLoadMatchesSequential(t, arch, golden.Cases(t, "wan_vae.decode")[0].ModelDir)
 }

@@ -100,6 +100,25 @@ func (a *Arch[C, PC, E, D]) Load(dir string, be tensor.Backend, opts Options) (*
 	return m, nil
 }
 
+// LoadSequential is Load reading the weights one after another, in the
+// constructors' order: the path the parallel reads must match (for tests).
+func (a *Arch[C, PC, E, D]) LoadSequential(dir string, be tensor.Backend, opts Options) (*Loaded[C, E, D], error) {
+	ck, err := weights.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	cfg, err := a.ReadConfig(ck.Dir())
+	if err != nil {
+		return nil, err
+	}
+	dt, err := a.computeDType(opts.DType)
+	if err != nil {
+		return nil, err
+	}
+	return a.build(cfg, be, weights.FromCheckpoint(ck, be, dt), opts)
+}
+
 // Random builds a model of config cfg from the weights that source makes
 // in the compute dtype.
 func (a *Arch[C, PC, E, D]) Random(cfg C, be tensor.Backend, opts Options, source func(dt tensor.DType) *weights.Builder) (*Loaded[C, E, D], error) {
