@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -101,8 +100,7 @@ func generateQuiet(t *testing.T, p *Pipeline, req Request) *Result {
 
 func testImage(t *testing.T) *section.RGB {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	img, err := section.LoadImage(filepath.Join(filepath.Dir(file), "testdata", "images", "scene.png"))
+	img, err := section.LoadImage(filepath.Join("testdata", "images", "scene.png"))
 	if err != nil {
 		t.Fatal(err)
 	}

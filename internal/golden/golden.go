@@ -85,13 +85,24 @@ func Dir() (string, error) {
 	if d := os.Getenv(EnvDir); d != "" {
 		return filepath.Abs(d)
 	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "testdata", "golden"), nil
+}
+
+// ModuleRoot is the folder of go.mod, found by walking up from the working
+// directory (a test's is its package's folder; a test binary built with
+// -trimpath knows no source paths).
+func ModuleRoot() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for d := wd; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return filepath.Join(d, "testdata", "golden"), nil
+			return d, nil
 		}
 		if filepath.Dir(d) == d {
 			return "", fmt.Errorf("no go.mod above %s", wd)

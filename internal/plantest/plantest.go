@@ -10,9 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"testing"
 
+	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/weights"
 )
 
@@ -34,8 +34,11 @@ func Plan[C any](t testing.TB, dir string, read func(dir string) (C, error), pla
 // ReleasedDir is the folder of a released model part's files in this
 // repository (testdata/released/part), from whichever package's test asks.
 func ReleasedDir(part string) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "released", part)
+	root, err := golden.ModuleRoot()
+	if err != nil {
+		return filepath.Join("testdata", "released", part) // fails where it is read, naming the path
+	}
+	return filepath.Join(root, "testdata", "released", part)
 }
 
 // Released is Plan of the released config of part (see ReleasedDir).
