@@ -93,6 +93,7 @@ type Backend struct {
 	fusedCalls atomic.Int64
 
 	errFlag uintptr // 4 bytes of device memory for kernels that report bad input
+	errBuf  *Buffer // errFlag's allocation
 }
 
 var _ tensor.Backend = (*Backend)(nil)
@@ -125,7 +126,7 @@ func New(o Options) (*Backend, error) {
 	}
 	b.stage.init(d, b.stream)
 	if p, err := b.alloc.alloc(4); err == nil {
-		b.errFlag = p.ptr
+		b.errFlag, b.errBuf = p.ptr, p
 	} else {
 		return nil, err
 	}
@@ -232,6 +233,13 @@ func (b *Backend) Close() error {
 		b.dnn.Close()
 	}
 	b.stage.close()
+	// Every allocation goes back before the trim: the device's pool is
+	// shared by the process's backends, and a block held by a closed one
+	// would stay reserved against the others' caps.
+	if b.errBuf != nil {
+		b.alloc.free(b.errBuf)
+		b.errBuf, b.errFlag = nil, 0
+	}
 	b.alloc.trim()
 	b.dev.DestroyStream(b.stream)
 	return err
