@@ -6,17 +6,17 @@
 #   clang-tools-19   clang-offload-bundler, which clang-19 runs for every
 #                    --offload-arch build (only a Recommends of clang-19)
 #   libamdhip64-5    the HIP runtime, so CI checks our AMD symbol table against it
-#   curl             fetches librccl1 (below)
-# librccl1, Debian trixie's RCCL (ROCm's NCCL), unpacked under
-# ~/.cache/framepack/librccl1 so CI checks our RCCL symbol table against it
-# (bookworm has no RCCL, and a trixie package does not install on bookworm),
-# and Go when it is missing (the go.mod toolchain line fetches the exact version).
+#   curl, xz-utils   fetch librccl1 and libhipblaslt1 (below)
+# librccl1 (Debian trixie's RCCL) and libhipblaslt1 (unstable's hipBLASLt),
+# unpacked under ~/.cache/framepack so CI checks our RCCL and hipBLASLt
+# symbol tables against them (bookworm has neither, and their packages do
+# not install on bookworm), and Go when it is missing (the go.mod toolchain line fetches the exact version).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
-pkgs="ffmpeg libopenblas0 clang-19 clang-tools-19 lld-19 libamdhip64-5 ca-certificates curl"
+pkgs="ffmpeg libopenblas0 clang-19 clang-tools-19 lld-19 libamdhip64-5 ca-certificates curl xz-utils"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -43,19 +43,37 @@ if [ "$have_go" = 0 ]; then
 	$sudo ln -sf /usr/local/go/bin/go /usr/local/go/bin/gofmt /usr/local/bin/
 fi
 
-# RCCL: the package's file, checked against the hash trixie's index gives,
-# unpacked (not installed) where the symbol test finds it through
-# FRAMEPACK_RCCL. Done once per machine.
-rccl_deb=librccl1_5.4.3-3+b1_amd64.deb
-rccl_sha256=735e8e0a69f88489bdbd0a8b69bc75a376da92f1129b9ed80a38c99726bfe3a7
-rccl_dir="${XDG_CACHE_HOME:-$HOME/.cache}/framepack/librccl1"
-if [ ! -e "$rccl_dir/usr/lib/x86_64-linux-gnu/librccl.so.1" ]; then
+# Vendor libraries CI checks our symbol tables against, from Debian packages
+# this Debian cannot install: the package's file is checked against the hash
+# Debian's index gives, then unpacked (not installed) into the cache, where
+# .ci/run points the tests at the library. Done once per machine.
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/framepack"
+# unpack_deb DIR POOLPATH SHA256 LIB: unpacks the package into DIR unless
+# DIR/LIB is there.
+unpack_deb() {
+	local dir=$1 pool=$2 sha=$3 lib=$4 tmp
+	[ -e "$dir/$lib" ] && return 0
 	tmp=$(mktemp -d)
-	curl -fsSL --retry 3 -o "$tmp/$rccl_deb" "https://deb.debian.org/debian/pool/main/r/rccl/$rccl_deb"
-	echo "$rccl_sha256  $tmp/$rccl_deb" | sha256sum -c --quiet
-	rm -rf "$rccl_dir.partial"
-	mkdir -p "$rccl_dir.partial"
-	dpkg-deb -x "$tmp/$rccl_deb" "$rccl_dir.partial"
-	rm -rf "$rccl_dir" "$tmp"
-	mv "$rccl_dir.partial" "$rccl_dir"
+	curl -fsSL --retry 3 -o "$tmp/pkg.deb" "https://deb.debian.org/debian/$pool"
+	echo "$sha  $tmp/pkg.deb" | sha256sum -c --quiet
+	rm -rf "$dir.partial"
+	mkdir -p "$dir.partial"
+	dpkg-deb -x "$tmp/pkg.deb" "$dir.partial"
+	rm -rf "$dir" "$tmp"
+	mv "$dir.partial" "$dir"
+}
+# RCCL (ROCm's NCCL): trixie's librccl1, pinned.
+unpack_deb "$cache/librccl1" pool/main/r/rccl/librccl1_5.4.3-3+b1_amd64.deb \
+	735e8e0a69f88489bdbd0a8b69bc75a376da92f1129b9ed80a38c99726bfe3a7 usr/lib/x86_64-linux-gnu/librccl.so.1
+# hipBLASLt: only in unstable, whose versions move; the current one is read
+# from unstable's package index (its kernel files are dropped: only the
+# library's symbols are checked).
+if [ ! -e "$cache/libhipblaslt1/usr/lib/x86_64-linux-gnu/libhipblaslt.so.1" ]; then
+	entry=$(curl -fsSL --retry 3 https://deb.debian.org/debian/dists/sid/main/binary-amd64/Packages.xz | xz -dc |
+		awk -v RS= '/(^|\n)Package: libhipblaslt1\n/')
+	pool=$(printf '%s\n' "$entry" | sed -n 's/^Filename: //p')
+	sha=$(printf '%s\n' "$entry" | sed -n 's/^SHA256: //p')
+	[ -n "$pool" ] && [ -n "$sha" ] || { echo "setup: libhipblaslt1 is not in Debian unstable's index" >&2; exit 1; }
+	unpack_deb "$cache/libhipblaslt1" "$pool" "$sha" usr/lib/x86_64-linux-gnu/libhipblaslt.so.1
+	rm -rf "$cache/libhipblaslt1/usr/lib/x86_64-linux-gnu/hipblaslt" "$cache/libhipblaslt1/usr/share"
 fi
