@@ -36,6 +36,25 @@ func ReadConfig[C interface{ Validate() error }](dir, name string, complete func
 // parallel (weights.Build runs build on a plan first).
 func Load[C, M any](dir string, be tensor.Backend, dt tensor.DType,
 	read func(dir string) (C, error), build func(l *weights.Builder, cfg C) M) (M, error) {
+	return load(dir, read, func(ck *weights.Checkpoint, cfg C) (m M, l *weights.Builder) {
+		l = weights.Build(&weights.CheckpointSource{Ck: ck, Be: be}, be, dt, weights.LoadOptions{},
+			func(l *weights.Builder) { m = build(l, cfg) })
+		return m, l
+	})
+}
+
+// LoadSequential is Load reading the weights one after another as build
+// asks for them: the path the parallel reads must match (for tests).
+func LoadSequential[C, M any](dir string, be tensor.Backend, dt tensor.DType,
+	read func(dir string) (C, error), build func(l *weights.Builder, cfg C) M) (M, error) {
+	return load(dir, read, func(ck *weights.Checkpoint, cfg C) (M, *weights.Builder) {
+		l := weights.FromCheckpoint(ck, be, dt)
+		return build(l, cfg), l
+	})
+}
+
+func load[C, M any](dir string, read func(dir string) (C, error),
+	construct func(ck *weights.Checkpoint, cfg C) (M, *weights.Builder)) (M, error) {
 	var none M
 	ck, err := weights.Open(dir)
 	if err != nil {
@@ -46,9 +65,7 @@ func Load[C, M any](dir string, be tensor.Backend, dt tensor.DType,
 	if err != nil {
 		return none, err
 	}
-	var m M
-	l := weights.Build(&weights.CheckpointSource{Ck: ck, Be: be}, be, dt, weights.LoadOptions{},
-		func(l *weights.Builder) { m = build(l, cfg) })
+	m, l := construct(ck, cfg)
 	if err := l.Err(); err != nil {
 		l.Release()
 		return none, err

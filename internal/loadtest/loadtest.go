@@ -72,3 +72,38 @@ func Bytes(t testing.TB, x *tensor.Tensor) []byte {
 	}
 	return out
 }
+
+// Model is a loaded model as MatchesSequential sees it.
+type Model interface {
+	Close()
+	WeightTensors() []*tensor.Tensor
+}
+
+// MatchesSequential checks, on every backend of Backends and for each of
+// dts, that the model load makes (the parallel path) holds the same
+// weights as the one sequential makes; more, when set, checks the loaded
+// model further.
+func MatchesSequential[M Model](t *testing.T, dts []tensor.DType, load, sequential func(be tensor.Backend, dt tensor.DType) (M, error),
+	more func(t *testing.T, dt tensor.DType, loaded, seq M)) {
+	t.Helper()
+	for name, be := range Backends(t) {
+		for _, dt := range dts {
+			t.Run(name+"/"+dt.String(), func(t *testing.T) {
+				m, err := load(be, dt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				seq, err := sequential(be, dt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer seq.Close()
+				Same(t, m.WeightTensors(), seq.WeightTensors())
+				if more != nil {
+					more(t, dt, m, seq)
+				}
+			})
+		}
+	}
+}
