@@ -6,11 +6,11 @@
 #   clang-tools-19   clang-offload-bundler, which clang-19 runs for every
 #                    --offload-arch build (only a Recommends of clang-19)
 #   libamdhip64-5    the HIP runtime, so CI checks our AMD symbol table against it
-#   curl, xz-utils   fetch librccl1 and libhipblaslt1 (below)
-# librccl1 (Debian trixie's RCCL) and libhipblaslt1 (unstable's hipBLASLt),
-# unpacked under ~/.cache/framepack so CI checks our RCCL and hipBLASLt
-# symbol tables against them (bookworm has neither, and their packages do
-# not install on bookworm), and Go when it is missing (the go.mod toolchain line fetches the exact version).
+#   curl, xz-utils   fetch the ROCm libraries whose symbols CI checks (below)
+# librccl1 (Debian trixie's RCCL) and libhipblaslt1, librocblas4 and
+# libmiopen1 (unstable's), unpacked under ~/.cache/framepack so the tests
+# check our symbol tables against them (bookworm has none of them, and their
+# packages do not install on bookworm), and Go when it is missing (the go.mod toolchain line fetches the exact version).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 sudo=""
@@ -48,8 +48,8 @@ fi
 # Debian's index gives, then unpacked (not installed) into the cache, where
 # .ci/run points the tests at the library. Done once per machine.
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/framepack"
-# unpack_deb DIR POOLPATH SHA256 LIB: unpacks the package into DIR unless
-# DIR/LIB is there.
+# unpack_deb DIR POOLPATH SHA256 LIB: unpacks the package's LIB (the file
+# and its soname links, nothing else) into DIR unless DIR/LIB is there.
 unpack_deb() {
 	local dir=$1 pool=$2 sha=$3 lib=$4 tmp
 	[ -e "$dir/$lib" ] && return 0
@@ -58,22 +58,32 @@ unpack_deb() {
 	echo "$sha  $tmp/pkg.deb" | sha256sum -c --quiet
 	rm -rf "$dir.partial"
 	mkdir -p "$dir.partial"
-	dpkg-deb -x "$tmp/pkg.deb" "$dir.partial"
+	dpkg-deb --fsys-tarfile "$tmp/pkg.deb" | tar -x -C "$dir.partial" --wildcards "./${lib%.so*}.so*"
 	rm -rf "$dir" "$tmp"
 	mv "$dir.partial" "$dir"
 }
 # RCCL (ROCm's NCCL): trixie's librccl1, pinned.
 unpack_deb "$cache/librccl1" pool/main/r/rccl/librccl1_5.4.3-3+b1_amd64.deb \
 	735e8e0a69f88489bdbd0a8b69bc75a376da92f1129b9ed80a38c99726bfe3a7 usr/lib/x86_64-linux-gnu/librccl.so.1
-# hipBLASLt: only in unstable, whose versions move; the current one is read
-# from unstable's package index (its kernel files are dropped: only the
-# library's symbols are checked).
-if [ ! -e "$cache/libhipblaslt1/usr/lib/x86_64-linux-gnu/libhipblaslt.so.1" ]; then
-	entry=$(curl -fsSL --retry 3 https://deb.debian.org/debian/dists/sid/main/binary-amd64/Packages.xz | xz -dc |
-		awk -v RS= '/(^|\n)Package: libhipblaslt1\n/')
+# rocBLAS, MIOpen and hipBLASLt as ROCm 6 and 7 ship them: Debian unstable's,
+# whose versions move, so each is read from unstable's package index.
+sid_index=""
+# unpack_sid PACKAGE LIB: unpacks unstable's PACKAGE into the cache unless
+# its LIB is there.
+unpack_sid() {
+	local pkg=$1 lib=$2 entry pool sha
+	[ -e "$cache/$pkg/$lib" ] && return 0
+	if [ -z "$sid_index" ]; then
+		sid_index=$(mktemp)
+		curl -fsSL --retry 3 https://deb.debian.org/debian/dists/sid/main/binary-amd64/Packages.xz | xz -dc >"$sid_index"
+	fi
+	entry=$(awk -v RS= -v p="$pkg" '$0 ~ "(^|\n)Package: " p "\n"' "$sid_index")
 	pool=$(printf '%s\n' "$entry" | sed -n 's/^Filename: //p')
 	sha=$(printf '%s\n' "$entry" | sed -n 's/^SHA256: //p')
-	[ -n "$pool" ] && [ -n "$sha" ] || { echo "setup: libhipblaslt1 is not in Debian unstable's index" >&2; exit 1; }
-	unpack_deb "$cache/libhipblaslt1" "$pool" "$sha" usr/lib/x86_64-linux-gnu/libhipblaslt.so.1
-	rm -rf "$cache/libhipblaslt1/usr/lib/x86_64-linux-gnu/hipblaslt" "$cache/libhipblaslt1/usr/share"
-fi
+	[ -n "$pool" ] && [ -n "$sha" ] || { echo "setup: $pkg is not in Debian unstable's index" >&2; exit 1; }
+	unpack_deb "$cache/$pkg" "$pool" "$sha" "$lib"
+}
+unpack_sid libhipblaslt1 usr/lib/x86_64-linux-gnu/libhipblaslt.so.1
+unpack_sid librocblas4 usr/lib/x86_64-linux-gnu/librocblas.so.4
+unpack_sid libmiopen1 usr/lib/x86_64-linux-gnu/libMIOpen.so.1
+[ -z "$sid_index" ] || rm -f "$sid_index"

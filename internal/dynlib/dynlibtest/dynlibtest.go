@@ -20,8 +20,9 @@ import (
 // Files finds l's library files on this machine: the override variable's
 // file alone, else the sonames in the install directories and the system's
 // library directories, also under each root of FRAMEPACK_LIBROOT
-// (colon-separated; a package unpacked with dpkg -x, say). looked is every
-// path considered.
+// (colon-separated; a package unpacked with dpkg -x, say) and under each
+// package scripts/setup.sh unpacked into the user's cache
+// (framepack/<package>). looked is every path considered.
 func Files(l dynlib.Library) (files, looked []string) {
 	if p := os.Getenv(l.Env); l.Env != "" && p != "" {
 		return []string{p}, []string{p}
@@ -30,6 +31,12 @@ func Files(l dynlib.Library) (files, looked []string) {
 	roots := []string{""}
 	if r := os.Getenv("FRAMEPACK_LIBROOT"); r != "" {
 		roots = append(strings.Split(r, ":"), roots...)
+	}
+	if c, err := os.UserCacheDir(); err == nil {
+		unpacked, _ := filepath.Glob(filepath.Join(c, "framepack", "*", "usr"))
+		for _, u := range unpacked {
+			roots = append(roots, filepath.Dir(u))
+		}
 	}
 	seen := map[string]bool{}
 	for _, root := range roots {
