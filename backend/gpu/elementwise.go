@@ -187,7 +187,9 @@ func copyWord(es int, pd, ps uintptr, dOff, sOff int, sh []int, st [][]int) int 
 	if st[0][last] != 1 || st[1][last] != 1 {
 		return es
 	}
-	g := uint64(sh[last]*es) | (uint64(pd) + uint64(dOff*es)) | (uint64(ps) + uint64(sOff*es))
+	// The kernel indexes words from the base addresses: each address and
+	// each offset must be a multiple of the word on its own.
+	g := uint64(sh[last]*es) | uint64(pd) | uint64(dOff*es) | uint64(ps) | uint64(sOff*es)
 	for k := range st {
 		for ax := 0; ax < last; ax++ {
 			g |= uint64(st[k][ax] * es)

@@ -45,7 +45,7 @@ type shards struct {
 func newShards(c tensor.Comm, imgTokens, txtTokens int) *shards {
 	n := c.Size()
 	if imgTokens < n || txtTokens < n {
-		tensor.Fail("hunyuan", "sequence parallel: %d image and %d text tokens do not divide over %d ranks", imgTokens, txtTokens, n)
+		tensor.Fail("hunyuan", "sequence parallel: %d image and %d text tokens for %d ranks: each rank needs at least one of each", imgTokens, txtTokens, n)
 	}
 	sh := &shards{comm: c, img: make([]int, n+1), txt: make([]int, n+1)}
 	for r := 0; r <= n; r++ {
