@@ -83,3 +83,24 @@ func Plan[C any, M any](cfg C, validate func() error, build func(l *weights.Buil
 	build(l, cfg)
 	return l.Specs(), nil
 }
+
+// Weights is a loaded model's weights, for a model type to embed: it gives
+// the model Close, WeightTensors and Bytes, and keeps the builder out of
+// the model's users' reach.
+type Weights struct{ loaded *weights.Builder }
+
+// Held makes the Weights of the builder a model was built through.
+func Held(l *weights.Builder) Weights { return Weights{l} }
+
+// Close frees the weights.
+func (w Weights) Close() { w.loaded.Release() }
+
+// WeightTensors is every allocation holding the weights (for charging
+// them to an owner).
+func (w Weights) WeightTensors() []*tensor.Tensor { return w.loaded.Held() }
+
+// Bytes is the memory the weights hold.
+func (w Weights) Bytes() int64 { return w.loaded.Bytes() }
+
+// ComputeDType is the dtype the weights were built in.
+func (w Weights) ComputeDType() tensor.DType { return w.loaded.DType() }

@@ -27,13 +27,13 @@ type Config struct {
 // Model is a loaded CLIP text encoder.
 type Model struct {
 	Config
-	dt            tensor.DType
-	tokenEmb, pos *tensor.Tensor
-	layers        []encoder.Layer
-	act           encoder.Act
-	finalW        *tensor.Tensor
-	finalB        *tensor.Tensor
-	loaded        *weights.Builder
+	dt              tensor.DType
+	tokenEmb, pos   *tensor.Tensor
+	layers          []encoder.Layer
+	act             encoder.Act
+	finalW          *tensor.Tensor
+	finalB          *tensor.Tensor
+	hfmodel.Weights // Close, WeightTensors, Bytes
 }
 
 // ReadConfig reads and checks dir/config.json as Load does. Keys the model
@@ -74,7 +74,7 @@ func build(l *weights.Builder, cfg Config) *Model {
 	act, _ := encoder.ParseAct(cfg.HiddenAct) // checked by Validate
 	d, f := cfg.HiddenSize, cfg.IntermediateSize
 	l = l.Sub("text_model")
-	m := &Model{Config: cfg, dt: l.DType(), act: act, loaded: l}
+	m := &Model{Config: cfg, dt: l.DType(), act: act, Weights: hfmodel.Held(l)}
 	m.tokenEmb = l.Get("embeddings.token_embedding.weight", cfg.VocabSize, d)
 	m.pos = l.Get("embeddings.position_embedding.weight", cfg.MaxPositionEmbeddings, d)
 	m.layers = encoder.LoadLayers(l, "encoder.layers.", cfg.NumHiddenLayers, d, f)
@@ -82,16 +82,6 @@ func build(l *weights.Builder, cfg Config) *Model {
 	m.finalB = l.Get("final_layer_norm.bias", d)
 	return m
 }
-
-// Close frees the weights.
-func (m *Model) Close() { m.loaded.Release() }
-
-// WeightTensors is every allocation holding the weights (for charging
-// them to an owner).
-func (m *Model) WeightTensors() []*tensor.Tensor { return m.loaded.Held() }
-
-// Bytes is the memory the weights hold.
-func (m *Model) Bytes() int64 { return m.loaded.Bytes() }
 
 // Output is what the text model returns.
 type Output struct {

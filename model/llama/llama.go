@@ -52,11 +52,11 @@ type layer struct {
 // Model is a loaded LLaMA decoder stack (no LM head).
 type Model struct {
 	Config
-	dt     tensor.DType
-	embed  *tensor.Tensor
-	layers []layer
-	norm   *tensor.Tensor
-	loaded *weights.Builder
+	dt              tensor.DType
+	embed           *tensor.Tensor
+	layers          []layer
+	norm            *tensor.Tensor
+	hfmodel.Weights // Close, WeightTensors, Bytes
 }
 
 // ReadConfig reads and checks dir/config.json as Load does. The rotary base
@@ -112,7 +112,7 @@ func Load(dir string, be tensor.Backend, dt tensor.DType) (*Model, error) {
 func build(l *weights.Builder, cfg Config) *Model {
 	d, f := cfg.HiddenSize, cfg.IntermediateSize
 	qd, kvd := cfg.NumAttentionHeads*cfg.HeadDim, cfg.NumKeyValueHeads*cfg.HeadDim
-	m := &Model{Config: cfg, dt: l.DType(), loaded: l}
+	m := &Model{Config: cfg, dt: l.DType(), Weights: hfmodel.Held(l)}
 	m.embed = l.Get("embed_tokens.weight", cfg.VocabSize, d)
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
 		p := fmt.Sprintf("layers.%d.", i)
@@ -156,16 +156,6 @@ func interleaveRows(l *weights.Builder, name string, rows, cols, headDim int) *t
 	}
 	return l.Adopt(out)
 }
-
-// Close frees the weights.
-func (m *Model) Close() { m.loaded.Release() }
-
-// WeightTensors is every allocation holding the weights (for charging
-// them to an owner).
-func (m *Model) WeightTensors() []*tensor.Tensor { return m.loaded.Held() }
-
-// Bytes is the memory the weights hold.
-func (m *Model) Bytes() int64 { return m.loaded.Bytes() }
 
 // Output holds the hidden states FramePack needs.
 type Output struct {

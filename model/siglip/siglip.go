@@ -31,7 +31,7 @@ type Model struct {
 	layers              []encoder.Layer
 	act                 encoder.Act
 	postW, postB        *tensor.Tensor
-	loaded              *weights.Builder
+	hfmodel.Weights     // Close, WeightTensors, Bytes
 }
 
 // ReadConfig reads and checks dir/config.json as Load does. Keys the model
@@ -86,7 +86,7 @@ func build(l *weights.Builder, cfg Config) *Model {
 	act, _ := encoder.ParseAct(cfg.HiddenAct) // checked by Validate
 	d, f, p := cfg.HiddenSize, cfg.IntermediateSize, cfg.PatchSize
 	l = l.Sub("vision_model")
-	m := &Model{Config: cfg, act: act, loaded: l}
+	m := &Model{Config: cfg, act: act, Weights: hfmodel.Held(l)}
 	m.patchW = l.Get("embeddings.patch_embedding.weight", d, cfg.NumChannels, p, p)
 	m.patchB = l.Get("embeddings.patch_embedding.bias", d)
 	m.pos = l.Get("embeddings.position_embedding.weight", cfg.Tokens(), d)
@@ -95,16 +95,6 @@ func build(l *weights.Builder, cfg Config) *Model {
 	m.postB = l.Get("post_layernorm.bias", d)
 	return m
 }
-
-// Close frees the weights.
-func (m *Model) Close() { m.loaded.Release() }
-
-// WeightTensors is every allocation holding the weights (for charging
-// them to an owner).
-func (m *Model) WeightTensors() []*tensor.Tensor { return m.loaded.Held() }
-
-// Bytes is the memory the weights hold.
-func (m *Model) Bytes() int64 { return m.loaded.Bytes() }
 
 // Forward encodes pixel values (B, 3, S, S), already normalised by the
 // processor, to last_hidden_state (B, Tokens, hidden). S is image_size or
@@ -118,7 +108,7 @@ func (m *Model) Forward(s *tensor.Scope, pixels *tensor.Tensor) *tensor.Tensor {
 			sh, m.NumChannels, m.PatchSize, m.PatchesPerSide(), m.ImageSize)
 	}
 	b, d := sh[0], m.HiddenSize
-	x := s.Conv2d(s.Cast(s.To(pixels), m.loaded.DType()), m.patchW, m.patchB, [2]int{m.PatchSize, m.PatchSize}, [2]int{})
+	x := s.Conv2d(s.Cast(s.To(pixels), m.ComputeDType()), m.patchW, m.patchB, [2]int{m.PatchSize, m.PatchSize}, [2]int{})
 	n := x.Dim(2) * x.Dim(3)
 	x = s.Transpose(x.Reshape(b, d, n), 1, 2) // (B, patches, hidden), row-major patches
 	x = s.Add(x, m.pos)
