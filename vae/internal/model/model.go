@@ -77,6 +77,26 @@ func (a *Arch[C, PC, E, D]) Plan(cfg C) ([]weights.Spec, error) {
 // Load reads a Hugging Face folder (config.json and
 // diffusion_pytorch_model.safetensors, any float dtype) onto be.
 func (a *Arch[C, PC, E, D]) Load(dir string, be tensor.Backend, opts Options) (*Loaded[C, E, D], error) {
+	return a.load(dir, be, opts, func(ck *weights.Checkpoint, cfg C, dt tensor.DType) (m *Loaded[C, E, D], err error) {
+		// The weights are read in parallel: construct runs on a plan first.
+		weights.Build(&weights.CheckpointSource{Ck: ck, Be: be}, be, dt, weights.LoadOptions{},
+			func(p *weights.Builder) { m, err = a.build(cfg, be, p, opts) })
+		return m, err
+	})
+}
+
+// LoadSequential is Load reading the weights one after another, in the
+// constructors' order: the path the parallel reads must match (for tests).
+func (a *Arch[C, PC, E, D]) LoadSequential(dir string, be tensor.Backend, opts Options) (*Loaded[C, E, D], error) {
+	return a.load(dir, be, opts, func(ck *weights.Checkpoint, cfg C, dt tensor.DType) (*Loaded[C, E, D], error) {
+		return a.build(cfg, be, weights.FromCheckpoint(ck, be, dt), opts)
+	})
+}
+
+// load opens dir, reads its config and the compute dtype, and builds the
+// model with construct.
+func (a *Arch[C, PC, E, D]) load(dir string, be tensor.Backend, opts Options,
+	construct func(ck *weights.Checkpoint, cfg C, dt tensor.DType) (*Loaded[C, E, D], error)) (*Loaded[C, E, D], error) {
 	ck, err := weights.Open(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", a.Name, err)
@@ -90,33 +110,11 @@ func (a *Arch[C, PC, E, D]) Load(dir string, be tensor.Backend, opts Options) (*
 	if err != nil {
 		return nil, err
 	}
-	// The weights are read in parallel: construct runs on a plan first.
-	var m *Loaded[C, E, D]
-	weights.Build(&weights.CheckpointSource{Ck: ck, Be: be}, be, dt, weights.LoadOptions{},
-		func(p *weights.Builder) { m, err = a.build(cfg, be, p, opts) })
+	m, err := construct(ck, cfg, dt)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", a.Name, dir, err)
 	}
 	return m, nil
-}
-
-// LoadSequential is Load reading the weights one after another, in the
-// constructors' order: the path the parallel reads must match (for tests).
-func (a *Arch[C, PC, E, D]) LoadSequential(dir string, be tensor.Backend, opts Options) (*Loaded[C, E, D], error) {
-	ck, err := weights.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer ck.Close()
-	cfg, err := a.ReadConfig(ck.Dir())
-	if err != nil {
-		return nil, err
-	}
-	dt, err := a.computeDType(opts.DType)
-	if err != nil {
-		return nil, err
-	}
-	return a.build(cfg, be, weights.FromCheckpoint(ck, be, dt), opts)
 }
 
 // Random builds a model of config cfg from the weights that source makes
