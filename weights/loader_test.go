@@ -44,6 +44,17 @@ var loadTensors = []stored{
 
 // writeSharded writes loadTensors as a sharded checkpoint (an index and
 // three files) in a new folder, with seeded values.
+// openCheckpoint opens dir for the test, closed when it ends.
+func openCheckpoint(t *testing.T, dir string) *Checkpoint {
+	t.Helper()
+	ck, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	return ck
+}
+
 func writeSharded(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -154,11 +165,7 @@ func TestBuildMatchesSequential(t *testing.T) {
 		for _, dt := range []tensor.DType{tensor.BF16, tensor.F32, tensor.F16} {
 			t.Run(fmt.Sprintf("%s/%s", name, dt), func(t *testing.T) {
 				before := runtime.NumGoroutine()
-				ck, err := Open(dir)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer ck.Close()
+				ck := openCheckpoint(t, dir)
 				be := newBE()
 				seq := NewBuilder(&CheckpointSource{Ck: ck, Be: be}, dt)
 				construct(seq)
@@ -193,11 +200,7 @@ func TestBuildMatchesSequential(t *testing.T) {
 // give Fill's bytes.
 func TestLoaderCopies(t *testing.T) {
 	dir := writeSharded(t)
-	ck, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
+	ck := openCheckpoint(t, dir)
 	plan := NewPlan().In(tensor.BF16)
 	construct(plan)
 	ws := plan.Weights()
@@ -267,11 +270,7 @@ func TestBuildTruncatedShard(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := writeSharded(t)
 			before := runtime.NumGoroutine()
-			ck, err := Open(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ck.Close()
+			ck := openCheckpoint(t, dir)
 			// Every shard opened (and its header read) now.
 			plan := NewPlan().In(tensor.BF16)
 			construct(plan)
@@ -324,11 +323,7 @@ func TestBuildCorruptShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := runtime.NumGoroutine()
-	ck, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
+	ck := openCheckpoint(t, dir)
 	for name, newBE := range loadBackends(t) {
 		t.Run(name, func(t *testing.T) {
 			mb := memory.Budgeted(newBE(), memory.Budget{Device: "test", Cap: 1 << 30, Total: 1 << 30})
@@ -350,11 +345,7 @@ func TestBuildCorruptShard(t *testing.T) {
 // gets the right ones, and what was loaded ahead is freed.
 func TestBuildOffPlan(t *testing.T) {
 	dir := writeSharded(t)
-	ck, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
+	ck := openCheckpoint(t, dir)
 	mb := memory.Budgeted(testdevice.NewFake(), memory.Budget{Device: "test", Cap: 1 << 30, Total: 1 << 30})
 	planned := false
 	b := Build(&CheckpointSource{Ck: ck, Be: mb}, mb, tensor.BF16, LoadOptions{Readers: 2, Chunk: 4096}, func(b *Builder) {
@@ -392,11 +383,7 @@ func TestBuildOffPlan(t *testing.T) {
 // reordered q and k) under a cap that holds two weights.
 func TestBuildWithinCap(t *testing.T) {
 	dir := writeSharded(t)
-	ck, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
+	ck := openCheckpoint(t, dir)
 	const w = 1 << 16 * 4 // g.big in f32
 	mb := memory.Budgeted(testdevice.NewFake(), memory.Budget{Device: "test", Cap: 2*w + 1024, Total: 2*w + 1024})
 	var sums []float64
