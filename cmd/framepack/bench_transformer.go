@@ -313,6 +313,7 @@ func benchTransformerMode(mb *memory.Backend, g *gpu.Backend, prof *eventProfile
 			return nil, nil, err
 		}
 		vsOne = numcmp.RelL2(shared, out)
+		out = shared // what --save and --against see is the shared forward's
 		if err := m.SetSequenceParallel(comm); err != nil {
 			return nil, nil, err
 		}
