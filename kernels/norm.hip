@@ -345,3 +345,108 @@ DI void rows_impl(int op, T *R y, const T *R x, const T *R w, const T *R b, long
 ROWS(f32, float)
 ROWS(f16, h16)
 ROWS(bf16, b16)
+
+// ---- FP8 E4M3 rows: per-row quantization and dequantization ----
+// The conversions are tensor.F8E4M3FromF32 / F32FromF8E4M3 bit for bit, so
+// the GPU's codes equal the CPU reference's.
+
+// e4m3_sat rounds f to the nearest E4M3 code, ties to even, after clamping
+// to ±448 (NaN stays NaN: 0x7f with f's sign).
+DI unsigned int e4m3_sat(float f) {
+	if (f > 448.0f)
+		f = 448.0f;
+	else if (f < -448.0f)
+		f = -448.0f;
+	unsigned int b = F2U(f);
+	unsigned int sign = (b >> 24) & 0x80u;
+	b &= 0x7fffffffu;
+	if (b >= (1087u << 20)) // NaN (the clamp removed everything else this large)
+		return sign | 0x7fu;
+	if (b < (121u << 23)) { // below 2⁻⁶: subnormal; adding 2¹⁴ rounds at E4M3's 2⁻⁹ step
+		const unsigned int denorm = 141u << 23;
+		return sign | (F2U(U2F(b) + U2F(denorm)) - denorm);
+	}
+	b += 0xc407ffffu + ((b >> 20) & 1u); // rebias 127 → 7, round the 20 dropped bits to even
+	return sign | ((b >> 20) & 0xffu);
+}
+
+DI float e4m3_f32(unsigned int c) {
+	unsigned int sign = (c & 0x80u) << 24, e = (c >> 3) & 15u, m = c & 7u;
+	if (e == 15u && m == 7u)
+		return U2F(sign | 0x7fc00000u);
+	if (e == 0u)
+		return U2F(sign | F2U((float)m * 0.001953125f)); // m·2⁻⁹
+	return U2F(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+template <int E> struct VB {
+	unsigned char v[E];
+} __attribute__((aligned(E)));
+
+// q (rows, K) codes and scale (rows) of x (rows, K): scale = amax/448 (1 for
+// a row of zeros or with a NaN or Inf in it), q = sat(x·(1/scale)), as
+// tensor.QuantizeF8E4M3Rows. vec: K is a multiple of the vector width and x
+// and q are 16-byte aligned.
+template <typename T>
+DI void quant_rows_fp8_impl(unsigned char *R q, float *R scale, const T *R x, long long K, int vec) {
+	__shared__ float sh[NR_BS];
+	const T *xr = x + BIDX * K;
+	unsigned char *qr = q + BIDX * K;
+	const int E = 16 / sizeof(T);
+	float m = 0.0f;
+	if (vec) {
+		for (long long j = TID * E; j < K; j += NR_BS * E) {
+			V16<T> v = *(const V16<T> *)(xr + j);
+#pragma unroll
+			for (int e = 0; e < E; e++)
+				m = fmax_nan(m, FP_FABS(ld(&v.v[e])));
+		}
+	} else {
+		for (long long j = TID; j < K; j += NR_BS)
+			m = fmax_nan(m, FP_FABS(ld(xr + j)));
+	}
+	m = block_max<NR_BS>(m, sh);
+	float s = m / 448.0f;
+	if (s == 0.0f || !(s <= 3.4028234663852886e38f))
+		s = 1.0f;
+	float inv = 1.0f / s;
+	if (TID == 0)
+		scale[BIDX] = s;
+	if (vec) {
+		for (long long j = TID * E; j < K; j += NR_BS * E) {
+			V16<T> v = *(const V16<T> *)(xr + j);
+			VB<E> o;
+#pragma unroll
+			for (int e = 0; e < E; e++)
+				o.v[e] = (unsigned char)e4m3_sat(ld(&v.v[e]) * inv);
+			*(VB<E> *)(qr + j) = o;
+		}
+	} else {
+		for (long long j = TID; j < K; j += NR_BS)
+			qr[j] = (unsigned char)e4m3_sat(ld(xr + j) * inv);
+	}
+}
+
+#define QUANT_ROWS_FP8(sfx, T)                                                                                    \
+	KERNEL void quant_rows_fp8_##sfx(unsigned char *R q, float *R scale, const T *R x, long long K, int vec) { \
+		quant_rows_fp8_impl<T>(q, scale, x, K, vec);                                                          \
+	}
+QUANT_ROWS_FP8(f32, float)
+QUANT_ROWS_FP8(f16, h16)
+QUANT_ROWS_FP8(bf16, b16)
+
+// y (n elements, rows of K) = code·scale[row], one f32 product rounded once
+// to T, as tensor.WidenF8E4M3Scaled.
+template <typename T> DI void dequant_rows_fp8_impl(T *R y, const unsigned char *R q, const float *R scale, long long K, long long n) {
+	long long i = BIDX * (long long)NR_BS + TID;
+	if (i < n)
+		st(y + i, e4m3_f32(q[i]) * scale[i / K]);
+}
+
+#define DEQUANT_ROWS_FP8(sfx, T)                                                                                          \
+	KERNEL void dequant_rows_fp8_##sfx(T *R y, const unsigned char *R q, const float *R scale, long long K, long long n) { \
+		dequant_rows_fp8_impl<T>(y, q, scale, K, n);                                                                  \
+	}
+DEQUANT_ROWS_FP8(f32, float)
+DEQUANT_ROWS_FP8(f16, h16)
+DEQUANT_ROWS_FP8(bf16, b16)

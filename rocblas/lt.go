@@ -86,12 +86,19 @@ const (
 // WScale point to one f32 on the device each (0: 1), as FP8 needs; Bias
 // has DType. Accumulation is f32. FP8 needs an FP8 GPU (NVIDIA sm_89+,
 // AMD with OCP FP8) and K, N multiples of 16.
+//
+// With RowScales, XScale points to M f32 values (one per row of X: a
+// token's scale) and WScale to N (one per row of W: an output channel's),
+// and element (m, n) of the product is scaled by xScale[m]·wScale[n]: the
+// libraries' outer-vector scaling (cuBLASLt 12.9+ on Hopper and later,
+// hipBLASLt of ROCm 7).
 type LtLinear struct {
 	M, N, K        int
 	X, W, D, Bias  uintptr
 	XType, WType   LtType
 	DType          LtType
 	XScale, WScale uintptr
+	RowScales      bool
 	Epilogue       Epilogue
 }
 
@@ -115,6 +122,9 @@ func (g LtLinear) Validate() error {
 	}
 	if (g.XScale != 0 || g.WScale != 0) && g.XType != LtF8E4M3 {
 		return fmt.Errorf("rocblas: lt linear: scales are for fp8 inputs only")
+	}
+	if g.RowScales && (g.XScale == 0 || g.WScale == 0) {
+		return fmt.Errorf("rocblas: lt linear: row scales need both scale vectors")
 	}
 	if (g.Epilogue == EpilogueBias || g.Epilogue == EpilogueGELUBias) != (g.Bias != 0) {
 		return fmt.Errorf("rocblas: lt linear: epilogue %d with bias pointer %#x", g.Epilogue, g.Bias)

@@ -40,6 +40,7 @@ static long long lt_version(int v) {
 typedef struct {
 	int compute, scale_type, x_type, w_type, d_type;
 	int attr_transa, attr_transb, attr_epilogue, attr_bias, attr_ascale, attr_bscale;
+	int attr_ascale_mode, attr_bscale_mode, scale_outer_vec;
 	int pref_ws, op_t, op_n;
 	uint32_t epilogue;
 } lt_enums;
@@ -48,7 +49,7 @@ typedef struct {
 // described in Go: A = W (K×N, ld K) transposed, B = X (K×M, ld K), C = D
 // (N×M, ld N), beta 0. *stage says which call failed.
 static int lt_linear(int v, uintptr_t h, const lt_enums* e, int m, int n, int k,
-	uintptr_t x, uintptr_t w, uintptr_t d, uintptr_t bias, uintptr_t xs, uintptr_t ws,
+	uintptr_t x, uintptr_t w, uintptr_t d, uintptr_t bias, uintptr_t xs, uintptr_t ws, int row_scales,
 	uintptr_t work, size_t work_bytes, uintptr_t stream, int* stage) {
 	void** f = lt_fp[v];
 	void *desc = 0, *la = 0, *lb = 0, *ld = 0, *pref = 0;
@@ -73,6 +74,12 @@ static int lt_linear(int v, uintptr_t h, const lt_enums* e, int m, int n, int k,
 	if (xs) {
 		p = (void*)xs;
 		LT_TRY(4, ((lt_set_t)f[LT_DESC_SET])(desc, e->attr_bscale, &p, sizeof p));
+	}
+	if (row_scales) {
+		// A's vector has op(A)'s rows (W's N), B's has op(B)'s columns (X's M).
+		int32_t mode = e->scale_outer_vec;
+		LT_TRY(10, ((lt_set_t)f[LT_DESC_SET])(desc, e->attr_ascale_mode, &mode, sizeof mode));
+		LT_TRY(10, ((lt_set_t)f[LT_DESC_SET])(desc, e->attr_bscale_mode, &mode, sizeof mode));
 	}
 	LT_TRY(5, ((lt_layout_create_t)f[LT_LAYOUT_CREATE])(&la, e->w_type, k, n, k));
 	LT_TRY(5, ((lt_layout_create_t)f[LT_LAYOUT_CREATE])(&lb, e->x_type, k, m, k));
@@ -154,6 +161,7 @@ type ltEnum struct {
 	compute, scaleType                                 int
 	types                                              [4]int // by LtType
 	transA, transB, epilogue, bias, aScale, bScale, ws int
+	aScaleMode, bScaleMode, outerVec                   int
 	opT, opN                                           int
 	epilogues                                          [4]uint32 // by Epilogue
 }
@@ -162,18 +170,20 @@ var ltEnums = [2]ltEnum{
 	{ // hipBLASLt (hipblas-common, hipblaslt.h of ROCm 6.1+)
 		compute: 2, scaleType: 0, types: [4]int{0, 2, 14, 28},
 		transA: 0, transB: 1, epilogue: 2, bias: 3, aScale: 5, bScale: 6, ws: 1,
+		aScaleMode: 31, bScaleMode: 32, outerVec: 3, // ROCm 7
 		opT: 112, opN: 111, epilogues: [4]uint32{1, 4, 32, 36},
 	},
 	{ // cuBLASLt (cublasLt.h, CUDA 12)
 		compute: 68, scaleType: 0, types: [4]int{0, 2, 14, 28},
 		transA: 3, transB: 4, epilogue: 7, bias: 8, aScale: 17, bScale: 18, ws: 1,
+		aScaleMode: 31, bScaleMode: 32, outerVec: 3, // CUDA 12.9+
 		opT: 1, opN: 0, epilogues: [4]uint32{1, 4, 32, 36},
 	},
 }
 
 var ltStages = [...]string{"", "MatmulDescCreate", "MatmulDescSetAttribute (transpose)", "MatmulDescSetAttribute (epilogue)",
 	"MatmulDescSetAttribute (scale pointers)", "MatrixLayoutCreate", "MatmulPreference", "MatmulAlgoGetHeuristic",
-	"MatmulAlgoGetHeuristic (no algorithm for this problem)", "Matmul"}
+	"MatmulAlgoGetHeuristic (no algorithm for this problem)", "Matmul", "MatmulDescSetAttribute (row scale modes)"}
 
 // NewHandle creates a handle whose calls queue on stream and use the
 // device workspace of wsBytes bytes (LtWorkspace; the caller owns it).
@@ -216,15 +226,23 @@ func (h *LtHandle) Linear(g LtLinear) error {
 		x_type: C.int(e.types[g.XType]), w_type: C.int(e.types[g.WType]), d_type: C.int(e.types[g.DType]),
 		attr_transa: C.int(e.transA), attr_transb: C.int(e.transB), attr_epilogue: C.int(e.epilogue),
 		attr_bias: C.int(e.bias), attr_ascale: C.int(e.aScale), attr_bscale: C.int(e.bScale),
+		attr_ascale_mode: C.int(e.aScaleMode), attr_bscale_mode: C.int(e.bScaleMode), scale_outer_vec: C.int(e.outerVec),
 		pref_ws: C.int(e.ws), op_t: C.int(e.opT), op_n: C.int(e.opN), epilogue: C.uint32_t(e.epilogues[g.Epilogue]),
 	}
 	var stage C.int
 	s := C.lt_linear(C.int(h.lib.vendor-1), C.uintptr_t(h.h), &ce, C.int(g.M), C.int(g.N), C.int(g.K),
 		C.uintptr_t(g.X), C.uintptr_t(g.W), C.uintptr_t(g.D), C.uintptr_t(g.Bias), C.uintptr_t(g.XScale), C.uintptr_t(g.WScale),
-		C.uintptr_t(h.workspace), C.size_t(h.wsBytes), C.uintptr_t(h.stream), &stage)
+		C.int(b2i(g.RowScales)), C.uintptr_t(h.workspace), C.size_t(h.wsBytes), C.uintptr_t(h.stream), &stage)
 	if s != 0 {
 		return &Error{Lib: "rocblas", Func: h.lib.prefix() + ltStages[stage], Status: int(s),
-			Name: fmt.Sprintf("%dx%dx%d %s·%s→%s epilogue %d", g.M, g.N, g.K, g.XType, g.WType, g.DType, g.Epilogue)}
+			Name: fmt.Sprintf("%dx%dx%d %s·%s→%s epilogue %d row scales %v", g.M, g.N, g.K, g.XType, g.WType, g.DType, g.Epilogue, g.RowScales)}
 	}
 	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -131,6 +131,65 @@ func TestLtLinearFP8(t *testing.T) {
 	}
 }
 
+// TestLtLinearFP8RowScales runs FP8 Linears with one scale per row of x
+// (a token) and per row of w (an output channel), bf16 output, against
+// float64 math on the same codes and scales.
+func TestLtLinearFP8RowScales(t *testing.T) {
+	dev, h := openLt(t)
+	rng := rand.New(rand.NewPCG(9, 10))
+	codes := func(n int) ([]float64, []byte) {
+		v, b := make([]float64, n), make([]byte, n)
+		for i := range b {
+			b[i] = tensor.F8E4M3FromF32(float32((rng.Float64()*2 - 1) * 448))
+			v[i] = float64(tensor.F32FromF8E4M3(b[i]))
+		}
+		return v, b
+	}
+	scales := func(n int) ([]float64, uintptr) {
+		v, b := make([]float64, n), make([]byte, 4*n)
+		for i := range v {
+			f := float32(math.Ldexp(0.5+rng.Float64(), -8-rng.IntN(6))) // spread over 2⁻¹³…2⁻⁷
+			v[i] = float64(f)
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
+		}
+		return v, dev.Upload(t, b)
+	}
+	for _, sz := range [][3]int{{16, 64, 32}, {37, 128, 256}, {300, 512, 1024}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		x, xb := codes(m * k)
+		w, wb := codes(n * k)
+		xs, xsp := scales(m)
+		ws, wsp := scales(n)
+		// The reference folds the scales into the operands: (xs[i]·x[i,:])·(ws[j]·w[j,:]).
+		xr, wr := make([]float64, m*k), make([]float64, n*k)
+		for i := range xr {
+			xr[i] = x[i] * xs[i/k]
+		}
+		for i := range wr {
+			wr[i] = w[i] * ws[i/k]
+		}
+		bias, bb := gputest.Random(rng, BF16, n)
+		for _, ep := range []Epilogue{EpilogueNone, EpilogueBias} {
+			g := LtLinear{M: m, N: n, K: k, X: dev.Upload(t, xb), W: dev.Upload(t, wb), D: dev.Alloc(t, int64(2*m*n)),
+				XType: LtF8E4M3, WType: LtF8E4M3, DType: LtBF16, XScale: xsp, WScale: wsp, RowScales: true, Epilogue: ep}
+			if ep == EpilogueBias {
+				g.Bias = dev.Upload(t, bb)
+			}
+			dev.Poison(t, g.D, int64(2*m*n))
+			name := fmt.Sprintf("fp8 row scales %dx%dx%d epilogue %d", m, n, k, ep)
+			if err := h.Linear(g); err != nil {
+				t.Fatalf("%s: %v (needs an FP8 GPU and cuBLASLt 12.9+ or hipBLASLt of ROCm 7)", name, err)
+			}
+			got := gputest.Decode(BF16, dev.Download(t, g.D, 2*m*n))
+			if e := gputest.RelL2(got, linearRef(xr, wr, bias, m, n, k, 1, ep)); e > 1e-2 {
+				t.Errorf("%s: rel L2 %.3g > 1e-2", name, e)
+			} else {
+				t.Logf("%s: rel L2 %.3g", name, e)
+			}
+		}
+	}
+}
+
 func TestLtLinearValidate(t *testing.T) {
 	ok := LtLinear{M: 2, N: 16, K: 16, X: 1, W: 1, D: 1, XType: LtF8E4M3, WType: LtF8E4M3, DType: LtBF16}
 	if err := ok.Validate(); err != nil {
@@ -143,6 +202,7 @@ func TestLtLinearValidate(t *testing.T) {
 		{M: 2, N: 16, K: 16, X: 1, W: 1, D: 1, XType: LtBF16, WType: LtBF16, DType: LtBF16, Epilogue: EpilogueBias},
 		{M: 2, N: 16, K: 16, X: 1, W: 1, D: 1, XType: LtBF16, WType: LtBF16, DType: LtF16},
 		{M: 2, N: 16, K: 16, W: 1, D: 1, XType: LtBF16, WType: LtBF16, DType: LtBF16},
+		{M: 2, N: 16, K: 16, X: 1, W: 1, D: 1, XType: LtF8E4M3, WType: LtF8E4M3, DType: LtBF16, XScale: 1, RowScales: true},
 	} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("%+v: no error", bad)

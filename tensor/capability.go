@@ -141,6 +141,32 @@ func settingsOf(be Backend) Settings {
 	return Settings{}
 }
 
+// FP8Compute runs Linears in FP8 on both sides: the input quantized per row
+// (a token) to E4M3 with scale amax/448, the weight per output channel, the
+// products of codes summed in f32 and scaled by both scales. backend/cpu is
+// its reference; backend/gpu runs it on FP8 tensor cores where the GPU and
+// its Lt library have them.
+type FP8Compute interface {
+	// QuantizeRowsFP8: q (M, K) F8E4M3 and scale (M) F32 of x (M, K) in a
+	// compute dtype, as QuantizeF8E4M3Rows does.
+	QuantizeRowsFP8(q, scale, x *Tensor) error
+	// LinearScaledFP8: dst[m, n] = Σk xq[m, k]·wq[n, k] · xs[m]·ws[n] +
+	// bias[n], f32 accumulation, rounded once to dst's compute dtype; xq
+	// (M, K) and wq (N, K) F8E4M3, xs (M) and ws (N) F32, bias (N) in dst's
+	// dtype or nil.
+	LinearScaledFP8(dst, xq, xs, wq, ws, bias *Tensor) error
+	// NativeFP8 tells whether the products run on FP8 hardware; without it
+	// the operands are widened first, a reference and not a fast path.
+	NativeFP8() bool
+}
+
+// NativeFP8 tells whether be multiplies FP8 operands on FP8 hardware, where
+// FP8 compute (Scope.LinearFP8Compute) is the fast path.
+func NativeFP8(be Backend) bool {
+	f, ok := As[FP8Compute](be)
+	return ok && f.NativeFP8()
+}
+
 // FP8Weights runs a Linear whose weight is F8E4M3 with one f32 scale per
 // output channel (weight-only FP8: the weight is dequantized on the fly, the
 // product computed in the compute dtype with f32 accumulation).

@@ -33,6 +33,71 @@ func (s *Scope) LinearFP8(x, w, scale, bias *Tensor) *Tensor {
 	return out
 }
 
+// LinearFP8Compute is LinearFP8 with the input quantized too: each row of
+// x (a token) to E4M3 with its own scale amax/448, the products of codes
+// summed in f32 and scaled by the token's and the output channel's scales
+// (FP8Compute). A backend without FP8Compute runs LinearFP8 instead, the
+// input unquantized.
+func (s *Scope) LinearFP8Compute(x, w, scale, bias *Tensor) *Tensor {
+	f, ok := As[FP8Compute](s.be)
+	if !ok {
+		return s.LinearFP8(x, w, scale, bias)
+	}
+	s.check("linear_fp8_compute", x.dtype, x, bias)
+	s.check("linear_fp8_compute", F8E4M3, w)
+	s.check("linear_fp8_compute", F32, scale)
+	if len(w.shape) != 2 || scale.Numel() != w.shape[0] {
+		s.failf("linear_fp8_compute", "weight %v with scale %v: want (out, in) and (out)", w.shape, scale.shape)
+	}
+	k := x.shape[len(x.shape)-1]
+	if w.shape[1] != k {
+		s.failf("linear_fp8_compute", "input %v does not fit weight %v", x.shape, w.shape)
+	}
+	if bias != nil && (len(bias.shape) != 1 || bias.shape[0] != w.shape[0]) {
+		s.failf("linear_fp8_compute", "bias %v does not fit weight %v", bias.shape, w.shape)
+	}
+	shape := cloneInts(x.shape)
+	shape[len(shape)-1] = w.shape[0]
+	out := s.Empty(x.dtype, shape...)
+	if out.Numel() == 0 {
+		return out
+	}
+	m := x.Numel() / max(k, 1)
+	c := s.Child()
+	defer c.Close()
+	xq, xs := c.QuantizeRowsFP8(x.Reshape(m, k))
+	describe := func() Op { return Op{Class: "linear fp8 compute", Flops: 2 * float64(out.Numel()) * float64(k)} }
+	s.run("linear_fp8_compute", describe, func() error {
+		return f.LinearScaledFP8(out.Reshape(m, w.shape[0]), xq, xs, w, scale, bias)
+	})
+	return out
+}
+
+// QuantizeRowsFP8 quantizes each row of x (…, K) to E4M3 with its own scale
+// amax/448 (1 for a row of zeros): codes (…, K) F8E4M3 and scales (…) F32,
+// so that code·scale ≈ x. Needs a backend with FP8Compute.
+func (s *Scope) QuantizeRowsFP8(x *Tensor) (q, scale *Tensor) {
+	s.check("quantize_rows_fp8", x.dtype, x)
+	f, ok := As[FP8Compute](s.be)
+	if !ok {
+		s.failf("quantize_rows_fp8", "backend %s has no FP8 compute", s.be.Name())
+	}
+	if len(x.shape) == 0 {
+		s.failf("quantize_rows_fp8", "scalar input")
+	}
+	k := x.shape[len(x.shape)-1]
+	q = s.Empty(F8E4M3, x.shape...)
+	scale = s.Empty(F32, x.shape[:len(x.shape)-1]...)
+	if q.Numel() > 0 {
+		m := x.Numel() / max(k, 1)
+		describe := func() Op { return Op{Class: "quantize fp8"} }
+		s.run("quantize_rows_fp8", describe, func() error {
+			return f.QuantizeRowsFP8(q.Reshape(m, k), scale.Reshape(m), x.Reshape(m, k))
+		})
+	}
+	return q, scale
+}
+
 // dequantFP8 is w·scale (w F8E4M3 (N, K), scale (N) F32) in dtype dt, made
 // with ops every backend has: the codes, read as bytes and widened to i32,
 // index a 256-entry f32 table of E4M3 values (Embedding); the product with

@@ -7,6 +7,7 @@
 package backendtest
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/rand"
@@ -56,6 +57,7 @@ var Cases = []Case{
 	{"conv3d", Conv3d},
 	{"fused", Fused},
 	{"conv3d_padded", PaddedConv},
+	{"fp8_compute", FP8Compute},
 }
 
 // Select is the cases of Cases with these names, in the order given;
@@ -177,7 +179,11 @@ func (e *Env) Out(dt tensor.DType, shape ...int) [2]*tensor.Tensor {
 		if !dt.IsFloat() {
 			poison = 77
 		}
-		if t.Numel() > 0 {
+		if dt == tensor.F8E4M3 && t.Numel() > 0 { // a storage type: no Fill; NaN codes
+			if err := be.Upload(t.Buffer(), 0, bytes.Repeat([]byte{0x7f}, t.Numel())); err != nil {
+				e.T.Fatal(err)
+			}
+		} else if t.Numel() > 0 {
 			if err := be.Fill(t, poison); err != nil {
 				e.T.Fatal(err)
 			}
@@ -904,6 +910,72 @@ func PaddedConv(e *Env) {
 				return e.Ref.Conv3d(o[0], px, w[0], b[0], p)
 			})
 			e.Compare(fmt.Sprintf("conv3d_padded %s %s", c.name, dt), o, 20, 1)
+		}
+	}
+}
+
+// FP8Compute checks the per-row E4M3 quantization (codes and scales equal
+// to the CPU's bit for bit) and the scaled FP8 Linear, on shapes the FP8
+// tensor cores take (K, N multiples of 16) and odd ones they do not.
+func FP8Compute(e *Env) {
+	f, ok := tensor.As[tensor.FP8Compute](e.Got)
+	if !ok {
+		e.T.Skipf("%s has no FP8 compute", e.Got.Name())
+	}
+	ks := [2]tensor.FP8Compute{cpu.New(), f}
+	for _, c := range []struct{ M, K, N int }{{33, 128, 64}, {200, 256, 96}, {5, 33, 7}, {1, 3072, 48}} {
+		for _, dt := range floats {
+			xh := e.Rand(dt, -3, 3, c.M, c.K)
+			if c.M > 2 { // a row of zeros (scale 1) and one of tiny values (subnormal codes)
+				vals := make([]float64, c.M*c.K)
+				for i := range vals {
+					switch i / c.K {
+					case 1:
+						vals[i] = 0
+					case 2:
+						vals[i] = 1e-3 * (e.Rng.Float64() - 0.5)
+					default:
+						vals[i] = 6 * (e.Rng.Float64() - 0.5)
+					}
+				}
+				xh = HostOf(dt, vals, c.M, c.K)
+			}
+			x := e.Pair(xh)
+			q, qs := e.Out(tensor.F8E4M3, c.M, c.K), e.Out(tensor.F32, c.M)
+			e.Run("quantize_rows_fp8", func(i int) error { return ks[i].QuantizeRowsFP8(q[i], qs[i], x[i]) })
+			if err := e.Got.Sync(); err != nil {
+				e.T.Fatal(err)
+			}
+			name := fmt.Sprintf("quantize_rows_fp8 %s %dx%d", dt, c.M, c.K)
+			if rc, gc := tensor.ToHost(q[0]).HostBytes(), tensor.ToHost(q[1]).HostBytes(); string(rc) != string(gc) {
+				for i := range rc {
+					if rc[i] != gc[i] {
+						e.T.Errorf("%s: code %d: cpu %#02x, %s %#02x", name, i, rc[i], e.Got.Name(), gc[i])
+						break
+					}
+				}
+			}
+			if rs, gs := tensor.ToHost(qs[0]).Float32s(), tensor.ToHost(qs[1]).Float32s(); fmt.Sprint(rs) != fmt.Sprint(gs) {
+				e.T.Errorf("%s: scales: cpu %v, %s %v", name, rs, e.Got.Name(), gs)
+			}
+
+			wq, ws := e.Out(tensor.F8E4M3, c.N, c.K), e.Out(tensor.F32, c.N)
+			w := e.Pair(e.Rand(dt, -1, 1, c.N, c.K))
+			e.Run("quantize_rows_fp8 w", func(i int) error { return ks[i].QuantizeRowsFP8(wq[i], ws[i], w[i]) })
+			// Both sides multiply the reference's codes, so the products are the same.
+			xq, xs := e.Pair(tensor.ToHost(q[0])), e.Pair(tensor.ToHost(qs[0]))
+			wqq, wss := e.Pair(tensor.ToHost(wq[0])), e.Pair(tensor.ToHost(ws[0]))
+			for _, withBias := range []bool{true, false} {
+				var b [2]*tensor.Tensor
+				if withBias {
+					b = e.Pair(e.Rand(dt, -1, 1, c.N))
+				}
+				o := e.Out(dt, c.M, c.N)
+				e.Run("linear_scaled_fp8", func(i int) error {
+					return ks[i].LinearScaledFP8(o[i], xq[i], xs[i], wqq[i], wss[i], b[i])
+				})
+				e.Compare(fmt.Sprintf("linear_scaled_fp8 %s %+v bias=%v", dt, c, withBias), o, 20, 1)
+			}
 		}
 	}
 }
