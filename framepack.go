@@ -75,8 +75,12 @@ type Options struct {
 	DType tensor.DType
 	// FP8Weights holds the transformer's block linears as FP8 E4M3 with
 	// per-channel scales (--weights fp8): an fp8 checkpoint's as stored,
-	// others quantized at load; dequantized on the fly on every backend.
+	// others quantized at load.
 	FP8Weights bool
+	// FP8Compute (--fp8-compute), with FP8Weights, chooses whether those
+	// linears quantize their inputs per token and multiply in FP8, or widen
+	// the weights on the fly (weight-only).
+	FP8Compute FP8Compute
 	// VRAMLimit and Preserve are the --vram-limit and --preserve flags
 	// (memory.ParseSize: "20G", "90%"; empty: the device's default).
 	VRAMLimit, Preserve string
@@ -134,6 +138,39 @@ func (o *Options) PartPath(part string) *string {
 		PartTextEncoder2: &o.TextEncoder2, PartTokenizer: &o.Tokenizer, PartTokenizer2: &o.Tokenizer2,
 		PartImageEncoder: &o.ImageEncoder, PartFeatureExtractor: &o.FeatureExtractor,
 	}[part]
+}
+
+// FP8Compute is Options.FP8Compute.
+type FP8Compute int
+
+const (
+	// FP8ComputeAuto multiplies in FP8 where the device has FP8 tensor
+	// cores (tensor.NativeFP8: NVIDIA sm_89 and later with cuBLASLt 12.9+),
+	// else weight-only.
+	FP8ComputeAuto FP8Compute = iota
+	// FP8ComputeOn quantizes the inputs everywhere: a device without FP8
+	// tensor cores (the CPU) computes the same function on widened codes.
+	FP8ComputeOn
+	// FP8ComputeOff is weight-only everywhere.
+	FP8ComputeOff
+)
+
+// ParseFP8Compute reads "auto" (or ""), "on" or "off".
+func ParseFP8Compute(s string) (FP8Compute, error) {
+	switch s {
+	case "", "auto":
+		return FP8ComputeAuto, nil
+	case "on":
+		return FP8ComputeOn, nil
+	case "off":
+		return FP8ComputeOff, nil
+	}
+	return 0, fmt.Errorf("fp8 compute %q: want auto, on or off", s)
+}
+
+// Enabled tells whether FP8 compute runs on be.
+func (c FP8Compute) Enabled(be tensor.Backend) bool {
+	return c == FP8ComputeOn || (c == FP8ComputeAuto && tensor.NativeFP8(be))
 }
 
 // Device choices for Options.Device.

@@ -460,7 +460,8 @@ func (j *job) setTransformerBuild() {
 	pt := j.parts[PartTransformer]
 	pt.be, pt.stage = p.be, ""
 	pt.build = func(be tensor.Backend, streamed bool) (closer, error) {
-		opts := hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed, LoRA: p.lora, FP8: p.opts.FP8Weights}
+		opts := hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed, LoRA: p.lora, FP8: p.opts.FP8Weights,
+			FP8Compute: p.opts.FP8Weights && p.opts.FP8Compute.Enabled(be)}
 		if streamed {
 			opts.StreamFromFile = j.streamFromFile()
 		}

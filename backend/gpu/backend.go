@@ -82,8 +82,10 @@ type Backend struct {
 	blas    *rocblas.Handle
 	blasErr error
 	blasMu  sync.Mutex
-	lt      *rocblas.LtHandle // Options.Lt: Linear through cuBLASLt / hipBLASLt (under blasMu)
+	lt      *rocblas.LtHandle // cuBLASLt / hipBLASLt (under blasMu): Linear with Options.Lt, FP8 compute
 	ltWork  *Buffer
+	fp8Once sync.Once
+	fp8     bool // NativeFP8
 
 	// cuDNN for fused attention, opened on first use (attention.go).
 	dnn        *miopen.Handle
@@ -140,7 +142,7 @@ func New(o Options) (*Backend, error) {
 }
 
 // openLt opens cuBLASLt / hipBLASLt with its workspace; without it Linear
-// stays on the plain GEMM, with a log line saying why.
+// and FP8 compute stay on the plain GEMM, with a log line saying why.
 func (b *Backend) openLt() {
 	lib, err := rocblas.OpenLt(b.dev.Vendor) // hip's, rocblas' and miopen's Vendor are dynlib's
 	if err != nil {
@@ -165,7 +167,7 @@ func (b *Backend) openLt() {
 		return
 	}
 	b.lt, b.ltWork = h, ws
-	b.log.Info("gpu: Linear through " + lib.String())
+	b.log.Info("gpu: Lt GEMMs through " + lib.String())
 }
 
 func (b *Backend) openBLAS() {

@@ -136,7 +136,7 @@ func (b *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 		}
 		return b.Binary(tensor.OpAdd, dst, dst, []int{0, 0}, bias, []int{0, 1})
 	}
-	if b.lt != nil && (dt == tensor.BF16 || dt == tensor.F16) {
+	if b.opts.Lt && b.lt != nil && (dt == tensor.BF16 || dt == tensor.F16) {
 		return b.ltLinear(dt, ps[0], ps[1], ps[2], ps[3], M, N, K)
 	}
 	return b.gemm(dt, ps[0], ps[1], ps[2], ps[3], 1, M, N, K, false, true, false, false, 1)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	framepack "github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/internal/atomicfile"
@@ -30,6 +31,7 @@ func init() { benchCommands = append(benchCommands, newBenchTransformer) }
 type benchTransformerFlags struct {
 	modes, dtype, device   string
 	weightsMode            string
+	fp8Compute             string
 	vramLimit, preserve    string
 	iters, warmup          int
 	layers, singleLayers   int
@@ -74,7 +76,8 @@ same forward on one GPU.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.modes, "mode", "resident,streamed", "resident, streamed, or both comma-separated")
 	fl.StringVar(&f.dtype, "dtype", "bf16", "compute dtype: bf16, f16 or f32")
-	fl.StringVar(&f.weightsMode, "weights", "", "block weights: empty for the compute dtype, or fp8 (FP8 E4M3, per-channel scales, dequantized on the fly)")
+	fl.StringVar(&f.weightsMode, "weights", "", "block weights: empty for the compute dtype, or fp8 (FP8 E4M3, per-channel scales)")
+	fl.StringVar(&f.fp8Compute, "fp8-compute", "auto", "with --weights fp8: on (inputs quantized per token, FP8 products), off (weight-only) or auto (on where the GPU has FP8 tensor cores)")
 	fl.StringVar(&f.device, "device", "auto", "auto, gpu or cpu")
 	fl.StringVar(&f.vramLimit, "vram-limit", "6G", "the streamed mode's device memory budget")
 	fl.StringVar(&f.preserve, "preserve", "3.5G", "the streamed mode's memory kept free for activations and streamed blocks")
@@ -109,6 +112,10 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 	}
 	if f.weightsMode != "" && f.weightsMode != "fp8" {
 		return fmt.Errorf("--weights %q: want fp8 or nothing", f.weightsMode)
+	}
+	fp8c, err := framepack.ParseFP8Compute(f.fp8Compute)
+	if err != nil {
+		return fmt.Errorf("--fp8-compute: %w", err)
 	}
 	modes := strings.Split(f.modes, ",")
 	for _, m := range modes {
@@ -165,14 +172,15 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 	gemmF, attnF := cfg.BlockFLOPs(img, txt)
 	base := benchResult{
 		"bench": "transformer_forward", "impl": "framepack", "dtype": dt.String(), "weights": f.weightsMode, "device": d.Name,
-		"latent":     []int{sec.Batch, cfg.InChannels, sec.WindowSize, sec.LatentH, sec.LatentW},
-		"valid_text": sec.ValidText,
-		"tokens":     img + txt,
-		"layers":     []int{cfg.NumLayers, cfg.NumSingleLayers},
-		"gemm_tflop": gemmF / 1e12,
-		"attn_tflop": attnF / 1e12,
-		"fused":      !f.opByOp,
-		"gpus":       1,
+		"fp8_compute": f.weightsMode == "fp8" && fp8c.Enabled(d.Backend),
+		"latent":      []int{sec.Batch, cfg.InChannels, sec.WindowSize, sec.LatentH, sec.LatentW},
+		"valid_text":  sec.ValidText,
+		"tokens":      img + txt,
+		"layers":      []int{cfg.NumLayers, cfg.NumSingleLayers},
+		"gemm_tflop":  gemmF / 1e12,
+		"attn_tflop":  attnF / 1e12,
+		"fused":       !f.opByOp,
+		"gpus":        1,
 	}
 	if comm != nil {
 		base["gpus"] = comm.Size()
@@ -183,6 +191,7 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 	for _, mode := range modes {
 		budget := d.Budget
 		mopts := hunyuan.Options{DType: dt, FP8: f.weightsMode == "fp8"}
+		mopts.FP8Compute = base["fp8_compute"].(bool)
 		if mode == "streamed" {
 			budget, err = d.Budget.WithFlags(f.vramLimit, f.preserve)
 			if err != nil {

@@ -39,6 +39,7 @@ type generateFlags struct {
 	models, out             string
 	device, dtype           string
 	weightsMode             string
+	fp8Compute              string
 	vramLimit, preserve     string
 	ramLimit                string
 	vaeTile                 int
@@ -149,7 +150,8 @@ does, each time replacing it whole; the last write is the full video.`,
 	fl.BoolVar(&f.json, "json", false, "print progress, stage timings and the result as JSON, one object a line, on stdout")
 	fl.StringVar(&f.device, "device", framepack.DeviceAuto, "auto, cpu or gpu")
 	fl.StringVar(&f.dtype, "dtype", "", "compute dtype f32, bf16 or f16 (default: f32 on the CPU; bf16 transformer, f16 others on a GPU)")
-	fl.StringVar(&f.weightsMode, "weights", "", "transformer block weights: empty for the compute dtype, or fp8 (FP8 E4M3 with per-channel scales, as stored in an fp8 checkpoint or quantized at load; dequantized on the fly)")
+	fl.StringVar(&f.weightsMode, "weights", "", "transformer block weights: empty for the compute dtype, or fp8 (FP8 E4M3 with per-channel scales, as stored in an fp8 checkpoint or quantized at load)")
+	fl.StringVar(&f.fp8Compute, "fp8-compute", "auto", "with --weights fp8: on quantizes the block linears' inputs per token and multiplies in FP8, off widens the weights on the fly (weight-only), auto is on where the GPU has FP8 tensor cores")
 	fl.StringVar(&f.vramLimit, "vram-limit", "", `hard cap on device memory ("20G", "90%"; default: the device's safe default)`)
 	fl.StringVar(&f.preserve, "preserve", "", `memory kept free for activations while weights stream (default 6G)`)
 	fl.StringVar(&f.ramLimit, "ram-limit", "", `host memory budget ("16G", "50%"; default: available memory less max(2G, 1/8 of RAM)); streamed weights are read from the mapped checkpoint when a pinned copy would not fit`)
@@ -230,6 +232,9 @@ func (f *generateFlags) checkFlags() (*section.RGB, error) {
 	}
 	if f.weightsMode != "" && f.weightsMode != "fp8" {
 		return nil, fmt.Errorf("--weights %q: want fp8 or nothing", f.weightsMode)
+	}
+	if _, err := framepack.ParseFP8Compute(f.fp8Compute); err != nil {
+		return nil, fmt.Errorf("--fp8-compute: %w", err)
 	}
 	if f.crf < 0 || f.crf > 51 {
 		return nil, fmt.Errorf("--crf %d: want 0–51", f.crf)
@@ -405,6 +410,7 @@ func (f *generateFlags) loadOptions(log *slog.Logger) framepack.Options {
 		opts.DType, _ = tensor.ParseDType(f.dtype)
 	}
 	opts.FP8Weights = f.weightsMode == "fp8"
+	opts.FP8Compute, _ = framepack.ParseFP8Compute(f.fp8Compute)
 	if f.vaeTile > 0 {
 		til := vae.SpatialTiling(f.vaeTile, f.vaeTile*3/4)
 		opts.VAETiling = &til

@@ -22,7 +22,7 @@ import (
 
 // loadFlags choose the models, the device and the memory: they apply to
 // every job of --jobs and are refused in a job line.
-var loadFlags = []string{"models", "device", "dtype", "vram-limit", "preserve", "ram-limit", "vae-tile", "json", "jobs", "lora", "weights",
+var loadFlags = []string{"models", "device", "dtype", "vram-limit", "preserve", "ram-limit", "vae-tile", "json", "jobs", "lora", "weights", "fp8-compute",
 	"transformer", "vae", "text-encoder", "text-encoder-2", "tokenizer", "tokenizer-2", "image-encoder", "feature-extractor"}
 
 // jobSpec is one line of a jobs file, checked.

@@ -91,11 +91,17 @@ func (m *Model) loadBlock(p *weights.Builder, i int, blk any) {
 	if m.opts.FP8 {
 		p = p.FP8()
 	}
+	var ls []*linear
 	switch b := blk.(type) {
 	case *doubleBlock:
 		b.load(p.Sub(fmt.Sprintf("transformer_blocks.%d", i)), m.cfg)
+		ls = []*linear{&b.QKV, &b.AddQKV, &b.ToOut0, &b.ToAddOut, &b.FF.Proj, &b.FF.Out, &b.FFContext.Proj, &b.FFContext.Out}
 	case *singleBlock:
 		b.load(p.Sub(fmt.Sprintf("single_transformer_blocks.%d", i-len(m.blocks))), m.cfg)
+		ls = []*linear{&b.QKVMLP, &b.ProjOut}
+	}
+	for _, l := range ls {
+		l.FP8Compute = m.opts.FP8Compute && l.Scale != nil
 	}
 }
 

@@ -54,6 +54,34 @@ type noFP8 struct{ tensor.Backend }
 
 // TestGoldenFP8Dequantized runs FP8 weights through the Scope's dequantizing
 // fallback: the same figures as the CPU's own FP8 Linear, within bf16.
+// TestGoldenFP8Compute runs the golden transformers with FP8 weights and
+// FP8 compute (each block linear's input quantized per token) on the test
+// device: the error against the same model with bf16 weights, resident and
+// streamed, and that it differs from weight-only FP8 (the inputs really
+// are quantized).
+func TestGoldenFP8Compute(t *testing.T) {
+	golden.Run(t, "transformer", func(t *testing.T, c *golden.Case) {
+		in := caseInputs(c)
+		bf := forward(t, loadModel(t, c.ModelDir, Options{DType: tensor.BF16}), in).Float32s()
+		weightOnly := forward(t, loadModel(t, c.ModelDir, Options{DType: tensor.BF16, FP8: true}), in).Float32s()
+		for _, o := range []Options{{}, {HostBlocks: true}} {
+			o.DType, o.FP8, o.FP8Compute = tensor.BF16, true, true
+			got := forward(t, loadModel(t, c.ModelDir, o), in).Float32s()
+			r := numcmp.RelL2(got, bf)
+			rRef := numcmp.RelL2(got, c.Tensor("output").Float32s())
+			rW := numcmp.RelL2(got, weightOnly)
+			t.Logf("fp8 compute (host blocks %v): rel_l2 %.3g vs bf16 weights, %.3g vs the f32 reference, %.3g vs weight-only fp8",
+				o.HostBlocks, r, rRef, rW)
+			if r > 6e-2 || math.IsNaN(r) {
+				t.Errorf("fp8 compute: rel_l2 %.3g vs bf16 weights > 6e-2", r)
+			}
+			if rW < 1e-4 {
+				t.Errorf("fp8 compute: rel_l2 %.3g vs weight-only fp8: the inputs were not quantized", rW)
+			}
+		}
+	})
+}
+
 func TestGoldenFP8Dequantized(t *testing.T) {
 	c := golden.Cases(t, "transformer")[0]
 	in := caseInputs(c)

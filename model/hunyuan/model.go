@@ -44,8 +44,12 @@ type Options struct {
 	// FP8 holds the blocks' linear weights (all but the modulations) as
 	// FP8 E4M3 with one scale per output channel: stored so in the
 	// checkpoint, or quantized at load. They are dequantized on the fly
-	// (weight-only), on every backend.
+	// (weight-only), on every backend, unless FP8Compute.
 	FP8 bool
+	// FP8Compute, with FP8, quantizes the inputs of those linears per
+	// token too and multiplies in FP8 (Scope.LinearFP8Compute): FP8 tensor
+	// cores where tensor.NativeFP8 holds, the CPU as its reference.
+	FP8Compute bool
 }
 
 // AutoKeep as Options.KeepBlockBytes sizes the resident blocks from the

@@ -9,7 +9,12 @@ import (
 
 // linear is torch.nn.Linear: weight (out, in), bias (out). With FP8
 // weights (Options.FP8) Weight is F8E4M3 and Scale its f32 per-row scales.
-type linear struct{ Weight, Scale, Bias *tensor.Tensor }
+// With FP8Compute as well its input is quantized per token and the product
+// runs in FP8 (Scope.LinearFP8Compute).
+type linear struct {
+	Weight, Scale, Bias *tensor.Tensor
+	FP8Compute          bool
+}
 
 // fp8 reports whether layer name loads as FP8: under an FP8 builder, every
 // linear but the modulations (names with "norm"), which stay in the compute
@@ -49,6 +54,9 @@ func (l *linear) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 
 // apply is x·Weightᵀ + bias (bias nil: none).
 func (l *linear) apply(s *tensor.Scope, x, bias *tensor.Tensor) *tensor.Tensor {
+	if l.Scale != nil && l.FP8Compute {
+		return s.LinearFP8Compute(x, l.Weight, l.Scale, bias)
+	}
 	if l.Scale != nil {
 		return s.LinearFP8(x, l.Weight, l.Scale, bias)
 	}

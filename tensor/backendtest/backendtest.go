@@ -975,6 +975,12 @@ func FP8Compute(e *Env) {
 					return ks[i].LinearScaledFP8(o[i], xq[i], xs[i], wqq[i], wss[i], b[i])
 				})
 				e.Compare(fmt.Sprintf("linear_scaled_fp8 %s %+v bias=%v", dt, c, withBias), o, 20, 1)
+				if wo, ok := tensor.As[tensor.FP8Weights](e.Got); ok { // weight-only, on the unquantized input
+					fw := [2]tensor.FP8Weights{cpu.New(), wo}
+					o := e.Out(dt, c.M, c.N)
+					e.Run("linear_fp8", func(i int) error { return fw[i].LinearFP8(o[i], x[i], wqq[i], wss[i], b[i]) })
+					e.Compare(fmt.Sprintf("linear_fp8 %s %+v bias=%v", dt, c, withBias), o, 20, 1)
+				}
 			}
 		}
 	}
