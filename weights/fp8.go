@@ -2,7 +2,9 @@ package weights
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -122,10 +124,32 @@ func (c *Checkpoint) partFP8(p Spec) ([]byte, []float32, error) {
 		return append([]byte(nil), data...), sc, nil
 	}
 	f := make([]float32, n)
-	convert(tensor.BytesOf(f), tensor.F32, data, e.dt)
+	cols := n / max(rows, 1)
 	q, sc := make([]byte, n), make([]float32, rows)
-	tensor.QuantizeF8E4M3Rows(q, sc, f, rows, n/max(rows, 1))
+	inRows(rows, cols, func(lo, hi int) {
+		convert(tensor.BytesOf(f[lo*cols:hi*cols]), tensor.F32, data[lo*cols*e.dt.Size():hi*cols*e.dt.Size()], e.dt)
+		tensor.QuantizeF8E4M3Rows(q[lo*cols:hi*cols], sc[lo:hi], f[lo*cols:hi*cols], hi-lo, cols)
+	})
 	return q, sc, nil
+}
+
+// inRows runs fn over blocks of rows of a (rows, cols) matrix on every
+// core: quantizing a 13-billion-parameter transformer at load takes
+// minutes on one.
+func inRows(rows, cols int, fn func(lo, hi int)) {
+	step := max(1, (1<<20)/max(cols, 1))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for lo := 0; lo < rows; lo += step {
+		hi := min(rows, lo+step)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
 }
 
 // fillFP8 writes one half of the FP8 weight w into dst from its parts.
@@ -179,7 +203,10 @@ func (s *RandomSource) randomFP8(p Spec) ([]byte, []float32, error) {
 		rows = p.Shape[0]
 	}
 	q, sc := make([]byte, n), make([]float32, rows)
-	tensor.QuantizeF8E4M3Rows(q, sc, f, rows, n/max(rows, 1))
+	cols := n / max(rows, 1)
+	inRows(rows, cols, func(lo, hi int) {
+		tensor.QuantizeF8E4M3Rows(q[lo*cols:hi*cols], sc[lo:hi], f[lo*cols:hi*cols], hi-lo, cols)
+	})
 	return q, sc, nil
 }
 
