@@ -1,10 +1,10 @@
 package miopen
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/dynlib/dynlibtest"
+	"github.com/framepack-go/framepack/internal/errtest"
 )
 
 func TestConvDescOutDims(t *testing.T) {
@@ -31,27 +31,15 @@ func TestConvDescOutDims(t *testing.T) {
 
 func TestConvDescValidate(t *testing.T) {
 	ok := ConvDesc{N: 1, C: 8, D: 5, H: 9, W: 11, K: 16, KD: 3, KH: 3, KW: 3, Pad: [3]int{1, 1, 1}, DType: BF16, Layout: NDHWC}
-	if err := ok.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	bad := []struct {
-		d    ConvDesc
-		want string
-	}{
-		{func() ConvDesc { d := ok; d.C = 0; return d }(), "sizes must be positive"},
-		{func() ConvDesc { d := ok; d.KH = 0; return d }(), "kernel sizes"},
-		{func() ConvDesc { d := ok; d.Stride[1] = -1; return d }(), "strides"},
-		{func() ConvDesc { d := ok; d.DType = 0; return d }(), "unsupported dtype"},
-		{func() ConvDesc { d := ok; d.Layout = 7; return d }(), "unsupported layout"},
-		{func() ConvDesc { d := ok; d.Pad = [3]int{}; d.D = 2; return d }(), "kernel larger than the padded input"},
-		{func() ConvDesc { d := ok; d.N, d.C, d.D, d.H, d.W = 1, 512, 64, 512, 512; return d }(), "split the convolution"},
-	}
-	for _, c := range bad {
-		err := c.d.Validate()
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v: error %v, want it to mention %q", c.d, err, c.want)
-		}
-	}
+	errtest.Rejects(t, ok, (*ConvDesc).Validate, []errtest.Edit[ConvDesc]{
+		{Name: "channels", Edit: func(d *ConvDesc) { d.C = 0 }, Want: "sizes must be positive"},
+		{Name: "kernel", Edit: func(d *ConvDesc) { d.KH = 0 }, Want: "kernel sizes"},
+		{Name: "stride", Edit: func(d *ConvDesc) { d.Stride[1] = -1 }, Want: "strides"},
+		{Name: "dtype", Edit: func(d *ConvDesc) { d.DType = 0 }, Want: "unsupported dtype"},
+		{Name: "layout", Edit: func(d *ConvDesc) { d.Layout = 7 }, Want: "unsupported layout"},
+		{Name: "kernel over input", Edit: func(d *ConvDesc) { d.Pad = [3]int{}; d.D = 2 }, Want: "kernel larger than the padded input"},
+		{Name: "too large", Edit: func(d *ConvDesc) { d.N, d.C, d.D, d.H, d.W = 1, 512, 64, 512, 512 }, Want: "split the convolution"},
+	})
 }
 
 // The strides describe the layouts: NDHWC keeps C innermost.

@@ -3,10 +3,10 @@ package rocblas
 import (
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/dynlib/dynlibtest"
+	"github.com/framepack-go/framepack/internal/errtest"
 )
 
 // colMajorGemm is the column-major contract of Gemm on host arrays
@@ -170,29 +170,17 @@ func randVec(rng *rand.Rand, n int) []float64 {
 
 func TestGemmValidate(t *testing.T) {
 	ok := Gemm{M: 4, N: 5, K: 6, LDA: 4, LDB: 6, LDC: 4, A: 1, B: 1, C: 1, In: BF16, Out: F32}
-	if err := ok.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	bad := []struct {
-		g    Gemm
-		want string
-	}{
-		{func() Gemm { g := ok; g.LDA = 3; return g }(), "lda=3"},
-		{func() Gemm { g := ok; g.TransA = true; return g }(), "lda=4 < 6"},
-		{func() Gemm { g := ok; g.LDC = 2; return g }(), "ldc=2"},
-		{func() Gemm { g := ok; g.Out = F16; return g }(), "output dtype f16 with bf16"},
-		{func() Gemm { g := ok; g.In = 0; return g }(), "unsupported input dtype"},
-		{func() Gemm { g := ok; g.M = -1; return g }(), "negative size"},
-		{func() Gemm { g := ok; g.K = math.MaxInt32 + 1; return g }(), "32-bit"},
-		{func() Gemm { g := ok; g.Batch = 2; g.StrideC = 3; return g }(), "overlaps"},
-		{func() Gemm { g := ok; g.C = 0; return g }(), "nil C"},
-	}
-	for _, c := range bad {
-		err := c.g.Validate()
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%+v: error %v, want it to mention %q", c.g, err, c.want)
-		}
-	}
+	errtest.Rejects(t, ok, (*Gemm).Validate, []errtest.Edit[Gemm]{
+		{Name: "lda", Edit: func(g *Gemm) { g.LDA = 3 }, Want: "lda=3"},
+		{Name: "lda transposed", Edit: func(g *Gemm) { g.TransA = true }, Want: "lda=4 < 6"},
+		{Name: "ldc", Edit: func(g *Gemm) { g.LDC = 2 }, Want: "ldc=2"},
+		{Name: "output dtype", Edit: func(g *Gemm) { g.Out = F16 }, Want: "output dtype f16 with bf16"},
+		{Name: "input dtype", Edit: func(g *Gemm) { g.In = 0 }, Want: "unsupported input dtype"},
+		{Name: "negative size", Edit: func(g *Gemm) { g.M = -1 }, Want: "negative size"},
+		{Name: "32-bit size", Edit: func(g *Gemm) { g.K = math.MaxInt32 + 1 }, Want: "32-bit"},
+		{Name: "overlapping batches", Edit: func(g *Gemm) { g.Batch = 2; g.StrideC = 3 }, Want: "overlaps"},
+		{Name: "nil C", Edit: func(g *Gemm) { g.C = 0 }, Want: "nil C"},
+	})
 }
 
 // A missing library gives one error naming every file tried.

@@ -71,6 +71,29 @@ func CheckUpsample(dst, src *Tensor, scale [3]int) error {
 	return checkScaled("upsample", src, dst, src, dst, scale, dst.DType() == src.DType())
 }
 
+// CheckPad checks Pad's operands: src and dst of one dtype and rank (at
+// least 1), before for at most that many trailing axes, a known mode, and
+// dst holding src behind before on every axis (replicate mode cannot grow
+// an empty axis). It returns the amount added in front of every axis.
+func CheckPad(dst, src *Tensor, before []int, mode PadMode) ([]int, error) {
+	ds, ss := dst.Shape(), src.Shape()
+	if dst.DType() != src.DType() || len(ds) != len(ss) || len(before) > len(ds) || len(ds) == 0 {
+		return nil, fmt.Errorf("pad of %v into %v", src, dst)
+	}
+	if mode != PadZeros && mode != PadReplicate {
+		return nil, fmt.Errorf("pad mode %d: %w", mode, ErrUnsupported)
+	}
+	r := len(ds)
+	bf := make([]int, r)
+	copy(bf[r-len(before):], before)
+	for i := range ds {
+		if bf[i] < 0 || ds[i] < ss[i]+bf[i] || (mode == PadReplicate && ss[i] == 0 && ds[i] > 0) {
+			return nil, fmt.Errorf("pad of %v into %v with %v in front", src, dst, before)
+		}
+	}
+	return bf, nil
+}
+
 // CheckAvgPool3d checks AvgPool3d's shapes: src is dst with its last three
 // dimensions multiplied by kernel, each at least 1.
 func CheckAvgPool3d(dst, src *Tensor, kernel [3]int) error {

@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -29,6 +30,10 @@ func TestOperandChecks(t *testing.T) {
 		_, _, _, err := CheckBinary(op, dst, a, aSt, b, bSt)
 		return err
 	}
+	pad := func(dst, src *Tensor, before []int, mode PadMode) error {
+		_, err := CheckPad(dst, src, before, mode)
+		return err
+	}
 	linear := func(dst, x, w, bias *Tensor) error {
 		_, _, _, err := CheckLinear(dst, x, w, bias)
 		return err
@@ -55,6 +60,11 @@ func TestOperandChecks(t *testing.T) {
 		{"upsample rank", CheckUpsample(f32(2, 4, 6), f32(2, 1, 2, 3), [3]int{2, 2, 2}), "upsample of"},
 		{"upsample factor", CheckUpsample(f32(2, 2, 4, 7), f32(2, 1, 2, 3), [3]int{2, 2, 2}), "by [2 2 2]"},
 		{"upsample dtype", CheckUpsample(f16(2, 2, 4, 6), f32(2, 1, 2, 3), [3]int{2, 2, 2}), "upsample of"},
+		{"pad ok", pad(f32(2, 5, 6), f32(2, 3, 3), []int{1, 2}, PadReplicate), ""},
+		{"pad rank", pad(f32(5, 6), f32(2, 3, 3), []int{1, 2}, PadZeros), "pad of"},
+		{"pad mode", pad(f32(2, 5, 6), f32(2, 3, 3), []int{1, 2}, PadMode(9)), "pad mode 9"},
+		{"pad too small", pad(f32(2, 4, 6), f32(2, 3, 3), []int{2, 2}, PadZeros), "with [2 2] in front"},
+		{"pad replicate empty", pad(f32(2, 1, 6), f32(2, 0, 3), []int{1, 2}, PadReplicate), "in front"},
 		{"avg pool ok", CheckAvgPool3d(f32(1, 1, 2, 3), f32(1, 2, 4, 3), [3]int{2, 2, 1}), ""},
 		{"avg pool zero kernel", CheckAvgPool3d(f32(1, 1, 2, 3), f32(1, 2, 4, 3), [3]int{2, 2, 0}), "by [2 2 0]"},
 		{"attention ok", attn(f32(1, 5, 4, 8), f32(1, 7, 2, 8), f32(1, 7, 2, 8), AttnParams{Mask: f32(1, 5, 7)}), ""},
@@ -102,5 +112,8 @@ func TestCheckResults(t *testing.T) {
 	d, _ = CheckAttention(New(F32, 2, 5, 4, 8), q, kv, kv, AttnParams{Mask: New(F32, 1, 5, 7)})
 	if d.MaskStride != 0 {
 		t.Errorf("a shared mask has stride %d", d.MaskStride)
+	}
+	if bf, err := CheckPad(New(F32, 2, 5, 6), New(F32, 2, 3, 3), []int{1, 2}, PadZeros); err != nil || !slices.Equal(bf, []int{0, 1, 2}) {
+		t.Errorf("pad in front %v, %v; want [0 1 2]", bf, err)
 	}
 }

@@ -1,6 +1,7 @@
 package vae
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -83,6 +84,17 @@ type resnet struct {
 	norm1, norm2 groupNorm
 	conv1, conv2 *causalConv
 	shortcut     *causalConv // 1×1×1 causal conv when channels change
+}
+
+// newResnets reads a block's n resnets, name.resnets.0 to n−1: the first
+// takes cin channels to cout, the others keep cout.
+func newResnets(p *weights.Builder, name string, n, cin, cout, groups int) []*resnet {
+	rs := make([]*resnet, n)
+	for j := range rs {
+		rs[j] = newResnet(p, fmt.Sprintf("%s.resnets.%d", name, j), cin, cout, groups)
+		cin = cout
+	}
+	return rs
 }
 
 func newResnet(p *weights.Builder, name string, cin, cout, groups int) *resnet {

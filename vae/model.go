@@ -10,16 +10,29 @@ import (
 // encoder is HunyuanVideoEncoder3D followed by quant_conv.
 type encoder struct {
 	convIn  *causalConv
-	blocks  []*downBlock
+	blocks  []*block
 	mid     *midBlock
 	normOut groupNorm
 	convOut *causalConv
 	quant   *causalConv
 }
 
-type downBlock struct {
-	resnets []*resnet
-	down    *causalConv // nil in the last block
+// block is a down or up block: its resnets, then its resampler.
+type block struct {
+	resnets  []*resnet
+	resample interface { // nil in the last block
+		forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor
+	}
+}
+
+func (b *block) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	for _, r := range b.resnets {
+		x = r.forward(s, x)
+	}
+	if b.resample != nil {
+		x = b.resample.forward(s, x)
+	}
+	return x
 }
 
 func newEncoder(p *weights.Builder, c *Config) *encoder {
@@ -31,14 +44,7 @@ func newEncoder(p *weights.Builder, c *Config) *encoder {
 		in := out
 		out = ch[i]
 		name := fmt.Sprintf("encoder.down_blocks.%d", i)
-		b := &downBlock{}
-		for j := 0; j < c.LayersPerBlock; j++ {
-			cin := out
-			if j == 0 {
-				cin = in
-			}
-			b.resnets = append(b.resnets, newResnet(p, fmt.Sprintf("%s.resnets.%d", name, j), cin, out, g))
-		}
+		b := &block{resnets: newResnets(p, name, c.LayersPerBlock, in, out, g)}
 		if sp, tm := c.resample(i); sp || tm {
 			stride := [3]int{1, 1, 1}
 			if sp {
@@ -47,7 +53,7 @@ func newEncoder(p *weights.Builder, c *Config) *encoder {
 			if tm {
 				stride[0] = 2
 			}
-			b.down = newCausalConv(p, name+".downsamplers.0.conv", out, out, 3, stride)
+			b.resample = newCausalConv(p, name+".downsamplers.0.conv", out, out, 3, stride)
 		}
 		e.blocks = append(e.blocks, b)
 	}
@@ -63,12 +69,7 @@ func newEncoder(p *weights.Builder, c *Config) *encoder {
 func (e *encoder) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 	x = e.convIn.forward(s, x)
 	for _, b := range e.blocks {
-		for _, r := range b.resnets {
-			x = r.forward(s, x)
-		}
-		if b.down != nil {
-			x = b.down.forward(s, x)
-		}
+		x = b.forward(s, x)
 	}
 	x = e.mid.forward(s, x)
 	h := s.GroupNormSiLU(x, e.normOut.w, e.normOut.b, e.normOut.groups, normEps)
@@ -82,14 +83,9 @@ type decoder struct {
 	postQuant *causalConv
 	convIn    *causalConv
 	mid       *midBlock
-	blocks    []*upBlock
+	blocks    []*block
 	normOut   groupNorm
 	convOut   *causalConv
-}
-
-type upBlock struct {
-	resnets []*resnet
-	up      *upsample // nil in the last block
 }
 
 func newDecoder(p *weights.Builder, c *Config) *decoder {
@@ -106,16 +102,9 @@ func newDecoder(p *weights.Builder, c *Config) *decoder {
 		in := out
 		out = ch[len(ch)-1-i]
 		name := fmt.Sprintf("decoder.up_blocks.%d", i)
-		b := &upBlock{}
-		for j := 0; j < c.LayersPerBlock+1; j++ {
-			cin := out
-			if j == 0 {
-				cin = in
-			}
-			b.resnets = append(b.resnets, newResnet(p, fmt.Sprintf("%s.resnets.%d", name, j), cin, out, g))
-		}
+		b := &block{resnets: newResnets(p, name, c.LayersPerBlock+1, in, out, g)}
 		if sp, tm := c.resample(i); sp || tm {
-			b.up = &upsample{
+			b.resample = &upsample{
 				conv:    newCausalConv(p, name+".upsamplers.0.conv", out, out, 3, [3]int{1, 1, 1}),
 				spatial: sp, temporal: tm,
 			}
@@ -133,12 +122,7 @@ func (d *decoder) forward(s *tensor.Scope, z *tensor.Tensor) *tensor.Tensor {
 	x = d.convIn.forward(s, x)
 	x = d.mid.forward(s, x)
 	for _, b := range d.blocks {
-		for _, r := range b.resnets {
-			x = r.forward(s, x)
-		}
-		if b.up != nil {
-			x = b.up.forward(s, x)
-		}
+		x = b.forward(s, x)
 	}
 	h := s.GroupNormSiLU(x, d.normOut.w, d.normOut.b, d.normOut.groups, normEps)
 	s.Free(x)

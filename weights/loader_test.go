@@ -143,6 +143,21 @@ func loadBackends(t *testing.T) map[string]func() tensor.Backend {
 	return bes
 }
 
+// budgeted wraps be in a test budget of limit bytes, so the test can see
+// what a load leaves allocated.
+func budgeted(be tensor.Backend, limit int64) *memory.Backend {
+	return memory.Budgeted(be, memory.Budget{Device: "test", Cap: limit, Total: limit})
+}
+
+// releaseAll releases what b loaded and fails t if mb still holds any of it.
+func releaseAll(t *testing.T, b *Builder, mb *memory.Backend) {
+	t.Helper()
+	b.Release()
+	if n := mb.Stats().InUse; n != 0 {
+		t.Errorf("%d bytes left allocated", n)
+	}
+}
+
 // waitGoroutines fails when more goroutines run than before, after a
 // grace period for those that are ending.
 func waitGoroutines(t *testing.T, before int) {
@@ -287,7 +302,7 @@ func TestBuildTruncatedShard(t *testing.T) {
 			if err := os.Truncate(shard, st.Size()-5120-1000); err != nil {
 				t.Fatal(err)
 			}
-			mb := memory.Budgeted(newBE(), memory.Budget{Device: "test", Cap: 1 << 30, Total: 1 << 30})
+			mb := budgeted(newBE(), 1<<30)
 			b := Build(&CheckpointSource{Ck: ck, Be: mb}, mb, tensor.BF16, LoadOptions{Readers: 4, Chunk: 4096, Staging: 2},
 				func(b *Builder) {
 					// Only ranged weights: the sequential path reads
@@ -305,10 +320,7 @@ func TestBuildTruncatedShard(t *testing.T) {
 				t.Errorf("error %q does not name %s as truncated", err, shard)
 			}
 			t.Logf("error: %v", err)
-			b.Release()
-			if n := mb.Stats().InUse; n != 0 {
-				t.Errorf("%d bytes left allocated", n)
-			}
+			releaseAll(t, b, mb)
 			waitGoroutines(t, before)
 		})
 	}
@@ -326,16 +338,13 @@ func TestBuildCorruptShard(t *testing.T) {
 	ck := openCheckpoint(t, dir)
 	for name, newBE := range loadBackends(t) {
 		t.Run(name, func(t *testing.T) {
-			mb := memory.Budgeted(newBE(), memory.Budget{Device: "test", Cap: 1 << 30, Total: 1 << 30})
+			mb := budgeted(newBE(), 1<<30)
 			b := Build(&CheckpointSource{Ck: ck, Be: mb}, mb, tensor.BF16, LoadOptions{Readers: 4, Chunk: 4096}, construct)
 			err := b.Err()
 			if err == nil || !strings.Contains(err.Error(), shard) {
 				t.Fatalf("error %v does not name %s", err, shard)
 			}
-			b.Release()
-			if n := mb.Stats().InUse; n != 0 {
-				t.Errorf("%d bytes left allocated", n)
-			}
+			releaseAll(t, b, mb)
 		})
 	}
 	waitGoroutines(t, before)
@@ -346,7 +355,7 @@ func TestBuildCorruptShard(t *testing.T) {
 func TestBuildOffPlan(t *testing.T) {
 	dir := writeSharded(t)
 	ck := openCheckpoint(t, dir)
-	mb := memory.Budgeted(testdevice.NewFake(), memory.Budget{Device: "test", Cap: 1 << 30, Total: 1 << 30})
+	mb := budgeted(testdevice.NewFake(), 1<<30)
 	planned := false
 	b := Build(&CheckpointSource{Ck: ck, Be: mb}, mb, tensor.BF16, LoadOptions{Readers: 2, Chunk: 4096}, func(b *Builder) {
 		b.Get("a.f32", 300, 129)
@@ -385,7 +394,7 @@ func TestBuildWithinCap(t *testing.T) {
 	dir := writeSharded(t)
 	ck := openCheckpoint(t, dir)
 	const w = 1 << 16 * 4 // g.big in f32
-	mb := memory.Budgeted(testdevice.NewFake(), memory.Budget{Device: "test", Cap: 2*w + 1024, Total: 2*w + 1024})
+	mb := budgeted(testdevice.NewFake(), 2*w+1024)
 	var sums []float64
 	b := Build(&CheckpointSource{Ck: ck, Be: mb}, mb, tensor.F32, LoadOptions{Readers: 2, Chunk: 4096}, func(b *Builder) {
 		for range 4 {

@@ -34,21 +34,11 @@ func bySize(dst, src *tensor.Tensor, k8 func([]uint8, []uint8), k16 func([]uint1
 }
 
 func (be *Backend) Pad(dst, src *tensor.Tensor, before []int, mode tensor.PadMode) error {
+	bf, err := tensor.CheckPad(dst, src, before, mode) // amount added in front of every axis
+	if err != nil {
+		return fmt.Errorf("cpu: %w", err)
+	}
 	ds, ss := dst.Shape(), src.Shape()
-	if dst.DType() != src.DType() || len(ds) != len(ss) || len(before) > len(ds) || len(ds) == 0 {
-		return fmt.Errorf("cpu: pad of %v into %v", src, dst)
-	}
-	if mode != tensor.PadZeros && mode != tensor.PadReplicate {
-		return fmt.Errorf("cpu: pad mode %d: %w", mode, tensor.ErrUnsupported)
-	}
-	r := len(ds)
-	bf := make([]int, r) // amount added in front of every axis
-	copy(bf[r-len(before):], before)
-	for i := range ds {
-		if bf[i] < 0 || ds[i] < ss[i]+bf[i] || (mode == tensor.PadReplicate && ss[i] == 0 && ds[i] > 0) {
-			return fmt.Errorf("cpu: pad of %v into %v with %v in front", src, dst, before)
-		}
-	}
 	rep := mode == tensor.PadReplicate
 	return bySize(dst, src,
 		func(d, s []uint8) { padRows(be, d, s, ds, ss, bf, rep) },

@@ -290,25 +290,16 @@ func (b *Backend) RoPE(dst, x, cos, sin *tensor.Tensor) error {
 // ---- resampling ----
 
 func (b *Backend) Pad(dst, src *tensor.Tensor, before []int, mode tensor.PadMode) error {
-	ds, ss := dst.Shape(), src.Shape()
-	if dst.DType() != src.DType() || len(ds) != len(ss) || len(before) > len(ds) || len(ds) == 0 {
-		return fmt.Errorf("gpu: pad of %v into %v", src, dst)
-	}
-	if mode != tensor.PadZeros && mode != tensor.PadReplicate {
-		return fmt.Errorf("gpu: pad mode %d: %w", mode, tensor.ErrUnsupported)
+	bf, err := tensor.CheckPad(dst, src, before, mode)
+	if err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
 	ws := widthSuffix(dst.DType())
 	if ws == "" {
 		return unsupported("pad", dst.DType())
 	}
+	ds, ss := dst.Shape(), src.Shape()
 	r := len(ds)
-	bf := make([]int, r)
-	copy(bf[r-len(before):], before)
-	for i := range ds {
-		if bf[i] < 0 || ds[i] < ss[i]+bf[i] || (mode == tensor.PadReplicate && ss[i] == 0 && ds[i] > 0) {
-			return fmt.Errorf("gpu: pad of %v into %v with %v in front", src, dst, before)
-		}
-	}
 	if dst.Numel() == 0 {
 		return nil
 	}

@@ -32,3 +32,28 @@ func Closing[M interface{ Close() }](t testing.TB, m M, err error) M {
 	t.Cleanup(m.Close)
 	return m
 }
+
+// Edit is one change to a valid value (Name says which, in messages) and
+// what the error it leads to must say.
+type Edit[T any] struct {
+	Name string
+	Edit func(*T)
+	Want string
+}
+
+// Rejects fails the test unless validate accepts ok and rejects each edit,
+// made to a copy of ok, with an error that says the edit's Want.
+func Rejects[T any](t testing.TB, ok T, validate func(*T) error, edits []Edit[T]) {
+	t.Helper()
+	if err := validate(&ok); err != nil {
+		t.Fatalf("the valid value: %v", err)
+		return
+	}
+	for _, e := range edits {
+		v := ok
+		e.Edit(&v)
+		if err := validate(&v); err == nil || !strings.Contains(err.Error(), e.Want) {
+			t.Errorf("%s: error %v, want one saying %q", e.Name, err, e.Want)
+		}
+	}
+}

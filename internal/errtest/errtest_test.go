@@ -32,3 +32,37 @@ func TestMentions(t *testing.T) {
 		}
 	}
 }
+
+func TestRejects(t *testing.T) {
+	type pair struct{ a, b int }
+	validate := func(p *pair) error {
+		if p.a < 0 {
+			return errors.New("a is negative")
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		ok            pair
+		edit          func(*pair)
+		failed, fatal bool
+	}{
+		{pair{1, 2}, func(p *pair) { p.a = -1 }, false, false},
+		{pair{1, 2}, func(p *pair) { p.b = -1 }, true, false}, // accepted
+		{pair{-1, 2}, func(p *pair) { p.a = -2 }, true, true}, // ok rejected
+	} {
+		f := &fake{}
+		Rejects(f, c.ok, validate, []Edit[pair]{{"edit", c.edit, "negative"}})
+		if f.failed != c.failed || f.fatal != c.fatal {
+			t.Errorf("Rejects(%v): failed %v, fatal %v; want %v, %v", c.ok, f.failed, f.fatal, c.failed, c.fatal)
+		}
+	}
+	// The edits change copies: the second sees ok, not the first's edit.
+	f := &fake{}
+	Rejects(f, pair{1, 2}, validate, []Edit[pair]{
+		{"first", func(p *pair) { p.a = -1 }, "negative"},
+		{"second", func(p *pair) { p.b = 3 }, "negative"},
+	})
+	if !f.failed {
+		t.Error("the second edit saw the first's change")
+	}
+}

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/internal/hfmodel"
 	"github.com/framepack-go/framepack/internal/testdevice"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/weights"
 )
 
 // Backends are the backends a load is checked on: the test device
@@ -106,4 +108,19 @@ func MatchesSequential[M Model](t *testing.T, dts []tensor.DType, load, sequenti
 			})
 		}
 	}
+}
+
+// MatchesSequentialHF is MatchesSequential for a transformers model
+// (internal/hfmodel) in dir: load, the model package's Load, against
+// hfmodel.LoadSequential with the package's read and build.
+func MatchesSequentialHF[C any, M Model](t *testing.T, dir string, dts []tensor.DType,
+	load func(dir string, be tensor.Backend, dt tensor.DType) (M, error),
+	read func(dir string) (C, error), build func(l *weights.Builder, cfg C) M,
+	more func(t *testing.T, dt tensor.DType, loaded, seq M)) {
+	t.Helper()
+	MatchesSequential(t, dts,
+		func(be tensor.Backend, dt tensor.DType) (M, error) { return load(dir, be, dt) },
+		func(be tensor.Backend, dt tensor.DType) (M, error) {
+			return hfmodel.LoadSequential(dir, be, dt, read, build)
+		}, more)
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/internal/hfmodel"
 	"github.com/framepack-go/framepack/internal/loadtest"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -16,20 +15,12 @@ import (
 // order, rounded once to the compute dtype.
 func TestLoadMatchesSequential(t *testing.T) {
 	dir := golden.Cases(t, "text_encoder.llama")[0].ModelDir
-	cfg, err := ReadConfig(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ck, err := weights.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	loadtest.MatchesSequential(t, []tensor.DType{tensor.F32, tensor.BF16, tensor.F16},
-		func(be tensor.Backend, dt tensor.DType) (*Model, error) { return Load(dir, be, dt) },
-		func(be tensor.Backend, dt tensor.DType) (*Model, error) {
-			return hfmodel.LoadSequential(dir, be, dt, ReadConfig, build)
-		},
+	loadtest.MatchesSequentialHF(t, dir, []tensor.DType{tensor.F32, tensor.BF16, tensor.F16}, Load, ReadConfig, build,
 		func(t *testing.T, dt tensor.DType, m, seq *Model) {
 			// q of layer 0 against the checkpoint, reordered here.
 			raw, err := ck.Host("layers.0.self_attn.q_proj.weight")
@@ -37,7 +28,7 @@ func TestLoadMatchesSequential(t *testing.T) {
 				t.Fatal(err)
 			}
 			src := raw.ToFloat32()
-			rows, cols, hd := raw.Dim(0), raw.Dim(1), cfg.HeadDim
+			rows, cols, hd := raw.Dim(0), raw.Dim(1), m.HeadDim
 			want := make([]float32, len(src))
 			for h := 0; h < rows/hd; h++ {
 				for i := 0; i < hd/2; i++ {

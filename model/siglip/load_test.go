@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/internal/hfmodel"
 	"github.com/framepack-go/framepack/internal/loadtest"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -13,9 +12,5 @@ import (
 // for byte.
 func TestLoadMatchesSequential(t *testing.T) {
 	dir := golden.Cases(t, "image_encoder.siglip")[0].ModelDir
-	loadtest.MatchesSequential(t, []tensor.DType{tensor.F32, tensor.BF16},
-		func(be tensor.Backend, dt tensor.DType) (*Model, error) { return Load(dir, be, dt) },
-		func(be tensor.Backend, dt tensor.DType) (*Model, error) {
-			return hfmodel.LoadSequential(dir, be, dt, ReadConfig, build)
-		}, nil)
+	loadtest.MatchesSequentialHF(t, dir, []tensor.DType{tensor.F32, tensor.BF16}, Load, ReadConfig, build, nil)
 }
