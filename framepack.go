@@ -173,6 +173,12 @@ func (c FP8Compute) Enabled(be tensor.Backend) bool {
 	return c == FP8ComputeOn || (c == FP8ComputeAuto && tensor.NativeFP8(be))
 }
 
+// FP8Compute tells whether the transformer's block linears multiply in FP8
+// on this pipeline's device (Options.FP8Weights and Options.FP8Compute).
+func (p *Pipeline) FP8Compute() bool {
+	return p.opts.FP8Weights && p.opts.FP8Compute.Enabled(p.be)
+}
+
 // Device choices for Options.Device.
 const (
 	DeviceAuto = device.Auto

@@ -38,6 +38,7 @@ type benchGenFlags struct {
 	seed                                         uint64
 	gpus                                         string
 	cfg                                          float64
+	weightsMode, fp8Compute                      string
 
 	// The child's run (hidden flags): one mode, TeaCache on or off.
 	child   bool
@@ -102,6 +103,8 @@ and ±Inf in the generated latents (0 unless the weights or the engine misbehave
 	fl.StringVarP(&f.out, "out", "o", "", "folder for the videos (default: a temporary folder, removed after)")
 	fl.StringVar(&f.gpus, "gpus", "", gpusUsage)
 	fl.Float64Var(&f.cfg, "cfg", def.CFG, "real classifier-free guidance scale (> 1 runs the negative prompt too)")
+	fl.StringVar(&f.weightsMode, "weights", "", "transformer block weights: empty for the compute dtype, or fp8 (as generate --weights)")
+	fl.StringVar(&f.fp8Compute, "fp8-compute", "auto", "with --weights fp8: auto, on or off (as generate --fp8-compute)")
 	fl.BoolVar(&f.coldFiles, "cold-files", false, "drop the model's weight files from the page cache before each run (posix_fadvise, no root needed), so that its loads read the disk; the lines then carry disk_seq_gbps, one reader's sequential read of the largest weight file from the disk, the reference for the loads' rates")
 	fl.BoolVar(&f.coldCache, "cold-cache", false, "give each run empty cache folders (XDG_CACHE_HOME, and CUDA_CACHE_PATH for the NVIDIA driver's compiled PTX): GPU kernels compiled and conv3d algorithms chosen afresh, as on a machine's first run")
 	fl.BoolVar(&f.child, "child", false, "run one job in this process (what the parent runs)")
@@ -214,7 +217,8 @@ func runBenchGenParent(ctx context.Context, cmd *cobra.Command, f *benchGenFlags
 			"--models", f.models, "--image", f.image, "--prompt", f.prompt,
 			"--seconds", strconv.FormatFloat(f.seconds, 'g', -1, 64), "--resolution", strconv.Itoa(f.resolution),
 			"--steps", strconv.Itoa(f.steps), "--window", strconv.Itoa(f.window), "--seed", strconv.FormatUint(f.seed, 10),
-			"--device", f.device, "--cfg", strconv.FormatFloat(f.cfg, 'g', -1, 64)}
+			"--device", f.device, "--cfg", strconv.FormatFloat(f.cfg, 'g', -1, 64),
+			"--weights", f.weightsMode, "--fp8-compute", f.fp8Compute}
 		if f.gpus != "" {
 			args = append(args, "--gpus", f.gpus)
 		}
@@ -351,7 +355,13 @@ func runBenchGenChild(ctx context.Context, cmd *cobra.Command, f *benchGenFlags)
 	if supervised, err := superviseGPUs(ctx, cmd, f.gpus); supervised {
 		return err
 	}
-	opts := framepack.Options{Device: f.device, Preserve: f.preserve, Logger: log}
+	opts := framepack.Options{Device: f.device, Preserve: f.preserve, Logger: log, FP8Weights: f.weightsMode == "fp8"}
+	if opts.FP8Compute, err = framepack.ParseFP8Compute(f.fp8Compute); err != nil {
+		return fmt.Errorf("bench generate: --fp8-compute: %w", err)
+	}
+	if f.weightsMode != "" && f.weightsMode != "fp8" {
+		return fmt.Errorf("bench generate: --weights %q: want fp8 or nothing", f.weightsMode)
+	}
 	if f.mode != "nocap" {
 		opts.VRAMLimit = f.mode
 	}
@@ -389,6 +399,7 @@ func runBenchGenChild(ctx context.Context, cmd *cobra.Command, f *benchGenFlags)
 
 	r := benchGenResult(res, f.steps, loadPipeline, write)
 	r["mode"], r["teacache"], r["cfg"] = f.mode, f.tcOn, f.cfg
+	r["weights"], r["fp8_compute"] = f.weightsMode, p.FP8Compute()
 	r["seconds"], r["steps"] = f.seconds, f.steps
 	r["total_s"] = end.Sub(start).Seconds()
 	stages := 0.0
