@@ -176,6 +176,9 @@ func (c FP8Compute) Enabled(be tensor.Backend) bool {
 // FP8Compute tells whether the transformer's block linears multiply in FP8
 // on this pipeline's device (Options.FP8Weights and Options.FP8Compute).
 func (p *Pipeline) FP8Compute() bool {
+	if p == nil || p.be == nil {
+		return false
+	}
 	return p.opts.FP8Weights && p.opts.FP8Compute.Enabled(p.be)
 }
 
@@ -552,6 +555,12 @@ func (p *Pipeline) measure() error {
 			n += int64(tensor.Numel(shape)) * int64(dt.Size())
 		}
 		ck.Close()
+		if part == PartTransformer && p.opts.FP8Weights {
+			// The block linears as codes and scales: about 5/8 of the bf16 size.
+			if n, err = hunyuan.WeightBytes(p.trCfg, hunyuan.Options{DType: dt, FP8: true}); err != nil {
+				return fmt.Errorf("model part %s: %w", part, err)
+			}
+		}
 		p.bytes[part] = n
 	}
 	return nil

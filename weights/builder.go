@@ -85,6 +85,10 @@ func Random(be tensor.Backend, dt tensor.DType, seed uint64) *Builder {
 // (Specs, Weights).
 func NewPlan() *Builder { return NewBuilder(planSource{}, tensor.F32) }
 
+// NewPlanIn is NewPlan for a model built in dtype dt: each recorded
+// Weight's DType is the one it would be made in.
+func NewPlanIn(dt tensor.DType) *Builder { return NewBuilder(planSource{}, dt) }
+
 type planSource struct{}
 
 func (planSource) Make(Weight) (*tensor.Tensor, error) { return nil, nil }

@@ -22,6 +22,9 @@ What differs from the demo, and why:
   * no Gradio, threads or stream queue; progress goes to stderr;
   * --memory high|low picks the demo's high-VRAM or low-VRAM branch instead
     of measuring free memory (free_mem_gb > 60);
+  * in low-VRAM mode the LLaMA's hidden states are recorded by hooks of our
+    own (HiddenStatesByHooks): under transformers 5 the DynamicSwap classes
+    make the model return none;
   * --dtype float32 runs every model and the sampler in float32 (the golden
     run); --dtype released is the demo's dtypes;
   * the MP4 is written with ffmpeg (rgb24 pipe, libx264, yuv420p, the
@@ -603,12 +606,13 @@ def worker(g, input_image, args, rec, info, end_image=None):
         mem.fake_diffusers_current_device(text_encoder, gpu)  # since we only encode one text - that is one model move and one encode, offload is same time consumption since it is also one load and one encode.
         mem.load_model_as_complete(text_encoder_2, target_device=gpu)
 
-    llama_vec, clip_l_pooler = g.encode_prompt_conds(prompt, text_encoder, text_encoder_2, tokenizer, tokenizer_2)
+    te = text_encoder if high_vram else HiddenStatesByHooks(text_encoder)
+    llama_vec, clip_l_pooler = g.encode_prompt_conds(prompt, te, text_encoder_2, tokenizer, tokenizer_2)
 
     if cfg == 1:
         llama_vec_n, clip_l_pooler_n = torch.zeros_like(llama_vec), torch.zeros_like(clip_l_pooler)
     else:
-        llama_vec_n, clip_l_pooler_n = g.encode_prompt_conds(n_prompt, text_encoder, text_encoder_2, tokenizer, tokenizer_2)
+        llama_vec_n, clip_l_pooler_n = g.encode_prompt_conds(n_prompt, te, text_encoder_2, tokenizer, tokenizer_2)
 
     if rec is not None:
         rec["llama_vec"] = llama_vec.float().cpu()
@@ -768,6 +772,40 @@ def worker(g, input_image, args, rec, info, end_image=None):
             break
 
     return sections.finish(info, history_pixels)
+
+
+class HiddenStatesByHooks:
+    """The LLaMA text encoder as encode_prompt_conds calls it, its
+    hidden_states recorded by forward hooks of our own. transformers 5 records
+    hidden states with hooks chosen by layer class; the low-VRAM mode's
+    DynamicSwapInstaller swaps every module's class for a subclass of its own,
+    and the model then returns hidden_states=None. The tuple is LlamaModel's
+    order: the embeddings, each layer's output but the last, the final norm's
+    output. Nothing else changes: the same weights, swapped the same way."""
+
+    def __init__(self, model):
+        self.model = model
+
+    @property
+    def device(self):
+        return self.model.device
+
+    def __call__(self, **kw):
+        outs = []
+
+        def keep(_module, _inputs, out):
+            outs.append(out[0] if isinstance(out, tuple) else out)
+
+        hooks = [self.model.embed_tokens.register_forward_hook(keep)]
+        hooks += [layer.register_forward_hook(keep) for layer in self.model.layers]
+        try:
+            r = self.model(**kw)
+        finally:
+            for h in hooks:
+                h.remove()
+        if r.hidden_states is None:
+            r.hidden_states = tuple(outs[:-1]) + (r.last_hidden_state,)
+        return r
 
 
 def main(argv=None):

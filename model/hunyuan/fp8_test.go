@@ -82,6 +82,26 @@ func TestGoldenFP8Compute(t *testing.T) {
 	})
 }
 
+// TestWeightBytesFP8 checks the planned size against what a loaded model
+// holds, with and without FP8 weights (the blocks' arenas align each weight
+// to 256 bytes: at most 255 more a weight).
+func TestWeightBytesFP8(t *testing.T) {
+	golden.Run(t, "transformer", func(t *testing.T, c *golden.Case) {
+		for _, o := range []Options{{DType: tensor.BF16}, {DType: tensor.BF16, FP8: true}} {
+			m := loadModel(t, c.ModelDir, o)
+			dev, host := m.WeightBytes()
+			want, err := WeightBytes(m.cfg, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, _ := plan(m.cfg, o)
+			if got := dev + host; got < want || got > want+int64(255*len(p.Weights())) {
+				t.Errorf("fp8 %v: planned %d bytes, the loaded model holds %d", o.FP8, want, got)
+			}
+		}
+	})
+}
+
 func TestGoldenFP8Dequantized(t *testing.T) {
 	c := golden.Cases(t, "transformer")[0]
 	in := caseInputs(c)

@@ -218,16 +218,41 @@ func ReadConfig(dir string) (Config, error) {
 // shapes; a fused projection appears as its parts) without loading
 // anything.
 func Plan(cfg Config) ([]weights.Spec, error) {
+	p, err := plan(cfg, Options{})
+	if err != nil {
+		return nil, err
+	}
+	return p.Specs(), nil
+}
+
+// WeightBytes is the size of the weights as a model of cfg loaded with
+// opts holds them (opts.DType; the block linears as codes and scales with
+// opts.FP8), for planning memory before loading.
+func WeightBytes(cfg Config, opts Options) (int64, error) {
+	p, err := plan(cfg, opts)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, w := range p.Weights() {
+		n += int64(tensor.Numel(w.Shape)) * int64(w.DType.Size())
+	}
+	return n, nil
+}
+
+// plan runs the model's constructor on a plan builder.
+func plan(cfg Config, opts Options) (*weights.Builder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Model{cfg: cfg, blocks: make([]doubleBlock, cfg.NumLayers), singleBlocks: make([]singleBlock, cfg.NumSingleLayers)}
-	p := weights.NewPlan()
+	m := &Model{cfg: cfg, opts: opts, blocks: make([]doubleBlock, cfg.NumLayers), singleBlocks: make([]singleBlock, cfg.NumSingleLayers)}
+	p := weights.NewPlanIn(opts.DType)
+	m.dt = opts.DType
 	m.loadGlobals(p)
 	for i := 0; i < m.numBlocks(); i++ {
 		m.loadBlock(p, i, m.block(i))
 	}
-	return p.Specs(), nil
+	return p, nil
 }
 
 // Close frees every weight and the TeaCache state.
