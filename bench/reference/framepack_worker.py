@@ -871,8 +871,6 @@ def save_record(args, rec, info):
         json.dump(meta, f, indent=2)
 
 
-if __name__ == "__main__":
-    main()
 
 
 def worker_f1_sections(g, args, rec, info, start_latent, image_encoder_last_hidden_state, sample_kwargs,
@@ -1028,3 +1026,7 @@ class Sections:
         info.update(frames=int(history_pixels.shape[2]), sections_info=self.info, writes=self.writes,
                     latent_paddings=[s["latent_padding"] for s in self.info])
         return history_pixels
+
+
+if __name__ == "__main__":
+    main()
