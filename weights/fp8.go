@@ -152,6 +152,53 @@ func inRows(rows, cols int, fn func(lo, hi int)) {
 	wg.Wait()
 }
 
+// fp8Memo keeps a quantized part between the fills of its two halves (an
+// FP8 weight's codes and its scales are separate weights, each filled from
+// the same quantization): the part is quantized once, and dropped when the
+// other half takes it.
+type fp8Memo struct {
+	mu sync.Mutex
+	m  map[string]fp8Part
+}
+
+type fp8Part struct {
+	q  []byte
+	sc []float32
+}
+
+// get returns part p quantized by quantize, or the copy the other half
+// left.
+func (m *fp8Memo) get(p Spec, quantize func(Spec) ([]byte, []float32, error)) ([]byte, []float32, error) {
+	m.mu.Lock()
+	if e, ok := m.m[p.Name]; ok {
+		delete(m.m, p.Name)
+		m.mu.Unlock()
+		return e.q, e.sc, nil
+	}
+	m.mu.Unlock()
+	q, sc, err := quantize(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.m[p.Name]; ok {
+		delete(m.m, p.Name) // the other half quantized it at the same time: both are served
+	} else {
+		if m.m == nil {
+			m.m = map[string]fp8Part{}
+		}
+		m.m[p.Name] = fp8Part{q, sc}
+	}
+	return q, sc, nil
+}
+
+func (m *fp8Memo) clear() {
+	m.mu.Lock()
+	m.m = nil
+	m.mu.Unlock()
+}
+
 // fillFP8 writes one half of the FP8 weight w into dst from its parts.
 func fillFP8(w Weight, dst []byte, part func(Spec) ([]byte, []float32, error)) error {
 	off := 0

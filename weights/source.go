@@ -66,7 +66,7 @@ func (s *CheckpointSource) Upload(w Weight, dst tensor.Buffer, off int64) error 
 // Fill writes w's values into the host bytes dst.
 func (s *CheckpointSource) Fill(w Weight, dst []byte) error {
 	if w.FP8 != NotFP8 {
-		return fillFP8(w, dst, s.Ck.partFP8)
+		return fillFP8(w, dst, func(p Spec) ([]byte, []float32, error) { return s.Ck.fp8.get(p, s.Ck.partFP8) })
 	}
 	off := int64(0)
 	for _, p := range w.Parts {
@@ -106,6 +106,8 @@ func (s *CheckpointSource) WillNeed(w Weight) error {
 type RandomSource struct {
 	Be   tensor.Backend
 	Seed uint64
+
+	fp8 fp8Memo
 }
 
 // Make allocates w on the backend and fills it (in place on host memory).
@@ -132,7 +134,7 @@ func (s *RandomSource) Make(w Weight) (*tensor.Tensor, error) {
 // Fill writes w's values into the host bytes dst.
 func (s *RandomSource) Fill(w Weight, dst []byte) error {
 	if w.FP8 != NotFP8 {
-		return fillFP8(w, dst, s.randomFP8)
+		return fillFP8(w, dst, func(p Spec) ([]byte, []float32, error) { return s.fp8.get(p, s.randomFP8) })
 	}
 	switch w.DType {
 	case tensor.F32, tensor.F16, tensor.BF16:

@@ -34,6 +34,8 @@ type Checkpoint struct {
 
 	mu     sync.Mutex
 	closed bool
+
+	fp8 fp8Memo // quantized parts between their codes' and scales' fills
 }
 
 // shard is one safetensors file, mapped on first use. The file stays open
@@ -258,6 +260,7 @@ func (c *Checkpoint) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.fp8.clear()
 	var first error
 	for _, s := range c.shards {
 		if s.data != nil {
