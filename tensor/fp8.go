@@ -99,10 +99,13 @@ func NarrowF8E4M3(dst []uint8, src []float32) {
 func QuantizeF8E4M3Rows(q []uint8, scale []float32, w []float32, rows, cols int) {
 	for r := 0; r < rows; r++ {
 		row := w[r*cols : (r+1)*cols]
-		var amax float32
+		// |v|'s bits order as the values do, and a NaN's lie above
+		// every number's (so a NaN makes the scale 1, as max would).
+		var abits uint32
 		for _, v := range row {
-			amax = max(amax, float32(math.Abs(float64(v))))
+			abits = max(abits, math.Float32bits(v)&0x7fffffff)
 		}
+		amax := math.Float32frombits(abits)
 		s := amax / F8E4M3Max
 		if s == 0 || math.IsInf(float64(s), 0) || math.IsNaN(float64(s)) {
 			s = 1

@@ -198,3 +198,4 @@ func TestFP8QuantizeRows(t *testing.T) {
 		}
 	}
 }
+
