@@ -198,4 +198,3 @@ func TestFP8QuantizeRows(t *testing.T) {
 		}
 	}
 }
-
