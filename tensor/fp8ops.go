@@ -5,28 +5,13 @@ package tensor
 // FP8Weights dequantizes w into x's dtype first with ops every backend has
 // (dequantFP8), a whole weight at a time.
 func (s *Scope) LinearFP8(x, w, scale, bias *Tensor) *Tensor {
-	s.check("linear_fp8", x.dtype, x, bias)
-	s.check("linear_fp8", F8E4M3, w)
-	s.check("linear_fp8", F32, scale)
-	if len(w.shape) != 2 || scale.Numel() != w.shape[0] {
-		s.failf("linear_fp8", "weight %v with scale %v: want (out, in) and (out)", w.shape, scale.shape)
-	}
-	k := x.shape[len(x.shape)-1]
-	if w.shape[1] != k {
-		s.failf("linear_fp8", "input %v does not fit weight %v", x.shape, w.shape)
-	}
-	if bias != nil && (len(bias.shape) != 1 || bias.shape[0] != w.shape[0]) {
-		s.failf("linear_fp8", "bias %v does not fit weight %v", bias.shape, w.shape)
-	}
+	m, k := s.checkLinearFP8("linear_fp8", x, w, scale, bias)
 	f, ok := As[FP8Weights](s.be)
 	if !ok {
 		return s.Linear(x, s.dequantFP8(w, scale, x.dtype), bias)
 	}
-	shape := cloneInts(x.shape)
-	shape[len(shape)-1] = w.shape[0]
-	out := s.Empty(x.dtype, shape...)
+	out := s.Empty(x.dtype, linearShape(x, w)...)
 	if out.Numel() > 0 {
-		m := x.Numel() / max(k, 1)
 		describe := func() Op { return Op{Class: "linear fp8", Flops: 2 * float64(out.Numel()) * float64(k)} }
 		s.run("linear_fp8", describe, func() error { return f.LinearFP8(out.Reshape(m, w.shape[0]), x.Reshape(m, k), w, scale, bias) })
 	}
@@ -43,26 +28,11 @@ func (s *Scope) LinearFP8Compute(x, w, scale, bias *Tensor) *Tensor {
 	if !ok {
 		return s.LinearFP8(x, w, scale, bias)
 	}
-	s.check("linear_fp8_compute", x.dtype, x, bias)
-	s.check("linear_fp8_compute", F8E4M3, w)
-	s.check("linear_fp8_compute", F32, scale)
-	if len(w.shape) != 2 || scale.Numel() != w.shape[0] {
-		s.failf("linear_fp8_compute", "weight %v with scale %v: want (out, in) and (out)", w.shape, scale.shape)
-	}
-	k := x.shape[len(x.shape)-1]
-	if w.shape[1] != k {
-		s.failf("linear_fp8_compute", "input %v does not fit weight %v", x.shape, w.shape)
-	}
-	if bias != nil && (len(bias.shape) != 1 || bias.shape[0] != w.shape[0]) {
-		s.failf("linear_fp8_compute", "bias %v does not fit weight %v", bias.shape, w.shape)
-	}
-	shape := cloneInts(x.shape)
-	shape[len(shape)-1] = w.shape[0]
-	out := s.Empty(x.dtype, shape...)
+	m, k := s.checkLinearFP8("linear_fp8_compute", x, w, scale, bias)
+	out := s.Empty(x.dtype, linearShape(x, w)...)
 	if out.Numel() == 0 {
 		return out
 	}
-	m := x.Numel() / max(k, 1)
 	c := s.Child()
 	defer c.Close()
 	xq, xs := c.QuantizeRowsFP8(x.Reshape(m, k))
@@ -71,6 +41,34 @@ func (s *Scope) LinearFP8Compute(x, w, scale, bias *Tensor) *Tensor {
 		return f.LinearScaledFP8(out.Reshape(m, w.shape[0]), xq, xs, w, scale, bias)
 	})
 	return out
+}
+
+// checkLinearFP8 checks an FP8 Linear's operands: x (…, in) in a compute
+// dtype, w (out, in) F8E4M3, scale (out) F32, bias (out) or nil. m and k
+// are x's rows and in.
+func (s *Scope) checkLinearFP8(op string, x, w, scale, bias *Tensor) (m, k int) {
+	s.check(op, x.dtype, x, bias)
+	s.check(op, F8E4M3, w)
+	s.check(op, F32, scale)
+	if len(w.shape) != 2 || scale.Numel() != w.shape[0] {
+		s.failf(op, "weight %v with scale %v: want (out, in) and (out)", w.shape, scale.shape)
+	}
+	k = x.shape[len(x.shape)-1]
+	if w.shape[1] != k {
+		s.failf(op, "input %v does not fit weight %v", x.shape, w.shape)
+	}
+	if bias != nil && (len(bias.shape) != 1 || bias.shape[0] != w.shape[0]) {
+		s.failf(op, "bias %v does not fit weight %v", bias.shape, w.shape)
+	}
+	return x.Numel() / max(k, 1), k
+}
+
+// linearShape is the shape of a Linear's output: x's with its last axis
+// w's rows.
+func linearShape(x, w *Tensor) []int {
+	shape := cloneInts(x.shape)
+	shape[len(shape)-1] = w.shape[0]
+	return shape
 }
 
 // QuantizeRowsFP8 quantizes each row of x (…, K) to E4M3 with its own scale

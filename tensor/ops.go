@@ -329,9 +329,7 @@ func (s *Scope) Linear(x, w, bias *Tensor) *Tensor {
 	if bias != nil && (len(bias.shape) != 1 || bias.shape[0] != w.shape[0]) {
 		s.failf("linear", "bias %v does not fit weight %v", bias.shape, w.shape)
 	}
-	shape := cloneInts(x.shape)
-	shape[len(shape)-1] = w.shape[0]
-	out := s.Empty(x.dtype, shape...)
+	out := s.Empty(x.dtype, linearShape(x, w)...)
 	if out.Numel() > 0 {
 		m := x.Numel() / max(k, 1)
 		describe := func() Op {
