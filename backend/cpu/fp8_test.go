@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -46,6 +47,17 @@ func TestFP8Cast(t *testing.T) {
 	})
 }
 
+// randCodes are n random E4M3 codes, NaN's (S.1111.111) replaced by 0x3f.
+func randCodes(r *rand.Rand, n int) []byte {
+	c := make([]byte, n)
+	for i := range c {
+		if c[i] = byte(r.IntN(256)); c[i]&0x7f == 0x7f {
+			c[i] = 0x3f
+		}
+	}
+	return c
+}
+
 // hidden hides the backend's optional capabilities (the Scope's fallback).
 type hidden struct{ tensor.Backend }
 
@@ -54,13 +66,7 @@ func TestFP8Linear(t *testing.T) {
 	r := rng(11)
 	for _, sz := range [][3]int{{1, 1, 1}, {5, 7, 33}, {33, 65, 17}, {64, 300, 129}} {
 		m, n, k := sz[0], sz[1], sz[2]
-		codes := make([]byte, n*k)
-		for i := range codes {
-			codes[i] = byte(r.IntN(256))
-			if codes[i]&0x7f == 0x7f {
-				codes[i] = 0x3f
-			}
-		}
+		codes := randCodes(r, n*k)
 		scales := randVals(r, tensor.F32, n, 1e-3, 2e-2)
 		wq, err := tensor.FromBytes(tensor.F8E4M3, codes, n, k)
 		if err != nil {
@@ -197,16 +203,7 @@ func TestFP8LinearScaled(t *testing.T) {
 	r := rng(17)
 	for _, sz := range [][3]int{{1, 1, 1}, {5, 7, 33}, {33, 65, 48}} {
 		m, n, k := sz[0], sz[1], sz[2]
-		randCodes := func(count int) []byte {
-			c := make([]byte, count)
-			for i := range c {
-				if c[i] = byte(r.IntN(256)); c[i]&0x7f == 0x7f {
-					c[i] = 0x3f
-				}
-			}
-			return c
-		}
-		xc, wc := randCodes(m*k), randCodes(n*k)
+		xc, wc := randCodes(r, m*k), randCodes(r, n*k)
 		xs, ws := randVals(r, tensor.F32, m, 1e-3, 2e-2), randVals(r, tensor.F32, n, 1e-3, 2e-2)
 		for _, dt := range floatTypes {
 			bv := randVals(r, dt, n, -1, 1)
