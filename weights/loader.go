@@ -321,6 +321,9 @@ func (l *Loader) readWhole(c *Copy) error {
 	if c.host != nil {
 		return l.src.Fill(c.w, c.host)
 	}
+	if done, err := l.quantizeOnDevice(c); done {
+		return err
+	}
 	tmp := make([]byte, c.w.Bytes())
 	if err := l.src.Fill(c.w, tmp); err != nil {
 		return err

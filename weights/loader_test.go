@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"strings"
 	"testing"
 	"time"
@@ -415,5 +416,94 @@ func TestBuildWithinCap(t *testing.T) {
 	}
 	if len(sums) != 4 || sums[0] != sums[3] {
 		t.Errorf("sums %v: want four equal", sums)
+	}
+}
+
+// constructFP8 asks for FP8 weights: parts in f32, f16 and bf16 (quantized
+// on a device that can), and a fused one of mixed dtypes (on the host).
+func constructFP8(b *Builder) {
+	b.GetFP8("a.f32", 300, 129)
+	b.GetFP8("q.f16", 64, 40)
+	b.GetFP8("e.same", 4096, 33)
+	b.CatFP8([]string{"q.f16", "k.bf16", "v.f32"}, []int{64, 32, 96}, 40)
+}
+
+// countingFP8 counts the device quantizations of the backend under it.
+type countingFP8 struct {
+	tensor.Backend
+	fq tensor.FP8Compute
+	n  atomic.Int64
+}
+
+func (c *countingFP8) Unwrap() tensor.Backend { return c.Backend }
+func (c *countingFP8) QuantizeRowsFP8(q, scale, x *tensor.Tensor) error {
+	c.n.Add(1)
+	return c.fq.QuantizeRowsFP8(q, scale, x)
+}
+func (c *countingFP8) LinearScaledFP8(dst, xq, xs, wq, ws, bias *tensor.Tensor) error {
+	return c.fq.LinearScaledFP8(dst, xq, xs, wq, ws, bias)
+}
+func (c *countingFP8) NativeFP8() bool { return c.fq.NativeFP8() }
+
+// FP8 weights a Loader copies into device memory (a block's arena) are
+// quantized there, with the host's codes and scales bit for bit (Fill
+// quantizes on the host); a fused weight of mixed dtypes is quantized on
+// the host.
+func TestLoaderFP8OnDevice(t *testing.T) {
+	dir := writeSharded(t)
+	ck := openCheckpoint(t, dir)
+	plan := NewPlan().In(tensor.BF16)
+	constructFP8(plan)
+	ws := plan.Weights()
+	if len(ws) != 8 {
+		t.Fatalf("%d planned weights, want 8", len(ws))
+	}
+	offs := make([]int64, len(ws))
+	var size int64
+	for i, w := range ws {
+		offs[i] = size
+		size += (w.Bytes() + 255) &^ 255
+	}
+	want := make([]byte, size)
+	src := &CheckpointSource{Ck: ck, Be: cpu.New()}
+	for i, w := range ws {
+		if err := src.Fill(w, want[offs[i]:offs[i]+w.Bytes()]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, newBE := range loadBackends(t) {
+		if name == "cpu" {
+			continue // host memory: quantized in place
+		}
+		t.Run(name, func(t *testing.T) {
+			inner := newBE()
+			fq, ok := tensor.As[tensor.FP8Compute](inner)
+			if !ok {
+				t.Skipf("%s has no FP8 compute", name)
+			}
+			be := &countingFP8{Backend: inner, fq: fq}
+			ld := NewLoader(&CheckpointSource{Ck: ck, Be: be}, be, LoadOptions{Readers: 3, Chunk: 8192, Staging: 2})
+			dev, err := tensor.Alloc(be, tensor.U8, int(size))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tensor.Release(dev)
+			for i, w := range ws {
+				ld.Copy(w, dev.Buffer(), offs[i])
+			}
+			if err := ld.Finish(); err != nil {
+				t.Fatal(err)
+			}
+			// Three single-dtype weights, each half quantized on the device.
+			if n := be.n.Load(); n != 6 {
+				t.Errorf("%d device quantizations, want 6", n)
+			}
+			got := hostBytes(t, dev)
+			for i, w := range ws {
+				if !slices.Equal(got[offs[i]:offs[i]+w.Bytes()], want[offs[i]:offs[i]+w.Bytes()]) {
+					t.Errorf("%s (%v): device bytes differ from the host's quantization", w.Name, w.FP8)
+				}
+			}
+		})
 	}
 }
