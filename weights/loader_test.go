@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sync/atomic"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
