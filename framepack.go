@@ -300,11 +300,8 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 		return nil, err
 	}
 	if len(opts.LoRA) > 0 {
-		// The merge writes into weights as they are built at the compute
-		// dtype; FP8 codes would need a low-rank add at run time instead.
-		if opts.FP8Weights {
-			return nil, fmt.Errorf("framepack: LoRA with FP8 weights is not supported yet: load the transformer in bf16 (no --weights fp8)")
-		}
+		// Merged into the weights as they are built; with FP8 weights the
+		// FP8 linears' LoRAs are added at run time instead (hunyuan).
 		plan, err := hunyuan.Plan(p.trCfg)
 		if err != nil {
 			return nil, err

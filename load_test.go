@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/errtest"
-	"github.com/framepack-go/framepack/lora"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/weights"
@@ -174,25 +173,5 @@ func TestLoadBadInput(t *testing.T) {
 			}
 			t.Log(err)
 		})
-	}
-}
-
-// TestLoadRefusesLoRAWithFP8: a LoRA is merged into weights built at the
-// compute dtype, so it is refused with FP8 weights instead of being lost.
-func TestLoadRefusesLoRAWithFP8(t *testing.T) {
-	dir, temporary, err := tinymodel.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if temporary {
-		defer os.RemoveAll(dir)
-	}
-	p, err := Load(dir, Options{Device: DeviceCPU, FP8Weights: true, LoRA: []lora.File{{Path: filepath.Join(dir, "any.safetensors"), Scale: 1}}})
-	if err == nil {
-		p.Close()
-		t.Fatal("Load accepted a LoRA with FP8 weights")
-	}
-	if !strings.Contains(err.Error(), "LoRA with FP8 weights is not supported") {
-		t.Fatalf("error %q, want the LoRA/FP8 refusal", err)
 	}
 }

@@ -32,9 +32,11 @@ func (s *Set) Len() int {
 	return len(s.deltas)
 }
 
-// Touches reports whether any part of w is changed.
+// Touches reports whether merging changes w: whether any part of it is
+// adapted. FP8 weights are never merged (3 mantissa bits would lose most of
+// a LoRA's update); their LoRAs are added at run time (LowRank).
 func (s *Set) Touches(w weights.Weight) bool {
-	if s == nil {
+	if s == nil || w.FP8 != weights.NotFP8 {
 		return false
 	}
 	for _, p := range w.Parts {
@@ -109,6 +111,43 @@ func (s *Set) Apply(name string, w []float32, in int) {
 	for _, d := range s.deltas[name] {
 		addLowRank(w[d.row*in:], d, in)
 	}
+}
+
+// LowRank is the set's update of the Linear whose weight stacks parts
+// (each (rows, in)) as two factors, so that the update of y = x·Wᵀ is
+// (x·Aᵀ)·Bᵀ: A (r, in) stacks every delta's down factor, B (out, r) its
+// up factor times its scale in the delta's rows and columns, zeros
+// elsewhere. ok is false when no part is adapted.
+func (s *Set) LowRank(parts []weights.Spec) (a, b []float32, r, in int, ok bool) {
+	if s == nil {
+		return nil, nil, 0, 0, false
+	}
+	out := 0
+	for _, p := range parts {
+		for _, d := range s.deltas[p.Name] {
+			r += d.rank
+			in = d.in
+		}
+		out += p.Shape[0]
+	}
+	if r == 0 {
+		return nil, nil, 0, 0, false
+	}
+	a, b = make([]float32, r*in), make([]float32, out*r)
+	col, row := 0, 0
+	for _, p := range parts {
+		for _, d := range s.deltas[p.Name] {
+			copy(a[col*in:], d.a[:d.rank*in])
+			for i := 0; i < d.rows; i++ {
+				for k := 0; k < d.rank; k++ {
+					b[(row+d.row+i)*r+col+k] = d.factor * d.b[i*d.rank+k]
+				}
+			}
+			col += d.rank
+		}
+		row += p.Shape[0]
+	}
+	return a, b, r, in, true
 }
 
 // addLowRank adds d.factor·B·A to the rows×in matrix w, in f32, rows in
@@ -191,6 +230,15 @@ func (s *Source) FillRange(w weights.Weight, p int, lo, hi int64, dst, buf []byt
 		return fmt.Errorf("lora: weight %s cannot be filled in pieces", w.Name)
 	}
 	return rf.FillRange(w, p, lo, hi, dst, buf)
+}
+
+// FP8Input gives Inner's unquantized values of an FP8 weight
+// (weights.FP8Inputs), which the set never changes.
+func (s *Source) FP8Input(w weights.Weight) (weights.Weight, bool) {
+	if fi, ok := s.Inner.(weights.FP8Inputs); ok {
+		return fi.FP8Input(w)
+	}
+	return weights.Weight{}, false
 }
 
 // Fill writes w's values, merged when the set changes it, into dst.

@@ -93,6 +93,9 @@ type planSource struct{}
 
 func (planSource) Make(Weight) (*tensor.Tensor, error) { return nil, nil }
 
+// Name is name under the builder's prefix: the checkpoint's name for it.
+func (b *Builder) Name(name string) string { return b.prefix + name }
+
 // Sub is the builder of the module name: its names are prefixed "name.".
 func (b *Builder) Sub(name string) *Builder {
 	c := *b

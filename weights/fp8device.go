@@ -14,15 +14,16 @@ import (
 // tensor.QuantizeF8E4M3Rows). The Loader takes this path for an FP8 weight
 // bound for device memory whose source can give its unquantized values.
 
-// fp8Inputs is a source that gives an FP8 weight's values unquantized, as
+// FP8Inputs is a source that gives an FP8 weight's values unquantized, as
 // an ordinary weight (rows, in) in the dtype its quantization reads them in;
 // ok is false where they cannot be (a part stored as F8E4M3, taken with its
 // own scale, or parts in different dtypes).
-type fp8Inputs interface {
+type FP8Inputs interface {
+	Filler
 	FP8Input(w Weight) (in Weight, ok bool)
 }
 
-// FP8Input implements fp8Inputs: the parts in their stored dtype (f64 as
+// FP8Input implements FP8Inputs: the parts in their stored dtype (f64 as
 // f32, as partFP8 reads them).
 func (s *CheckpointSource) FP8Input(w Weight) (Weight, bool) {
 	dt := tensor.Invalid
@@ -43,7 +44,7 @@ func (s *CheckpointSource) FP8Input(w Weight) (Weight, bool) {
 	return fp8InputOf(w, dt)
 }
 
-// FP8Input implements fp8Inputs: the random values in f32, as randomFP8
+// FP8Input implements FP8Inputs: the random values in f32, as randomFP8
 // makes them.
 func (s *RandomSource) FP8Input(w Weight) (Weight, bool) { return fp8InputOf(w, tensor.F32) }
 
@@ -72,7 +73,7 @@ func (l *Loader) quantizeOnDevice(c *Copy) (done bool, err error) {
 	if !ok || c.host != nil || c.w.FP8 == NotFP8 {
 		return false, nil
 	}
-	fi, ok := l.src.(fp8Inputs)
+	fi, ok := l.src.(FP8Inputs)
 	if !ok {
 		return false, nil
 	}
@@ -105,7 +106,7 @@ func (l *Loader) quantizeOnDevice(c *Copy) (done bool, err error) {
 		return true, fmt.Errorf("weights: %s: %w", c.w.Name, err)
 	}
 	host := make([]byte, x.Bytes())
-	if err := l.src.Fill(in, host); err != nil {
+	if err := fi.Fill(in, host); err != nil {
 		return true, err
 	}
 	if err := l.be.Upload(x.Buffer(), 0, host); err != nil {

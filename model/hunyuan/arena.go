@@ -102,6 +102,9 @@ func (m *Model) loadBlock(p *weights.Builder, i int, blk any) {
 	}
 	for _, l := range ls {
 		l.FP8Compute = m.opts.FP8Compute && l.Scale != nil
+		if l.Scale != nil {
+			l.LoRA = m.lowRank[l.key]
+		}
 	}
 }
 

@@ -44,6 +44,55 @@ func TestGoldenLoRA(t *testing.T) {
 	}
 }
 
+// TestGoldenLoRAFP8 loads the golden model with FP8 weights and the case's
+// LoRA, which is then added at run time rather than merged, resident and
+// with streamed blocks: the output holds FP8's bound against diffusers'
+// LoRA forward, and the LoRA's effect (the output with it less the output
+// without it) is that of the f32 model.
+func TestGoldenLoRAFP8(t *testing.T) {
+	for _, c := range golden.Cases(t, "transformer_lora") {
+		var files []string
+		var scale float64
+		c.Param("lora_files", &files)
+		c.Param("lora_scale", &scale)
+		_, plan := plantest.Plan(t, c.ModelDir, ReadConfig, Plan)
+		set, err := lora.Resolve([]lora.File{{Path: filepath.Join(c.Dir, files[0]), Scale: scale}}, plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := caseInputs(c)
+		want := c.Tensor("output").Float32s()
+		plain := forward(t, loadModel(t, c.ModelDir, Options{}), in).Float32s()
+		plainFP8 := forward(t, loadModel(t, c.ModelDir, Options{FP8: true}), in).Float32s()
+		wantEffect := sub(want, plain)
+		for _, host := range []bool{false, true} {
+			m := loadModel(t, c.ModelDir, Options{LoRA: set, FP8: true, HostBlocks: host})
+			if len(m.lowRank) == 0 {
+				t.Fatal("no FP8 linear has a run-time LoRA")
+			}
+			got := forward(t, m, in).Float32s()
+			effect := sub(got, plainFP8)
+			r, re := numcmp.RelL2(got, want), numcmp.RelL2(effect, wantEffect)
+			t.Logf("%s host blocks %v: rel_l2 %.3g vs diffusers' LoRA forward; the LoRA's effect %.3g from the f32 model's", c.Name, host, r, re)
+			if r > 6e-2 || r != r {
+				t.Errorf("host blocks %v: rel_l2 %.3g > 6e-2", host, r)
+			}
+			if re > 0.15 || re != re {
+				t.Errorf("host blocks %v: the LoRA's effect is %.3g (relative L2) from the f32 model's", host, re)
+			}
+		}
+	}
+}
+
+// sub is a − b elementwise.
+func sub(a, b []float32) []float32 {
+	out := make([]float32, len(a))
+	for i := range a {
+		out[i] = a[i] - b[i]
+	}
+	return out
+}
+
 // TestLoRAFormatsAgree writes one random LoRA in the three formats
 // (diffusers/PEFT without alpha, musubi-tuner and original-HunyuanVideo
 // kohya keys with alpha) and checks that each gives the same forward,

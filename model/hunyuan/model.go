@@ -39,7 +39,9 @@ type Options struct {
 	// LoRA is merged into the weights as they are built (package lora):
 	// resident weights and the host copies of streamed blocks alike. Blocks
 	// it changes are never streamed from the file (StreamFromFile keeps a
-	// host copy of them instead). Load only.
+	// host copy of them instead). With FP8, the FP8 linears' LoRAs are not
+	// merged but added at run time from resident low-rank factors, and do
+	// not keep a block from streaming. Load only.
 	LoRA *lora.Set
 	// FP8 holds the blocks' linear weights (all but the modulations) as
 	// FP8 E4M3 with one scale per output channel: stored so in the
@@ -78,6 +80,8 @@ type Model struct {
 	normOut         linear                    // norm_out.linear
 	projOut         linear                    // f32
 	global          *weights.Builder          // holds every weight outside the blocks
+	lowRank         map[string]*lowRank       // FP8 linears' LoRAs, by linear.key
+	lowRankScope    *tensor.Scope             // holds them
 
 	tc   teaCache
 	rope struct { // the last call's RoPE tables
@@ -166,6 +170,10 @@ func Load(dir string, be tensor.Backend, opts Options) (*Model, error) {
 	var fill weights.Filler = src
 	if opts.LoRA.Len() > 0 {
 		fill = &lora.Source{Inner: src, Be: be, Set: opts.LoRA}
+	}
+	if err := m.loadLowRank(); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("hunyuan: %s: %w", dir, err)
 	}
 	if err := m.build(fill); err != nil {
 		m.Close()
@@ -260,6 +268,10 @@ func (m *Model) Close() {
 	if m.global != nil {
 		m.global.Release()
 	}
+	if m.lowRankScope != nil {
+		m.lowRankScope.Close()
+		m.lowRankScope, m.lowRank = nil, nil
+	}
 	for _, a := range m.arenas {
 		if a != nil {
 			a.free()
@@ -335,4 +347,46 @@ func (m *Model) fromFile() bool {
 		}
 	}
 	return false
+}
+
+// loadLowRank makes the run-time LoRA factors of the FP8 linears
+// (Options.FP8 with Options.LoRA), resident in the compute dtype; the
+// blocks' linears find them by name as they are bound.
+func (m *Model) loadLowRank() error {
+	if !m.opts.FP8 || m.opts.LoRA.Len() == 0 {
+		return nil
+	}
+	p, err := plan(m.cfg, m.opts)
+	if err != nil {
+		return err
+	}
+	m.lowRank, m.lowRankScope = map[string]*lowRank{}, tensor.NewScope(m.be)
+	return tensor.Catch(func() {
+		s := m.lowRankScope
+		for _, w := range p.Weights() {
+			if w.FP8 != weights.FP8Codes {
+				continue
+			}
+			a, b, r, in, ok := m.opts.LoRA.LowRank(w.Parts)
+			if !ok {
+				continue
+			}
+			m.lowRank[w.Parts[0].Name] = &lowRank{
+				A: m.residentFactor(s, tensor.FromFloat32(a, r, in)),
+				B: m.residentFactor(s, tensor.FromFloat32(b, w.Shape[0], r)),
+			}
+		}
+	})
+}
+
+// residentFactor is the host f32 tensor h on the device in the compute
+// dtype, held by s.
+func (m *Model) residentFactor(s *tensor.Scope, h *tensor.Tensor) *tensor.Tensor {
+	f := s.To(h)
+	if m.dt == tensor.F32 {
+		return f
+	}
+	c := s.Cast(f, m.dt)
+	s.Free(f)
+	return c
 }

@@ -10,11 +10,18 @@ import (
 // linear is torch.nn.Linear: weight (out, in), bias (out). With FP8
 // weights (Options.FP8) Weight is F8E4M3 and Scale its f32 per-row scales.
 // With FP8Compute as well its input is quantized per token and the product
-// runs in FP8 (Scope.LinearFP8Compute).
+// runs in FP8 (Scope.LinearFP8Compute). A LoRA of an FP8 linear is added at
+// run time (LoRA); the others are merged into the weights at load.
 type linear struct {
 	Weight, Scale, Bias *tensor.Tensor
 	FP8Compute          bool
+	LoRA                *lowRank
+	key                 string // the checkpoint name of its (first) weight
 }
+
+// lowRank is a LoRA's update of one FP8 linear: y += (x·Aᵀ)·Bᵀ, A (r, in)
+// and B (out, r) in the compute dtype (lora.Set.LowRank).
+type lowRank struct{ A, B *tensor.Tensor }
 
 // fp8 reports whether layer name loads as FP8: under an FP8 builder, every
 // linear but the modulations (names with "norm"), which stay in the compute
@@ -30,6 +37,7 @@ func (l *linear) load(p *weights.Builder, name string, out, in int) {
 		l.Weight = p.Get(name+".weight", out, in)
 	}
 	l.Bias = p.Get(name+".bias", out)
+	l.key = p.Name(name + ".weight")
 }
 
 // loadCat loads the checkpoint's linears names (each outs[i] outputs of in
@@ -46,6 +54,7 @@ func (l *linear) loadCat(p *weights.Builder, names []string, outs []int, in int)
 		l.Weight = p.Cat(w, outs, in)
 	}
 	l.Bias = p.Cat(b, outs)
+	l.key = p.Name(w[0])
 }
 
 func (l *linear) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
@@ -54,11 +63,21 @@ func (l *linear) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 
 // apply is x·Weightᵀ + bias (bias nil: none).
 func (l *linear) apply(s *tensor.Scope, x, bias *tensor.Tensor) *tensor.Tensor {
-	if l.Scale != nil && l.FP8Compute {
-		return s.LinearFP8Compute(x, l.Weight, l.Scale, bias)
-	}
 	if l.Scale != nil {
-		return s.LinearFP8(x, l.Weight, l.Scale, bias)
+		var y *tensor.Tensor
+		if l.FP8Compute {
+			y = s.LinearFP8Compute(x, l.Weight, l.Scale, bias)
+		} else {
+			y = s.LinearFP8(x, l.Weight, l.Scale, bias)
+		}
+		if l.LoRA == nil {
+			return y
+		}
+		down := s.Linear(x, l.LoRA.A, nil)
+		up := s.Linear(down, l.LoRA.B, nil)
+		out := s.Add(y, up)
+		s.Free(down, up, y)
+		return out
 	}
 	return s.Linear(x, l.Weight, bias)
 }
