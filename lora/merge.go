@@ -232,13 +232,21 @@ func (s *Source) FillRange(w weights.Weight, p int, lo, hi int64, dst, buf []byt
 	return rf.FillRange(w, p, lo, hi, dst, buf)
 }
 
-// FP8Input gives Inner's unquantized values of an FP8 weight
-// (weights.FP8Inputs), which the set never changes.
+// FP8Input and FillFP8Input give Inner's unquantized values of an FP8
+// weight (weights.FP8Inputs), unmerged: the set never changes FP8 weights.
 func (s *Source) FP8Input(w weights.Weight) (weights.Weight, bool) {
 	if fi, ok := s.Inner.(weights.FP8Inputs); ok {
 		return fi.FP8Input(w)
 	}
 	return weights.Weight{}, false
+}
+
+func (s *Source) FillFP8Input(in weights.Weight, dst []byte) error {
+	fi, ok := s.Inner.(weights.FP8Inputs)
+	if !ok {
+		return fmt.Errorf("lora: %s: the source has no unquantized FP8 values", in.Name)
+	}
+	return fi.FillFP8Input(in, dst)
 }
 
 // Fill writes w's values, merged when the set changes it, into dst.

@@ -17,10 +17,12 @@ import (
 // FP8Inputs is a source that gives an FP8 weight's values unquantized, as
 // an ordinary weight (rows, in) in the dtype its quantization reads them in;
 // ok is false where they cannot be (a part stored as F8E4M3, taken with its
-// own scale, or parts in different dtypes).
+// own scale, or parts in different dtypes). FillFP8Input fills such a
+// weight with the values the host would quantize, as stored (a LoRA is
+// never merged into them).
 type FP8Inputs interface {
-	Filler
 	FP8Input(w Weight) (in Weight, ok bool)
+	FillFP8Input(in Weight, dst []byte) error
 }
 
 // FP8Input implements FP8Inputs: the parts in their stored dtype (f64 as
@@ -44,9 +46,15 @@ func (s *CheckpointSource) FP8Input(w Weight) (Weight, bool) {
 	return fp8InputOf(w, dt)
 }
 
+// FillFP8Input implements FP8Inputs.
+func (s *CheckpointSource) FillFP8Input(in Weight, dst []byte) error { return s.Fill(in, dst) }
+
 // FP8Input implements FP8Inputs: the random values in f32, as randomFP8
 // makes them.
 func (s *RandomSource) FP8Input(w Weight) (Weight, bool) { return fp8InputOf(w, tensor.F32) }
+
+// FillFP8Input implements FP8Inputs.
+func (s *RandomSource) FillFP8Input(in Weight, dst []byte) error { return s.Fill(in, dst) }
 
 // fp8InputOf is FP8 weight w's parts stacked as an ordinary weight of dt.
 func fp8InputOf(w Weight, dt tensor.DType) (Weight, bool) {
@@ -106,7 +114,7 @@ func (l *Loader) quantizeOnDevice(c *Copy) (done bool, err error) {
 		return true, fmt.Errorf("weights: %s: %w", c.w.Name, err)
 	}
 	host := make([]byte, x.Bytes())
-	if err := fi.Fill(in, host); err != nil {
+	if err := fi.FillFP8Input(in, host); err != nil {
 		return true, err
 	}
 	if err := l.be.Upload(x.Buffer(), 0, host); err != nil {
