@@ -64,7 +64,8 @@ Modes: nocap (no --vram-limit: the device's default budget), or a --vram-limit v
 transformer's and VAE decoder's reloads included), text_s, image_s (VAE encode and SigLIP),
 sample_s (every section's sampling; sample_s_per_step divides by sections × steps), decode_s
 (the decodes run in line, and the waits for those run beside the next sampling), write_s;
-other_s is the rest of total_s (process start-up, reading the image, unloading).
+other_s is the rest of total_s (process start-up, reading the image, unloading); before_load_s,
+pipeline_load_s (framepack.Load, model loads included) and generate_s (Generate's wall time) help place it.
 decode_overlapped_sections and decode_overlapped_s are the decodes that ran beside a sampling
 and their time; loop_idle_share is the section loop's share of time without sampling.
 compile_s is the GPU kernel compile time the backend logged, summed over modules, part of the
@@ -369,6 +370,7 @@ func runBenchGenChild(ctx context.Context, cmd *cobra.Command, f *benchGenFlags)
 		return err
 	}
 	t := time.Now()
+	beforeLoad := t.Sub(start)
 	p, err := framepack.Load(f.models, opts)
 	if err != nil {
 		return err
@@ -407,6 +409,12 @@ func runBenchGenChild(ctx context.Context, cmd *cobra.Command, f *benchGenFlags)
 		stages += r[k].(float64)
 	}
 	r["other_s"] = r["total_s"].(float64) - stages
+	// Where other_s lies: before framepack.Load (process start, the image),
+	// Load itself (device, libraries, configs; its model loads are in
+	// load_s), and Generate's time outside its stages.
+	r["before_load_s"] = beforeLoad.Seconds()
+	r["pipeline_load_s"] = loadPipeline.Seconds()
+	r["generate_s"] = res.Total.Seconds()
 	compileMu.Lock()
 	r["compile_s"] = compileSecs
 	compileMu.Unlock()

@@ -70,6 +70,10 @@ func TestBenchGenerateTiny(t *testing.T) {
 		if total := num("total_s"); total < sum || total > sum+30 {
 			t.Errorf("line %d: total_s %g against stages summing to %g", i, total, sum)
 		}
+		// other_s placed: before Load, Load and Generate lie within the run.
+		if b, l, g := num("before_load_s"), num("pipeline_load_s"), num("generate_s"); b <= 0 || l <= 0 || g <= 0 || b+l+g > num("total_s") {
+			t.Errorf("line %d: before_load_s %v, pipeline_load_s %v, generate_s %v, total_s %v", i, b, l, g, r["total_s"])
+		}
 		// Every model's load, the text encoders' included, with its bytes,
 		// seconds and rate.
 		gb, _ := r["load_gbps"].(map[string]any)
