@@ -523,7 +523,7 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 		Seed: f.seedValue, SeedRandom: f.seedRandom, Seconds: f.seconds, Steps: f.steps, Window: f.window,
 		Model: f.model, EmbedInterpolation: f.embedInterp, StartEmbedStrength: f.startEmbed,
 		CFG: f.cfg, GS: f.gs, RS: f.rs, TeaCache: f.teacache, Resolution: f.resolution, PosteriorMean: f.posteriorMean,
-		CRF: f.crf, Device: f.device, DType: f.dtype, Weights: f.weightsMode, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
+		CRF: f.crf, Device: f.device, DType: f.dtype, Weights: f.weightsMode, FP8Compute: fp8ComputeSetting(f), VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
 		TinyModel: tiny, Models: models, Output: f.output.path}, nil
 }
 
@@ -567,4 +567,13 @@ func peakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// fp8ComputeSetting is --fp8-compute as the settings file records it: only
+// with --weights fp8, where it means something.
+func fp8ComputeSetting(f *generateFlags) string {
+	if f.weightsMode != "fp8" {
+		return ""
+	}
+	return f.fp8Compute
 }

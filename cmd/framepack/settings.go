@@ -45,6 +45,7 @@ type settings struct {
 	Device        string  `json:"device"`
 	DType         string  `json:"dtype,omitempty"`
 	Weights       string  `json:"weights,omitempty"`
+	FP8Compute    string  `json:"fp8_compute,omitempty"` // with Weights fp8: auto, on or off
 	VRAMLimit     string  `json:"vram_limit,omitempty"`
 	Preserve      string  `json:"preserve,omitempty"`
 	VAETile       int     `json:"vae_tile,omitempty"`
