@@ -11,6 +11,7 @@ import (
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/kernels"
 	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/rocblas"
 )
 
 func init() {
@@ -66,6 +67,13 @@ func doctorGPU(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(w, "  budget:  %s\n", b)
+	// FP8 compute (--weights fp8) multiplies through the Lt library on GPUs
+	// with FP8 tensor cores; without it the codes are widened.
+	if lt, err := rocblas.OpenLt(d.Vendor); err != nil {
+		fmt.Fprintf(w, "  lt:      not available (FP8 weights widened on the fly): %v\n", err)
+	} else {
+		fmt.Fprintf(w, "  lt:      %s\n", lt)
+	}
 	return nil
 }
 
