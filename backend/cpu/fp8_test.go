@@ -47,6 +47,25 @@ func TestFP8Cast(t *testing.T) {
 	})
 }
 
+// linearRef64 is x·wᵀ + bias for x (m, k) and w (n, k) read through the
+// functions, in float64, with each element's scale (Σ|x·w| + |bias|) for
+// the tolerance.
+func linearRef64(m, n, k int, x, w func(row, col int) float64, bias []float32) (want, scale []float64) {
+	want, scale = make([]float64, m*n), make([]float64, m*n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var acc, abs float64
+			for p := 0; p < k; p++ {
+				prod := x(i, p) * w(j, p)
+				acc += prod
+				abs += math.Abs(prod)
+			}
+			want[i*n+j], scale[i*n+j] = acc+float64(bias[j]), abs+math.Abs(float64(bias[j]))
+		}
+	}
+	return want, scale
+}
+
 // randCodes are n random E4M3 codes, NaN's (S.1111.111) replaced by 0x3f.
 func randCodes(r *rand.Rand, n int) []byte {
 	c := make([]byte, n)
@@ -76,18 +95,9 @@ func TestFP8Linear(t *testing.T) {
 		for _, dt := range floatTypes {
 			xv := randVals(r, dt, m*k, -1, 1)
 			bv := randVals(r, dt, n, -1, 1)
-			want, scale := make([]float64, m*n), make([]float64, m*n)
-			for i := 0; i < m; i++ {
-				for j := 0; j < n; j++ {
-					var acc, abs float64
-					for p := 0; p < k; p++ {
-						w := float64(tensor.F32FromF8E4M3(codes[j*k+p])) * float64(scales[j])
-						acc += float64(xv[i*k+p]) * w
-						abs += math.Abs(float64(xv[i*k+p]) * w)
-					}
-					want[i*n+j], scale[i*n+j] = acc+float64(bv[j]), abs+math.Abs(float64(bv[j]))
-				}
-			}
+			want, scale := linearRef64(m, n, k,
+				func(i, p int) float64 { return float64(xv[i*k+p]) },
+				func(j, p int) float64 { return float64(tensor.F32FromF8E4M3(codes[j*k+p])) * float64(scales[j]) }, bv)
 			for _, sc2 := range []*tensor.Scope{s, tensor.NewScope(hidden{be})} {
 				var got []float32
 				must(t, func() {
@@ -207,19 +217,10 @@ func TestFP8LinearScaled(t *testing.T) {
 		xs, ws := randVals(r, tensor.F32, m, 1e-3, 2e-2), randVals(r, tensor.F32, n, 1e-3, 2e-2)
 		for _, dt := range floatTypes {
 			bv := randVals(r, dt, n, -1, 1)
-			want, scale := make([]float64, m*n), make([]float64, m*n)
-			for i := 0; i < m; i++ {
-				for j := 0; j < n; j++ {
-					var acc, abs float64
-					for p := 0; p < k; p++ {
-						prod := float64(tensor.F32FromF8E4M3(xc[i*k+p])) * float64(tensor.F32FromF8E4M3(wc[j*k+p]))
-						acc += prod
-						abs += math.Abs(prod)
-					}
-					f := float64(xs[i]) * float64(ws[j])
-					want[i*n+j], scale[i*n+j] = acc*f+float64(bv[j]), abs*f+math.Abs(float64(bv[j]))
-				}
-			}
+			// The scales folded into the operands: exact in float64.
+			want, scale := linearRef64(m, n, k,
+				func(i, p int) float64 { return float64(tensor.F32FromF8E4M3(xc[i*k+p])) * float64(xs[i]) },
+				func(j, p int) float64 { return float64(tensor.F32FromF8E4M3(wc[j*k+p])) * float64(ws[j]) }, bv)
 			var got []float32
 			must(t, func() {
 				xq, _ := tensor.FromBytes(tensor.F8E4M3, xc, m, k)
@@ -253,16 +254,9 @@ func TestFP8LinearCompute(t *testing.T) {
 	for _, dt := range floatTypes {
 		xv := randVals(r, dt, m*k, -2, 2)
 		bv := randVals(r, dt, n, -1, 1)
-		want := make([]float64, m*n)
-		for i := 0; i < m; i++ {
-			for j := 0; j < n; j++ {
-				acc := float64(bv[j])
-				for p := 0; p < k; p++ {
-					acc += float64(xv[i*k+p]) * float64(wv[j*k+p])
-				}
-				want[i*n+j] = acc
-			}
-		}
+		want, _ := linearRef64(m, n, k,
+			func(i, p int) float64 { return float64(xv[i*k+p]) },
+			func(j, p int) float64 { return float64(wv[j*k+p]) }, bv)
 		var got, weightOnly []float32
 		must(t, func() {
 			x, w, sc, b := input(s, dt, xv, m, k), s.To(wq), s.To(tensor.FromFloat32(scales, n)), input(s, dt, bv, n)
