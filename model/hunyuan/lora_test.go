@@ -20,16 +20,9 @@ import (
 // forward with diffusers' (PEFT's) LoRA forward.
 func TestGoldenLoRA(t *testing.T) {
 	for _, c := range golden.Cases(t, "transformer_lora") {
-		var files []string
-		var scale float64
-		c.Param("lora_files", &files)
-		c.Param("lora_scale", &scale)
-		_, plan := plantest.Plan(t, c.ModelDir, ReadConfig, Plan)
+		files, resolve := loraCase(t, c)
 		for _, f := range files {
-			set, err := lora.Resolve([]lora.File{{Path: filepath.Join(c.Dir, f), Scale: scale}}, plan)
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
+			set := resolve(f)
 			for _, host := range []bool{false, true} {
 				name := c.Name + "/" + f
 				if host {
@@ -51,15 +44,8 @@ func TestGoldenLoRA(t *testing.T) {
 // without it) is that of the f32 model.
 func TestGoldenLoRAFP8(t *testing.T) {
 	for _, c := range golden.Cases(t, "transformer_lora") {
-		var files []string
-		var scale float64
-		c.Param("lora_files", &files)
-		c.Param("lora_scale", &scale)
-		_, plan := plantest.Plan(t, c.ModelDir, ReadConfig, Plan)
-		set, err := lora.Resolve([]lora.File{{Path: filepath.Join(c.Dir, files[0]), Scale: scale}}, plan)
-		if err != nil {
-			t.Fatal(err)
-		}
+		files, resolve := loraCase(t, c)
+		set := resolve(files[0])
 		in := caseInputs(c)
 		want := c.Tensor("output").Float32s()
 		plain := forward(t, loadModel(t, c.ModelDir, Options{}), in).Float32s()
@@ -81,6 +67,24 @@ func TestGoldenLoRAFP8(t *testing.T) {
 				t.Errorf("host blocks %v: the LoRA's effect is %.3g (relative L2) from the f32 model's", host, re)
 			}
 		}
+	}
+}
+
+// loraCase is a LoRA golden case's files and a function resolving one of
+// them, at the case's scale, against the case model's plan.
+func loraCase(t *testing.T, c *golden.Case) (files []string, resolve func(file string) *lora.Set) {
+	t.Helper()
+	var scale float64
+	c.Param("lora_files", &files)
+	c.Param("lora_scale", &scale)
+	_, plan := plantest.Plan(t, c.ModelDir, ReadConfig, Plan)
+	return files, func(f string) *lora.Set {
+		t.Helper()
+		set, err := lora.Resolve([]lora.File{{Path: filepath.Join(c.Dir, f), Scale: scale}}, plan)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		return set
 	}
 }
 
