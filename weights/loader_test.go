@@ -212,6 +212,25 @@ func TestBuildMatchesSequential(t *testing.T) {
 	}
 }
 
+// arenaOf lays ws out as a block's arena does (each weight 256-byte
+// aligned) and fills a host copy of it through src (Fill: the sequential
+// path, the reference).
+func arenaOf(t *testing.T, src *CheckpointSource, ws []Weight) (offs []int64, size int64, want []byte) {
+	t.Helper()
+	offs = make([]int64, len(ws))
+	for i, w := range ws {
+		offs[i] = size
+		size += (w.Bytes() + 255) &^ 255
+	}
+	want = make([]byte, size)
+	for i, w := range ws {
+		if err := src.Fill(w, want[offs[i]:offs[i]+w.Bytes()]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return offs, size, want
+}
+
 // Loader.CopyToHost and Copy into views of one buffer (a block's arena)
 // give Fill's bytes.
 func TestLoaderCopies(t *testing.T) {
@@ -227,18 +246,7 @@ func TestLoaderCopies(t *testing.T) {
 			ranged = append(ranged, w)
 		}
 	}
-	offs := make([]int64, len(ranged))
-	var size int64
-	for i, w := range ranged {
-		offs[i] = size
-		size += (w.Bytes() + 255) &^ 255
-	}
-	want := make([]byte, size)
-	for i, w := range ranged {
-		if err := src.Fill(w, want[offs[i]:offs[i]+w.Bytes()]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	offs, size, want := arenaOf(t, src, ranged)
 	for name, newBE := range loadBackends(t) {
 		t.Run(name, func(t *testing.T) {
 			be := newBE()
@@ -458,19 +466,7 @@ func TestLoaderFP8OnDevice(t *testing.T) {
 	if len(ws) != 8 {
 		t.Fatalf("%d planned weights, want 8", len(ws))
 	}
-	offs := make([]int64, len(ws))
-	var size int64
-	for i, w := range ws {
-		offs[i] = size
-		size += (w.Bytes() + 255) &^ 255
-	}
-	want := make([]byte, size)
-	src := &CheckpointSource{Ck: ck, Be: cpu.New()}
-	for i, w := range ws {
-		if err := src.Fill(w, want[offs[i]:offs[i]+w.Bytes()]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	offs, size, want := arenaOf(t, &CheckpointSource{Ck: ck, Be: cpu.New()}, ws)
 	for name, newBE := range loadBackends(t) {
 		if name == "cpu" {
 			continue // host memory: quantized in place
