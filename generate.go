@@ -724,6 +724,7 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 	l.tr.Model = model
 	noise := section.SectionNoise(l.rnd, l.plan.WindowSize, l.history.Latents.Dim(3), l.history.Latents.Dim(4))
 
+	idle0, _ := tensor.QueueIdle(p.be)
 	t := time.Now()
 	frames := max(0, l.history.Generated*4-3)
 	cb := func(s sampler.Step) error {
@@ -772,6 +773,9 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 		return fmt.Errorf("framepack: section %d of %d: %w", st.Index, n, err)
 	}
 	st.Sample = time.Since(t)
+	if idle, ok := tensor.QueueIdle(p.be); ok {
+		st.SampleIdle = idle - idle0
+	}
 	if j.req.TeaCache {
 		st.TeaCacheComputed, st.TeaCacheSkipped = model.TeaCacheStats()
 	}
@@ -798,6 +802,7 @@ type decodeJob struct {
 	keep    []string // models the decode's out-of-memory retry keeps
 	px      *tensor.Tensor
 	took    time.Duration
+	inline  time.Duration // of took, what ran before the next sampling (overlapped only)
 
 	done chan struct{} // closed when the decode running beside the next sampling ends; nil when run in line
 	err  error
@@ -858,6 +863,9 @@ func (j *job) startDecode(l *sectionLoop, sec section.Section, st *SectionStats,
 		}
 		err := j.decodeLatents(l, d, err)
 		d.took = time.Since(t)
+		if async {
+			d.inline = d.took
+		}
 		if err != nil || !async {
 			d.err = err
 			return d, nil
@@ -969,7 +977,7 @@ func (j *job) finishDecode(l *sectionLoop, d *decodeJob) error {
 			return err
 		}
 	}
-	st.Decode = d.took
+	st.Decode, st.DecodeInline = d.took, d.inline
 	st.DecodeTiling = d.stats.Tiling.String()
 	st.Frames = l.pixels.Dim(2)
 	j.res.Sections = append(j.res.Sections, *st)

@@ -61,6 +61,11 @@ func TestDecodeOverlap(t *testing.T) {
 		if s.Decode <= 0 || s.Frames == 0 {
 			t.Errorf("section %d: decode %v, %d frames", s.Index, s.Decode, s.Frames)
 		}
+		// On the CPU the whole decode runs beside the sampling: nothing
+		// of it in line.
+		if s.DecodeInline != 0 {
+			t.Errorf("section %d: %v of the decode in line on the CPU", s.Index, s.DecodeInline)
+		}
 	}
 
 	// The tiny model's weights are about 9 MiB, a section's decode at this

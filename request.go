@@ -196,6 +196,10 @@ type SectionStats struct {
 	LatentFrames   int // latents this section added (lws, +1 on the last)
 	Frames         int // video frames after it
 	Sample, Decode time.Duration
+	// SampleIdle is how long, of Sample, the device's queue stood empty
+	// because the host waited on it (0 where the backend does not measure
+	// it: tensor.QueueIdler).
+	SampleIdle time.Duration
 	// TeaCache counts the transformer calls that ran the blocks and those
 	// that reused the cached residual (0/0 when TeaCache is off).
 	TeaCacheComputed, TeaCacheSkipped int
@@ -206,6 +210,11 @@ type SectionStats struct {
 	// DecodeWait is, for an overlapped decode, how long the loop waited
 	// for it after the next section's sampling.
 	DecodeWait time.Duration
+	// DecodeInline is, for an overlapped decode, the part of Decode that
+	// ran before the next sampling began: on a GPU, whose work goes
+	// through one stream, the decode itself (only the soft append on the
+	// host runs beside the sampling).
+	DecodeInline time.Duration
 }
 
 // Result is a finished video.

@@ -1,5 +1,7 @@
 package tensor
 
+import "time"
+
 // Backends are layered: a memory budget over a conv3d chain over a device,
 // say. Optional capabilities — fused kernels, buffer views, pinned uploads,
 // convolving through a padding — live on whichever layer has them, and As
@@ -85,6 +87,25 @@ type QueuedUploader interface {
 
 // Trimmer returns a backend's pooled memory to the device.
 type Trimmer interface{ Trim() error }
+
+// QueueIdler is a device backend that measures how long its queue stood
+// empty because the host waited on it: from the end of the work a host
+// wait (a sync, a download) waited for to the next work queued. The figure
+// grows for the backend's life; callers take differences.
+type QueueIdler interface {
+	QueueIdle() (time.Duration, error)
+}
+
+// QueueIdle is be's QueueIdler figure, and false where no layer measures
+// it (or the measurement failed).
+func QueueIdle(be Backend) (time.Duration, bool) {
+	q, ok := As[QueueIdler](be)
+	if !ok {
+		return 0, false
+	}
+	d, err := q.QueueIdle()
+	return d, err == nil
+}
 
 // Trim trims the first layer of be that pools memory; nil when none does.
 func Trim(be Backend) error {

@@ -255,7 +255,9 @@ func (s *staging) upload(dst uintptr, src []byte) error {
 	}, nil)
 }
 
-func (s *staging) download(dst []byte, src uintptr) error {
+// download copies src into dst; waiting runs once every copy is queued,
+// before the host waits for the last.
+func (s *staging) download(dst []byte, src uintptr, waiting func()) error {
 	if len(dst) == 0 {
 		return nil
 	}
@@ -285,6 +287,7 @@ func (s *staging) download(dst []byte, src uintptr) error {
 	if err != nil {
 		return err
 	}
+	waiting()
 	return drain()
 }
 

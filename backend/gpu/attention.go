@@ -140,6 +140,7 @@ func (b *Backend) useFusedAttention(dt tensor.DType, D int) bool {
 // backend's allocator. An error wrapping miopen.ErrNoFusedAttention means
 // cuDNN cannot take d (logged once per shape) and nothing was queued.
 func (b *Backend) fusedAttention(d miopen.AttnDesc, q, k, v, o uintptr, scale float32) error {
+	b.idle.queued()
 	b.dnnMu.Lock()
 	defer b.dnnMu.Unlock()
 	unbind, err := b.dev.Bind()

@@ -72,6 +72,7 @@ type Backend struct {
 	log    *slog.Logger
 	alloc  allocator
 	stage  staging
+	idle   idleMeter
 
 	modMu     sync.Mutex
 	mods      map[string]*module
@@ -127,6 +128,7 @@ func New(o Options) (*Backend, error) {
 		return nil, err
 	}
 	b.stage.init(d, b.stream)
+	b.idle.init(d, b.stream)
 	if p, err := b.alloc.alloc(4); err == nil {
 		b.errFlag, b.errBuf = p.ptr, p
 	} else {
@@ -214,6 +216,7 @@ func (b *Backend) BLAS() string {
 
 // Sync waits for all queued work.
 func (b *Backend) Sync() error {
+	b.idle.waiting()
 	if err := b.dev.Sync(b.stream); err != nil {
 		return fmt.Errorf("gpu: %w", err)
 	}
@@ -235,6 +238,7 @@ func (b *Backend) Close() error {
 		b.dnn.Close()
 	}
 	b.stage.close()
+	b.idle.close()
 	// Every allocation goes back before the trim: the device's pool is
 	// shared by the process's backends, and a block held by a closed one
 	// would stay reserved against the others' caps.
@@ -337,6 +341,7 @@ func (b *Backend) Upload(dst tensor.Buffer, off int64, src []byte) error {
 	if off < 0 || off+int64(len(src)) > db.n {
 		return fmt.Errorf("gpu: upload of %d bytes at %d into %d", len(src), off, db.n)
 	}
+	b.idle.queued()
 	return b.stage.upload(db.ptr+uintptr(off), src)
 }
 
@@ -350,7 +355,8 @@ func (b *Backend) Download(dst []byte, src tensor.Buffer, off int64) error {
 	if off < 0 || off+int64(len(dst)) > db.n {
 		return fmt.Errorf("gpu: download of %d bytes at %d from %d", len(dst), off, db.n)
 	}
-	return b.stage.download(dst, db.ptr+uintptr(off))
+	b.idle.queued()
+	return b.stage.download(dst, db.ptr+uintptr(off), b.idle.waiting)
 }
 
 // defaultCacheDir is os.UserCacheDir()/framepack/kernels.

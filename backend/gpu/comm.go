@@ -142,6 +142,7 @@ func (c *Comm) bound(what string, fn func(stream uintptr) error) error {
 		return err
 	}
 	defer unbind()
+	c.b.idle.queued()
 	if err := fn(uintptr(c.b.stream)); err != nil {
 		return fmt.Errorf("gpu: %s: %w", what, err)
 	}

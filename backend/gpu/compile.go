@@ -206,6 +206,7 @@ func (b *Backend) launch(mod, name string, grid, block hip.Dim3, shmem int, a *h
 			b.fnMu.Unlock()
 		}
 	}
+	b.idle.queued()
 	if err := f.Launch(grid, block, shmem, b.stream, a); err != nil {
 		return fmt.Errorf("gpu: %w", err)
 	}

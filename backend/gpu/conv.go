@@ -142,6 +142,7 @@ func (g gemmTier) Run(_ *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tenso
 // blasCall runs fn on a thread bound to the device (the caller holds
 // blasMu).
 func (b *Backend) blasCall(fn func() error) error {
+	b.idle.queued()
 	unbind, err := b.dev.Bind()
 	if err != nil {
 		return fmt.Errorf("gpu: %w", err)

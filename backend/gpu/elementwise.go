@@ -128,6 +128,7 @@ func (b *Backend) d2d(dst, src uintptr, n int64) error {
 	if n == 0 {
 		return nil
 	}
+	b.idle.queued()
 	if err := b.dev.CopyD2DAsync(dst, src, n, b.stream); err != nil {
 		return fmt.Errorf("gpu: %w", err)
 	}
@@ -390,6 +391,7 @@ func (b *Backend) Embedding(dst, table, ids *tensor.Tensor) error {
 	if err != nil {
 		return err
 	}
+	b.idle.queued()
 	if err := b.dev.MemsetAsync(b.errFlag, 0, 4, b.stream); err != nil {
 		return fmt.Errorf("gpu: %w", err)
 	}

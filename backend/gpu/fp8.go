@@ -229,7 +229,7 @@ func (b *Backend) probeFP8() error {
 		return err
 	}
 	got := make([]byte, 2*n*n)
-	if err := b.stage.download(got, out); err != nil {
+	if err := b.stage.download(got, out, b.idle.waiting); err != nil {
 		return err
 	}
 	for i := 0; i < n*n; i++ {

@@ -67,7 +67,12 @@ sample_s (every section's sampling; sample_s_per_step divides by sections × ste
 other_s is the rest of total_s (process start-up, reading the image, unloading); before_load_s,
 pipeline_load_s (framepack.Load, model loads included) and generate_s (Generate's wall time) help place it.
 decode_overlapped_sections and decode_overlapped_s are the decodes that ran beside a sampling
-and their time; loop_idle_share is the section loop's share of time without sampling.
+and the time of the part that did (on a GPU the soft append; the decode itself runs in line and
+counts in decode_s); loop_idle_share is the section loop's share of time without sampling (its
+decodes, joins and loads). sample_device_idle_s is how long the device's queue stood empty
+during the sampling because the host waited on it (GPU: timed by events on the stream; launch
+gaps within queued work are bench transformer --profile's "idle"), sample_device_idle_share
+its share of sample_s.
 compile_s is the GPU kernel compile time the backend logged, summed over modules, part of the
 stage that first needed them; kernels are cached on disk, so only a first run compiles
 (--cold-cache gives every run an empty cache). device_peak_gib is the engine allocator's peak during the job,
@@ -469,17 +474,19 @@ func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.D
 		}
 		models[part] = m
 	}
-	var sample, decode, overlappedDecode time.Duration
+	var sample, sampleIdle, decode, overlappedDecode time.Duration
 	var sectionSample []float64
 	skipped, overlapped := 0, 0
 	for _, s := range res.Sections {
 		sample += s.Sample
+		sampleIdle += s.SampleIdle
 		if s.DecodeOverlapped {
-			// Only the wait for it adds to the wall time; the rest ran
-			// beside the next sampling.
+			// What ran in line (on a GPU the decode itself) and the wait
+			// for the rest add to the wall time; the rest ran beside the
+			// next sampling.
 			overlapped++
-			decode += s.DecodeWait
-			overlappedDecode += s.Decode
+			decode += s.DecodeInline + s.DecodeWait
+			overlappedDecode += s.Decode - s.DecodeInline
 		} else {
 			decode += s.Decode
 		}
@@ -517,6 +524,10 @@ func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.D
 	r["decode_overlapped_s"] = overlappedDecode.Seconds()
 	if loop := res.Total - res.TextEncode - res.VAEEncode - res.ImageEncode - transformerLoad(res); loop > 0 {
 		r["loop_idle_share"] = max(0, 1-sample.Seconds()/loop.Seconds())
+	}
+	if sample > 0 {
+		r["sample_device_idle_s"] = sampleIdle.Seconds()
+		r["sample_device_idle_share"] = sampleIdle.Seconds() / sample.Seconds()
 	}
 	if n := len(res.Sections) * steps; n > 0 {
 		r["sample_s_per_step"] = sample.Seconds() / float64(n)
