@@ -151,10 +151,7 @@ func (b *Backend) linearNoK(dst, bias *tensor.Tensor, M, N int) error {
 // ltLinear is Linear through cuBLASLt / hipBLASLt (Options.Lt), the bias
 // added by the GEMM's epilogue.
 func (b *Backend) ltLinear(dt tensor.DType, d, x, w, bias uintptr, M, N, K int) error {
-	t := rocblas.LtBF16
-	if dt == tensor.F16 {
-		t = rocblas.LtF16
-	}
+	t := ltType(dt)
 	g := rocblas.LtLinear{M: M, N: N, K: K, X: x, W: w, D: d, XType: t, WType: t, DType: t}
 	if bias != 0 {
 		g.Bias, g.Epilogue = bias, rocblas.EpilogueBias
