@@ -96,17 +96,8 @@ func relayout(v []float64, s [5]int, l Layout, toStorage bool) []float64 {
 	return out
 }
 
-func tolerance(dt DType, fast bool) float64 {
-	switch {
-	case dt == BF16:
-		return 1e-2
-	case dt == F16:
-		return 2e-3
-	case fast:
-		return 3e-3
-	}
-	return 5e-5
-}
+// tolerance is gputest.Tolerance with 5e-5 for f32 convolutions.
+func tolerance(dt DType, fast bool) float64 { return gputest.Tolerance(dt, fast, 5e-5) }
 
 func convCases() []ConvDesc {
 	p1 := [3]int{1, 1, 1}

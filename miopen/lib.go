@@ -72,23 +72,10 @@ func (h *Handle) SetWorkspaceLimit(n int64) {
 }
 
 // libs loads each vendor's library, found as Libraries says.
-var libs = &dynlib.Loader[Vendor, *Lib]{
-	Prefix: "miopen",
-	Libraries: map[Vendor]dynlib.Library{
-		AMD: {
-			Name:    "MIOpen",
-			Env:     "FRAMEPACK_MIOPEN",
-			Sonames: []string{"libMIOpen.so.1"},
-			Dirs:    dynlib.ROCmDirs(),
-		},
-		NVIDIA: {
-			Name:    "cuDNN 9",
-			Env:     "FRAMEPACK_CUDNN",
-			Sonames: []string{"libcudnn.so.9"},
-			Dirs:    append([]string{"$CUDNN_PATH/lib"}, dynlib.CUDADirs("/usr/lib/x86_64-linux-gnu")...),
-		},
-	},
-}
+var libs = dynlib.NewLoader[*Lib]("miopen",
+	dynlib.ROCm("MIOpen", "FRAMEPACK_MIOPEN", "libMIOpen.so.1"),
+	dynlib.CUDA("cuDNN 9", "FRAMEPACK_CUDNN", []string{"libcudnn.so.9"},
+		append([]string{"$CUDNN_PATH/lib"}, dynlib.CUDADirs("/usr/lib/x86_64-linux-gnu")...)...))
 
 // EnvPath names the environment variable that points a vendor's loader at
 // one library file, bypassing the search.

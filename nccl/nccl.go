@@ -51,23 +51,9 @@ func (l *Lib) String() string {
 	return fmt.Sprintf("%s %d.%d.%d (%s)", libs.Libraries[l.vendor].Name, l.version/10000, l.version/100%100, l.version%100, l.path)
 }
 
-var libs = &dynlib.Loader[Vendor, *Lib]{
-	Prefix: "nccl",
-	Libraries: map[Vendor]dynlib.Library{
-		AMD: {
-			Name:    "RCCL",
-			Env:     "FRAMEPACK_RCCL",
-			Sonames: []string{"librccl.so.1"},
-			Dirs:    dynlib.ROCmDirs(),
-		},
-		NVIDIA: {
-			Name:    "NCCL",
-			Env:     "FRAMEPACK_NCCL",
-			Sonames: []string{"libnccl.so.2"},
-			Dirs:    dynlib.CUDADirs("/usr/lib/x86_64-linux-gnu"),
-		},
-	},
-}
+var libs = dynlib.NewLoader[*Lib]("nccl",
+	dynlib.ROCm("RCCL", "FRAMEPACK_RCCL", "librccl.so.1"),
+	dynlib.CUDA("NCCL", "FRAMEPACK_NCCL", []string{"libnccl.so.2"}, dynlib.CUDADirs("/usr/lib/x86_64-linux-gnu")...))
 
 // EnvPath names the variable that points a vendor's loader at one file.
 func EnvPath(v Vendor) string { return libs.EnvPath(v) }

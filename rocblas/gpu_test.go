@@ -17,20 +17,8 @@ func openGPU(t testing.TB) (*gputest.Device, *Handle) {
 	})
 }
 
-// tolerance on the relative L2 error against float64 math on the same
-// (rounded) inputs: f32 accumulation alone for f32 outputs, plus the
-// output's rounding for f16 and bf16.
-func tolerance(out DType, fast bool) float64 {
-	switch {
-	case out == BF16:
-		return 1e-2
-	case out == F16:
-		return 2e-3
-	case fast:
-		return 3e-3
-	}
-	return 1e-5
-}
+// tolerance is gputest.Tolerance with 1e-5 for exact f32 products.
+func tolerance(out DType, fast bool) float64 { return gputest.Tolerance(out, fast, 1e-5) }
 
 func TestGemmAgainstFloat64(t *testing.T) {
 	dev, h := openGPU(t)

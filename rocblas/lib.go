@@ -45,23 +45,14 @@ func (h *Handle) Lib() *Lib { return h.lib }
 func (h *Handle) SetFastF32(on bool) { h.fast = on }
 
 // libs loads each vendor's library, found as Libraries says.
-var libs = &dynlib.Loader[Vendor, *Lib]{
-	Prefix: "rocblas",
-	Libraries: map[Vendor]dynlib.Library{
-		AMD: {
-			Name:    "rocBLAS",
-			Env:     "FRAMEPACK_ROCBLAS",
-			Sonames: []string{"librocblas.so.5", "librocblas.so.4", "librocblas.so.0"},
-			Dirs:    dynlib.ROCmDirs(),
-		},
-		NVIDIA: {
-			Name:    "cuBLAS",
-			Env:     "FRAMEPACK_CUBLAS",
-			Sonames: []string{"libcublas.so.13", "libcublas.so.12"},
-			Dirs:    dynlib.CUDADirs("/usr/local/cuda/targets/x86_64-linux/lib"),
-		},
-	},
-}
+var libs = dynlib.NewLoader[*Lib]("rocblas",
+	dynlib.ROCm("rocBLAS", "FRAMEPACK_ROCBLAS", "librocblas.so.5", "librocblas.so.4", "librocblas.so.0"),
+	dynlib.CUDA("cuBLAS", "FRAMEPACK_CUBLAS", []string{"libcublas.so.13", "libcublas.so.12"},
+		dynlib.CUDADirs(cudaTargetLib)...))
+
+// cudaTargetLib is where a CUDA toolkit keeps the x86-64 libraries when
+// lib64 is not a link to it.
+const cudaTargetLib = "/usr/local/cuda/targets/x86_64-linux/lib"
 
 // EnvPath names the environment variable that points a vendor's loader at
 // one library file, bypassing the search.

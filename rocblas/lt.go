@@ -25,23 +25,10 @@ func (l *LtLib) String() string {
 	return fmt.Sprintf("%s %s (%s)", ltLibs.Libraries[l.vendor].Name, l.version, l.path)
 }
 
-var ltLibs = &dynlib.Loader[Vendor, *LtLib]{
-	Prefix: "rocblas",
-	Libraries: map[Vendor]dynlib.Library{
-		AMD: {
-			Name:    "hipBLASLt",
-			Env:     "FRAMEPACK_HIPBLASLT",
-			Sonames: []string{"libhipblaslt.so.1", "libhipblaslt.so.0"},
-			Dirs:    dynlib.ROCmDirs(),
-		},
-		NVIDIA: {
-			Name:    "cuBLASLt",
-			Env:     "FRAMEPACK_CUBLASLT",
-			Sonames: []string{"libcublasLt.so.13", "libcublasLt.so.12"},
-			Dirs:    dynlib.CUDADirs("/usr/local/cuda/targets/x86_64-linux/lib"),
-		},
-	},
-}
+var ltLibs = dynlib.NewLoader[*LtLib]("rocblas",
+	dynlib.ROCm("hipBLASLt", "FRAMEPACK_HIPBLASLT", "libhipblaslt.so.1", "libhipblaslt.so.0"),
+	dynlib.CUDA("cuBLASLt", "FRAMEPACK_CUBLASLT", []string{"libcublasLt.so.13", "libcublasLt.so.12"},
+		dynlib.CUDADirs(cudaTargetLib)...))
 
 // OpenLt loads the vendor's Lt library. The error names every file tried.
 func OpenLt(v Vendor) (*LtLib, error) { return ltLibs.Open(v) }

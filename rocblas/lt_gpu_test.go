@@ -49,6 +49,43 @@ func linearRef(x, w, bias []float64, m, n, k int, scale float64, ep Epilogue) []
 
 var epilogues = []Epilogue{EpilogueNone, EpilogueBias, EpilogueGELU, EpilogueGELUBias}
 
+// ltRun runs g into a poisoned bf16 output of its own, with the bias bb
+// where its epilogue adds one, and gives the output or the library's error.
+func ltRun(t *testing.T, dev *gputest.Device, h *LtHandle, g LtLinear, bb []byte) ([]float64, error) {
+	t.Helper()
+	size := int64(2 * g.M * g.N)
+	g.D = dev.Alloc(t, size)
+	if g.Epilogue == EpilogueBias || g.Epilogue == EpilogueGELUBias {
+		g.Bias = dev.Upload(t, bb)
+	}
+	dev.Poison(t, g.D, size)
+	if err := h.Linear(g); err != nil {
+		return nil, err
+	}
+	return gputest.Decode(BF16, dev.Download(t, g.D, int(size))), nil
+}
+
+// within1pct fails the test when got is further than 1e-2 (relative L2)
+// from want, and logs the distance otherwise.
+func within1pct(t *testing.T, name string, got, want []float64) {
+	t.Helper()
+	if e := gputest.RelL2(got, want); e > 1e-2 {
+		t.Errorf("%s: rel L2 %.3g > 1e-2", name, e)
+	} else {
+		t.Logf("%s: rel L2 %.3g", name, e)
+	}
+}
+
+// fp8Codes is n random E4M3 codes of values in ±amp, and their values.
+func fp8Codes(rng *rand.Rand, n int, amp float64) ([]float64, []byte) {
+	v, b := make([]float64, n), make([]byte, n)
+	for i := range b {
+		b[i] = tensor.F8E4M3FromF32(float32((rng.Float64()*2 - 1) * amp))
+		v[i] = float64(tensor.F32FromF8E4M3(b[i]))
+	}
+	return v, b
+}
+
 // TestLtLinearBF16 runs bf16 Linears with every epilogue against float64.
 func TestLtLinearBF16(t *testing.T) {
 	dev, h := openLt(t)
@@ -59,23 +96,15 @@ func TestLtLinearBF16(t *testing.T) {
 		w, wb := gputest.Random(rng, BF16, n*k)
 		bias, bb := gputest.Random(rng, BF16, n)
 		for _, ep := range epilogues {
-			g := LtLinear{M: m, N: n, K: k, X: dev.Upload(t, xb), W: dev.Upload(t, wb), D: dev.Alloc(t, int64(2*m*n)),
+			g := LtLinear{M: m, N: n, K: k, X: dev.Upload(t, xb), W: dev.Upload(t, wb),
 				XType: LtBF16, WType: LtBF16, DType: LtBF16, Epilogue: ep}
-			if ep == EpilogueBias || ep == EpilogueGELUBias {
-				g.Bias = dev.Upload(t, bb)
-			}
-			dev.Poison(t, g.D, int64(2*m*n))
 			name := fmt.Sprintf("bf16 %dx%dx%d epilogue %d", m, n, k, ep)
-			if err := h.Linear(g); err != nil {
+			got, err := ltRun(t, dev, h, g, bb)
+			if err != nil {
 				t.Errorf("%s: %v", name, err)
 				continue
 			}
-			got := gputest.Decode(BF16, dev.Download(t, g.D, 2*m*n))
-			if e := gputest.RelL2(got, linearRef(x, w, bias, m, n, k, 1, ep)); e > 1e-2 {
-				t.Errorf("%s: rel L2 %.3g > 1e-2", name, e)
-			} else {
-				t.Logf("%s: rel L2 %.3g", name, e)
-			}
+			within1pct(t, name, got, linearRef(x, w, bias, m, n, k, 1, ep))
 		}
 	}
 }
@@ -85,14 +114,6 @@ func TestLtLinearBF16(t *testing.T) {
 func TestLtLinearFP8(t *testing.T) {
 	dev, h := openLt(t)
 	rng := rand.New(rand.NewPCG(7, 8))
-	codes := func(n int, amp float64) ([]float64, []byte) {
-		v, b := make([]float64, n), make([]byte, n)
-		for i := range b {
-			b[i] = tensor.F8E4M3FromF32(float32((rng.Float64()*2 - 1) * amp))
-			v[i] = float64(tensor.F32FromF8E4M3(b[i]))
-		}
-		return v, b
-	}
 	scalar := func(f float32) uintptr {
 		var b [4]byte
 		binary.LittleEndian.PutUint32(b[:], math.Float32bits(f))
@@ -100,19 +121,16 @@ func TestLtLinearFP8(t *testing.T) {
 	}
 	for _, sz := range [][3]int{{16, 64, 32}, {40, 128, 256}, {256, 512, 1024}} {
 		m, n, k := sz[0], sz[1], sz[2]
-		x, xb := codes(m*k, 448)
-		w, wb := codes(n*k, 448)
+		x, xb := fp8Codes(rng, m*k, 448)
+		w, wb := fp8Codes(rng, n*k, 448)
 		bias, bb := gputest.Random(rng, BF16, n)
 		const xs, ws = 1.0 / 512, 1.0 / 1024
 		for _, ep := range epilogues {
-			g := LtLinear{M: m, N: n, K: k, X: dev.Upload(t, xb), W: dev.Upload(t, wb), D: dev.Alloc(t, int64(2*m*n)),
+			g := LtLinear{M: m, N: n, K: k, X: dev.Upload(t, xb), W: dev.Upload(t, wb),
 				XType: LtF8E4M3, WType: LtF8E4M3, DType: LtBF16, XScale: scalar(xs), WScale: scalar(ws), Epilogue: ep}
-			if ep == EpilogueBias || ep == EpilogueGELUBias {
-				g.Bias = dev.Upload(t, bb)
-			}
-			dev.Poison(t, g.D, int64(2*m*n))
 			name := fmt.Sprintf("fp8 %dx%dx%d epilogue %d", m, n, k, ep)
-			if err := h.Linear(g); err != nil {
+			got, err := ltRun(t, dev, h, g, bb)
+			if err != nil {
 				var le *Error
 				if errors.As(err, &le) && ep != EpilogueNone {
 					// Not every library version fuses every epilogue with FP8.
@@ -121,12 +139,7 @@ func TestLtLinearFP8(t *testing.T) {
 				}
 				t.Fatalf("%s: %v (an FP8 GPU is needed: NVIDIA sm_89+, AMD with OCP FP8)", name, err)
 			}
-			got := gputest.Decode(BF16, dev.Download(t, g.D, 2*m*n))
-			if e := gputest.RelL2(got, linearRef(x, w, bias, m, n, k, xs*ws, ep)); e > 1e-2 {
-				t.Errorf("%s: rel L2 %.3g > 1e-2", name, e)
-			} else {
-				t.Logf("%s: rel L2 %.3g", name, e)
-			}
+			within1pct(t, name, got, linearRef(x, w, bias, m, n, k, xs*ws, ep))
 		}
 	}
 }
@@ -137,14 +150,6 @@ func TestLtLinearFP8(t *testing.T) {
 func TestLtLinearFP8RowScales(t *testing.T) {
 	dev, h := openLt(t)
 	rng := rand.New(rand.NewPCG(9, 10))
-	codes := func(n int) ([]float64, []byte) {
-		v, b := make([]float64, n), make([]byte, n)
-		for i := range b {
-			b[i] = tensor.F8E4M3FromF32(float32((rng.Float64()*2 - 1) * 448))
-			v[i] = float64(tensor.F32FromF8E4M3(b[i]))
-		}
-		return v, b
-	}
 	scales := func(n int) ([]float64, uintptr) {
 		v, b := make([]float64, n), make([]byte, 4*n)
 		for i := range v {
@@ -156,8 +161,8 @@ func TestLtLinearFP8RowScales(t *testing.T) {
 	}
 	for _, sz := range [][3]int{{16, 64, 32}, {37, 128, 256}, {300, 512, 1024}} {
 		m, n, k := sz[0], sz[1], sz[2]
-		x, xb := codes(m * k)
-		w, wb := codes(n * k)
+		x, xb := fp8Codes(rng, m*k, 448)
+		w, wb := fp8Codes(rng, n*k, 448)
 		xs, xsp := scales(m)
 		ws, wsp := scales(n)
 		// The reference folds the scales into the operands: (xs[i]·x[i,:])·(ws[j]·w[j,:]).
@@ -170,22 +175,14 @@ func TestLtLinearFP8RowScales(t *testing.T) {
 		}
 		bias, bb := gputest.Random(rng, BF16, n)
 		for _, ep := range []Epilogue{EpilogueNone, EpilogueBias} {
-			g := LtLinear{M: m, N: n, K: k, X: dev.Upload(t, xb), W: dev.Upload(t, wb), D: dev.Alloc(t, int64(2*m*n)),
+			g := LtLinear{M: m, N: n, K: k, X: dev.Upload(t, xb), W: dev.Upload(t, wb),
 				XType: LtF8E4M3, WType: LtF8E4M3, DType: LtBF16, XScale: xsp, WScale: wsp, RowScales: true, Epilogue: ep}
-			if ep == EpilogueBias {
-				g.Bias = dev.Upload(t, bb)
-			}
-			dev.Poison(t, g.D, int64(2*m*n))
 			name := fmt.Sprintf("fp8 row scales %dx%dx%d epilogue %d", m, n, k, ep)
-			if err := h.Linear(g); err != nil {
+			got, err := ltRun(t, dev, h, g, bb)
+			if err != nil {
 				t.Fatalf("%s: %v (needs an FP8 GPU and cuBLASLt 12.9+ or hipBLASLt of ROCm 7)", name, err)
 			}
-			got := gputest.Decode(BF16, dev.Download(t, g.D, 2*m*n))
-			if e := gputest.RelL2(got, linearRef(xr, wr, bias, m, n, k, 1, ep)); e > 1e-2 {
-				t.Errorf("%s: rel L2 %.3g > 1e-2", name, e)
-			} else {
-				t.Logf("%s: rel L2 %.3g", name, e)
-			}
+			within1pct(t, name, got, linearRef(xr, wr, bias, m, n, k, 1, ep))
 		}
 	}
 }

@@ -163,32 +163,32 @@ func boxMuller16(d []float32) {
 }
 
 // Cephes single-precision coefficients (as in Pommier's sse_mathfun, which
-// torch's avx_mathfun follows).
+// torch's avx_mathfun follows); polynomials from the highest power down.
 const (
 	cephesSqrtHF = float32(0.707106781186547524)
-	logP0        = float32(7.0376836292e-2)
-	logP1        = float32(-1.1514610310e-1)
-	logP2        = float32(1.1676998740e-1)
-	logP3        = float32(-1.2420140846e-1)
-	logP4        = float32(1.4249322787e-1)
-	logP5        = float32(-1.6668057665e-1)
-	logP6        = float32(2.0000714765e-1)
-	logP7        = float32(-2.4999993993e-1)
-	logP8        = float32(3.3333331174e-1)
 	logQ1        = float32(-2.12194440e-4)
 	logQ2        = float32(0.693359375)
-
-	fourOverPi = float32(1.27323954473516)
-	dp1        = float32(-0.78515625)
-	dp2        = float32(-2.4187564849853515625e-4)
-	dp3        = float32(-3.77489497744594108e-8)
-	sinP0      = float32(-1.9515295891e-4)
-	sinP1      = float32(8.3321608736e-3)
-	sinP2      = float32(-1.6666654611e-1)
-	cosP0      = float32(2.443315711809948e-5)
-	cosP1      = float32(-1.388731625493765e-3)
-	cosP2      = float32(4.166664568298827e-2)
+	fourOverPi   = float32(1.27323954473516)
 )
+
+var (
+	logP = [...]float32{7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+		-1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1}
+	sinP = [...]float32{-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1}
+	cosP = [...]float32{2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2}
+	// π/4 in three parts, subtracted one after another.
+	dp = [...]float32{-0.78515625, -2.4187564849853515625e-4, -3.77489497744594108e-8}
+)
+
+// horner is the polynomial p (highest power first) at x, one fused
+// multiply-add a step, as the vector code evaluates it.
+func horner(p []float32, x float32) float32 {
+	y := p[0]
+	for _, c := range p[1:] {
+		y = fma32(y, x, c)
+	}
+	return y
+}
 
 // fma32 is a·b + c rounded once to float32. Torch's AVX2 kernels are built
 // with FMA enabled and the compiler fuses their multiply-add pairs; which
@@ -229,11 +229,7 @@ func cephesLog(x float32) float32 {
 		m = m - 1
 	}
 	z := float32(m * m)
-	y := logP0
-	for _, p := range [...]float32{logP1, logP2, logP3, logP4, logP5, logP6, logP7, logP8} {
-		y = fma32(y, m, p)
-	}
-	y = float32(y * m)
+	y := float32(horner(logP[:], m) * m)
 	y = fma32(y, z, float32(e*logQ1))
 	y = fma32(-z, 0.5, y)
 	return fma32(e, logQ2, m+y)
@@ -253,20 +249,16 @@ func cephesSincos(x float32) (sin, cos float32) {
 		signSin = !signSin
 	}
 	signCos := (j-2)&4 == 0
-	x = fma32(y, dp1, x)
-	x = fma32(y, dp2, x)
-	x = fma32(y, dp3, x)
+	for _, d := range dp {
+		x = fma32(y, d, x)
+	}
 
 	z := float32(x * x)
-	pc := fma32(cosP0, z, cosP1)
-	pc = fma32(pc, z, cosP2)
-	pc = float32(pc * z)
+	pc := float32(horner(cosP[:], z) * z)
 	pc = fma32(pc, z, -float32(z*0.5))
 	pc = pc + 1
 
-	ps := fma32(sinP0, z, sinP1)
-	ps = fma32(ps, z, sinP2)
-	ps = float32(ps * z)
+	ps := float32(horner(sinP[:], z) * z)
 	ps = fma32(ps, x, x)
 
 	if j&2 == 0 {

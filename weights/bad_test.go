@@ -198,6 +198,16 @@ func TestBadInput(t *testing.T) {
 				}
 				return c.Config(&cfg)
 			}), []string{"config.json", `field "hidden_size"`}},
+		{"config.json of the wrong type, in an embedded struct", withConfig(`{"rope": {"theta": "big"}}`),
+			opened(Open, func(c *Checkpoint) error {
+				type dims struct {
+					Theta int `json:"theta"`
+				}
+				var cfg struct {
+					Rope struct{ dims } `json:"rope"`
+				}
+				return c.Config(&cfg)
+			}), []string{"config.json", `field "rope.theta"`}},
 		{"missing config.json", goodDir,
 			opened(OpenFile, func(c *Checkpoint) error { return c.Config(&map[string]any{}) }),
 			[]string{"config.json does not exist"}},

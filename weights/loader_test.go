@@ -117,6 +117,13 @@ func construct(b *Builder) {
 	b.Get("g.big", 1<<16)
 }
 
+// bf16Plan is the weights build asks for, planned in bf16.
+func bf16Plan(build func(*Builder)) []Weight {
+	plan := NewPlan().In(tensor.BF16)
+	build(plan)
+	return plan.Weights()
+}
+
 // hostBytes is t's storage as host bytes.
 func hostBytes(t *testing.T, x *tensor.Tensor) []byte {
 	t.Helper()
@@ -236,9 +243,7 @@ func arenaOf(t *testing.T, src *CheckpointSource, ws []Weight) (offs []int64, si
 func TestLoaderCopies(t *testing.T) {
 	dir := writeSharded(t)
 	ck := openCheckpoint(t, dir)
-	plan := NewPlan().In(tensor.BF16)
-	construct(plan)
-	ws := plan.Weights()
+	ws := bf16Plan(construct)
 	var ranged []Weight
 	src := &CheckpointSource{Ck: ck, Be: cpu.New()}
 	for _, w := range ws {
@@ -296,9 +301,7 @@ func TestBuildTruncatedShard(t *testing.T) {
 			before := runtime.NumGoroutine()
 			ck := openCheckpoint(t, dir)
 			// Every shard opened (and its header read) now.
-			plan := NewPlan().In(tensor.BF16)
-			construct(plan)
-			if err := (&CheckpointSource{Ck: ck}).Check(plan.Weights()); err != nil {
+			if err := (&CheckpointSource{Ck: ck}).Check(bf16Plan(construct)); err != nil {
 				t.Fatal(err)
 			}
 			shard := filepath.Join(dir, "model-00001-of-00003.safetensors")
@@ -460,9 +463,7 @@ func (c *countingFP8) NativeFP8() bool { return c.fq.NativeFP8() }
 func TestLoaderFP8OnDevice(t *testing.T) {
 	dir := writeSharded(t)
 	ck := openCheckpoint(t, dir)
-	plan := NewPlan().In(tensor.BF16)
-	constructFP8(plan)
-	ws := plan.Weights()
+	ws := bf16Plan(constructFP8)
 	if len(ws) != 8 {
 		t.Fatalf("%d planned weights, want 8", len(ws))
 	}

@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -134,7 +135,7 @@ func openSharded(dir, indexPath string) (*Checkpoint, error) {
 		WeightMap map[string]string `json:"weight_map"`
 	}
 	if err := json.Unmarshal(raw, &idx); err != nil {
-		return nil, fmt.Errorf("weights: %s: %s", indexPath, jsonProblem(raw, err))
+		return nil, fmt.Errorf("weights: %s: %s", indexPath, jsonProblem(raw, &idx, err))
 	}
 	if len(idx.WeightMap) == 0 {
 		return nil, fmt.Errorf("weights: %s: weight_map is missing or empty", indexPath)
@@ -295,13 +296,14 @@ func ReadConfig(dir string, v any) error {
 		return fmt.Errorf("weights: %v", err)
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("weights: %s: %s", p, jsonProblem(raw, err))
+		return fmt.Errorf("weights: %s: %s", p, jsonProblem(raw, v, err))
 	}
 	return nil
 }
 
-// jsonProblem describes a decoding error with its line and column.
-func jsonProblem(raw []byte, err error) string {
+// jsonProblem describes a decoding error of raw into v with its line and
+// column.
+func jsonProblem(raw []byte, v any, err error) string {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	switch {
@@ -310,9 +312,44 @@ func jsonProblem(raw []byte, err error) string {
 		return fmt.Sprintf("invalid JSON at line %d, column %d: %v", line, col, se)
 	case errors.As(err, &te):
 		line, col := lineCol(raw, te.Offset)
-		return fmt.Sprintf("field %q at line %d, column %d: JSON %s does not fit Go %s", te.Field, line, col, te.Value, te.Type)
+		return fmt.Sprintf("field %q at line %d, column %d: JSON %s does not fit Go %s", fileKey(v, te.Field), line, col, te.Value, te.Type)
 	}
 	return "invalid JSON: " + err.Error()
+}
+
+// fileKey is field, the path encoding/json gives to a value of v, as the
+// file's keys: the path also names the embedded structs (a config that
+// embeds hfmodel.Dims), which the file does not have.
+func fileKey(v any, field string) string {
+	var keys []string
+	t := reflect.TypeOf(v)
+	for _, name := range strings.Split(field, ".") {
+		for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map) {
+			t = t.Elem()
+		}
+		if t == nil || t.Kind() != reflect.Struct {
+			keys, t = append(keys, name), nil
+			continue
+		}
+		if f, ok := t.FieldByName(name); ok && f.Anonymous {
+			t = f.Type
+			continue
+		}
+		keys, t = append(keys, name), jsonField(t, name)
+	}
+	return strings.Join(keys, ".")
+}
+
+// jsonField is the type of struct t's field (its own or promoted) that
+// decodes key, or nil.
+func jsonField(t reflect.Type, key string) reflect.Type {
+	for _, f := range reflect.VisibleFields(t) {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == key || name == "" && strings.EqualFold(f.Name, key) {
+			return f.Type
+		}
+	}
+	return nil
 }
 
 func lineCol(raw []byte, off int64) (line, col int) {

@@ -382,22 +382,6 @@ func TestUnaryNaN(t *testing.T) {
 	}
 }
 
-func binRef(op tensor.BinaryOp, x, y float64) float64 {
-	switch op {
-	case tensor.OpAdd:
-		return x + y
-	case tensor.OpSub:
-		return x - y
-	case tensor.OpMul:
-		return x * y
-	case tensor.OpDiv:
-		return x / y
-	case tensor.OpMax:
-		return math.Max(x, y)
-	}
-	return math.Min(x, y)
-}
-
 // broadcastRef computes a op b with numpy broadcasting in float64.
 func broadcastRef(op tensor.BinaryOp, a []float32, as []int, b []float32, bs []int) ([]float64, []int) {
 	shape, err := tensor.BroadcastShape(as, bs)
@@ -418,7 +402,7 @@ func broadcastRef(op tensor.BinaryOp, a []float32, as []int, b []float32, bs []i
 	bv := refView(b, 0, st(bs), shape)
 	out := make([]float64, len(av))
 	for i := range out {
-		out[i] = binRef(op, av[i], bv[i])
+		out[i] = binOne(op, av[i], bv[i])
 	}
 	return out, shape
 }

@@ -49,8 +49,7 @@ func (b *Backend) QuantizeRowsFP8(q, scale, x *tensor.Tensor) error {
 // the plain GEMM over the widened codes.
 func (b *Backend) LinearScaledFP8(dst, xq, xs, wq, ws, bias *tensor.Tensor) error {
 	dt := dst.DType()
-	s := floatSuffix(dt)
-	if s == "" || (bias != nil && bias.DType() != dt) {
+	if floatSuffix(dt) == "" || (bias != nil && bias.DType() != dt) {
 		return unsupported("linear_scaled_fp8", dt)
 	}
 	if xq.DType() != tensor.F8E4M3 || wq.DType() != tensor.F8E4M3 || xs.DType() != tensor.F32 || ws.DType() != tensor.F32 ||
@@ -68,7 +67,10 @@ func (b *Backend) LinearScaledFP8(dst, xq, xs, wq, ws, bias *tensor.Tensor) erro
 	if err != nil {
 		return err
 	}
-	if K > 0 && dt != tensor.F32 && K%16 == 0 && N%16 == 0 && b.NativeFP8() {
+	if K == 0 {
+		return b.linearNoK(dst, bias, M, N)
+	}
+	if dt != tensor.F32 && K%16 == 0 && N%16 == 0 && b.NativeFP8() {
 		g := rocblas.LtLinear{M: M, N: N, K: K, X: ps[1], W: ps[3], D: ps[0], XType: rocblas.LtF8E4M3, WType: rocblas.LtF8E4M3,
 			DType: ltType(dt), XScale: ps[2], WScale: ps[4], RowScales: true}
 		if bias != nil {
@@ -80,28 +82,16 @@ func (b *Backend) LinearScaledFP8(dst, xq, xs, wq, ws, bias *tensor.Tensor) erro
 	}
 	// Widen both operands into dt (one f32 product code·scale, rounded once)
 	// and multiply them on the plain GEMM.
-	xd, err := b.alloc.alloc(int64(M) * int64(K) * int64(dt.Size()))
+	xd, err := b.dequantized(dt, ps[1], ps[2], M, K)
 	if err != nil {
 		return err
 	}
 	defer b.alloc.free(xd)
-	wd, err := b.alloc.alloc(int64(N) * int64(K) * int64(dt.Size()))
+	wd, err := b.dequantized(dt, ps[3], ps[4], N, K)
 	if err != nil {
 		return err
 	}
 	defer b.alloc.free(wd)
-	if err := b.dequantRows(s, xd.ptr, ps[1], ps[2], M, K); err != nil {
-		return err
-	}
-	if err := b.dequantRows(s, wd.ptr, ps[3], ps[4], N, K); err != nil {
-		return err
-	}
-	if K == 0 {
-		if bias == nil {
-			return b.Fill(dst, 0)
-		}
-		return b.Binary(tensor.OpAdd, dst, dst, []int{0, 0}, bias, []int{0, 1})
-	}
 	return b.gemm(dt, ps[0], xd.ptr, wd.ptr, ps[5], 1, M, N, K, false, true, false, false, 1)
 }
 
@@ -110,8 +100,7 @@ func (b *Backend) LinearScaledFP8(dst, xq, xs, wq, ws, bias *tensor.Tensor) erro
 // widened copy lives for the call.
 func (b *Backend) LinearFP8(dst, x, w, scale, bias *tensor.Tensor) error {
 	dt := dst.DType()
-	s := floatSuffix(dt)
-	if s == "" || x.DType() != dt || (bias != nil && bias.DType() != dt) || w.DType() != tensor.F8E4M3 || scale.DType() != tensor.F32 {
+	if floatSuffix(dt) == "" || x.DType() != dt || (bias != nil && bias.DType() != dt) || w.DType() != tensor.F8E4M3 || scale.DType() != tensor.F32 {
 		return unsupported("linear_fp8", dt)
 	}
 	if w.Rank() != 2 || scale.Numel() != w.Dim(0) {
@@ -129,27 +118,30 @@ func (b *Backend) LinearFP8(dst, x, w, scale, bias *tensor.Tensor) error {
 		return err
 	}
 	if K == 0 {
-		if bias == nil {
-			return b.Fill(dst, 0)
-		}
-		return b.Binary(tensor.OpAdd, dst, dst, []int{0, 0}, bias, []int{0, 1})
+		return b.linearNoK(dst, bias, M, N)
 	}
-	wd, err := b.alloc.alloc(int64(N) * int64(K) * int64(dt.Size()))
+	wd, err := b.dequantized(dt, ps[2], ps[3], N, K)
 	if err != nil {
 		return err
 	}
 	defer b.alloc.free(wd)
-	if err := b.dequantRows(s, wd.ptr, ps[2], ps[3], N, K); err != nil {
-		return err
-	}
 	return b.gemm(dt, ps[0], ps[1], wd.ptr, ps[4], 1, M, N, K, false, true, false, false, 1)
 }
 
-// dequantRows writes rows·K values code·scale[row] of type sfx at y.
-func (b *Backend) dequantRows(sfx string, y, q, scale uintptr, rows, K int) error {
+// dequantized is a temporary of rows·K values code·scale[row] in dt: the
+// codes q (rows, K) widened by their row scales. The caller frees it.
+func (b *Backend) dequantized(dt tensor.DType, q, scale uintptr, rows, K int) (*Buffer, error) {
 	n := int64(rows) * int64(K)
-	a := (&hip.Args{}).Ptr(y).Ptr(q).Ptr(scale).I64(int64(K)).I64(n)
-	return b.launchLinear("norm", "dequant_rows_fp8_"+sfx, n, 256, 1, a)
+	y, err := b.alloc.alloc(n * int64(dt.Size()))
+	if err != nil {
+		return nil, err
+	}
+	a := (&hip.Args{}).Ptr(y.ptr).Ptr(q).Ptr(scale).I64(int64(K)).I64(n)
+	if err := b.launchLinear("norm", "dequant_rows_fp8_"+floatSuffix(dt), n, 256, 1, a); err != nil {
+		b.alloc.free(y)
+		return nil, err
+	}
+	return y, nil
 }
 
 func ltType(dt tensor.DType) rocblas.LtType {

@@ -131,10 +131,7 @@ func (b *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 		return err
 	}
 	if K == 0 {
-		if bias == nil {
-			return b.Fill(dst, 0)
-		}
-		return b.Binary(tensor.OpAdd, dst, dst, []int{0, 0}, bias, []int{0, 1})
+		return b.linearNoK(dst, bias, M, N)
 	}
 	if b.opts.Lt && b.lt != nil && (dt == tensor.BF16 || dt == tensor.F16) {
 		return b.ltLinear(dt, ps[0], ps[1], ps[2], ps[3], M, N, K)
@@ -142,13 +139,19 @@ func (b *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 	return b.gemm(dt, ps[0], ps[1], ps[2], ps[3], 1, M, N, K, false, true, false, false, 1)
 }
 
+// linearNoK is a Linear whose K is 0: no products, so every row of dst is
+// the bias, or zeros without one.
+func (b *Backend) linearNoK(dst, bias *tensor.Tensor, M, N int) error {
+	if bias == nil {
+		return b.Fill(dst, 0)
+	}
+	return b.Copy(dst, 0, []int{N, 1}, bias, 0, []int{0, 1}, []int{M, N})
+}
+
 // ltLinear is Linear through cuBLASLt / hipBLASLt (Options.Lt), the bias
 // added by the GEMM's epilogue.
 func (b *Backend) ltLinear(dt tensor.DType, d, x, w, bias uintptr, M, N, K int) error {
-	t := rocblas.LtBF16
-	if dt == tensor.F16 {
-		t = rocblas.LtF16
-	}
+	t := ltType(dt)
 	g := rocblas.LtLinear{M: M, N: N, K: K, X: x, W: w, D: d, XType: t, WType: t, DType: t}
 	if bias != 0 {
 		g.Bias, g.Epilogue = bias, rocblas.EpilogueBias

@@ -39,6 +39,17 @@ func CUDADirs(extra ...string) []string {
 	return append([]string{"$CUDA_PATH/lib64", "$CUDA_HOME/lib64", "/usr/local/cuda/lib64"}, extra...)
 }
 
+// ROCm is a library of a ROCm install: its sonames, then in ROCmDirs.
+func ROCm(name, env string, sonames ...string) Library {
+	return Library{Name: name, Env: env, Sonames: sonames, Dirs: ROCmDirs()}
+}
+
+// CUDA is an NVIDIA library: its sonames, then in dirs (CUDADirs and the
+// directories its own packages install to).
+func CUDA(name, env string, sonames []string, dirs ...string) Library {
+	return Library{Name: name, Env: env, Sonames: sonames, Dirs: dirs}
+}
+
 // SearchDirs is Dirs with the variables expanded, read when called.
 func (l Library) SearchDirs() []string {
 	var dirs []string
@@ -87,6 +98,12 @@ func Search[T any](l Library, load func(path string) (T, error)) (T, error) {
 	}
 	var zero T
 	return zero, fmt.Errorf("%s library not found: tried %s", l.Name, strings.Join(tried, ", "))
+}
+
+// NewLoader is a Loader of one library per vendor: amd on AMD, nvidia on
+// NVIDIA; its errors start with prefix.
+func NewLoader[L any](prefix string, amd, nvidia Library) *Loader[Vendor, L] {
+	return &Loader[Vendor, L]{Prefix: prefix, Libraries: map[Vendor]Library{AMD: amd, NVIDIA: nvidia}}
 }
 
 // Loader loads one library per vendor on first use and keeps it for the

@@ -39,6 +39,19 @@ func TestCandidates(t *testing.T) {
 	}
 }
 
+func TestNewLoader(t *testing.T) {
+	amd := ROCm("liba", "A_FILE", "liba.so.2", "liba.so.1")
+	nv := CUDA("libn", "N_FILE", []string{"libn.so.3"}, CUDADirs("/extra")...)
+	l := NewLoader[int]("pkg", amd, nv)
+	want := map[Vendor]Library{
+		AMD:    {Name: "liba", Env: "A_FILE", Sonames: []string{"liba.so.2", "liba.so.1"}, Dirs: ROCmDirs()},
+		NVIDIA: {Name: "libn", Env: "N_FILE", Sonames: []string{"libn.so.3"}, Dirs: CUDADirs("/extra")},
+	}
+	if l.Prefix != "pkg" || !reflect.DeepEqual(l.Libraries, want) {
+		t.Errorf("NewLoader = %q %+v, want pkg %+v", l.Prefix, l.Libraries, want)
+	}
+}
+
 func TestSearchNamesEveryFailure(t *testing.T) {
 	t.Setenv("DYNLIB_TEST_FILE", "")
 	l := Library{Name: "libx", Env: "DYNLIB_TEST_FILE", Sonames: []string{"a.so", "b.so"}}

@@ -13,6 +13,16 @@ import (
 	"github.com/framepack-go/framepack/weights"
 )
 
+// Dims are the keys of config.json that every transformers model here
+// reads: the layer sizes and the activation. A Config embeds them.
+type Dims struct {
+	HiddenSize        int    `json:"hidden_size"`
+	IntermediateSize  int    `json:"intermediate_size"`
+	NumHiddenLayers   int    `json:"num_hidden_layers"`
+	NumAttentionHeads int    `json:"num_attention_heads"`
+	HiddenAct         string `json:"hidden_act"`
+}
+
 // ReadConfig reads dir/config.json, lets complete fill in what the file may
 // leave out (nil: nothing), and validates the result; an invalid config's
 // error names the model (name) and the file. Keys the model does not use

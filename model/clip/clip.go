@@ -13,14 +13,10 @@ import (
 
 // Config is the part of config.json the text model uses.
 type Config struct {
-	HiddenSize            int     `json:"hidden_size"`
-	IntermediateSize      int     `json:"intermediate_size"`
-	NumHiddenLayers       int     `json:"num_hidden_layers"`
-	NumAttentionHeads     int     `json:"num_attention_heads"`
+	hfmodel.Dims
 	MaxPositionEmbeddings int     `json:"max_position_embeddings"`
 	VocabSize             int     `json:"vocab_size"`
 	LayerNormEps          float32 `json:"layer_norm_eps"`
-	HiddenAct             string  `json:"hidden_act"`
 	EOSTokenID            int64   `json:"eos_token_id"`
 }
 

@@ -13,14 +13,13 @@ import (
 	"github.com/framepack-go/framepack/tensor"
 )
 
-// parallelConfig is a small packed transformer with 4 heads, so the heads
-// divide over 2 and 4 ranks.
+// parallelConfig is tinyConfig with 4 heads, so the heads divide over 2
+// and 4 ranks, and two blocks of each kind.
 func parallelConfig() Config {
-	c := FramePackI2V()
-	c.NumAttentionHeads, c.AttentionHeadDim = 4, 16
-	c.NumLayers, c.NumSingleLayers, c.NumRefinerLayers = 2, 2, 1
-	c.TextEmbedDim, c.PooledProjectionDim, c.ImageProjDim = 32, 16, 24
-	c.RopeAxesDim = []int{4, 6, 6}
+	c := tinyConfig()
+	c.NumAttentionHeads = 4
+	c.NumLayers, c.NumSingleLayers = 2, 2
+	c.PooledProjectionDim = 16
 	return c
 }
 

@@ -14,17 +14,13 @@ import (
 
 // Config is the part of config.json the model uses.
 type Config struct {
-	HiddenSize        int     `json:"hidden_size"`
-	IntermediateSize  int     `json:"intermediate_size"`
-	NumHiddenLayers   int     `json:"num_hidden_layers"`
-	NumAttentionHeads int     `json:"num_attention_heads"`
-	NumKeyValueHeads  int     `json:"num_key_value_heads"`
-	HeadDim           int     `json:"head_dim"`
-	VocabSize         int     `json:"vocab_size"`
-	RMSNormEps        float32 `json:"rms_norm_eps"`
-	HiddenAct         string  `json:"hidden_act"`
-	RopeTheta         float64 `json:"rope_theta"`
-	RopeParameters    *struct {
+	hfmodel.Dims
+	NumKeyValueHeads int     `json:"num_key_value_heads"`
+	HeadDim          int     `json:"head_dim"`
+	VocabSize        int     `json:"vocab_size"`
+	RMSNormEps       float32 `json:"rms_norm_eps"`
+	RopeTheta        float64 `json:"rope_theta"`
+	RopeParameters   *struct {
 		RopeTheta float64 `json:"rope_theta"`
 		RopeType  string  `json:"rope_type"`
 	} `json:"rope_parameters"`

@@ -13,15 +13,11 @@ import (
 
 // Config is the vision part of config.json.
 type Config struct {
-	HiddenSize        int     `json:"hidden_size"`
-	IntermediateSize  int     `json:"intermediate_size"`
-	NumHiddenLayers   int     `json:"num_hidden_layers"`
-	NumAttentionHeads int     `json:"num_attention_heads"`
-	NumChannels       int     `json:"num_channels"`
-	ImageSize         int     `json:"image_size"`
-	PatchSize         int     `json:"patch_size"`
-	LayerNormEps      float32 `json:"layer_norm_eps"`
-	HiddenAct         string  `json:"hidden_act"`
+	hfmodel.Dims
+	NumChannels  int     `json:"num_channels"`
+	ImageSize    int     `json:"image_size"`
+	PatchSize    int     `json:"patch_size"`
+	LayerNormEps float32 `json:"layer_norm_eps"`
 }
 
 // Model is a loaded SigLIP vision tower (the pooling head is not used).

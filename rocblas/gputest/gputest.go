@@ -194,6 +194,22 @@ const (
 	BF16 = dynlib.BF16
 )
 
+// Tolerance is the relative L2 error allowed against float64 math on the
+// same (rounded) inputs: the output's rounding for bf16 and f16, TF32's
+// for f32 in fast mode, else f32, the error of the library's own f32
+// accumulation (which grows with the length of its sums).
+func Tolerance(out DType, fast bool, f32 float64) float64 {
+	switch {
+	case out == BF16:
+		return 1e-2
+	case out == F16:
+		return 2e-3
+	case fast:
+		return 3e-3
+	}
+	return f32
+}
+
 // Random returns n values uniform in [-1, 1) rounded to dt, and their bytes.
 func Random(rng *rand.Rand, dt DType, n int) ([]float64, []byte) {
 	v := make([]float64, n)

@@ -745,7 +745,8 @@ func MatMul(e *Env) {
 }
 
 func Linear(e *Env) {
-	for _, c := range []struct{ M, K, N int }{{33, 129, 65}, {1, 7, 3}, {200, 64, 96}} {
+	// K = 0: no products, every row the bias (or zeros).
+	for _, c := range []struct{ M, K, N int }{{33, 129, 65}, {1, 7, 3}, {200, 64, 96}, {3, 0, 5}} {
 		for _, dt := range floats {
 			for _, withBias := range []bool{true, false} {
 				x := e.Pair(e.Rand(dt, -1, 1, c.M, c.K))
@@ -965,23 +966,39 @@ func FP8Compute(e *Env) {
 			// Both sides multiply the reference's codes, so the products are the same.
 			xq, xs := e.Pair(tensor.ToHost(q[0])), e.Pair(tensor.ToHost(qs[0]))
 			wqq, wss := e.Pair(tensor.ToHost(wq[0])), e.Pair(tensor.ToHost(ws[0]))
-			for _, withBias := range []bool{true, false} {
-				var b [2]*tensor.Tensor
-				if withBias {
-					b = e.Pair(e.Rand(dt, -1, 1, c.N))
-				}
-				o := e.Out(dt, c.M, c.N)
-				e.Run("linear_scaled_fp8", func(i int) error {
-					return ks[i].LinearScaledFP8(o[i], xq[i], xs[i], wqq[i], wss[i], b[i])
-				})
-				e.Compare(fmt.Sprintf("linear_scaled_fp8 %s %+v bias=%v", dt, c, withBias), o, 20, 1)
-				if wo, ok := tensor.As[tensor.FP8Weights](e.Got); ok { // weight-only, on the unquantized input
-					fw := [2]tensor.FP8Weights{cpu.New(), wo}
-					o := e.Out(dt, c.M, c.N)
-					e.Run("linear_fp8", func(i int) error { return fw[i].LinearFP8(o[i], x[i], wqq[i], wss[i], b[i]) })
-					e.Compare(fmt.Sprintf("linear_fp8 %s %+v bias=%v", dt, c, withBias), o, 20, 1)
-				}
-			}
+			fp8Linears(e, ks, fmt.Sprintf("%s %+v", dt, c), x, xq, xs, wqq, wss)
+		}
+	}
+	// K = 0: no products, every row the bias (or zeros).
+	for _, dt := range floats {
+		const M, N = 3, 16
+		x := e.Pair(e.Rand(dt, -1, 1, M, 0))
+		xq, wq := e.Pair(tensor.New(tensor.F8E4M3, M, 0)), e.Pair(tensor.New(tensor.F8E4M3, N, 0))
+		xs, ws := e.Pair(e.Rand(tensor.F32, 0.5, 2, M)), e.Pair(e.Rand(tensor.F32, 0.5, 2, N))
+		fp8Linears(e, ks, fmt.Sprintf("%s %dx0x%d", dt, M, N), x, xq, xs, wq, ws)
+	}
+}
+
+// fp8Linears checks the scaled FP8 Linear of codes xq (M, K) and wq (N, K)
+// with their row scales, and the weight-only one of x by wq where the
+// backend has it, with a bias and without.
+func fp8Linears(e *Env, ks [2]tensor.FP8Compute, what string, x, xq, xs, wq, ws [2]*tensor.Tensor) {
+	dt, M, N := x[0].DType(), xq[0].Dim(0), wq[0].Dim(0)
+	for _, withBias := range []bool{true, false} {
+		var b [2]*tensor.Tensor
+		if withBias {
+			b = e.Pair(e.Rand(dt, -1, 1, N))
+		}
+		o := e.Out(dt, M, N)
+		e.Run("linear_scaled_fp8", func(i int) error {
+			return ks[i].LinearScaledFP8(o[i], xq[i], xs[i], wq[i], ws[i], b[i])
+		})
+		e.Compare(fmt.Sprintf("linear_scaled_fp8 %s bias=%v", what, withBias), o, 20, 1)
+		if wo, ok := tensor.As[tensor.FP8Weights](e.Got); ok { // weight-only, on the unquantized input
+			fw := [2]tensor.FP8Weights{cpu.New(), wo}
+			o := e.Out(dt, M, N)
+			e.Run("linear_fp8", func(i int) error { return fw[i].LinearFP8(o[i], x[i], wq[i], ws[i], b[i]) })
+			e.Compare(fmt.Sprintf("linear_fp8 %s bias=%v", what, withBias), o, 20, 1)
 		}
 	}
 }
