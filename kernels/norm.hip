@@ -191,6 +191,47 @@ RMSNORM(f32, float)
 RMSNORM(f16, h16)
 RMSNORM(bf16, b16)
 
+// ---- RMSNorm over the channels of x (B, C, S) at every position ----
+// One thread a position: the threads of a block read neighbouring positions
+// of one channel, so every pass over the channels is coalesced. y =
+// x·rsqrt(mean_C(x²)+eps), rounded, ·w; then, with silu, SiLU of that rounded
+// output (as RMSNorm and SiLU run one after the other).
+
+template <typename T>
+DI void chan_rmsnorm_impl(T *R y, const T *R x, const T *R w, long long C, long long S, long long n, float eps, int silu) {
+	long long i = BIDX * NR_BS + TID;
+	if (i >= n)
+		return;
+	long long b = i / S, p = i - b * S;
+	const T *xp = x + b * C * S + p;
+	T *yp = y + b * C * S + p;
+	float q = 0.0f;
+	for (long long c = 0; c < C; c++) {
+		float v = ld(xp + c * S);
+		q += v * v;
+	}
+	float rs = 1.0f / FP_SQRT(q / (float)C + eps);
+	for (long long c = 0; c < C; c++) {
+		float v = ld(xp + c * S) * rs;
+		if (w)
+			v = rnd(v, y) * ld(w + c);
+		if (silu) {
+			v = rnd(v, y);
+			v = v * fsigmoid(v);
+		}
+		st(yp + c * S, v);
+	}
+}
+
+#define CHAN_RMSNORM(sfx, T)                                                                                    \
+	KERNEL void chan_rmsnorm_##sfx(T *R y, const T *R x, const T *R w, long long C, long long S, long long n, \
+	                               float eps, int silu) {                                                    \
+		chan_rmsnorm_impl<T>(y, x, w, C, S, n, eps, silu);                                                   \
+	}
+CHAN_RMSNORM(f32, float)
+CHAN_RMSNORM(f16, h16)
+CHAN_RMSNORM(bf16, b16)
+
 // ---- softmax over the last axis (NaN propagates; a row of −inf is NaN) ----
 
 template <typename T> DI void softmax_impl(T *R y, const T *R x, long long D) {

@@ -48,6 +48,10 @@ type FusedKernels interface {
 	// (plus bias, one value a column of src, or nil) into columns
 	// [dstCol, dstCol+cols) of dst; dst and src have the same rows.
 	ActivateColumns(op UnaryOp, dst *Tensor, dstCol int, src, bias *Tensor, srcCol, cols int) error
+	// ChannelRMSNorm normalises x (B, C, S...) over its channels at every
+	// position — RMSNorm of x with the channels moved last, weight w (C)
+	// or nil — then SiLU when silu, rounding where RMSNorm and SiLU round.
+	ChannelRMSNorm(dst, x, w *Tensor, eps float32, silu bool) error
 }
 
 // PaddedConv convolves the input a Padding makes from x without making it

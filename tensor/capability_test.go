@@ -90,6 +90,75 @@ func TestHookAndOpByOp(t *testing.T) {
 	}
 }
 
+// TestChannelRMSNorm: the fused channel RMS norm (cpu.Fused, the GPU
+// kernel's reference) and Scope's op-by-op fallback (channels moved last,
+// RMSNorm, moved back, SiLU) both equal float64 math rounded where RMSNorm
+// and SiLU round, for x (B, C, T, H, W) and (B, C).
+func TestChannelRMSNorm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	s := tensor.NewScope(fused{Backend: cpu.New()})
+	defer s.Close()
+	ref := s.ChildWith(tensor.Settings{OpByOp: true})
+	defer ref.Close()
+	for _, shape := range [][]int{{2, 6, 3, 4, 5}, {3, 16}} {
+		for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
+			for _, withW := range []bool{false, true} {
+				for _, silu := range []bool{false, true} {
+					c := shape[1]
+					x := s.Cast(s.To(tensor.RandN(rng, shape...)), dt)
+					var w *tensor.Tensor
+					if withW {
+						w = s.Cast(s.To(tensor.RandN(rng, c)), dt)
+					}
+					xs, round := tensor.Float32s(s.Cast(x, tensor.F32)), tensor.Rounder(dt)
+					var ws []float32
+					if w != nil {
+						ws = tensor.Float32s(s.Cast(w, tensor.F32))
+					}
+					per := len(xs) / (shape[0] * c)
+					want := make([]float64, len(xs))
+					for b := 0; b < shape[0]; b++ {
+						for p := 0; p < per; p++ {
+							var q float64
+							for ch := 0; ch < c; ch++ {
+								v := float64(xs[(b*c+ch)*per+p])
+								q += v * v
+							}
+							rs := 1 / math.Sqrt(q/float64(c)+1e-6)
+							for ch := 0; ch < c; ch++ {
+								v := float64(xs[(b*c+ch)*per+p]) * rs
+								if ws != nil {
+									v = float64(round(float32(v))) * float64(ws[ch])
+								}
+								if silu {
+									v = float64(round(float32(v)))
+									v /= 1 + math.Exp(-v)
+								}
+								want[(b*c+ch)*per+p] = v
+							}
+						}
+					}
+					tol := 1e-5
+					if dt == tensor.BF16 {
+						tol = 1.0 / 128 // one bf16 step (the rounding of a value at a tie may go either way)
+					}
+					for name, sc := range map[string]*tensor.Scope{"fused": s, "op by op": ref} {
+						got := tensor.Float32s(sc.Cast(sc.ChannelRMSNorm(x, w, 1e-6, silu), tensor.F32))
+						for i := range want {
+							if d := math.Abs(float64(got[i]) - want[i]); d > tol*math.Max(1, math.Abs(want[i])) || d != d {
+								t.Fatalf("%s %v %s weight=%v silu=%v [%d]: %v, want %v", name, shape, dt, withW, silu, i, got[i], want[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if err := tensor.Catch(func() { s.ChannelRMSNorm(s.To(tensor.RandN(rng, 2, 3, 4)), s.To(tensor.RandN(rng, 4)), 1e-6, false) }); err == nil {
+		t.Error("a weight of the wrong channel count: no error")
+	}
+}
+
 // TestConv3dPaddedFallback: on a backend that cannot convolve through a
 // padding, Scope.Conv3dPadded (upsample included) equals the padded input
 // made by Padding.Materialize and convolved, and a consumed input is freed.

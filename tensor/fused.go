@@ -67,6 +67,41 @@ func (s *Scope) GatedAdd(x, y, bias, gate *Tensor) *Tensor {
 	return out
 }
 
+// ChannelRMSNorm normalises x (B, C, ...) over its channels at every
+// position with weight w (C) or nil, then SiLU when silu: the RMSNorm of x
+// with its channels moved last, without moving them (Wan's channel-first
+// RMS_norm).
+func (s *Scope) ChannelRMSNorm(x, w *Tensor, eps float32, silu bool) *Tensor {
+	s.check("channel_rms_norm", x.dtype, x, w)
+	if len(x.shape) < 2 || (w != nil && w.Numel() != x.shape[1]) {
+		s.failf("channel_rms_norm", "x %v, weight %v: want x (B, C, ...) and weight (C)", x.shape, shapeOf(w))
+	}
+	f, ok := s.fused()
+	if !ok {
+		last := make([]int, len(x.shape))
+		first := make([]int, len(x.shape))
+		last[0], first[0], first[1] = 0, 0, len(x.shape)-1
+		for i := 1; i < len(x.shape)-1; i++ {
+			last[i], first[i+1] = i+1, i
+		}
+		last[len(x.shape)-1] = 1
+		cl := s.Permute(x, last...)
+		y := s.RMSNorm(cl, w, eps)
+		s.Free(cl)
+		out := s.Permute(y, first...)
+		s.Free(y)
+		if silu {
+			a := s.SiLU(out)
+			s.Free(out)
+			out = a
+		}
+		return out
+	}
+	out := s.Empty(x.dtype, x.shape...)
+	s.run("channel_rms_norm", fusedOp("channel_rms_norm"), func() error { return f.ChannelRMSNorm(out, x, w, eps, silu) })
+	return out
+}
+
 // needBD checks that each of vs holds B·D values for x (B, L, D).
 func (s *Scope) needBD(op string, x *Tensor, vs ...*Tensor) {
 	for _, v := range vs {

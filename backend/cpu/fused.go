@@ -164,3 +164,34 @@ func (Fused) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, 
 	fusedStore(dst, ds)
 	return nil
 }
+
+func (Fused) ChannelRMSNorm(dst, x, w *tensor.Tensor, eps float32, silu bool) error {
+	xs, ws := fusedVals(x), fusedVals(w)
+	r := tensor.Rounder(dst.DType())
+	c := x.Dim(1)
+	per := x.Numel() / max(x.Dim(0)*c, 1) // positions per batch element
+	out := make([]float32, len(xs))
+	for b := 0; b < x.Dim(0); b++ {
+		for p := 0; p < per; p++ {
+			at := func(ch int) int { return (b*c+ch)*per + p }
+			var q float64
+			for ch := 0; ch < c; ch++ {
+				q += float64(xs[at(ch)]) * float64(xs[at(ch)])
+			}
+			rs := float32(1 / math.Sqrt(q/float64(c)+float64(eps)))
+			for ch := 0; ch < c; ch++ {
+				v := xs[at(ch)] * rs
+				if ws != nil {
+					v = r(v) * ws[ch]
+				}
+				if silu {
+					v = r(v) // SiLU reads the norm's stored output
+					v = float32(float64(v) / (1 + math.Exp(-float64(v))))
+				}
+				out[at(ch)] = v
+			}
+		}
+	}
+	fusedStore(dst, out)
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/tensor"
@@ -234,4 +235,35 @@ func (b *Backend) View(buf tensor.Buffer, off, n int64) (tensor.Buffer, error) {
 		return nil, fmt.Errorf("gpu: view of %d bytes at %d of a %d-byte buffer", n, off, db.n)
 	}
 	return &Buffer{ptr: db.ptr + uintptr(off), n: n}, nil
+}
+
+// ChannelRMSNorm normalises x (B, C, S...) over its channels at every
+// position, one thread a position (tensor.FusedKernels).
+func (b *Backend) ChannelRMSNorm(dst, x, w *tensor.Tensor, eps float32, silu bool) error {
+	sfx := floatSuffix(dst.DType())
+	if sfx == "" {
+		return unsupported("channel_rms_norm", dst.DType())
+	}
+	if x.Rank() < 2 || !slices.Equal(dst.Shape(), x.Shape()) || dst.DType() != x.DType() {
+		return fmt.Errorf("gpu: channel_rms_norm of %v into %v", x, dst)
+	}
+	c := x.Dim(1)
+	if err := tensor.CheckAffine("channel_rms_norm", x.DType(), c, w); err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	if x.Numel() == 0 {
+		return nil
+	}
+	ps, err := b.ptrs(dst, x, w)
+	if err != nil {
+		return err
+	}
+	n := int64(x.Numel() / c) // positions
+	s := n / int64(x.Dim(0))
+	fl := int32(0)
+	if silu {
+		fl = 1
+	}
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).I64(int64(c)).I64(s).I64(n).F32(eps).I32(fl)
+	return b.launchLinear("norm", "chan_rmsnorm_"+sfx, n, 256, 1, a)
 }

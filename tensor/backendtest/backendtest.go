@@ -863,6 +863,18 @@ func Fused(e *Env) {
 				e.Compare(fmt.Sprintf("activate_columns %s %s bias=%v", op, dt, bs[0] != nil), o, 2, 1)
 			}
 		}
+
+		// Wan's channel-first RMS norm: 5 frames of 7×9 (positions not a
+		// multiple of a block), with and without weight and SiLU.
+		cx := e.Pair(e.Rand(dt, -3, 3, b, 40, 5, 7, 9))
+		cw := e.Pair(e.Rand(dt, 0.5, 1.5, 40))
+		for _, ws := range [][2]*tensor.Tensor{{}, cw} {
+			for _, silu := range []bool{false, true} {
+				o := e.Out(dt, b, 40, 5, 7, 9)
+				e.Run("channel_rms_norm", func(i int) error { return ks[i].ChannelRMSNorm(o[i], cx[i], ws[i], 1e-6, silu) })
+				e.Compare(fmt.Sprintf("channel_rms_norm %s weight=%v silu=%v", dt, ws[0] != nil, silu), o, 3, 1)
+			}
+		}
 	}
 }
 

@@ -153,20 +153,10 @@ func newRMSNorm(p *weights.Builder, name string, ch int, images bool) rmsNorm {
 	return rmsNorm{gamma: g, eps: float32(1e-24 / float64(ch))}
 }
 
-// channelsFirst normalises x (B, C, T, H, W) over C, then SiLU when asked.
-// RMSNorm runs over the last axis, so the channels go last and back.
+// channelsFirst normalises x (B, C, T, H, W) over C, then SiLU when asked
+// (one fused kernel where the backend has it).
 func (n rmsNorm) channelsFirst(s *tensor.Scope, x *tensor.Tensor, silu bool) *tensor.Tensor {
-	cl := s.Permute(x, 0, 2, 3, 4, 1)
-	y := s.RMSNorm(cl, n.gamma, n.eps)
-	s.Free(cl)
-	out := s.Permute(y, 0, 4, 1, 2, 3)
-	s.Free(y)
-	if silu {
-		a := s.SiLU(out)
-		s.Free(out)
-		out = a
-	}
-	return out
+	return s.ChannelRMSNorm(x, n.gamma, n.eps, silu)
 }
 
 // resnet is WanResidualBlock: conv2(SiLU(norm2(conv1(SiLU(norm1(x)))))) +
