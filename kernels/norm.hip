@@ -195,16 +195,19 @@ RMSNORM(bf16, b16)
 // One thread a position: the threads of a block read neighbouring positions
 // of one channel, so every pass over the channels is coalesced. y =
 // x·rsqrt(mean_C(x²)+eps), rounded, ·w; then, with silu, SiLU of that rounded
-// output (as RMSNorm and SiLU run one after the other).
+// output (as RMSNorm and SiLU run one after the other). y has Sy ≥ S
+// positions a channel and the result fills each channel's last S (the
+// frames a causal convolution's cache puts in front stay the caller's).
 
 template <typename T>
-DI void chan_rmsnorm_impl(T *R y, const T *R x, const T *R w, long long C, long long S, long long n, float eps, int silu) {
+DI void chan_rmsnorm_impl(T *R y, const T *R x, const T *R w, long long C, long long S, long long Sy, long long n,
+                          float eps, int silu) {
 	long long i = BIDX * NR_BS + TID;
 	if (i >= n)
 		return;
 	long long b = i / S, p = i - b * S;
 	const T *xp = x + b * C * S + p;
-	T *yp = y + b * C * S + p;
+	T *yp = y + b * C * Sy + (Sy - S) + p;
 	float q = 0.0f;
 	for (long long c = 0; c < C; c++) {
 		float v = ld(xp + c * S);
@@ -219,14 +222,14 @@ DI void chan_rmsnorm_impl(T *R y, const T *R x, const T *R w, long long C, long 
 			v = rnd(v, y);
 			v = v * fsigmoid(v);
 		}
-		st(yp + c * S, v);
+		st(yp + c * Sy, v);
 	}
 }
 
 #define CHAN_RMSNORM(sfx, T)                                                                                    \
-	KERNEL void chan_rmsnorm_##sfx(T *R y, const T *R x, const T *R w, long long C, long long S, long long n, \
-	                               float eps, int silu) {                                                    \
-		chan_rmsnorm_impl<T>(y, x, w, C, S, n, eps, silu);                                                   \
+	KERNEL void chan_rmsnorm_##sfx(T *R y, const T *R x, const T *R w, long long C, long long S, long long Sy,  \
+	                               long long n, float eps, int silu) {                                       \
+		chan_rmsnorm_impl<T>(y, x, w, C, S, Sy, n, eps, silu);                                               \
 	}
 CHAN_RMSNORM(f32, float)
 CHAN_RMSNORM(f16, h16)

@@ -51,6 +51,8 @@ type FusedKernels interface {
 	// ChannelRMSNorm normalises x (B, C, S...) over its channels at every
 	// position — RMSNorm of x with the channels moved last, weight w (C)
 	// or nil — then SiLU when silu, rounding where RMSNorm and SiLU round.
+	// dst (B, C, ...) may have more positions a channel than x: the result
+	// fills each channel's last ones and the first are left as they are.
 	ChannelRMSNorm(dst, x, w *Tensor, eps float32, silu bool) error
 }
 

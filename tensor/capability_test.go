@@ -3,6 +3,7 @@ package tensor_test
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
@@ -151,6 +152,22 @@ func TestChannelRMSNorm(t *testing.T) {
 						}
 					}
 				}
+			}
+		}
+	}
+	// Behind a front of cached frames: the concat of the front and the norm,
+	// fused and op by op alike.
+	x, w := s.To(tensor.RandN(rng, 2, 6, 3, 4, 5)), s.To(tensor.RandN(rng, 6))
+	front := s.To(tensor.RandN(rng, 2, 6, 2, 4, 5))
+	want := tensor.Float32s(ref.Concat(2, front, ref.ChannelRMSNorm(x, w, 1e-6, true)))
+	for name, sc := range map[string]*tensor.Scope{"fused": s, "op by op": ref} {
+		got := sc.ChannelRMSNormAfter(front, x, w, 1e-6, true)
+		if !slices.Equal(got.Shape(), []int{2, 6, 5, 4, 5}) {
+			t.Fatalf("%s: shape %v", name, got.Shape())
+		}
+		for i, v := range tensor.Float32s(got) {
+			if math.Abs(float64(v-want[i])) > 1e-5*math.Max(1, math.Abs(float64(want[i]))) {
+				t.Fatalf("%s after a front [%d]: %v, want %v", name, i, v, want[i])
 			}
 		}
 	}

@@ -102,6 +102,36 @@ func (s *Scope) ChannelRMSNorm(x, w *Tensor, eps float32, silu bool) *Tensor {
 	return out
 }
 
+// ChannelRMSNormAfter is Concat(2, front, ChannelRMSNorm(x, w, eps, silu))
+// without copying the norm's output: the fused kernel writes it behind
+// front's frames (x and front (B, C, T, ...) alike but for T; front nil is
+// none). A causal convolution's cached frames go in front of its input so.
+func (s *Scope) ChannelRMSNormAfter(front, x, w *Tensor, eps float32, silu bool) *Tensor {
+	if front == nil {
+		return s.ChannelRMSNorm(x, w, eps, silu)
+	}
+	s.check("channel_rms_norm", x.dtype, front, x, w)
+	f, ok := s.fused()
+	if !ok || len(x.shape) < 3 {
+		y := s.ChannelRMSNorm(x, w, eps, silu)
+		out := s.Concat(2, front, y)
+		s.Free(y)
+		return out
+	}
+	if len(front.shape) != len(x.shape) || front.shape[0] != x.shape[0] || front.shape[1] != x.shape[1] ||
+		!slices.Equal(front.shape[3:], x.shape[3:]) {
+		s.failf("channel_rms_norm", "front %v for x %v: want alike but for axis 2", front.shape, x.shape)
+	}
+	shape := cloneInts(x.shape)
+	shape[2] += front.shape[2]
+	out := s.Empty(x.dtype, shape...)
+	// front's frames of every channel, rows of F·rest into rows of (F+T)·rest.
+	bc, fr := x.shape[0]*x.shape[1], front.Numel()/max(x.shape[0]*x.shape[1], 1)
+	s.copyView(out, 0, []int{out.Numel() / max(bc, 1), 1}, front, 0, []int{fr, 1}, []int{bc, fr})
+	s.run("channel_rms_norm", fusedOp("channel_rms_norm"), func() error { return f.ChannelRMSNorm(out, x, w, eps, silu) })
+	return out
+}
+
 // needBD checks that each of vs holds B·D values for x (B, L, D).
 func (s *Scope) needBD(op string, x *Tensor, vs ...*Tensor) {
 	for _, v := range vs {

@@ -166,21 +166,24 @@ func (Fused) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, 
 }
 
 func (Fused) ChannelRMSNorm(dst, x, w *tensor.Tensor, eps float32, silu bool) error {
-	xs, ws := fusedVals(x), fusedVals(w)
+	per, perDst, err := tensor.CheckChannelNorm(dst, x, w)
+	if err != nil {
+		return fmt.Errorf("cpu: %w", err)
+	}
+	xs, ws, out := fusedVals(x), fusedVals(w), fusedVals(dst)
 	r := tensor.Rounder(dst.DType())
 	c := x.Dim(1)
-	per := x.Numel() / max(x.Dim(0)*c, 1) // positions per batch element
-	out := make([]float32, len(xs))
 	for b := 0; b < x.Dim(0); b++ {
 		for p := 0; p < per; p++ {
-			at := func(ch int) int { return (b*c+ch)*per + p }
+			in := func(ch int) int { return (b*c+ch)*per + p }
+			at := func(ch int) int { return (b*c+ch)*perDst + perDst - per + p }
 			var q float64
 			for ch := 0; ch < c; ch++ {
-				q += float64(xs[at(ch)]) * float64(xs[at(ch)])
+				q += float64(xs[in(ch)]) * float64(xs[in(ch)])
 			}
 			rs := float32(1 / math.Sqrt(q/float64(c)+float64(eps)))
 			for ch := 0; ch < c; ch++ {
-				v := xs[at(ch)] * rs
+				v := xs[in(ch)] * rs
 				if ws != nil {
 					v = r(v) * ws[ch]
 				}

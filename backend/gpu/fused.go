@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/tensor"
@@ -238,17 +237,15 @@ func (b *Backend) View(buf tensor.Buffer, off, n int64) (tensor.Buffer, error) {
 }
 
 // ChannelRMSNorm normalises x (B, C, S...) over its channels at every
-// position, one thread a position (tensor.FusedKernels).
+// position, one thread a position, into the last positions of each of
+// dst's channels (tensor.FusedKernels).
 func (b *Backend) ChannelRMSNorm(dst, x, w *tensor.Tensor, eps float32, silu bool) error {
 	sfx := floatSuffix(dst.DType())
 	if sfx == "" {
 		return unsupported("channel_rms_norm", dst.DType())
 	}
-	if x.Rank() < 2 || !slices.Equal(dst.Shape(), x.Shape()) || dst.DType() != x.DType() {
-		return fmt.Errorf("gpu: channel_rms_norm of %v into %v", x, dst)
-	}
-	c := x.Dim(1)
-	if err := tensor.CheckAffine("channel_rms_norm", x.DType(), c, w); err != nil {
+	s, sy, err := tensor.CheckChannelNorm(dst, x, w)
+	if err != nil {
 		return fmt.Errorf("gpu: %w", err)
 	}
 	if x.Numel() == 0 {
@@ -258,12 +255,11 @@ func (b *Backend) ChannelRMSNorm(dst, x, w *tensor.Tensor, eps float32, silu boo
 	if err != nil {
 		return err
 	}
-	n := int64(x.Numel() / c) // positions
-	s := n / int64(x.Dim(0))
 	fl := int32(0)
 	if silu {
 		fl = 1
 	}
-	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).I64(int64(c)).I64(s).I64(n).F32(eps).I32(fl)
+	n := int64(x.Dim(0)) * int64(s) // positions
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).I64(int64(x.Dim(1))).I64(int64(s)).I64(int64(sy)).I64(n).F32(eps).I32(fl)
 	return b.launchLinear("norm", "chan_rmsnorm_"+sfx, n, 256, 1, a)
 }

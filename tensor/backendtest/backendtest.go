@@ -875,6 +875,10 @@ func Fused(e *Env) {
 				e.Compare(fmt.Sprintf("channel_rms_norm %s weight=%v silu=%v", dt, ws[0] != nil, silu), o, 3, 1)
 			}
 		}
+		// Into the last 5 of 7 frames: the first two are left as they are.
+		o = zeros(dt, b, 40, 7, 7, 9)
+		e.Run("channel_rms_norm", func(i int) error { return ks[i].ChannelRMSNorm(o[i], cx[i], cw[i], 1e-6, true) })
+		e.Compare(fmt.Sprintf("channel_rms_norm %s behind two frames", dt), o, 3, 1)
 	}
 }
 

@@ -127,9 +127,35 @@ func (c *causalConv) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *t
 		s.Free(x)
 		front -= sl.x.Dim(2)
 	}
-	y := c.run(s, in, tensor.Padding{Before: [3]int{front, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadZeros}, true)
+	y := c.run(s, in, c.padding(front), true)
 	f.set(sl, tail)
 	return y
+}
+
+// forwardNormed is forward(SiLU(n(x))) with the norm written behind the
+// slot's frames, so no concat copies it; x stays the caller's.
+func (c *causalConv) forwardNormed(s *tensor.Scope, f *featCache, n rmsNorm, x *tensor.Tensor) *tensor.Tensor {
+	sl := f.next()
+	var prev *tensor.Tensor
+	front := 2
+	if sl.x != nil {
+		prev = s.To(sl.x)
+		front -= sl.x.Dim(2)
+	}
+	in := s.ChannelRMSNormAfter(prev, x, n.gamma, n.eps, true)
+	// The input's last cacheT frames are tail's: the normed x's, behind the
+	// previous cache's last frame when x has one frame.
+	t := in.Dim(2)
+	tail := f.s.Slice(in, 2, max(t-cacheT, 0), t)
+	y := c.run(s, in, c.padding(front), true)
+	f.set(sl, tail)
+	return y
+}
+
+// padding: front zero frames (two less those the cache supplied), one zero
+// pixel each side.
+func (c *causalConv) padding(front int) tensor.Padding {
+	return tensor.Padding{Before: [3]int{front, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadZeros}
 }
 
 // rmsNorm is WanRMS_norm without bias: F.normalize over the channels times
@@ -185,16 +211,14 @@ func (r *resnet) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tenso
 	if r.shortcut != nil {
 		res = r.shortcut.run(s, x, tensor.Padding{}, false)
 	}
-	h := r.norm1.channelsFirst(s, x, true)
+	h := r.conv1.forwardNormed(s, f, r.norm1, x)
 	if res != x {
 		s.Free(x)
 	}
-	h = r.conv1.forward(s, f, h)
-	g := r.norm2.channelsFirst(s, h, true)
+	g := r.conv2.forwardNormed(s, f, r.norm2, h)
 	s.Free(h)
-	h = r.conv2.forward(s, f, g)
-	out := s.Add(h, res)
-	s.Free(h, res)
+	out := s.Add(g, res)
+	s.Free(g, res)
 	return out
 }
 

@@ -224,6 +224,56 @@ func TestCausalConvCacheF64(t *testing.T) {
 	})
 }
 
+// TestCausalConvNormedCacheF64: SiLU(RMS norm) then the causal conv,
+// chunk by chunk with the norm written behind the cached frames, equals
+// the causal conv of the whole normed sequence in float64, one-frame chunks
+// (the previous cache's last frame in front) included; op by op on the
+// plain CPU and through the chain, with the fused norm's reference on the
+// CPU posing as a device.
+func TestCausalConvNormedCacheF64(t *testing.T) {
+	const cin, cout, T, H, W = 3, 4, 9, 5, 6
+	p := hostParams()
+	cv := newCausalConv(p, "c", cin, cout)
+	n := newRMSNorm(p, "n", cin, false)
+	x := randn(5, 1, cin, T, H, W)
+	xs, g := f64(x), f64(n.gamma)
+	plane := T * H * W
+	normed := make([]float64, len(xs))
+	for i := 0; i < plane; i++ {
+		var ss float64
+		for ch := 0; ch < cin; ch++ {
+			ss += xs[ch*plane+i] * xs[ch*plane+i]
+		}
+		norm := max(math.Sqrt(ss), 1e-12)
+		for ch := 0; ch < cin; ch++ {
+			y := xs[ch*plane+i] / norm * math.Sqrt(cin) * g[ch]
+			normed[ch*plane+i] = y / (1 + math.Exp(-y))
+		}
+	}
+	padded, ps := zeroPad(normed, cin, T, H, W, [3]int{2, 1, 1}, [3]int{0, 1, 1})
+	want, _ := conv3dF64(padded, cin, ps[0], ps[1], ps[2], f64(cv.w), f64(cv.b), cout, 3, 3, 3, [3]int{1, 1, 1})
+	run := func(t *testing.T, s *tensor.Scope) {
+		c := &causalConv{conv{w: s.To(cv.w), b: s.To(cv.b), stride: cv.stride}}
+		nn := rmsNorm{gamma: s.To(n.gamma), eps: n.eps}
+		f := newFeatCache(s)
+		var outs []*tensor.Tensor
+		for _, r := range [][2]int{{0, 1}, {1, 2}, {2, 5}, {5, 6}, {6, 9}} {
+			f.chunk()
+			outs = append(outs, c.forwardNormed(s, f, nn, s.Slice(s.To(x), 2, r[0], r[1])))
+		}
+		relL2(t, "chunked normed causal conv", tensor.ToHost(s.Concat(2, outs...)), want, 1e-6)
+	}
+	onCPUAndChain(t, run)
+	t.Run("fused", func(t *testing.T) {
+		s := tensor.NewScope(testdevice.NewFake())
+		defer s.Close()
+		if !s.Fused() {
+			t.Fatal("no fused kernels on the fake device")
+		}
+		run(t, s)
+	})
+}
+
 // onCPUAndChain runs f on the plain CPU and through the conv3d chain
 // (chainBackend), each a subtest with its own scope.
 func onCPUAndChain(t *testing.T, f func(t *testing.T, s *tensor.Scope)) {

@@ -57,9 +57,8 @@ func (e *encoder) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tens
 		x = l.forward(s, f, x)
 	}
 	x = e.mid.forward(s, f, x)
-	h := e.normOut.channelsFirst(s, x, true)
+	h := e.convOut.forwardNormed(s, f, e.normOut, x)
 	s.Free(x)
-	h = e.convOut.forward(s, f, h)
 	return e.quant.run(s, h, tensor.Padding{}, true)
 }
 
@@ -172,7 +171,7 @@ func (d *decoder) tail(s *tensor.Scope, f *featCache, x *tensor.Tensor, from int
 
 // head is norm_out, SiLU and conv_out.
 func (d *decoder) head(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
-	h := d.normOut.channelsFirst(s, x, true)
+	h := d.convOut.forwardNormed(s, f, d.normOut, x)
 	s.Free(x)
-	return d.convOut.forward(s, f, h)
+	return h
 }
