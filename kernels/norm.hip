@@ -192,29 +192,44 @@ RMSNORM(f16, h16)
 RMSNORM(bf16, b16)
 
 // ---- RMSNorm over the channels of x (B, C, S) at every position ----
-// One thread a position: the threads of a block read neighbouring positions
-// of one channel, so every pass over the channels is coalesced. y =
-// x·rsqrt(mean_C(x²)+eps), rounded, ·w; then, with silu, SiLU of that rounded
-// output (as RMSNorm and SiLU run one after the other). y has Sy ≥ S
-// positions a channel and the result fills each channel's last S (the
-// frames a causal convolution's cache puts in front stay the caller's).
+// A block is 32 neighbouring positions × 8 channel groups: a warp reads 32
+// neighbouring positions of one channel (coalesced), each thread sums the
+// squares of every 8th channel and the groups' sums are added in shared
+// memory in a fixed order. y = x·rsqrt(mean_C(x²)+eps), rounded, ·w; then,
+// with silu, SiLU of that rounded output (as RMSNorm and SiLU run one
+// after the other). y has Sy ≥ S positions a channel and the result fills
+// each channel's last S (the frames a causal convolution's cache puts in
+// front stay the caller's).
+
+#define CN_POS 32
+#define CN_GROUPS 8
 
 template <typename T>
 DI void chan_rmsnorm_impl(T *R y, const T *R x, const T *R w, long long C, long long S, long long Sy, long long n,
                           float eps, int silu) {
-	long long i = BIDX * NR_BS + TID;
-	if (i >= n)
-		return;
-	long long b = i / S, p = i - b * S;
+	__shared__ float part[CN_GROUPS][CN_POS];
+	const int tx = TID % CN_POS, ty = TID / CN_POS;
+	const long long i = BIDX * CN_POS + tx;
+	const bool in = i < n;
+	const long long b = in ? i / S : 0, p = in ? i - b * S : 0;
 	const T *xp = x + b * C * S + p;
 	T *yp = y + b * C * Sy + (Sy - S) + p;
 	float q = 0.0f;
-	for (long long c = 0; c < C; c++) {
-		float v = ld(xp + c * S);
-		q += v * v;
-	}
-	float rs = 1.0f / FP_SQRT(q / (float)C + eps);
-	for (long long c = 0; c < C; c++) {
+	if (in)
+		for (long long c = ty; c < C; c += CN_GROUPS) {
+			float v = ld(xp + c * S);
+			q += v * v;
+		}
+	part[ty][tx] = q;
+	fp_sync();
+	float sum = 0.0f;
+#pragma unroll
+	for (int g = 0; g < CN_GROUPS; g++)
+		sum += part[g][tx];
+	if (!in)
+		return;
+	float rs = 1.0f / FP_SQRT(sum / (float)C + eps);
+	for (long long c = ty; c < C; c += CN_GROUPS) {
 		float v = ld(xp + c * S) * rs;
 		if (w)
 			v = rnd(v, y) * ld(w + c);

@@ -237,7 +237,7 @@ func (b *Backend) View(buf tensor.Buffer, off, n int64) (tensor.Buffer, error) {
 }
 
 // ChannelRMSNorm normalises x (B, C, S...) over its channels at every
-// position, one thread a position, into the last positions of each of
+// position (32 positions × 8 channel groups a block) into the last positions of each of
 // dst's channels (tensor.FusedKernels).
 func (b *Backend) ChannelRMSNorm(dst, x, w *tensor.Tensor, eps float32, silu bool) error {
 	sfx := floatSuffix(dst.DType())
@@ -261,5 +261,10 @@ func (b *Backend) ChannelRMSNorm(dst, x, w *tensor.Tensor, eps float32, silu boo
 	}
 	n := int64(x.Dim(0)) * int64(s) // positions
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).I64(int64(x.Dim(1))).I64(int64(s)).I64(int64(sy)).I64(n).F32(eps).I32(fl)
-	return b.launchLinear("norm", "chan_rmsnorm_"+sfx, n, 256, 1, a)
+	// 32 positions a block (×8 channel groups: kernels/norm.hip).
+	blocks := (n + 31) / 32
+	if blocks > 1<<31-1 {
+		return fmt.Errorf("gpu: channel_rms_norm: %d positions exceed one launch", n)
+	}
+	return b.launch("norm", "chan_rmsnorm_"+sfx, hip.Dim3{uint32(blocks)}, hip.Dim3{256}, 0, a)
 }
