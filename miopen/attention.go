@@ -16,11 +16,19 @@ var ErrNoFusedAttention = errors.New("miopen: no fused attention in this library
 // The scale is given per call.
 type AttnDesc struct {
 	B, Lq, Lk, Hq, Hkv, D int
-	DType                 DType // F16 or BF16
+	DType                 DType // F16 or BF16: q, k, v and o, or o alone with FP8
+	// FP8: q, k and v are FP8 E4M3 codes with per-tensor descales, the
+	// probabilities are rounded to E4M3 (scaled by 448) before the second
+	// product, and o is DType (cuDNN's FP8 attention; Hopper and newer).
+	FP8 bool
 }
 
 func (d AttnDesc) String() string {
-	return fmt.Sprintf("attention %v B=%d Lq=%d Lk=%d heads %d/%d×%d", d.DType, d.B, d.Lq, d.Lk, d.Hq, d.Hkv, d.D)
+	dt := d.DType.String()
+	if d.FP8 {
+		dt = "fp8→" + dt
+	}
+	return fmt.Sprintf("attention %s B=%d Lq=%d Lk=%d heads %d/%d×%d", dt, d.B, d.Lq, d.Lk, d.Hq, d.Hkv, d.D)
 }
 
 // Validate reports a description no engine could take.
@@ -30,6 +38,9 @@ func (d AttnDesc) Validate() error {
 	}
 	if d.DType != F16 && d.DType != BF16 {
 		return fmt.Errorf("miopen: %v: %w", d, ErrNoFusedAttention)
+	}
+	if d.FP8 && d.Hq != d.Hkv {
+		return fmt.Errorf("miopen: %v: grouped heads in FP8: %w", d, ErrNoFusedAttention)
 	}
 	return nil
 }
@@ -55,3 +66,18 @@ type attnPlan struct {
 	descs []uintptr
 	err   error
 }
+
+// FP8Scales are an FP8 attention's scale factors, one f32 on the device
+// each: the descales of q, k and v (a value is its code times its
+// descale), the descale and scale of the probabilities (1/448 and 448: P
+// lies in [0, 1]) and o's scale (1 for a bf16/f16 o). AmaxS and AmaxO are
+// two f32 the graph writes, the largest probability and |o| (cuDNN's FP8
+// attention computes them; nothing here reads them).
+type FP8Scales struct {
+	DescaleQ, DescaleK, DescaleV uintptr
+	DescaleS, ScaleS, ScaleO     uintptr
+	AmaxS, AmaxO                 uintptr
+}
+
+// E4M3Max is the largest finite FP8 E4M3 value.
+const E4M3Max = 448

@@ -51,6 +51,7 @@ static int be_set_desc(uintptr_t d, int name, uintptr_t v) { void* p = (void*)v;
 static int be_set_handle(uintptr_t d, int name, uintptr_t h) { void* p = (void*)h; return be.set((void*)d, name, T_HANDLE, 1, &p); }
 static int be_set_int(uintptr_t d, int name, int type, int v) { return be.set((void*)d, name, type, 1, &v); }
 static int be_get_i64(uintptr_t d, int name, int64_t* v) { int64_t n = 0; return be.get((void*)d, name, T_INT64, 1, &n, v); }
+static int be_set_descs(uintptr_t d, int name, int64_t n, uintptr_t* v) { return be.set((void*)d, name, T_DESC, n, (void*)v); }
 static int be_get_descs(uintptr_t d, int name, int64_t want, int64_t* got, uintptr_t* out) {
 	return be.get((void*)d, name, T_DESC, want, got, (void*)out);
 }
@@ -93,6 +94,48 @@ static int be_sdpa_run(uintptr_t handle, uintptr_t plan, uintptr_t q, uintptr_t 
 	r = be.set(vp, 1000, T_INT64, 5, uids);           // UNIQUE_IDS
 	if (!r) r = be.set(vp, 1001, T_VOID_PTR, 5, ptrs); // DATA_POINTERS
 	if (!r) r = be.set(vp, 1003, T_VOID_PTR, 1, &w);   // WORKSPACE
+	if (!r) r = be.finalize(vp);
+	if (!r) r = be.execute((void*)handle, (void*)plan, vp);
+	be.destroy(vp);
+	return r;
+}
+
+// be_tensor_nd makes and finalizes an n-d tensor descriptor, virtual (an
+// intermediate of the graph, never in memory) or not.
+static int be_tensor_nd(uintptr_t* out, int64_t uid, int dtype, int64_t n, const int64_t* dims, const int64_t* strides,
+	bool is_virtual) {
+	void* t = 0;
+	int r = be.create(17, &t); // CUDNN_BACKEND_TENSOR_DESCRIPTOR
+	if (r) return r;
+	int64_t align = 16;
+	if (!r) r = be.set(t, 906, T_INT64, 1, &uid);
+	if (!r) r = be.set(t, 901, T_DATA_TYPE, 1, &dtype);
+	if (!r) r = be.set(t, 902, T_INT64, n, dims);
+	if (!r) r = be.set(t, 903, T_INT64, n, strides);
+	if (!r) r = be.set(t, 900, T_INT64, 1, &align);
+	if (!r) r = be.set(t, 907, T_BOOLEAN, 1, &is_virtual);
+	if (!r) r = be.finalize(t);
+	if (r) { be.destroy(t); return r; }
+	*out = (uintptr_t)t;
+	return 0;
+}
+
+// be_fp8_sdpa_run binds an FP8 attention's tensors (uids 1-4: q, k, v, o;
+// 5: the scale, by value; 6-13: the FP8 scales and amaxes, on the device)
+// and the workspace, and executes the plan on the handle's stream.
+static int be_fp8_sdpa_run(uintptr_t handle, uintptr_t plan, uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o,
+	float scale, uintptr_t dq, uintptr_t dk, uintptr_t dv, uintptr_t ds, uintptr_t ss, uintptr_t so,
+	uintptr_t amax_s, uintptr_t amax_o, uintptr_t ws) {
+	void* vp = 0;
+	int r = be.create(16, &vp); // CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR
+	if (r) return r;
+	int64_t uids[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+	void* ptrs[13] = {(void*)q, (void*)k, (void*)v, (void*)o, &scale, (void*)dq, (void*)dk, (void*)dv,
+		(void*)ds, (void*)ss, (void*)so, (void*)amax_s, (void*)amax_o};
+	void* w = (void*)ws;
+	r = be.set(vp, 1000, T_INT64, 13, uids);
+	if (!r) r = be.set(vp, 1001, T_VOID_PTR, 13, ptrs);
+	if (!r) r = be.set(vp, 1003, T_VOID_PTR, 1, &w);
 	if (!r) r = be.finalize(vp);
 	if (!r) r = be.execute((void*)handle, (void*)plan, vp);
 	be.destroy(vp);
@@ -173,7 +216,11 @@ func (h *Handle) PlanAttention(d AttnDesc) (AttnPlan, error) {
 	if p, ok := h.attn[d]; ok {
 		return p.plan, p.err
 	}
-	p := h.buildAttention(d)
+	build := h.buildAttention
+	if d.FP8 {
+		build = h.buildAttentionFP8
+	}
+	p := build(d)
 	if h.attn == nil {
 		h.attn = map[AttnDesc]*attnPlan{}
 	}
@@ -190,6 +237,9 @@ func (h *Handle) Attention(d AttnDesc, q, k, v, o uintptr, scale float32, worksp
 	}
 	if plan.WorkspaceBytes > 0 && workspace == 0 {
 		return fmt.Errorf("miopen: %v needs %d B of workspace", d, plan.WorkspaceBytes)
+	}
+	if d.FP8 {
+		return fmt.Errorf("miopen: %v: an FP8 attention runs through AttentionFP8", d)
 	}
 	p := h.attn[d]
 	s := C.be_sdpa_run(C.uintptr_t(h.h), C.uintptr_t(p.exec), C.uintptr_t(q), C.uintptr_t(k), C.uintptr_t(v),
@@ -248,6 +298,43 @@ func (b *graphBuild) tensor(uid int64, dtype C.int, dims, strides [4]int64, byVa
 	return uintptr(d)
 }
 
+// tensorND is an n-d tensor descriptor; a virtual one is an intermediate
+// of the graph.
+func (b *graphBuild) tensorND(uid int64, dtype int, dims, strides []int64, virtual bool) uintptr {
+	if b.err != nil {
+		return 0
+	}
+	var d C.uintptr_t
+	b.check(fmt.Sprintf("tensor descriptor %d", uid), C.be_tensor_nd(&d, C.int64_t(uid), C.int(dtype), C.int64_t(len(dims)),
+		(*C.int64_t)(unsafe.Pointer(&dims[0])), (*C.int64_t)(unsafe.Pointer(&strides[0])), C.bool(virtual)))
+	if d != 0 {
+		b.descs = append(b.descs, uintptr(d))
+	}
+	return uintptr(d)
+}
+
+// scalarByValue is a 1×1×1×1 f32 tensor passed by value.
+func (b *graphBuild) scalarByValue(uid int64) uintptr {
+	one := [4]int64{1, 1, 1, 1}
+	return b.tensor(uid, cdFloat, one, one, true)
+}
+
+// setEnum sets an enum-valued attribute (a data type, a pointwise mode, a
+// reduction operator: attribute type typ).
+func (b *graphBuild) setEnum(d uintptr, name, typ, v int) {
+	if b.err == nil {
+		b.check(fmt.Sprintf("cudnnBackendSetAttribute(%d)", name), C.be_set_int(C.uintptr_t(d), C.int(name), C.int(typ), C.int(v)))
+	}
+}
+
+// linkAll sets a list of descriptors (a graph's operations).
+func (b *graphBuild) linkAll(d uintptr, name int, vs []uintptr) {
+	if b.err == nil && len(vs) > 0 {
+		b.check(fmt.Sprintf("cudnnBackendSetAttribute(%d)", name), C.be_set_descs(C.uintptr_t(d), C.int(name),
+			C.int64_t(len(vs)), (*C.uintptr_t)(unsafe.Pointer(&vs[0]))))
+	}
+}
+
 func (b *graphBuild) release() {
 	for i := len(b.descs) - 1; i >= 0; i-- {
 		C.be_destroy(C.uintptr_t(b.descs[i]))
@@ -276,6 +363,13 @@ func (h *Handle) buildAttention(d AttnDesc) *attnPlan {
 
 	graph := b.create(beOperationGraph)
 	b.link(graph, attrGraphOps, op)
+	return h.planGraph(d, b, graph)
+}
+
+// planGraph finalizes graph (its ops set) on the handle, asks the
+// heuristics for engine configurations and keeps the first execution plan
+// that finalizes.
+func (h *Handle) planGraph(d AttnDesc, b *graphBuild, graph uintptr) *attnPlan {
 	if b.err == nil {
 		b.check("operation graph handle", C.be_set_handle(C.uintptr_t(graph), attrGraphHandle, C.uintptr_t(h.h)))
 	}
@@ -361,4 +455,27 @@ func (h *Handle) forgetAttention() {
 		}
 		delete(h.attn, k)
 	}
+}
+
+// AttentionFP8 queues the FP8 attention d (d.FP8) on the handle's stream:
+// q, k, v E4M3 codes (B, L, H, D) with their descales and the other scale
+// factors in sc, o (B, Lq, H, D) in d.DType. workspace holds the plan's
+// WorkspaceBytes.
+func (h *Handle) AttentionFP8(d AttnDesc, q, k, v, o uintptr, scale float32, sc FP8Scales, workspace uintptr) error {
+	if !d.FP8 {
+		return fmt.Errorf("miopen: %v is not an FP8 attention", d)
+	}
+	plan, err := h.PlanAttention(d)
+	if err != nil {
+		return err
+	}
+	if plan.WorkspaceBytes > 0 && workspace == 0 {
+		return fmt.Errorf("miopen: %v needs %d B of workspace", d, plan.WorkspaceBytes)
+	}
+	p := h.attn[d]
+	s := C.be_fp8_sdpa_run(C.uintptr_t(h.h), C.uintptr_t(p.exec), C.uintptr_t(q), C.uintptr_t(k), C.uintptr_t(v),
+		C.uintptr_t(o), C.float(scale), C.uintptr_t(sc.DescaleQ), C.uintptr_t(sc.DescaleK), C.uintptr_t(sc.DescaleV),
+		C.uintptr_t(sc.DescaleS), C.uintptr_t(sc.ScaleS), C.uintptr_t(sc.ScaleO), C.uintptr_t(sc.AmaxS),
+		C.uintptr_t(sc.AmaxO), C.uintptr_t(workspace))
+	return h.lib.graphError("cudnnBackendExecute("+d.String()+")", s)
 }

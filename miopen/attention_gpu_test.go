@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/rocblas/gputest"
+	"github.com/framepack-go/framepack/tensor"
 )
 
 // attentionRef is softmax(scale·q·kᵀ)·v in float64 on (B, L, H, D) arrays.
@@ -123,3 +124,183 @@ func TestFusedAttention(t *testing.T) {
 }
 
 func (d AttnDesc) withType(dt DType) AttnDesc { d.DType = dt; return d }
+
+// quantizeE4M3 codes v per tensor at 448/amax: the codes, their values
+// times the descale, and the descale.
+func quantizeE4M3(v []float64) ([]byte, []float64, float64) {
+	var amax float64
+	for _, x := range v {
+		amax = max(amax, math.Abs(x))
+	}
+	scale := float32(E4M3Max / amax)
+	codes, vals := make([]byte, len(v)), make([]float64, len(v))
+	for i, x := range v {
+		codes[i] = tensor.F8E4M3FromF32(float32(x) * scale)
+		vals[i] = float64(tensor.F32FromF8E4M3(codes[i])) / float64(scale)
+	}
+	return codes, vals, 1 / float64(scale)
+}
+
+// attentionFP8Ref is the FP8 attention in float64 on decoded q, k, v: the
+// probabilities rounded to E4M3 at ×448 and back before the product with v.
+func attentionFP8Ref(d AttnDesc, q, k, v []float64, scale float64) []float64 {
+	out := make([]float64, d.B*d.Lq*d.Hq*d.D)
+	s := make([]float64, d.Lk)
+	for b := range d.B {
+		for h := range d.Hq {
+			for i := range d.Lq {
+				qr := q[((b*d.Lq+i)*d.Hq+h)*d.D:][:d.D]
+				m := math.Inf(-1)
+				for j := range d.Lk {
+					kr := k[((b*d.Lk+j)*d.Hkv+h)*d.D:][:d.D]
+					var dot float64
+					for x := range d.D {
+						dot += qr[x] * kr[x]
+					}
+					s[j] = dot * scale
+					m = max(m, s[j])
+				}
+				var sum float64
+				for j := range s {
+					s[j] = math.Exp(s[j] - m)
+					sum += s[j]
+				}
+				or := out[((b*d.Lq+i)*d.Hq+h)*d.D:][:d.D]
+				for j := range d.Lk {
+					p := float64(tensor.F32FromF8E4M3(tensor.F8E4M3FromF32(float32(s[j]/sum*E4M3Max)))) / E4M3Max
+					vr := v[((b*d.Lk+j)*d.Hkv+h)*d.D:][:d.D]
+					for x := range d.D {
+						or[x] += p * vr[x]
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// f32s is v as little-endian f32 bytes.
+func f32s(v ...float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		u := math.Float32bits(x)
+		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+	}
+	return b
+}
+
+// cuDNN's FP8 attention (Hopper and newer) matches the same math in
+// float64 — per-tensor E4M3 q, k, v, the probabilities rounded to E4M3 —
+// within the bf16 output's rounding; it says how far that is from the
+// attention of the unquantized inputs.
+func TestFusedAttentionFP8(t *testing.T) {
+	dev, h := openGPU(t)
+	dev.Bind(t)
+	probe := AttnDesc{B: 1, Lq: 64, Lk: 64, Hq: 2, Hkv: 2, D: 64, DType: BF16, FP8: true}
+	if _, err := h.PlanAttention(probe); err != nil {
+		if !errors.Is(err, ErrNoFusedAttention) {
+			t.Fatalf("%v: %v does not wrap ErrNoFusedAttention", probe, err)
+		}
+		t.Skipf("%v: %v", h.Lib(), err)
+	}
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, d := range []AttnDesc{
+		{B: 1, Lq: 64, Lk: 64, Hq: 2, Hkv: 2, D: 64},
+		{B: 2, Lq: 77, Lk: 131, Hq: 3, Hkv: 3, D: 128},
+		{B: 1, Lq: 300, Lk: 1000, Hq: 2, Hkv: 2, D: 128},
+	} {
+		d.DType, d.FP8 = BF16, true
+		plan, err := h.PlanAttention(d)
+		if err != nil {
+			t.Errorf("%v: %v", d, err)
+			continue
+		}
+		nq, nk := d.B*d.Lq*d.Hq*d.D, d.B*d.Lk*d.Hkv*d.D
+		q, k, v := make([]float64, nq), make([]float64, nk), make([]float64, nk)
+		for i := range q {
+			q[i] = rng.NormFloat64() * 2
+		}
+		for i := range k {
+			k[i], v[i] = rng.NormFloat64(), rng.NormFloat64()
+		}
+		qc, qv, dq := quantizeE4M3(q)
+		kc, kv, dk := quantizeE4M3(k)
+		vc, vv, dv := quantizeE4M3(v)
+		scale := float32(1 / math.Sqrt(float64(d.D)))
+		want := attentionFP8Ref(d, qv, kv, vv, float64(scale))
+		exact := attentionRef(d, q, k, v, float64(scale))
+		consts := dev.Upload(t, f32s(float32(dq), float32(dk), float32(dv), 1.0/E4M3Max, E4M3Max, 1, -1, -1))
+		sc := FP8Scales{DescaleQ: consts, DescaleK: consts + 4, DescaleV: consts + 8, DescaleS: consts + 12,
+			ScaleS: consts + 16, ScaleO: consts + 20, AmaxS: consts + 24, AmaxO: consts + 28}
+		op := dev.Alloc(t, int64(2*nq))
+		dev.Poison(t, op, int64(2*nq))
+		var ws uintptr
+		if plan.WorkspaceBytes > 0 {
+			ws = dev.Alloc(t, plan.WorkspaceBytes)
+		}
+		if err := h.AttentionFP8(d, dev.Upload(t, qc), dev.Upload(t, kc), dev.Upload(t, vc), op, scale, sc, ws); err != nil {
+			t.Errorf("%v: %v", d, err)
+			continue
+		}
+		got := gputest.Decode(BF16, dev.Download(t, op, 2*nq))
+		e, ex := gputest.RelL2(got, want), gputest.RelL2(got, exact)
+		t.Logf("%v: %s, workspace %d B: rel L2 %.3g against the FP8 math, %.3g against unquantized attention", d, plan.Engine, plan.WorkspaceBytes, e, ex)
+		if !(e <= 1e-2) {
+			t.Errorf("%v: rel L2 %.3g against the FP8 math > 1e-2", d, e)
+		}
+	}
+}
+
+// BenchmarkFusedAttention times cuDNN's bf16 and FP8 attention at
+// HunyuanVideo's shape (18 055 tokens of 24 heads × 128 at 544×704).
+func BenchmarkFusedAttention(b *testing.B) {
+	dev, h := openGPU(b)
+	dev.Bind(b)
+	for _, fp8 := range []bool{false, true} {
+		d := AttnDesc{B: 1, Lq: 18055, Lk: 18055, Hq: 24, Hkv: 24, D: 128, DType: BF16, FP8: fp8}
+		b.Run(map[bool]string{false: "bf16", true: "fp8"}[fp8], func(b *testing.B) {
+			plan, err := h.PlanAttention(d)
+			if err != nil {
+				b.Skipf("%v: %v", d, err)
+			}
+			n := int64(d.B * d.Lq * d.Hq * d.D)
+			es := int64(2)
+			if fp8 {
+				es = 1
+			}
+			fill := make([]byte, n*es) // 0x3C bytes: 0.0115 in bf16, 1.5 in E4M3
+			for i := range fill {
+				fill[i] = 0x3C
+			}
+			q, k, v, o := dev.Upload(b, fill), dev.Upload(b, fill), dev.Upload(b, fill), dev.Alloc(b, 2*n)
+			consts := dev.Upload(b, f32s(1.0/64, 1.0/64, 1.0/64, 1.0/E4M3Max, E4M3Max, 1, 0, 0))
+			sc := FP8Scales{DescaleQ: consts, DescaleK: consts + 4, DescaleV: consts + 8, DescaleS: consts + 12,
+				ScaleS: consts + 16, ScaleO: consts + 20, AmaxS: consts + 24, AmaxO: consts + 28}
+			var ws uintptr
+			if plan.WorkspaceBytes > 0 {
+				ws = dev.Alloc(b, plan.WorkspaceBytes)
+			}
+			run := func() error {
+				if fp8 {
+					return h.AttentionFP8(d, q, k, v, o, 0.088, sc, ws)
+				}
+				return h.Attention(d, q, k, v, o, 0.088, ws)
+			}
+			for range 3 {
+				if err := run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			dev.Sync(b)
+			b.ResetTimer()
+			for range b.N {
+				if err := run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			dev.Sync(b)
+			b.ReportMetric(d.FLOPs()*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+			b.Logf("%v: %s", d, plan.Engine)
+		})
+	}
+}

@@ -41,3 +41,8 @@ func (h *Handle) Attention(AttnDesc, uintptr, uintptr, uintptr, uintptr, float32
 
 // HasFusedAttention is false in this build.
 func (l *Lib) HasFusedAttention() bool { return false }
+
+// AttentionFP8 fails: this build cannot load GPU libraries.
+func (h *Handle) AttentionFP8(AttnDesc, uintptr, uintptr, uintptr, uintptr, float32, FP8Scales, uintptr) error {
+	return errNoCgo
+}
