@@ -16,17 +16,18 @@ var ErrNoFusedAttention = errors.New("miopen: no fused attention in this library
 // The scale is given per call.
 type AttnDesc struct {
 	B, Lq, Lk, Hq, Hkv, D int
-	DType                 DType // F16 or BF16: q, k, v and o, or o alone with FP8
-	// FP8: q, k and v are FP8 E4M3 codes with per-tensor descales, the
+	DType                 DType // F16 or BF16 (without FP8)
+	// FP8: q, k, v and o are FP8 E4M3 codes with per-tensor scales, and the
 	// probabilities are rounded to E4M3 (scaled by 448) before the second
-	// product, and o is DType (cuDNN's FP8 attention; Hopper and newer).
+	// product (cuDNN's FP8 attention, Hopper and newer; Hopper's engines
+	// write o in FP8 only). DType is then unused.
 	FP8 bool
 }
 
 func (d AttnDesc) String() string {
 	dt := d.DType.String()
 	if d.FP8 {
-		dt = "fp8→" + dt
+		dt = "fp8"
 	}
 	return fmt.Sprintf("attention %s B=%d Lq=%d Lk=%d heads %d/%d×%d", dt, d.B, d.Lq, d.Lk, d.Hq, d.Hkv, d.D)
 }
@@ -36,7 +37,7 @@ func (d AttnDesc) Validate() error {
 	if d.B <= 0 || d.Lq <= 0 || d.Lk <= 0 || d.Hq <= 0 || d.Hkv <= 0 || d.D <= 0 || d.Hq%d.Hkv != 0 {
 		return fmt.Errorf("miopen: invalid %v", d)
 	}
-	if d.DType != F16 && d.DType != BF16 {
+	if !d.FP8 && d.DType != F16 && d.DType != BF16 {
 		return fmt.Errorf("miopen: %v: %w", d, ErrNoFusedAttention)
 	}
 	if d.FP8 && d.Hq != d.Hkv {
@@ -70,9 +71,9 @@ type attnPlan struct {
 // FP8Scales are an FP8 attention's scale factors, one f32 on the device
 // each: the descales of q, k and v (a value is its code times its
 // descale), the descale and scale of the probabilities (1/448 and 448: P
-// lies in [0, 1]) and o's scale (1 for a bf16/f16 o). AmaxS and AmaxO are
-// two f32 the graph writes, the largest probability and |o| (cuDNN's FP8
-// attention computes them; nothing here reads them).
+// lies in [0, 1]) and o's scale (o's code is its value times it). AmaxS
+// and AmaxO are two f32 the graph writes, the largest probability and |o|
+// (cuDNN's FP8 attention computes them; nothing here reads them).
 type FP8Scales struct {
 	DescaleQ, DescaleK, DescaleV uintptr
 	DescaleS, ScaleS, ScaleO     uintptr

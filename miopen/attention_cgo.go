@@ -162,7 +162,7 @@ const (
 	attrEngineGlobalIndex                                          = 1301
 	attrSDPAQ, attrSDPAK, attrSDPAV, attrSDPAO, attrSDPAScale      = 2800, 2801, 2802, 2803, 2805
 
-	heurModeInstant = 0
+	heurModeInstant, heurModeFallback, heurModeA = 0, 2, 3
 	// minGraphSDPA: cuDNN 9.13 added the SDPA forward operation.
 	minGraphSDPA = 91300
 )
@@ -374,52 +374,66 @@ func (h *Handle) planGraph(d AttnDesc, b *graphBuild, graph uintptr) *attnPlan {
 		b.check("operation graph handle", C.be_set_handle(C.uintptr_t(graph), attrGraphHandle, C.uintptr_t(h.h)))
 	}
 	b.finalize(graph, "operation graph")
-	heur := b.create(beEngineHeur)
-	b.link(heur, attrEngineHeurGraph, graph)
-	if b.err == nil {
-		b.check("heuristic mode", C.be_set_int(C.uintptr_t(heur), attrEngineHeurMode, 8, heurModeInstant))
-	}
-	b.finalize(heur, "engine heuristics")
-	var n C.int64_t
-	if b.err == nil {
-		b.check("heuristic results", C.be_get_descs(C.uintptr_t(heur), attrEngineHeurResults, 0, &n, nil))
-	}
-	cfgs := make([]uintptr, int(n))
-	for i := range cfgs {
-		cfgs[i] = b.create(beEngineCfg)
-	}
-	if b.err == nil && n > 0 {
-		b.check("heuristic results", C.be_get_descs(C.uintptr_t(heur), attrEngineHeurResults, n, &n,
-			(*C.uintptr_t)(unsafe.Pointer(&cfgs[0]))))
-	}
 	p := &attnPlan{plan: AttnPlan{Desc: d}}
 	var refused []string
-	for i := 0; b.err == nil && i < int(n) && p.exec == 0; i++ {
-		plan := b.create(beExecutionPlan)
-		if b.err == nil {
-			b.check("plan handle", C.be_set_handle(C.uintptr_t(plan), attrPlanHandle, C.uintptr_t(h.h)))
-		}
-		b.link(plan, attrPlanEngineCfg, cfgs[i])
-		if b.err != nil {
+	total := 0
+	// The instant heuristics know the fused SDPA operation; a composite
+	// graph (FP8) may need mode A's or the fallback's engines.
+	for _, mode := range []int{heurModeInstant, heurModeA, heurModeFallback} {
+		if b.err != nil || p.exec != 0 {
 			break
 		}
-		if s := C.be_finalize(C.uintptr_t(plan)); s != 0 {
-			refused = append(refused, h.lib.graphError("plan", s).Error())
-			b.descs = b.descs[:len(b.descs)-1] // plan, the last made
-			C.be_destroy(C.uintptr_t(plan))
-			continue
+		heur := b.create(beEngineHeur)
+		b.link(heur, attrEngineHeurGraph, graph)
+		if b.err == nil {
+			b.check("heuristic mode", C.be_set_int(C.uintptr_t(heur), attrEngineHeurMode, 8, C.int(mode)))
 		}
-		p.exec = plan
-		p.plan.Engine = h.engineName(b, cfgs[i])
-		var ws C.int64_t
-		b.check("plan workspace", C.be_get_i64(C.uintptr_t(plan), attrPlanWorkspace, &ws))
-		p.plan.WorkspaceBytes = int64(ws)
+		if b.err == nil {
+			if s := C.be_finalize(C.uintptr_t(heur)); s != 0 {
+				refused = append(refused, fmt.Sprintf("heuristics mode %d: %v", mode, h.lib.graphError("finalize", s)))
+				continue
+			}
+		}
+		var n C.int64_t
+		if b.err == nil {
+			b.check("heuristic results", C.be_get_descs(C.uintptr_t(heur), attrEngineHeurResults, 0, &n, nil))
+		}
+		total += int(n)
+		cfgs := make([]uintptr, int(n))
+		for i := range cfgs {
+			cfgs[i] = b.create(beEngineCfg)
+		}
+		if b.err == nil && n > 0 {
+			b.check("heuristic results", C.be_get_descs(C.uintptr_t(heur), attrEngineHeurResults, n, &n,
+				(*C.uintptr_t)(unsafe.Pointer(&cfgs[0]))))
+		}
+		for i := 0; b.err == nil && i < int(n) && p.exec == 0; i++ {
+			plan := b.create(beExecutionPlan)
+			if b.err == nil {
+				b.check("plan handle", C.be_set_handle(C.uintptr_t(plan), attrPlanHandle, C.uintptr_t(h.h)))
+			}
+			b.link(plan, attrPlanEngineCfg, cfgs[i])
+			if b.err != nil {
+				break
+			}
+			if s := C.be_finalize(C.uintptr_t(plan)); s != 0 {
+				refused = append(refused, h.lib.graphError("plan", s).Error())
+				b.descs = b.descs[:len(b.descs)-1] // plan, the last made
+				C.be_destroy(C.uintptr_t(plan))
+				continue
+			}
+			p.exec = plan
+			p.plan.Engine = h.engineName(b, cfgs[i])
+			var ws C.int64_t
+			b.check("plan workspace", C.be_get_i64(C.uintptr_t(plan), attrPlanWorkspace, &ws))
+			p.plan.WorkspaceBytes = int64(ws)
+		}
 	}
 	switch {
 	case b.err != nil:
 		p.err = fmt.Errorf("%v: %w: %w", d, b.err, ErrNoFusedAttention)
 	case p.exec == 0:
-		p.err = fmt.Errorf("%v: %d engine configurations, none took the graph (%s): %w", d, n,
+		p.err = fmt.Errorf("%v: %d engine configurations, none took the graph (%s): %w", d, total,
 			strings.Join(refused, "; "), ErrNoFusedAttention)
 	}
 	if p.err != nil {
@@ -458,9 +472,8 @@ func (h *Handle) forgetAttention() {
 }
 
 // AttentionFP8 queues the FP8 attention d (d.FP8) on the handle's stream:
-// q, k, v E4M3 codes (B, L, H, D) with their descales and the other scale
-// factors in sc, o (B, Lq, H, D) in d.DType. workspace holds the plan's
-// WorkspaceBytes.
+// q, k, v and o E4M3 codes (B, L, H, D) with the scale factors in sc.
+// workspace holds the plan's WorkspaceBytes.
 func (h *Handle) AttentionFP8(d AttnDesc, q, k, v, o uintptr, scale float32, sc FP8Scales, workspace uintptr) error {
 	if !d.FP8 {
 		return fmt.Errorf("miopen: %v is not an FP8 attention", d)

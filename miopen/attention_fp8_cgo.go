@@ -105,14 +105,13 @@ func (g *fp8Graph) matmul(a, b, c uintptr) {
 func (h *Handle) buildAttentionFP8(d AttnDesc) *attnPlan {
 	g := &fp8Graph{graphBuild: &graphBuild{l: h.lib}}
 	B, H, Lq, Lk, D := int64(d.B), int64(d.Hq), int64(d.Lq), int64(d.Lk), int64(d.D)
-	out := int(vendorType(d.DType, NVIDIA))
 	one := []int64{1, 1, 1, 1}
 	scalar := func(uid int64) uintptr { return g.tensorND(uid, cdFloat, one, one, false) }
 	q := g.tensorND(1, cdFP8E4M3, []int64{B, H, Lq, D}, []int64{Lq * H * D, D, H * D, 1}, false)
 	// kᵀ: (B, H, D, Lk) over k's (B, Lk, H, D) memory.
 	kt := g.tensorND(2, cdFP8E4M3, []int64{B, H, D, Lk}, []int64{Lk * H * D, D, 1, H * D}, false)
 	v := g.tensorND(3, cdFP8E4M3, []int64{B, H, Lk, D}, []int64{Lk * H * D, D, H * D, 1}, false)
-	o := g.tensorND(4, out, []int64{B, H, Lq, D}, []int64{Lq * H * D, D, H * D, 1}, false)
+	o := g.tensorND(4, cdFP8E4M3, []int64{B, H, Lq, D}, []int64{Lq * H * D, D, H * D, 1}, false)
 	attnScale := g.scalarByValue(5)
 	dq, dk, dv, ds, ss, so := scalar(6), scalar(7), scalar(8), scalar(9), scalar(10), scalar(11)
 	amaxS, amaxO := scalar(12), scalar(13)
