@@ -461,7 +461,7 @@ func (j *job) setTransformerBuild() {
 	pt.be, pt.stage = p.be, ""
 	pt.build = func(be tensor.Backend, streamed bool) (closer, error) {
 		opts := hunyuan.Options{DType: p.dt.transformer, HostBlocks: streamed, LoRA: p.lora, FP8: p.opts.FP8Weights,
-			FP8Compute: p.FP8Compute()}
+			FP8Compute: p.FP8Compute(), FP8Attention: p.opts.FP8Attention}
 		if streamed {
 			opts.StreamFromFile = j.streamFromFile()
 		}

@@ -494,6 +494,59 @@ QUANT_ROWS_FP8(f32, float)
 QUANT_ROWS_FP8(f16, h16)
 QUANT_ROWS_FP8(bf16, b16)
 
+// ---- per-tensor FP8 E4M3: the amax in two passes, then the codes ----
+// As quant_rows_fp8 with the whole tensor one row (tensor.QuantizeF8E4M3Rows
+// with rows 1), without atomics: nblk blocks each write the largest |x| of
+// their grid-stride share to part, one block reduces part to s = (amax/448,
+// its inverse) (1 and 1 for zeros, Inf or NaN), and q = sat(x·s[1]).
+
+template <typename T> DI void amax_part_impl(float *R part, const T *R x, long long n, long long nblk) {
+	__shared__ float sh[NR_BS];
+	float m = 0.0f;
+	for (long long i = BIDX * NR_BS + TID; i < n; i += nblk * NR_BS)
+		m = fmax_nan(m, FP_FABS(ld(x + i)));
+	m = block_max<NR_BS>(m, sh);
+	if (TID == 0)
+		part[BIDX] = m;
+}
+
+#define AMAX_PART(sfx, T)                                                                              \
+	KERNEL void amax_part_##sfx(float *R part, const T *R x, long long n, long long nblk) { \
+		amax_part_impl<T>(part, x, n, nblk);                                                   \
+	}
+AMAX_PART(f32, float)
+AMAX_PART(f16, h16)
+AMAX_PART(bf16, b16)
+
+KERNEL void fp8_tensor_scale(float *R s, const float *R part, long long nblk) {
+	__shared__ float sh[NR_BS];
+	float m = 0.0f;
+	for (long long i = TID; i < nblk; i += NR_BS)
+		m = fmax_nan(m, part[i]);
+	m = block_max<NR_BS>(m, sh);
+	if (TID == 0) {
+		float d = m / 448.0f;
+		if (d == 0.0f || !(d <= 3.4028234663852886e38f))
+			d = 1.0f;
+		s[0] = d;
+		s[1] = 1.0f / d;
+	}
+}
+
+template <typename T> DI void quant_tensor_fp8_impl(unsigned char *R q, const T *R x, const float *R s, long long n) {
+	long long i = BIDX * (long long)NR_BS + TID;
+	if (i < n)
+		q[i] = (unsigned char)e4m3_sat(ld(x + i) * s[1]);
+}
+
+#define QUANT_TENSOR_FP8(sfx, T)                                                                                \
+	KERNEL void quant_tensor_fp8_##sfx(unsigned char *R q, const T *R x, const float *R s, long long n) { \
+		quant_tensor_fp8_impl<T>(q, x, s, n);                                                             \
+	}
+QUANT_TENSOR_FP8(f32, float)
+QUANT_TENSOR_FP8(f16, h16)
+QUANT_TENSOR_FP8(bf16, b16)
+
 // y (n elements, rows of K) = code·scale[row], one f32 product rounded once
 // to T, as tensor.WidenF8E4M3Scaled.
 template <typename T> DI void dequant_rows_fp8_impl(T *R y, const unsigned char *R q, const float *R scale, long long K, long long n) {

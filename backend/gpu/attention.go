@@ -12,6 +12,8 @@ import (
 )
 
 // Attention, in order of preference:
+//   - with AttnParams.FP8 on an FP8 GPU, cuDNN's FP8 attention
+//     (attention_fp8.go);
 //   - cuDNN's fused attention (graph API, cuDNN ≥ 9.13) on NVIDIA for the
 //     unmasked bf16/f16 case with a head dim that is a multiple of 8 up to
 //     256; FRAMEPACK_ATTN=kernel or Options.NoFusedAttention skip it. A
@@ -86,6 +88,12 @@ func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) er
 	aligned := (ps[0]|ps[1]|ps[2]|ps[3])%16 == 0
 	if !masked && aligned && b.useFusedAttention(dt, D) {
 		d := miopen.AttnDesc{B: B, Lq: Lq, Lk: Lk, Hq: Hq, Hkv: Hkv, D: D, DType: blasType(dt)}
+		if p.FP8 && Hq == Hkv && b.NativeFP8() {
+			err := b.fp8Attention(d, dt, ps[1], ps[2], ps[3], ps[0], scale)
+			if err == nil || !errors.Is(err, miopen.ErrNoFusedAttention) {
+				return err
+			}
+		}
 		err := b.fusedAttention(d, ps[1], ps[2], ps[3], ps[0], scale)
 		if err == nil || !errors.Is(err, miopen.ErrNoFusedAttention) {
 			return err

@@ -94,6 +94,9 @@ type Backend struct {
 	dnnMu      sync.Mutex
 	dnnRefused map[miopen.AttnDesc]bool
 	fusedCalls atomic.Int64
+	// FP8 attention (attention_fp8.go): P's scale constants, calls run.
+	fp8Consts    *Buffer
+	fp8AttnCalls atomic.Int64
 
 	errFlag uintptr // 4 bytes of device memory for kernels that report bad input
 	errBuf  *Buffer // errFlag's allocation
@@ -236,6 +239,9 @@ func (b *Backend) Close() error {
 	}
 	if b.dnn != nil {
 		b.dnn.Close()
+	}
+	if b.fp8Consts != nil {
+		b.alloc.free(b.fp8Consts)
 	}
 	b.stage.close()
 	b.idle.close()

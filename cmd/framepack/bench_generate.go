@@ -39,6 +39,7 @@ type benchGenFlags struct {
 	gpus                                         string
 	cfg                                          float64
 	weightsMode, fp8Compute                      string
+	fp8Attention                                 bool
 
 	// The child's run (hidden flags): one mode, TeaCache on or off.
 	child   bool
@@ -111,6 +112,7 @@ and ±Inf in the generated latents (0 unless the weights or the engine misbehave
 	fl.Float64Var(&f.cfg, "cfg", def.CFG, "real classifier-free guidance scale (> 1 runs the negative prompt too)")
 	fl.StringVar(&f.weightsMode, "weights", "", "transformer block weights: empty for the compute dtype, or fp8 (as generate --weights)")
 	fl.StringVar(&f.fp8Compute, "fp8-compute", "auto", "with --weights fp8: auto, on or off (as generate --fp8-compute)")
+	fl.BoolVar(&f.fp8Attention, "fp8-attention", false, "the transformer's attention in FP8 where the GPU has an engine for it (as generate --fp8-attention)")
 	fl.BoolVar(&f.coldFiles, "cold-files", false, "drop the model's weight files from the page cache before each run (posix_fadvise, no root needed), so that its loads read the disk; the lines then carry disk_seq_gbps, one reader's sequential read of the largest weight file from the disk, the reference for the loads' rates")
 	fl.BoolVar(&f.coldCache, "cold-cache", false, "give each run empty cache folders (XDG_CACHE_HOME, and CUDA_CACHE_PATH for the NVIDIA driver's compiled PTX): GPU kernels compiled and conv3d algorithms chosen afresh, as on a machine's first run")
 	fl.BoolVar(&f.child, "child", false, "run one job in this process (what the parent runs)")
@@ -224,7 +226,7 @@ func runBenchGenParent(ctx context.Context, cmd *cobra.Command, f *benchGenFlags
 			"--seconds", strconv.FormatFloat(f.seconds, 'g', -1, 64), "--resolution", strconv.Itoa(f.resolution),
 			"--steps", strconv.Itoa(f.steps), "--window", strconv.Itoa(f.window), "--seed", strconv.FormatUint(f.seed, 10),
 			"--device", f.device, "--cfg", strconv.FormatFloat(f.cfg, 'g', -1, 64),
-			"--weights", f.weightsMode, "--fp8-compute", f.fp8Compute}
+			"--weights", f.weightsMode, "--fp8-compute", f.fp8Compute, "--fp8-attention=" + strconv.FormatBool(f.fp8Attention)}
 		if f.gpus != "" {
 			args = append(args, "--gpus", f.gpus)
 		}
@@ -361,7 +363,8 @@ func runBenchGenChild(ctx context.Context, cmd *cobra.Command, f *benchGenFlags)
 	if supervised, err := superviseGPUs(ctx, cmd, f.gpus); supervised {
 		return err
 	}
-	opts := framepack.Options{Device: f.device, Preserve: f.preserve, Logger: log, FP8Weights: f.weightsMode == "fp8"}
+	opts := framepack.Options{Device: f.device, Preserve: f.preserve, Logger: log, FP8Weights: f.weightsMode == "fp8",
+		FP8Attention: f.fp8Attention}
 	if opts.FP8Compute, err = framepack.ParseFP8Compute(f.fp8Compute); err != nil {
 		return fmt.Errorf("bench generate: --fp8-compute: %w", err)
 	}
@@ -406,7 +409,7 @@ func runBenchGenChild(ctx context.Context, cmd *cobra.Command, f *benchGenFlags)
 
 	r := benchGenResult(res, f.steps, loadPipeline, write)
 	r["mode"], r["teacache"], r["cfg"] = f.mode, f.tcOn, f.cfg
-	r["weights"], r["fp8_compute"] = f.weightsMode, p.FP8Compute()
+	r["weights"], r["fp8_compute"], r["fp8_attention"] = f.weightsMode, p.FP8Compute(), f.fp8Attention
 	r["seconds"], r["steps"] = f.seconds, f.steps
 	r["total_s"] = end.Sub(start).Seconds()
 	stages := 0.0

@@ -32,6 +32,7 @@ type benchTransformerFlags struct {
 	modes, dtype, device   string
 	weightsMode            string
 	fp8Compute             string
+	fp8Attention           bool
 	vramLimit, preserve    string
 	iters, warmup          int
 	layers, singleLayers   int
@@ -78,6 +79,7 @@ same forward on one GPU.`,
 	fl.StringVar(&f.dtype, "dtype", "bf16", "compute dtype: bf16, f16 or f32")
 	fl.StringVar(&f.weightsMode, "weights", "", "block weights: empty for the compute dtype, or fp8 (FP8 E4M3, per-channel scales)")
 	fl.StringVar(&f.fp8Compute, "fp8-compute", "auto", "with --weights fp8: on (inputs quantized per token, FP8 products), off (weight-only) or auto (on where the GPU has FP8 tensor cores)")
+	fl.BoolVar(&f.fp8Attention, "fp8-attention", false, "the attention in FP8 where the GPU has an engine for it (as generate --fp8-attention)")
 	fl.StringVar(&f.device, "device", "auto", "auto, gpu or cpu")
 	fl.StringVar(&f.vramLimit, "vram-limit", "6G", "the streamed mode's device memory budget")
 	fl.StringVar(&f.preserve, "preserve", "3.5G", "the streamed mode's memory kept free for activations and streamed blocks")
@@ -172,15 +174,16 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 	gemmF, attnF := cfg.BlockFLOPs(img, txt)
 	base := benchResult{
 		"bench": "transformer_forward", "impl": "framepack", "dtype": dt.String(), "weights": f.weightsMode, "device": d.Name,
-		"fp8_compute": f.weightsMode == "fp8" && fp8c.Enabled(d.Backend),
-		"latent":      []int{sec.Batch, cfg.InChannels, sec.WindowSize, sec.LatentH, sec.LatentW},
-		"valid_text":  sec.ValidText,
-		"tokens":      img + txt,
-		"layers":      []int{cfg.NumLayers, cfg.NumSingleLayers},
-		"gemm_tflop":  gemmF / 1e12,
-		"attn_tflop":  attnF / 1e12,
-		"fused":       !f.opByOp,
-		"gpus":        1,
+		"fp8_compute":   f.weightsMode == "fp8" && fp8c.Enabled(d.Backend),
+		"fp8_attention": f.fp8Attention,
+		"latent":        []int{sec.Batch, cfg.InChannels, sec.WindowSize, sec.LatentH, sec.LatentW},
+		"valid_text":    sec.ValidText,
+		"tokens":        img + txt,
+		"layers":        []int{cfg.NumLayers, cfg.NumSingleLayers},
+		"gemm_tflop":    gemmF / 1e12,
+		"attn_tflop":    attnF / 1e12,
+		"fused":         !f.opByOp,
+		"gpus":          1,
 	}
 	if comm != nil {
 		base["gpus"] = comm.Size()
@@ -191,7 +194,7 @@ func runBenchTransformer(cmd *cobra.Command, f *benchTransformerFlags) error {
 	for _, mode := range modes {
 		budget := d.Budget
 		mopts := hunyuan.Options{DType: dt, FP8: f.weightsMode == "fp8"}
-		mopts.FP8Compute = base["fp8_compute"].(bool)
+		mopts.FP8Compute, mopts.FP8Attention = base["fp8_compute"].(bool), f.fp8Attention
 		if mode == "streamed" {
 			budget, err = d.Budget.WithFlags(f.vramLimit, f.preserve)
 			if err != nil {

@@ -40,6 +40,7 @@ type generateFlags struct {
 	device, dtype           string
 	weightsMode             string
 	fp8Compute              string
+	fp8Attention            bool
 	vramLimit, preserve     string
 	ramLimit                string
 	vaeTile                 int
@@ -151,6 +152,7 @@ does, each time replacing it whole; the last write is the full video.`,
 	fl.StringVar(&f.device, "device", framepack.DeviceAuto, "auto, cpu or gpu")
 	fl.StringVar(&f.dtype, "dtype", "", "compute dtype f32, bf16 or f16 (default: f32 on the CPU; bf16 transformer, f16 others on a GPU)")
 	fl.StringVar(&f.weightsMode, "weights", "", "transformer block weights: empty for the compute dtype, or fp8 (FP8 E4M3 with per-channel scales, as stored in an fp8 checkpoint or quantized at load)")
+	fl.BoolVar(&f.fp8Attention, "fp8-attention", false, "let the transformer's attention run in FP8 where the GPU has an engine for it (cuDNN on Hopper): faster, about 7% relative error on each attention's output")
 	fl.StringVar(&f.fp8Compute, "fp8-compute", "auto", "with --weights fp8: on quantizes the block linears' inputs per token and multiplies in FP8, off widens the weights on the fly (weight-only), auto is on where the GPU has FP8 tensor cores")
 	fl.StringVar(&f.vramLimit, "vram-limit", "", `hard cap on device memory ("20G", "90%"; default: the device's safe default)`)
 	fl.StringVar(&f.preserve, "preserve", "", `memory kept free for activations while weights stream (default 6G)`)
@@ -411,6 +413,7 @@ func (f *generateFlags) loadOptions(log *slog.Logger) framepack.Options {
 	}
 	opts.FP8Weights = f.weightsMode == "fp8"
 	opts.FP8Compute, _ = framepack.ParseFP8Compute(f.fp8Compute)
+	opts.FP8Attention = f.fp8Attention
 	if f.vaeTile > 0 {
 		til := vae.SpatialTiling(f.vaeTile, f.vaeTile*3/4)
 		opts.VAETiling = &til
@@ -523,7 +526,7 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 		Seed: f.seedValue, SeedRandom: f.seedRandom, Seconds: f.seconds, Steps: f.steps, Window: f.window,
 		Model: f.model, EmbedInterpolation: f.embedInterp, StartEmbedStrength: f.startEmbed,
 		CFG: f.cfg, GS: f.gs, RS: f.rs, TeaCache: f.teacache, Resolution: f.resolution, PosteriorMean: f.posteriorMean,
-		CRF: f.crf, Device: f.device, DType: f.dtype, Weights: f.weightsMode, FP8Compute: fp8ComputeSetting(f), VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
+		CRF: f.crf, Device: f.device, DType: f.dtype, Weights: f.weightsMode, FP8Compute: fp8ComputeSetting(f), FP8Attention: f.fp8Attention, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
 		TinyModel: tiny, Models: models, Output: f.output.path}, nil
 }
 

@@ -46,6 +46,7 @@ type settings struct {
 	DType         string  `json:"dtype,omitempty"`
 	Weights       string  `json:"weights,omitempty"`
 	FP8Compute    string  `json:"fp8_compute,omitempty"` // with Weights fp8: auto, on or off
+	FP8Attention  bool    `json:"fp8_attention,omitempty"`
 	VRAMLimit     string  `json:"vram_limit,omitempty"`
 	Preserve      string  `json:"preserve,omitempty"`
 	VAETile       int     `json:"vae_tile,omitempty"`

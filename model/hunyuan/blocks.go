@@ -21,6 +21,8 @@ type joint struct {
 	// the blocks then see this rank's shard of them before the text, and
 	// cos and sin are those rows' (ulysses.go).
 	sh *shards
+	// fp8 lets the attention run in FP8 (Options.FP8Attention).
+	fp8 bool
 }
 
 // empty allocates q, k or v of the joint sequence: (B, L, heads, head_dim)
@@ -32,10 +34,11 @@ func (j *joint) empty(s *tensor.Scope, dt tensor.DType, b, l, inner int) *tensor
 // attend is scaled-dot-product attention over the joint sequence, returning
 // (B, L, inner).
 func (j *joint) attend(s *tensor.Scope, q, k, v *tensor.Tensor) *tensor.Tensor {
+	p := tensor.AttnParams{KeyMask: j.keyMask, FP8: j.fp8}
 	if j.sh != nil {
-		return j.sh.attend(s, q, k, v, tensor.AttnParams{KeyMask: j.keyMask})
+		return j.sh.attend(s, q, k, v, p)
 	}
-	o := s.Attention(q, k, v, tensor.AttnParams{KeyMask: j.keyMask})
+	o := s.Attention(q, k, v, p)
 	return o.Reshape(o.Dim(0), o.Dim(1), -1)
 }
 

@@ -73,7 +73,7 @@ func (m *Model) Forward(s *tensor.Scope, in *Inputs) *tensor.Tensor {
 		txt = cs.Concat(1, extra, txt)
 	}
 
-	j := &joint{heads: cfg.NumAttentionHeads}
+	j := &joint{heads: cfg.NumAttentionHeads, fp8: m.opts.FP8Attention}
 	if b > 1 {
 		j.keyMask = cs.To(keyMask(valid, img.Dim(1)+txt.Dim(1)-lt, lt))
 	}

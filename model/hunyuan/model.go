@@ -52,6 +52,9 @@ type Options struct {
 	// token too and multiplies in FP8 (Scope.LinearFP8Compute): FP8 tensor
 	// cores where tensor.NativeFP8 holds, the CPU as its reference.
 	FP8Compute bool
+	// FP8Attention lets the blocks' attention run in FP8 where the device
+	// has an engine for it (tensor.AttnParams.FP8).
+	FP8Attention bool
 }
 
 // AutoKeep as Options.KeepBlockBytes sizes the resident blocks from the

@@ -1,0 +1,121 @@
+package gpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/framepack-go/framepack/tensor"
+)
+
+// e4m3Tensor codes v per tensor as the GPU does (tensor.QuantizeF8E4M3Rows
+// with one row) and returns the coded values and the descale.
+func e4m3Tensor(v []float32) ([]float64, float32) {
+	codes, scale := make([]uint8, len(v)), make([]float32, 1)
+	tensor.QuantizeF8E4M3Rows(codes, scale, v, 1, len(v))
+	out := make([]float64, len(v))
+	for i, c := range codes {
+		out[i] = float64(tensor.F32FromF8E4M3(c) * scale[0])
+	}
+	return out, scale[0]
+}
+
+// fp8AttentionRef is the FP8 attention in float64 on (B, L, H, D) q, k, v
+// already coded: probabilities rounded to E4M3 at ×448, o coded in E4M3 at
+// 1/dv.
+func fp8AttentionRef(b, l, h, d int, q, k, v []float64, scale float64, dv float32) []float64 {
+	out := make([]float64, b*l*h*d)
+	s := make([]float64, l)
+	for bi := range b {
+		for hi := range h {
+			for i := range l {
+				qr := q[((bi*l+i)*h+hi)*d:][:d]
+				m := math.Inf(-1)
+				for j := range l {
+					kr := k[((bi*l+j)*h+hi)*d:][:d]
+					var dot float64
+					for x := range d {
+						dot += qr[x] * kr[x]
+					}
+					s[j] = dot * scale
+					m = max(m, s[j])
+				}
+				var sum float64
+				for j := range s {
+					s[j] = math.Exp(s[j] - m)
+					sum += s[j]
+				}
+				or := out[((bi*l+i)*h+hi)*d:][:d]
+				for j := range l {
+					p := float64(tensor.F32FromF8E4M3(tensor.F8E4M3FromF32(float32(s[j]/sum*448)))) / 448
+					vr := v[((bi*l+j)*h+hi)*d:][:d]
+					for x := range d {
+						or[x] += p * vr[x]
+					}
+				}
+				for x := range or {
+					or[x] = float64(tensor.F32FromF8E4M3(tensor.F8E4M3Sat(float32(or[x])/dv)) * dv)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func relL2(got []float32, want []float64) float64 {
+	var d, n float64
+	for i, w := range want {
+		d += (float64(got[i]) - w) * (float64(got[i]) - w)
+		n += w * w
+	}
+	return math.Sqrt(d / n)
+}
+
+// With AttnParams.FP8 on an FP8 GPU the attention runs through cuDNN's FP8
+// engine: q, k, v coded per tensor by the backend's kernels, o widened from
+// its E4M3 codes; it equals the same math in float64 up to the odd E4M3
+// rounding that flips, and lies within FP8's error of the exact attention.
+func TestAttentionFP8(t *testing.T) {
+	b := newGPU(t, Options{})
+	if !b.NativeFP8() {
+		t.Skipf("%s has no FP8", b.Name())
+	}
+	const B, L, H, D = 1, 300, 2, 128
+	rng := rand.New(rand.NewPCG(21, 22))
+	gen := func(amp float64) []float32 {
+		v := make([]float32, B*L*H*D)
+		for i := range v {
+			v[i] = tensor.Rounder(tensor.BF16)(float32(rng.NormFloat64() * amp))
+		}
+		return v
+	}
+	qv, kv, vv := gen(2), gen(1), gen(1)
+	s := tensor.NewScope(b)
+	defer s.Close()
+	up := func(v []float32) *tensor.Tensor {
+		return s.Cast(s.To(tensor.FromFloat32(v, B, L, H, D)), tensor.BF16)
+	}
+	q, k, v := up(qv), up(kv), up(vv)
+	before := b.FP8AttentionCalls()
+	got := tensor.Float32s(s.Cast(s.Attention(q, k, v, tensor.AttnParams{FP8: true}), tensor.F32))
+	if b.FP8AttentionCalls() != before+1 {
+		t.Skipf("%s: cuDNN's FP8 attention did not take the call (Hopper or newer, cuDNN's graph API)", b.Name())
+	}
+	exact := tensor.Float32s(s.Cast(s.Attention(q, k, v, tensor.AttnParams{}), tensor.F32))
+	qc, _ := e4m3Tensor(qv)
+	kc, _ := e4m3Tensor(kv)
+	vc, dv := e4m3Tensor(vv)
+	want := fp8AttentionRef(B, L, H, D, qc, kc, vc, 1/math.Sqrt(D), dv)
+	e := relL2(got, want)
+	ex := make([]float64, len(exact))
+	for i, x := range exact {
+		ex[i] = float64(x)
+	}
+	t.Logf("FP8 attention: rel L2 %.3g against the same math in float64, %.3g against the bf16 attention", e, relL2(got, ex))
+	if !(e <= 0.03) {
+		t.Errorf("rel L2 %.3g against the FP8 math > 0.03", e)
+	}
+	if ee := relL2(got, ex); !(ee <= 0.15) {
+		t.Errorf("rel L2 %.3g against the bf16 attention > 0.15", ee)
+	}
+}
