@@ -278,7 +278,7 @@ func TestDrop(t *testing.T) {
 func TestSeenBounded(t *testing.T) {
 	h := newHarness(t, 100)
 	for i := range 3 * maxSeen {
-		h.c.Get(string(rune('a' + i%26)) + string(rune(i)))
+		h.c.Get(string(rune('a'+i%26)) + string(rune(i)))
 		if len(h.c.seen) > maxSeen {
 			t.Fatalf("%d keys remembered", len(h.c.seen))
 		}
