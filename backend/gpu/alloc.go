@@ -117,14 +117,14 @@ func (a *allocator) driverFree(p uintptr) {
 }
 
 func (a *allocator) free(b *Buffer) {
-	if b == nil || b.freed || b.ptr == 0 || b.size == 0 {
+	if b == nil || b.freed.Load() || b.ptr == 0 || b.size == 0 {
 		// Nothing the allocator handed out: empty buffers and views.
 		if b != nil {
-			b.freed = true
+			b.freed.Store(true)
 		}
 		return
 	}
-	b.freed = true
+	b.freed.Store(true)
 	a.driverFree(b.ptr)
 	a.mu.Lock()
 	a.used -= b.size

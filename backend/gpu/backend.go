@@ -100,6 +100,8 @@ type Backend struct {
 
 	errFlag uintptr // 4 bytes of device memory for kernels that report bad input
 	errBuf  *Buffer // errFlag's allocation
+
+	packs *packCache // the conv3d tier's kept packed weights (convpack.go)
 }
 
 var _ tensor.Backend = (*Backend)(nil)
@@ -123,7 +125,7 @@ func New(o Options) (*Backend, error) {
 		lg = slog.Default()
 	}
 	b := &Backend{dev: d, opts: o, log: lg, mods: map[string]*module{}, fns: map[string]*hip.Function{},
-		bigShared: map[string]int{}}
+		bigShared: map[string]int{}, packs: newPackCache()}
 	if b.stream, err = d.NewStream(); err != nil {
 		return nil, fmt.Errorf("gpu: %w", err)
 	}
@@ -230,6 +232,7 @@ func (b *Backend) Sync() error {
 // invalid.
 func (b *Backend) Close() error {
 	err := b.Sync()
+	b.packs.Clear()
 	if b.blas != nil {
 		b.blas.Close()
 	}
@@ -257,12 +260,35 @@ func (b *Backend) Close() error {
 	return err
 }
 
-// Buffer is device memory owned by the backend.
+// Buffer is device memory owned by the backend: an allocation, or a view
+// of part of one.
 type Buffer struct {
 	ptr   uintptr
 	n     int64
 	size  int64 // accounted size (rounded up)
-	freed bool
+	freed atomic.Bool
+	// root is the allocation a view is part of; nil for an allocation.
+	root *Buffer
+	// gen counts the uploads into an allocation: a copy derived from it
+	// (the conv3d tier's packed weights) is of one generation.
+	gen atomic.Uint64
+	// packed is set once the conv3d tier keeps, or has asked to keep, a
+	// packed copy of part of the allocation: its free then drops them.
+	packed atomic.Bool
+}
+
+// allocation is the allocation b is or is part of, and b's byte offset in it.
+func (b *Buffer) allocation() (*Buffer, int64) {
+	if b.root == nil {
+		return b, 0
+	}
+	return b.root, int64(b.ptr - b.root.ptr)
+}
+
+// uploaded notes a write from the host into b.
+func (b *Buffer) uploaded() {
+	r, _ := b.allocation()
+	r.gen.Add(1)
 }
 
 // Bytes is the buffer's size.
@@ -290,6 +316,9 @@ func (b *Backend) Alloc(n int64) (tensor.Buffer, error) { return b.alloc.alloc(n
 func (b *Backend) Free(buf tensor.Buffer) {
 	if db, ok := buf.(*Buffer); ok {
 		b.alloc.free(db)
+		if db.packed.Load() {
+			b.dropPacks(db)
+		}
 	}
 }
 
@@ -315,9 +344,12 @@ func (b *Backend) Stats() Stats { return b.alloc.stats() }
 // ResetPeak starts a new peak measurement.
 func (b *Backend) ResetPeak() { b.alloc.resetPeak() }
 
-// Trim waits for queued work and returns the pool's cached free memory to
-// the driver.
-func (b *Backend) Trim() error { return b.alloc.trim() }
+// Trim lets go of the conv3d tier's kept weight copies, waits for queued
+// work and returns the pool's cached free memory to the driver.
+func (b *Backend) Trim() error {
+	b.packs.Clear()
+	return b.alloc.trim()
+}
 
 // ptr checks that t lives on this backend and returns its address.
 func (b *Backend) ptr(t *tensor.Tensor) (uintptr, error) {
@@ -328,7 +360,7 @@ func (b *Backend) ptr(t *tensor.Tensor) (uintptr, error) {
 	if !ok {
 		return 0, fmt.Errorf("gpu: %v is not in device memory", t)
 	}
-	if db.freed {
+	if db.freed.Load() {
 		return 0, fmt.Errorf("gpu: %v: use of a freed buffer", t)
 	}
 	if db.n < t.Bytes() {
@@ -347,6 +379,7 @@ func (b *Backend) Upload(dst tensor.Buffer, off int64, src []byte) error {
 	if off < 0 || off+int64(len(src)) > db.n {
 		return fmt.Errorf("gpu: upload of %d bytes at %d into %d", len(src), off, db.n)
 	}
+	db.uploaded()
 	b.idle.queued()
 	return b.stage.upload(db.ptr+uintptr(off), src)
 }

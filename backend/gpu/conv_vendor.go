@@ -24,7 +24,7 @@ import (
 // and the bias is a separate pass. Scratch tensors and the library's
 // workspace are allocated on the output's backend, so a budget above the
 // chain counts them; when they do not fit, the chunk shrinks before the
-// tier gives up.
+// tier gives up. The packed weights are kept for later calls (convpack.go).
 type optimized struct {
 	*handle
 	o *ConvOptions
@@ -367,15 +367,32 @@ func (t *optimized) run(plan *convchain.Plan, dst, x *tensor.Tensor, pad *tensor
 	case lv.layout == miopen.NCDHW:
 		return t.runNCDHW(alloc, g, dt, lv, dst, x, w, bias)
 	}
-	// A chunk that does not fit shrinks, down to one frame.
-	for tc := g.chunkFrames(t.chunkLimit(alloc)); ; tc = (tc + 1) / 2 {
-		err := t.runNDHWC(alloc, g, dt, lv, tc, dst, x, pad, w, bias)
-		if err == nil || !errors.Is(err, tensor.ErrOutOfMemory) || tc == 1 {
+	// Out of memory, the kept weight copies go first (they may be what does
+	// not fit; the retry keeps none), then a chunk shrinks, down to one
+	// frame.
+	keep := true
+	for tc := g.chunkFrames(t.chunkLimit(alloc)); ; {
+		err := t.runNDHWC(alloc, g, dt, lv, tc, dst, x, pad, w, bias, keep)
+		if err == nil || !errors.Is(err, tensor.ErrOutOfMemory) {
+			return err
+		}
+		if keep {
+			keep = false
+			if n := t.be.packs.Clear(); n > 0 {
+				if t.o.Log != nil {
+					t.o.Log.Info(fmt.Sprintf("conv3d: %s: %d-frame chunks do not fit (%v); letting go of %s of kept weight copies and retrying",
+						k, tc, err, mib(n)))
+				}
+				continue
+			}
+		}
+		if tc == 1 {
 			return err
 		}
 		if t.o.Log != nil {
 			t.o.Log.Info(fmt.Sprintf("conv3d: %s: %d-frame chunks do not fit (%v); trying %d", k, tc, err, (tc+1)/2))
 		}
+		tc = (tc + 1) / 2
 	}
 }
 
@@ -469,14 +486,15 @@ func (t *optimized) runNCDHW(alloc tensor.Backend, g geom, dt miopen.DType, lv *
 	})
 }
 
-func (t *optimized) runNDHWC(alloc tensor.Backend, g geom, dt miopen.DType, lv *live, tc int, dst, x *tensor.Tensor, pad *tensor.Padding, w, bias *tensor.Tensor) error {
+// runNDHWC convolves a chunk of tc output frames at a time; keep lets the
+// packed weight be kept for later calls (packedWeight).
+func (t *optimized) runNDHWC(alloc tensor.Backend, g geom, dt miopen.DType, lv *live, tc int, dst, x *tensor.Tensor, pad *tensor.Padding, w, bias *tensor.Tensor, keep bool) error {
 	tdt := dst.DType()
-	kvol := g.kT * g.kH * g.kW
-	wl, err := scratch(alloc, tdt, int64(g.Cout)*int64(g.Cin)*int64(kvol))
+	wl, done, err := t.packedWeight(alloc, g, tdt, w, keep)
 	if err != nil {
 		return err
 	}
-	defer tensor.Release(wl)
+	defer done()
 	xc, err := scratch(alloc, tdt, int64(g.B)*int64(g.inFrames(tc))*int64(g.H)*int64(g.W)*int64(g.Cin))
 	if err != nil {
 		return err
@@ -488,12 +506,6 @@ func (t *optimized) runNDHWC(alloc tensor.Backend, g geom, dt miopen.DType, lv *
 	}
 	defer tensor.Release(yc)
 	pr := t.o.Profile
-	// w (K, C, kvol) → (K, kvol, C): a pack with K "batches" of one frame.
-	if err := pr.time("conv3d.pack", t.be, 0, func() error {
-		return t.lk.pack(tdt, Ptr(wl), Ptr(w), g.Cout, g.Cin, 1, kvol, 0, 1)
-	}); err != nil {
-		return err
-	}
 	S, So := g.H*g.W, g.Ho*g.Wo
 	var bp uintptr
 	if bias != nil {

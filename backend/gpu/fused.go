@@ -230,10 +230,11 @@ func (b *Backend) View(buf tensor.Buffer, off, n int64) (tensor.Buffer, error) {
 	if !ok {
 		return nil, fmt.Errorf("gpu: view of a %T", buf)
 	}
-	if db.freed || off < 0 || n < 0 || off+n > db.n {
+	root, _ := db.allocation()
+	if db.freed.Load() || root.freed.Load() || off < 0 || n < 0 || off+n > db.n {
 		return nil, fmt.Errorf("gpu: view of %d bytes at %d of a %d-byte buffer", n, off, db.n)
 	}
-	return &Buffer{ptr: db.ptr + uintptr(off), n: n}, nil
+	return &Buffer{ptr: db.ptr + uintptr(off), n: n, root: root}, nil
 }
 
 // ChannelRMSNorm normalises x (B, C, S...) over its channels at every

@@ -168,6 +168,7 @@ func (b *Backend) queueUpload(dst tensor.Buffer, off int64, src []byte) (done hi
 	if len(src) == 0 {
 		return 0, false, nil
 	}
+	db.uploaded()
 	t := b.transfers()
 	t.mu.Lock()
 	pinned := t.isPinned(src)

@@ -80,11 +80,14 @@ const ConvScratch = gpu.DefaultChunkBytes + 64*memory.MiB
 
 // DecodeRoom is the memory a VAE decode plans its tiles in (vae.VAE.Plan):
 // what the cap leaves for activations once, on a GPU, ConvScratch is set
-// aside. None left is an out-of-memory error (memory.Backend.Room).
+// aside. The weight copies the conv3d chain keeps are part of that reserve
+// (they are bounded to half its chunk and let go of when a convolution
+// runs short), so the room is the same whether they are held or not. None
+// left is an out-of-memory error (memory.Backend.Room).
 func (d *Device) DecodeRoom() (int64, error) {
 	var scratch int64
 	if d.IsGPU() {
-		scratch = ConvScratch
+		scratch = max(0, ConvScratch-d.GPU.KeptWeightBytes())
 	}
 	return d.Backend.Room(scratch)
 }
