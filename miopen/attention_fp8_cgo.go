@@ -6,23 +6,14 @@ import "fmt"
 
 // cuDNN graph-API enums for the FP8 attention graph (cudnn_graph.h, cuDNN 9).
 const (
-	bePointwise, beOpPointwise   = 0, 13
-	beMatmul, beOpMatmul         = 18, 19
-	beReduction, beOpReduction   = 21, 22
-	attrPointwiseMode            = 0
-	attrPointwiseMathPrec        = 1
-	attrOpPointwiseDesc          = 750
-	attrOpPointwiseX             = 751
-	attrOpPointwiseB             = 752
-	attrOpPointwiseY             = 753
-	attrMatmulCompType           = 1500
-	attrOpMatmulA, attrOpMatmulB = 1520, 1521
-	attrOpMatmulC, attrOpMatmulD = 1522, 1523
-	attrReductionOperator        = 1600
-	attrReductionCompType        = 1601
-	attrOpReductionX             = 1610
-	attrOpReductionY             = 1611
-	attrOpReductionDesc          = 1612
+	bePointwise, beOpPointwise, beMatmul, beOpMatmul, beReduction, beOpReduction = 0, 13, 18, 19, 21, 22
+
+	attrPointwiseMode, attrPointwiseMathPrec                                  = 0, 1
+	attrOpPointwiseDesc, attrOpPointwiseX, attrOpPointwiseB, attrOpPointwiseY = 750, 751, 752, 753
+	attrMatmulCompType                                                        = 1500
+	attrOpMatmulA, attrOpMatmulB, attrOpMatmulC, attrOpMatmulD                = 1520, 1521, 1522, 1523
+	attrReductionOperator, attrReductionCompType                              = 1600, 1601
+	attrOpReductionX, attrOpReductionY, attrOpReductionDesc                   = 1610, 1611, 1612
 
 	typeDataType, typePointwiseMode, typeReductionOp = 1, 14, 18
 
@@ -52,49 +43,50 @@ func (g *fp8Graph) virtual(dt int, dims ...int64) uintptr {
 	return g.tensorND(99+g.next, dt, dims, st, true)
 }
 
+// link is a tensor an operation takes or makes, by attribute.
+type link struct {
+	name   int
+	tensor uintptr
+}
+
+// op adds an operation (descriptor type opType) configured by a descriptor
+// of type cfgType with the enum attributes enums ({name, type, value}),
+// which it takes as cfgAttr, and the tensors of links (0: none).
+func (g *fp8Graph) op(what string, cfgType int, enums [][3]int, opType, cfgAttr int, links ...link) {
+	cfg := g.create(cfgType)
+	for _, e := range enums {
+		g.setEnum(cfg, e[0], e[1], e[2])
+	}
+	g.finalize(cfg, what+" descriptor")
+	op := g.create(opType)
+	g.link(op, cfgAttr, cfg)
+	for _, l := range links {
+		if l.tensor != 0 {
+			g.link(op, l.name, l.tensor)
+		}
+	}
+	g.finalize(op, what)
+	g.ops = append(g.ops, op)
+}
+
 // pointwise adds y = mode(x, b) (b 0 for a unary mode).
 func (g *fp8Graph) pointwise(mode int, x, b, y uintptr) {
-	pw := g.create(bePointwise)
-	g.setEnum(pw, attrPointwiseMode, typePointwiseMode, mode)
-	g.setEnum(pw, attrPointwiseMathPrec, typeDataType, cdFloat)
-	g.finalize(pw, "pointwise descriptor")
-	op := g.create(beOpPointwise)
-	g.link(op, attrOpPointwiseDesc, pw)
-	g.link(op, attrOpPointwiseX, x)
-	if b != 0 {
-		g.link(op, attrOpPointwiseB, b)
-	}
-	g.link(op, attrOpPointwiseY, y)
-	g.finalize(op, fmt.Sprintf("pointwise %d", mode))
-	g.ops = append(g.ops, op)
+	g.op(fmt.Sprintf("pointwise %d", mode), bePointwise,
+		[][3]int{{attrPointwiseMode, typePointwiseMode, mode}, {attrPointwiseMathPrec, typeDataType, cdFloat}},
+		beOpPointwise, attrOpPointwiseDesc, link{attrOpPointwiseX, x}, link{attrOpPointwiseB, b}, link{attrOpPointwiseY, y})
 }
 
 // reduce adds y = op over the axes where y has extent 1.
 func (g *fp8Graph) reduce(mode int, x, y uintptr) {
-	rd := g.create(beReduction)
-	g.setEnum(rd, attrReductionOperator, typeReductionOp, mode)
-	g.setEnum(rd, attrReductionCompType, typeDataType, cdFloat)
-	g.finalize(rd, "reduction descriptor")
-	op := g.create(beOpReduction)
-	g.link(op, attrOpReductionDesc, rd)
-	g.link(op, attrOpReductionX, x)
-	g.link(op, attrOpReductionY, y)
-	g.finalize(op, fmt.Sprintf("reduction %d", mode))
-	g.ops = append(g.ops, op)
+	g.op(fmt.Sprintf("reduction %d", mode), beReduction,
+		[][3]int{{attrReductionOperator, typeReductionOp, mode}, {attrReductionCompType, typeDataType, cdFloat}},
+		beOpReduction, attrOpReductionDesc, link{attrOpReductionX, x}, link{attrOpReductionY, y})
 }
 
 // matmul adds c = a·b over the last two axes, f32 accumulation.
 func (g *fp8Graph) matmul(a, b, c uintptr) {
-	mm := g.create(beMatmul)
-	g.setEnum(mm, attrMatmulCompType, typeDataType, cdFloat)
-	g.finalize(mm, "matmul descriptor")
-	op := g.create(beOpMatmul)
-	g.link(op, attrOpMatmulD, mm)
-	g.link(op, attrOpMatmulA, a)
-	g.link(op, attrOpMatmulB, b)
-	g.link(op, attrOpMatmulC, c)
-	g.finalize(op, "matmul")
-	g.ops = append(g.ops, op)
+	g.op("matmul", beMatmul, [][3]int{{attrMatmulCompType, typeDataType, cdFloat}},
+		beOpMatmul, attrOpMatmulD, link{attrOpMatmulA, a}, link{attrOpMatmulB, b}, link{attrOpMatmulC, c})
 }
 
 // buildAttentionFP8 describes d as cuDNN's FP8 flash attention: S = q·kᵀ

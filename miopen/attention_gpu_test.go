@@ -10,42 +10,15 @@ import (
 	"github.com/framepack-go/framepack/tensor"
 )
 
-// attentionRef is softmax(scale·q·kᵀ)·v in float64 on (B, L, H, D) arrays.
-func attentionRef(d AttnDesc, q, k, v []float64, scale float64) []float64 {
-	out := make([]float64, d.B*d.Lq*d.Hq*d.D)
-	s := make([]float64, d.Lk)
-	group := d.Hq / d.Hkv
-	for b := range d.B {
-		for h := range d.Hq {
-			hk := h / group
-			for i := range d.Lq {
-				qr := q[((b*d.Lq+i)*d.Hq+h)*d.D:][:d.D]
-				m := math.Inf(-1)
-				for j := range d.Lk {
-					kr := k[((b*d.Lk+j)*d.Hkv+hk)*d.D:][:d.D]
-					var dot float64
-					for x := range d.D {
-						dot += qr[x] * kr[x]
-					}
-					s[j] = dot * scale
-					m = max(m, s[j])
-				}
-				var sum float64
-				for j := range s {
-					s[j] = math.Exp(s[j] - m)
-					sum += s[j]
-				}
-				or := out[((b*d.Lq+i)*d.Hq+h)*d.D:][:d.D]
-				for j := range d.Lk {
-					vr := v[((b*d.Lk+j)*d.Hkv+hk)*d.D:][:d.D]
-					for x := range d.D {
-						or[x] += s[j] / sum * vr[x]
-					}
-				}
-			}
-		}
-	}
-	return out
+// attentionRef is softmax(scale·q·kᵀ)·v in float64 on (B, L, H, D) arrays;
+// round as gputest.Attention's.
+func attentionRef(d AttnDesc, q, k, v []float64, scale float64, round func(float64) float64) []float64 {
+	return gputest.Attention(gputest.AttnShape{B: d.B, Lq: d.Lq, Lk: d.Lk, Hq: d.Hq, Hkv: d.Hkv, D: d.D}, q, k, v, scale, round)
+}
+
+// e4m3P rounds a probability term to E4M3 at ×448, as the FP8 attention does.
+func e4m3P(p float64) float64 {
+	return float64(tensor.F32FromF8E4M3(tensor.F8E4M3FromF32(float32(p*E4M3Max)))) / E4M3Max
 }
 
 // cuDNN's fused attention matches float64 math within one bf16/f16
@@ -87,7 +60,7 @@ func TestFusedAttention(t *testing.T) {
 			}
 			qb = gputest.Encode(dt, q)
 			scale := 1 / math.Sqrt(float64(d.D))
-			want := attentionRef(d, q, k, v, float64(float32(scale)))
+			want := attentionRef(d, q, k, v, float64(float32(scale)), nil)
 			oBytes := len(qb)
 			qp, kp, vp := dev.Upload(t, qb), dev.Upload(t, kb), dev.Upload(t, vb)
 			op := dev.Alloc(t, int64(oBytes))
@@ -139,44 +112,6 @@ func quantizeE4M3(v []float64) ([]byte, []float64, float64) {
 		vals[i] = float64(tensor.F32FromF8E4M3(codes[i])) / float64(scale)
 	}
 	return codes, vals, 1 / float64(scale)
-}
-
-// attentionFP8Ref is the FP8 attention in float64 on decoded q, k, v: the
-// probabilities rounded to E4M3 at ×448 and back before the product with v.
-func attentionFP8Ref(d AttnDesc, q, k, v []float64, scale float64) []float64 {
-	out := make([]float64, d.B*d.Lq*d.Hq*d.D)
-	s := make([]float64, d.Lk)
-	for b := range d.B {
-		for h := range d.Hq {
-			for i := range d.Lq {
-				qr := q[((b*d.Lq+i)*d.Hq+h)*d.D:][:d.D]
-				m := math.Inf(-1)
-				for j := range d.Lk {
-					kr := k[((b*d.Lk+j)*d.Hkv+h)*d.D:][:d.D]
-					var dot float64
-					for x := range d.D {
-						dot += qr[x] * kr[x]
-					}
-					s[j] = dot * scale
-					m = max(m, s[j])
-				}
-				var sum float64
-				for j := range s {
-					s[j] = math.Exp(s[j] - m)
-					sum += s[j]
-				}
-				or := out[((b*d.Lq+i)*d.Hq+h)*d.D:][:d.D]
-				for j := range d.Lk {
-					p := float64(tensor.F32FromF8E4M3(tensor.F8E4M3FromF32(float32(s[j]/sum*E4M3Max)))) / E4M3Max
-					vr := v[((b*d.Lk+j)*d.Hkv+h)*d.D:][:d.D]
-					for x := range d.D {
-						or[x] += p * vr[x]
-					}
-				}
-			}
-		}
-	}
-	return out
 }
 
 // f32sOf decodes little-endian f32 bytes.
@@ -237,8 +172,8 @@ func TestFusedAttentionFP8(t *testing.T) {
 		kc, kv, dk := quantizeE4M3(k)
 		vc, vv, dv := quantizeE4M3(v)
 		scale := float32(1 / math.Sqrt(float64(d.D)))
-		want := attentionFP8Ref(d, qv, kv, vv, float64(scale))
-		exact := attentionRef(d, q, k, v, float64(scale))
+		want := attentionRef(d, qv, kv, vv, float64(scale), e4m3P)
+		exact := attentionRef(d, q, k, v, float64(scale), nil)
 		so := float32(1 / dv)
 		consts := dev.Upload(t, f32s(float32(dq), float32(dk), float32(dv), 1.0/E4M3Max, E4M3Max, so, -1, -1))
 		sc := FP8Scales{DescaleQ: consts, DescaleK: consts + 4, DescaleV: consts + 8, DescaleS: consts + 12,

@@ -144,11 +144,10 @@ func (b *Backend) useFusedAttention(dt tensor.DType, D int) bool {
 	return (dt == tensor.BF16 || dt == tensor.F16) && D%8 == 0 && D <= 256
 }
 
-// fusedAttention runs d through cuDNN with its workspace from the
-// backend's allocator. An error wrapping miopen.ErrNoFusedAttention means
-// cuDNN cannot take d (logged once per shape) and nothing was queued.
-func (b *Backend) fusedAttention(d miopen.AttnDesc, q, k, v, o uintptr, scale float32) error {
-	b.idle.queued()
+// withDNN runs fn with cuDNN's handle, under its lock, on a thread bound to
+// the device; an error wrapping miopen.ErrNoFusedAttention when cuDNN is
+// absent.
+func (b *Backend) withDNN(fn func(h *miopen.Handle) error) error {
 	b.dnnMu.Lock()
 	defer b.dnnMu.Unlock()
 	unbind, err := b.dev.Bind()
@@ -160,31 +159,54 @@ func (b *Backend) fusedAttention(d miopen.AttnDesc, q, k, v, o uintptr, scale fl
 	if err != nil {
 		return err
 	}
+	return fn(h)
+}
+
+// planAttention plans d on cuDNN, logging a refusal once per shape (fallback
+// names what runs it instead).
+func (b *Backend) planAttention(h *miopen.Handle, d miopen.AttnDesc, fallback string) (miopen.AttnPlan, error) {
 	plan, err := h.PlanAttention(d)
-	if err != nil {
-		if !b.dnnRefused[d] {
-			b.dnnRefused[d] = true
-			b.log.Info("gpu: cuDNN fused attention refused a shape, framepack's kernel runs it", "why", err)
-		}
-		return err
+	if err != nil && !b.dnnRefused[d] {
+		b.dnnRefused[d] = true
+		b.log.Info("gpu: cuDNN refused an attention shape, "+fallback+" runs it", "why", err)
 	}
-	var ws *Buffer
-	if plan.WorkspaceBytes > 0 {
-		if ws, err = b.alloc.alloc(plan.WorkspaceBytes); err != nil {
+	return plan, err
+}
+
+// fusedAttention runs d through cuDNN with its workspace from the
+// backend's allocator. An error wrapping miopen.ErrNoFusedAttention means
+// cuDNN cannot take d (logged once per shape) and nothing was queued.
+func (b *Backend) fusedAttention(d miopen.AttnDesc, q, k, v, o uintptr, scale float32) error {
+	b.idle.queued()
+	return b.withDNN(func(h *miopen.Handle) error {
+		plan, err := b.planAttention(h, d, "framepack's kernel")
+		if err != nil {
 			return err
 		}
-		// Stream-ordered: the memory is reused only by later work.
-		defer b.alloc.free(ws)
+		wsPtr, release, err := b.workspace(plan.WorkspaceBytes)
+		if err != nil {
+			return err
+		}
+		defer release()
+		b.fusedCalls.Add(1)
+		if err := h.Attention(d, q, k, v, o, scale, wsPtr); err != nil {
+			return fmt.Errorf("gpu: %w", err)
+		}
+		return nil
+	})
+}
+
+// workspace is n bytes from the allocator (0 and nothing to release for
+// none); release is stream-ordered: the memory is reused only by later work.
+func (b *Backend) workspace(n int64) (uintptr, func(), error) {
+	if n <= 0 {
+		return 0, func() {}, nil
 	}
-	var wsPtr uintptr
-	if ws != nil {
-		wsPtr = ws.ptr
+	ws, err := b.alloc.alloc(n)
+	if err != nil {
+		return 0, nil, err
 	}
-	b.fusedCalls.Add(1)
-	if err := h.Attention(d, q, k, v, o, scale, wsPtr); err != nil {
-		return fmt.Errorf("gpu: %w", err)
-	}
-	return nil
+	return ws.ptr, func() { b.alloc.free(ws) }, nil
 }
 
 // dnnHandle opens cuDNN on the backend's stream the first time; an error

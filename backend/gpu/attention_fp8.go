@@ -61,7 +61,11 @@ func (b *Backend) fp8AttnConsts() (uintptr, error) {
 // queued then.
 func (b *Backend) fp8Attention(d miopen.AttnDesc, dt tensor.DType, q, k, v, o uintptr, scale float32) error {
 	d.FP8 = true
-	h, plan, err := b.planFP8Attention(d)
+	var plan miopen.AttnPlan
+	err := b.withDNN(func(h *miopen.Handle) (err error) {
+		plan, err = b.planAttention(h, d, "the bf16 attention")
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -92,62 +96,21 @@ func (b *Backend) fp8Attention(d miopen.AttnDesc, dt tensor.DType, q, k, v, o ui
 			return err
 		}
 	}
-	var ws *Buffer
-	if plan.WorkspaceBytes > 0 {
-		if ws, err = b.alloc.alloc(plan.WorkspaceBytes); err != nil {
-			return err
-		}
-		defer b.alloc.free(ws)
+	wsPtr, release, err := b.workspace(plan.WorkspaceBytes)
+	if err != nil {
+		return err
 	}
-	var wsPtr uintptr
-	if ws != nil {
-		wsPtr = ws.ptr
-	}
+	defer release()
 	sc := miopen.FP8Scales{DescaleQ: sq, DescaleK: sk, DescaleV: sv, DescaleS: consts, ScaleS: consts + 4,
 		ScaleO: sv + 4, AmaxS: amax, AmaxO: amax + 4}
-	if err := b.runFP8Attention(h, d, q8, k8, v8, o8, scale, sc, wsPtr); err != nil {
-		return err
+	b.idle.queued()
+	if err := b.withDNN(func(h *miopen.Handle) error { return h.AttentionFP8(d, q8, k8, v8, o8, scale, sc, wsPtr) }); err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
 	b.fp8AttnCalls.Add(1)
 	// o = its codes times v's descale.
 	return b.launchLinear("norm", "dequant_rows_fp8_"+floatSuffix(dt), nq, 256, 1,
 		(&hip.Args{}).Ptr(o).Ptr(o8).Ptr(sv).I64(nq).I64(nq))
-}
-
-// planFP8Attention plans d on cuDNN (logging a refusal once per shape).
-func (b *Backend) planFP8Attention(d miopen.AttnDesc) (*miopen.Handle, miopen.AttnPlan, error) {
-	b.dnnMu.Lock()
-	defer b.dnnMu.Unlock()
-	unbind, err := b.dev.Bind()
-	if err != nil {
-		return nil, miopen.AttnPlan{}, fmt.Errorf("gpu: %w", err)
-	}
-	defer unbind()
-	h, err := b.dnnHandle()
-	if err != nil {
-		return nil, miopen.AttnPlan{}, err
-	}
-	plan, err := h.PlanAttention(d)
-	if err != nil && !b.dnnRefused[d] {
-		b.dnnRefused[d] = true
-		b.log.Info("gpu: cuDNN's FP8 attention refused a shape, the bf16 attention runs it", "why", err)
-	}
-	return h, plan, err
-}
-
-func (b *Backend) runFP8Attention(h *miopen.Handle, d miopen.AttnDesc, q, k, v, o uintptr, scale float32, sc miopen.FP8Scales, ws uintptr) error {
-	b.dnnMu.Lock()
-	defer b.dnnMu.Unlock()
-	unbind, err := b.dev.Bind()
-	if err != nil {
-		return fmt.Errorf("gpu: %w", err)
-	}
-	defer unbind()
-	b.idle.queued()
-	if err := h.AttentionFP8(d, q, k, v, o, scale, sc, ws); err != nil {
-		return fmt.Errorf("gpu: %w", err)
-	}
-	return nil
 }
 
 // FP8AttentionCalls counts the attention calls cuDNN's FP8 engine ran.

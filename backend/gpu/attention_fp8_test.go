@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/framepack-go/framepack/rocblas/gputest"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -21,45 +22,17 @@ func e4m3Tensor(v []float32) ([]float64, float32) {
 }
 
 // fp8AttentionRef is the FP8 attention in float64 on (B, L, H, D) q, k, v
-// already coded, the way a flash kernel rounds: each exp(s − max) rounded
-// to E4M3 at ×448 before the product with v, the row's sum of the
-// unrounded ones dividing after, o coded in E4M3 at 1/dv. (cuDNN takes the
-// max so far, block by block, which rounds some terms at another scale.)
+// already coded, the way a flash kernel rounds (gputest.Attention): each
+// exp(s − max) rounded to E4M3 at ×448, o coded in E4M3 at 1/dv. (cuDNN
+// takes the max so far, block by block, which rounds some terms at another
+// scale.)
 func fp8AttentionRef(b, l, h, d int, q, k, v []float64, scale float64, dv float32) []float64 {
-	out := make([]float64, b*l*h*d)
-	s := make([]float64, l)
-	for bi := range b {
-		for hi := range h {
-			for i := range l {
-				qr := q[((bi*l+i)*h+hi)*d:][:d]
-				m := math.Inf(-1)
-				for j := range l {
-					kr := k[((bi*l+j)*h+hi)*d:][:d]
-					var dot float64
-					for x := range d {
-						dot += qr[x] * kr[x]
-					}
-					s[j] = dot * scale
-					m = max(m, s[j])
-				}
-				var sum float64
-				for j := range s {
-					s[j] = math.Exp(s[j] - m)
-					sum += s[j]
-				}
-				or := out[((bi*l+i)*h+hi)*d:][:d]
-				for j := range l {
-					p := float64(tensor.F32FromF8E4M3(tensor.F8E4M3FromF32(float32(s[j]*448)))) / 448 / sum
-					vr := v[((bi*l+j)*h+hi)*d:][:d]
-					for x := range d {
-						or[x] += p * vr[x]
-					}
-				}
-				for x := range or {
-					or[x] = float64(tensor.F32FromF8E4M3(tensor.F8E4M3Sat(float32(or[x])/dv)) * dv)
-				}
-			}
-		}
+	round := func(p float64) float64 {
+		return float64(tensor.F32FromF8E4M3(tensor.F8E4M3FromF32(float32(p*448)))) / 448
+	}
+	out := gputest.Attention(gputest.AttnShape{B: b, Lq: l, Lk: l, Hq: h, Hkv: h, D: d}, q, k, v, scale, round)
+	for i, x := range out {
+		out[i] = float64(tensor.F32FromF8E4M3(tensor.F8E4M3Sat(float32(x)/dv)) * dv)
 	}
 	return out
 }

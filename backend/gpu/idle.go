@@ -42,18 +42,9 @@ func (m *idleMeter) event() (hip.Event, error) {
 func (m *idleMeter) waiting() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.err != nil || m.drained != 0 {
-		return
+	if m.drained == 0 {
+		m.drained = m.mark()
 	}
-	e, err := m.event()
-	if err == nil {
-		err = m.dev.Record(e, m.stream)
-	}
-	if err != nil {
-		m.err = err
-		return
-	}
-	m.drained = e
 }
 
 // queued marks the start of new work, before it is queued: it closes the
@@ -61,8 +52,20 @@ func (m *idleMeter) waiting() {
 func (m *idleMeter) queued() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.err != nil || m.drained == 0 {
+	if m.drained == 0 {
 		return
+	}
+	if e := m.mark(); e != 0 {
+		m.open = append(m.open, [2]hip.Event{m.drained, e})
+	}
+	m.drained = 0
+}
+
+// mark records an event on the stream now; 0 once an event has failed
+// (the meter then stops). Called with m.mu held.
+func (m *idleMeter) mark() hip.Event {
+	if m.err != nil {
+		return 0
 	}
 	e, err := m.event()
 	if err == nil {
@@ -70,10 +73,9 @@ func (m *idleMeter) queued() {
 	}
 	if err != nil {
 		m.err = err
-		return
+		return 0
 	}
-	m.open = append(m.open, [2]hip.Event{m.drained, e})
-	m.drained = 0
+	return e
 }
 
 // idle is the time measured up to now. It waits for the stream to pass
@@ -83,23 +85,10 @@ func (m *idleMeter) queued() {
 func (m *idleMeter) idle() (time.Duration, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.err == nil && m.drained != 0 {
-		cut, err := m.event()
-		if err == nil {
-			err = m.dev.Record(cut, m.stream)
-		}
-		var next hip.Event
-		if err == nil {
-			next, err = m.event()
-		}
-		if err == nil {
-			err = m.dev.Record(next, m.stream)
-		}
-		if err != nil {
-			m.err = err
-		} else {
+	if m.drained != 0 {
+		if cut := m.mark(); cut != 0 {
 			m.open = append(m.open, [2]hip.Event{m.drained, cut})
-			m.drained = next
+			m.drained = m.mark()
 		}
 	}
 	for _, p := range m.open {

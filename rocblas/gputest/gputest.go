@@ -304,3 +304,52 @@ func getU32(b []byte) uint32 {
 func f32ToF16(f float32) uint16  { return tensor.F16FromF32(f) }
 func f16ToF32(h uint16) float32  { return tensor.F32FromF16(h) }
 func f32ToBF16(f float32) uint16 { return tensor.BF16FromF32(f) }
+
+// AttnShape is an attention's (B, L, H, D) q/o and k/v layout: Hq a
+// multiple of Hkv.
+type AttnShape struct{ B, Lq, Lk, Hq, Hkv, D int }
+
+// Attention is softmax(scale·q·kᵀ)·v in float64 on (B, L, H, D) arrays.
+// With round set, each term exp(s − max) is passed through it before the
+// product with v, and the row's sum of the unrounded terms divides after
+// (how a flash kernel rounds its probabilities to a narrower type).
+func Attention(d AttnShape, q, k, v []float64, scale float64, round func(float64) float64) []float64 {
+	out := make([]float64, d.B*d.Lq*d.Hq*d.D)
+	s := make([]float64, d.Lk)
+	group := d.Hq / d.Hkv
+	for b := range d.B {
+		for h := range d.Hq {
+			hk := h / group
+			for i := range d.Lq {
+				qr := q[((b*d.Lq+i)*d.Hq+h)*d.D:][:d.D]
+				m := math.Inf(-1)
+				for j := range d.Lk {
+					kr := k[((b*d.Lk+j)*d.Hkv+hk)*d.D:][:d.D]
+					var dot float64
+					for x := range d.D {
+						dot += qr[x] * kr[x]
+					}
+					s[j] = dot * scale
+					m = max(m, s[j])
+				}
+				var sum float64
+				for j := range s {
+					s[j] = math.Exp(s[j] - m)
+					sum += s[j]
+				}
+				or := out[((b*d.Lq+i)*d.Hq+h)*d.D:][:d.D]
+				for j := range d.Lk {
+					p := s[j]
+					if round != nil {
+						p = round(p)
+					}
+					vr := v[((b*d.Lk+j)*d.Hkv+hk)*d.D:][:d.D]
+					for x := range d.D {
+						or[x] += p / sum * vr[x]
+					}
+				}
+			}
+		}
+	}
+	return out
+}
