@@ -89,6 +89,26 @@ func (g *fp8Graph) matmul(a, b, c uintptr) {
 		beOpMatmul, attrOpMatmulD, link{attrOpMatmulA, a}, link{attrOpMatmulB, b}, link{attrOpMatmulC, c})
 }
 
+// pointwiseTo, reduceTo and matmulTo add the operation into a new f32
+// intermediate of dims and return it.
+func (g *fp8Graph) pointwiseTo(mode int, x, b uintptr, dims []int64) uintptr {
+	y := g.virtual(cdFloat, dims...)
+	g.pointwise(mode, x, b, y)
+	return y
+}
+
+func (g *fp8Graph) reduceTo(mode int, x uintptr, dims []int64) uintptr {
+	y := g.virtual(cdFloat, dims...)
+	g.reduce(mode, x, y)
+	return y
+}
+
+func (g *fp8Graph) matmulTo(a, b uintptr, dims []int64) uintptr {
+	c := g.virtual(cdFloat, dims...)
+	g.matmul(a, b, c)
+	return c
+}
+
 // buildAttentionFP8 describes d as cuDNN's FP8 flash attention: S = q·kᵀ
 // times the scale and the descales of q and k; P = softmax(S) (its row max
 // and sum, and the stats a training graph would keep, as the fused engine
@@ -108,39 +128,22 @@ func (h *Handle) buildAttentionFP8(d AttnDesc) *attnPlan {
 	dq, dk, dv, ds, ss, so := scalar(6), scalar(7), scalar(8), scalar(9), scalar(10), scalar(11)
 	amaxS, amaxO := scalar(12), scalar(13)
 
-	s0 := g.virtual(cdFloat, B, H, Lq, Lk)
-	g.matmul(q, kt, s0)
-	s1 := g.virtual(cdFloat, B, H, Lq, Lk)
-	g.pointwise(pwMul, s0, attnScale, s1)
-	s2 := g.virtual(cdFloat, B, H, Lq, Lk)
-	g.pointwise(pwMul, s1, dq, s2)
-	s3 := g.virtual(cdFloat, B, H, Lq, Lk)
-	g.pointwise(pwMul, s2, dk, s3)
+	scores, rows, outs := []int64{B, H, Lq, Lk}, []int64{B, H, Lq, 1}, []int64{B, H, Lq, D}
+	sc := g.matmulTo(q, kt, scores)
+	sc = g.pointwiseTo(pwMul, sc, attnScale, scores)
+	sc = g.pointwiseTo(pwMul, sc, dq, scores)
+	sc = g.pointwiseTo(pwMul, sc, dk, scores)
 	// softmax
-	m := g.virtual(cdFloat, B, H, Lq, 1)
-	g.reduce(redMax, s3, m)
-	z := g.virtual(cdFloat, B, H, Lq, Lk)
-	g.pointwise(pwSub, s3, m, z)
-	e := g.virtual(cdFloat, B, H, Lq, Lk)
-	g.pointwise(pwExp, z, 0, e)
-	l := g.virtual(cdFloat, B, H, Lq, 1)
-	g.reduce(redAdd, e, l)
-	logL := g.virtual(cdFloat, B, H, Lq, 1)
-	g.pointwise(pwLog, l, 0, logL)
-	stats := g.virtual(cdFloat, B, H, Lq, 1)
-	g.pointwise(pwAdd, m, logL, stats)
-	p := g.virtual(cdFloat, B, H, Lq, Lk)
-	g.pointwise(pwDiv, e, l, p)
+	m := g.reduceTo(redMax, sc, rows)
+	e := g.pointwiseTo(pwExp, g.pointwiseTo(pwSub, sc, m, scores), 0, scores)
+	l := g.reduceTo(redAdd, e, rows)
+	g.pointwiseTo(pwAdd, m, g.pointwiseTo(pwLog, l, 0, rows), rows) // the stats
+	p := g.pointwiseTo(pwDiv, e, l, scores)
 	g.reduce(redAmax, p, amaxS)
-	p8 := g.virtual(cdFP8E4M3, B, H, Lq, Lk)
+	p8 := g.virtual(cdFP8E4M3, scores...)
 	g.pointwise(pwMul, p, ss, p8)
 	// P₈·v
-	o0 := g.virtual(cdFloat, B, H, Lq, D)
-	g.matmul(p8, v, o0)
-	o1 := g.virtual(cdFloat, B, H, Lq, D)
-	g.pointwise(pwMul, o0, ds, o1)
-	o2 := g.virtual(cdFloat, B, H, Lq, D)
-	g.pointwise(pwMul, o1, dv, o2)
+	o2 := g.pointwiseTo(pwMul, g.pointwiseTo(pwMul, g.matmulTo(p8, v, outs), ds, outs), dv, outs)
 	g.pointwise(pwMul, o2, so, o)
 	g.reduce(redAmax, o2, amaxO)
 
