@@ -11,6 +11,7 @@ import (
 	"github.com/framepack-go/framepack/hip"
 	"github.com/framepack-go/framepack/kernels"
 	"github.com/framepack-go/framepack/memory"
+	"github.com/framepack-go/framepack/miopen"
 	"github.com/framepack-go/framepack/rocblas"
 )
 
@@ -74,7 +75,45 @@ func doctorGPU(w io.Writer) error {
 	} else {
 		fmt.Fprintf(w, "  lt:      %s\n", lt)
 	}
+	fmt.Fprintf(w, "  attention: %s\n", doctorAttention(d))
 	return nil
+}
+
+// doctorAttention says which attention runs: cuDNN's fused attention and
+// whether its FP8 engine (--fp8-attention) takes a probe shape, or
+// framepack's kernels.
+func doctorAttention(d *hip.Device) string {
+	if d.Vendor != hip.NVIDIA {
+		return "framepack's kernels"
+	}
+	lib, err := miopen.OpenVendor(miopen.NVIDIA)
+	if err != nil {
+		return fmt.Sprintf("framepack's kernels (no cuDNN: %v)", err)
+	}
+	if !lib.HasFusedAttention() {
+		return fmt.Sprintf("framepack's kernels (%v has no fused attention: cuDNN 9.13 or later needed)", lib)
+	}
+	unbind, err := d.Bind()
+	if err != nil {
+		return fmt.Sprintf("cuDNN %v (the device could not be bound: %v)", lib, err)
+	}
+	defer unbind()
+	st, err := d.NewStream()
+	if err != nil {
+		return fmt.Sprintf("cuDNN %v (no stream: %v)", lib, err)
+	}
+	defer d.DestroyStream(st)
+	h, err := lib.NewHandle(uintptr(st))
+	if err != nil {
+		return fmt.Sprintf("cuDNN %v (no handle: %v)", lib, err)
+	}
+	defer h.Close()
+	fp8 := "FP8 (--fp8-attention) available"
+	probe := miopen.AttnDesc{B: 1, Lq: 128, Lk: 128, Hq: 2, Hkv: 2, D: 128, FP8: true}
+	if _, err := h.PlanAttention(probe); err != nil {
+		fp8 = "no FP8 engine (--fp8-attention runs bf16)"
+	}
+	return fmt.Sprintf("cuDNN fused attention, %v; %s", lib, fp8)
 }
 
 func doctorConv3d(w io.Writer) error {
