@@ -75,7 +75,10 @@ func (b *Backend) fp8Attention(d miopen.AttnDesc, dt tensor.DType, q, k, v, o ui
 	}
 	nq := int64(d.B) * int64(d.Lq) * int64(d.Hq) * int64(d.D)
 	nk := int64(d.B) * int64(d.Lk) * int64(d.Hkv) * int64(d.D)
-	codes, err := b.alloc.alloc(2*nq + 2*nk) // q, o, k, v
+	// q, o, k, v, each at a 256-byte boundary (cuDNN's tensors are
+	// declared 16-byte aligned).
+	aq, ak := (nq+255)&^255, (nk+255)&^255
+	codes, err := b.alloc.alloc(2*aq + 2*ak)
 	if err != nil {
 		return err
 	}
@@ -86,7 +89,7 @@ func (b *Backend) fp8Attention(d miopen.AttnDesc, dt tensor.DType, q, k, v, o ui
 		return err
 	}
 	defer b.alloc.free(f32)
-	q8, o8, k8, v8 := codes.ptr, codes.ptr+uintptr(nq), codes.ptr+uintptr(2*nq), codes.ptr+uintptr(2*nq+nk)
+	q8, o8, k8, v8 := codes.ptr, codes.ptr+uintptr(aq), codes.ptr+uintptr(2*aq), codes.ptr+uintptr(2*aq+ak)
 	sq, sk, sv, amax, part := f32.ptr, f32.ptr+8, f32.ptr+16, f32.ptr+24, f32.ptr+32
 	for _, t := range []struct {
 		q, x, s uintptr
