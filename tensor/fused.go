@@ -78,17 +78,11 @@ func (s *Scope) ChannelRMSNorm(x, w *Tensor, eps float32, silu bool) *Tensor {
 	}
 	f, ok := s.fused()
 	if !ok {
-		last := make([]int, len(x.shape))
-		first := make([]int, len(x.shape))
-		last[0], first[0], first[1] = 0, 0, len(x.shape)-1
-		for i := 1; i < len(x.shape)-1; i++ {
-			last[i], first[i+1] = i+1, i
-		}
-		last[len(x.shape)-1] = 1
+		last, back := channelsLast(len(x.shape))
 		cl := s.Permute(x, last...)
 		y := s.RMSNorm(cl, w, eps)
 		s.Free(cl)
-		out := s.Permute(y, first...)
+		out := s.Permute(y, back...)
 		s.Free(y)
 		if silu {
 			a := s.SiLU(out)
@@ -100,6 +94,17 @@ func (s *Scope) ChannelRMSNorm(x, w *Tensor, eps float32, silu bool) *Tensor {
 	out := s.Empty(x.dtype, x.shape...)
 	s.run("channel_rms_norm", fusedOp("channel_rms_norm"), func() error { return f.ChannelRMSNorm(out, x, w, eps, silu) })
 	return out
+}
+
+// channelsLast is the permutation moving axis 1 of a rank-r tensor last
+// ((B, C, T, H, W) → (B, T, H, W, C)), and back its inverse.
+func channelsLast(r int) (last, back []int) {
+	last, back = []int{0}, []int{0, r - 1}
+	for i := 2; i < r; i++ {
+		last = append(last, i)
+		back = append(back, i-1)
+	}
+	return append(last, 1), back
 }
 
 // ChannelRMSNormAfter is Concat(2, front, ChannelRMSNorm(x, w, eps, silu))
