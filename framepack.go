@@ -334,6 +334,9 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 		p.dev.Close()
 		return nil, err
 	}
+	if opts.FP8Attention && !tensor.NativeFP8(p.be) {
+		log.Warn("FP8 attention: this device has no FP8 attention engine (cuDNN's, on Hopper and newer); the attention runs in " + p.dt.transformer.String())
+	}
 	if err := p.measure(); err != nil {
 		p.closeRanks()
 		p.dev.Close()
