@@ -238,8 +238,8 @@ func (b *Backend) View(buf tensor.Buffer, off, n int64) (tensor.Buffer, error) {
 }
 
 // ChannelRMSNorm normalises x (B, C, S...) over its channels at every
-// position (32 positions × 8 channel groups a block) into the last positions of each of
-// dst's channels (tensor.FusedKernels).
+// position (32 positions × 8 channel groups a block) into the last
+// positions of each of dst's channels (tensor.FusedKernels).
 func (b *Backend) ChannelRMSNorm(dst, x, w *tensor.Tensor, eps float32, silu bool) error {
 	sfx := floatSuffix(dst.DType())
 	if sfx == "" {

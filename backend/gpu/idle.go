@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/framepack-go/framepack/hip"
@@ -20,6 +21,7 @@ type idleMeter struct {
 	dev     *hip.Device
 	stream  hip.Stream
 	drained hip.Event      // recorded before a host wait; 0 when none is open
+	pending atomic.Bool    // drained != 0: lets queued skip the lock on every launch
 	open    [][2]hip.Event // (drained, resumed) pairs not yet read
 	spare   []hip.Event
 	total   time.Duration
@@ -44,12 +46,16 @@ func (m *idleMeter) waiting() {
 	defer m.mu.Unlock()
 	if m.drained == 0 {
 		m.drained = m.mark()
+		m.pending.Store(m.drained != 0)
 	}
 }
 
 // queued marks the start of new work, before it is queued: it closes the
 // interval a wait opened.
 func (m *idleMeter) queued() {
+	if !m.pending.Load() {
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.drained == 0 {
@@ -59,6 +65,7 @@ func (m *idleMeter) queued() {
 		m.open = append(m.open, [2]hip.Event{m.drained, e})
 	}
 	m.drained = 0
+	m.pending.Store(false)
 }
 
 // mark records an event on the stream now; 0 once an event has failed
@@ -89,6 +96,7 @@ func (m *idleMeter) idle() (time.Duration, error) {
 		if cut := m.mark(); cut != 0 {
 			m.open = append(m.open, [2]hip.Event{m.drained, cut})
 			m.drained = m.mark()
+			m.pending.Store(m.drained != 0)
 		}
 	}
 	for _, p := range m.open {
@@ -124,6 +132,7 @@ func (m *idleMeter) close() {
 		m.dev.DestroyEvent(e)
 	}
 	m.open, m.spare, m.drained = nil, nil, 0
+	m.pending.Store(false)
 }
 
 // QueueIdle is how long the stream has stood empty while the host waited
