@@ -23,6 +23,12 @@ func (b *Backend) Conv3dPadded(dst, x, w, bias *tensor.Tensor, p tensor.ConvPara
 	return b.chain.conv3dPadded(b.Backend, dst, x, w, bias, p, pad)
 }
 
+// Conv3dLast runs a channels-last convolution through the chain (see
+// Chain.Conv3dLast).
+func (b *Backend) Conv3dLast(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	return b.chain.conv3dLast(b.Backend, dst, x, w, bias, p)
+}
+
 // Chain is the chain convolutions go through.
 func (b *Backend) Chain() *Chain { return b.chain }
 

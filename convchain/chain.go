@@ -221,18 +221,58 @@ func (c *Chain) conv3dPadded(be tensor.Backend, dst, x, w, bias *tensor.Tensor, 
 	return c.conv3d(k, cl)
 }
 
+// ChannelsLastTier is a tier that convolves channels-last tensors (x (B, T,
+// H, W, Cin) into dst (B, To, Ho, Wo, Cout)) as they are.
+type ChannelsLastTier interface {
+	RunLast(plan *Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error
+}
+
+// Conv3dLast computes the channels-last convolution of x (B, T, H, W, Cin)
+// into dst (B, To, Ho, Wo, Cout): a tier that is a ChannelsLastTier
+// convolves them as they are; the others get x moved channels-first (a
+// copy made once when first needed) and their output moved back into dst.
+// The key's layout is "ndhwc", so its choices are its own.
+func (c *Chain) Conv3dLast(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	return c.conv3dLast(nil, dst, x, w, bias, p)
+}
+
+func (c *Chain) conv3dLast(be tensor.Backend, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	if x.Rank() != 5 || dst.Rank() != 5 || w.Rank() != 5 {
+		return fmt.Errorf("conv3d: channels-last input %v into %v: want (B, T, H, W, C)", x.Shape(), dst.Shape())
+	}
+	cl := &call{dst: dst, x: x, w: w, bias: bias, p: p, last: true, be: be}
+	defer cl.release()
+	return c.conv3d(KeyOfLast(c.opt.Device, x, w, bias, p), cl)
+}
+
 // call is one convolution: its operands and, for Conv3dPadded, the padding
-// its input still needs.
+// its input still needs; for Conv3dLast, the channels-last flag.
 type call struct {
 	dst, x, w, bias *tensor.Tensor
 	p               tensor.ConvParams
 	pad             *tensor.Padding
 	shape           []int          // the padded input's shape
-	be              tensor.Backend // for the padded copy when the tensors name none
+	be              tensor.Backend // for copies when the tensors name none
 	padded          *tensor.Tensor // the padded copy, once a tier needed it
+	last            bool           // x and dst channels-last
+	first           *tensor.Tensor // x moved channels-first, once a tier needed it
+}
+
+// backend is where the call's copies go.
+func (cl *call) backend() tensor.Backend {
+	if be := cl.dst.Backend(); be != nil {
+		return be
+	}
+	if be := cl.x.Backend(); be != nil {
+		return be
+	}
+	return cl.be
 }
 
 func (cl *call) runOn(t Tier, plan *Plan) error {
+	if cl.last {
+		return cl.runLast(t, plan)
+	}
 	if cl.pad == nil {
 		return t.Run(plan, cl.dst, cl.x, cl.w, cl.bias, cl.p)
 	}
@@ -240,13 +280,7 @@ func (cl *call) runOn(t Tier, plan *Plan) error {
 		return pt.RunPadded(plan, cl.dst, cl.x, cl.w, cl.bias, cl.p, *cl.pad)
 	}
 	if cl.padded == nil {
-		be := cl.dst.Backend()
-		if be == nil {
-			be = cl.x.Backend()
-		}
-		if be == nil {
-			be = cl.be
-		}
+		be := cl.backend()
 		if be == nil {
 			return errors.New("conv3d: no backend to pad the input on")
 		}
@@ -259,10 +293,73 @@ func (cl *call) runOn(t Tier, plan *Plan) error {
 	return t.Run(plan, cl.dst, cl.padded, cl.w, cl.bias, cl.p)
 }
 
+// runLast runs a channels-last call on t: as it is on a ChannelsLastTier,
+// else channels-first on copies.
+func (cl *call) runLast(t Tier, plan *Plan) error {
+	if lt, ok := t.(ChannelsLastTier); ok {
+		return lt.RunLast(plan, cl.dst, cl.x, cl.w, cl.bias, cl.p)
+	}
+	be := cl.backend()
+	if be == nil {
+		return errors.New("conv3d: no backend to move the channels on")
+	}
+	if cl.first == nil {
+		f, err := permuted(be, cl.x, 0, 4, 1, 2, 3)
+		if err != nil {
+			return err
+		}
+		cl.first = f
+	}
+	ds := cl.dst.Shape()
+	y, err := tensor.Alloc(be, cl.dst.DType(), ds[0], ds[4], ds[1], ds[2], ds[3])
+	if err != nil {
+		return err
+	}
+	defer tensor.Release(y)
+	if err := t.Run(plan, y, cl.first, cl.w, cl.bias, cl.p); err != nil {
+		return err
+	}
+	return permuteInto(be, cl.dst, y, 0, 2, 3, 4, 1)
+}
+
+// permuted is x with its axes reordered (out axis i is x's axis perm[i]),
+// a copy on be.
+func permuted(be tensor.Backend, x *tensor.Tensor, perm ...int) (*tensor.Tensor, error) {
+	xs := x.Shape()
+	shape := make([]int, len(perm))
+	for i, a := range perm {
+		shape[i] = xs[a]
+	}
+	out, err := tensor.Alloc(be, x.DType(), shape...)
+	if err != nil {
+		return nil, err
+	}
+	if err := permuteInto(be, out, x, perm...); err != nil {
+		tensor.Release(out)
+		return nil, err
+	}
+	return out, nil
+}
+
+// permuteInto copies src into dst with its axes reordered: dst's axis i is
+// src's axis perm[i].
+func permuteInto(be tensor.Backend, dst, src *tensor.Tensor, perm ...int) error {
+	sst := tensor.ContiguousStrides(src.Shape())
+	st := make([]int, len(perm))
+	for i, a := range perm {
+		st[i] = sst[a]
+	}
+	return be.Copy(dst, 0, tensor.ContiguousStrides(dst.Shape()), src, 0, st, dst.Shape())
+}
+
 func (cl *call) release() {
 	if cl.padded != nil {
 		tensor.Release(cl.padded)
 		cl.padded = nil
+	}
+	if cl.first != nil {
+		tensor.Release(cl.first)
+		cl.first = nil
 	}
 }
 

@@ -17,8 +17,8 @@ type Key struct {
 	// ("gfx1100 MIOpen 3.4.0", "NVIDIA H100 sm_90 cuDNN 9.14").
 	Device  string `json:"device"`
 	DType   string `json:"dtype"`
-	Layout  string `json:"layout"` // "ncdhw"
-	X       [5]int `json:"x"`      // B, Cin, T, H, W
+	Layout  string `json:"layout"` // "ncdhw", or "ndhwc" for channels-last operands
+	X       [5]int `json:"x"`      // B, Cin, T, H, W (in either layout)
 	W       [5]int `json:"w"`      // Cout, Cin, kT, kH, kW
 	Bias    bool   `json:"bias"`
 	Stride  [3]int `json:"stride"`
@@ -33,6 +33,15 @@ func KeyOf(device string, x, w, bias *tensor.Tensor, p tensor.ConvParams) Key {
 	for i := range k.Stride {
 		k.Stride[i] = max(k.Stride[i], 1)
 	}
+	return k
+}
+
+// KeyOfLast is the key of a Conv3dLast call on device: x (B, T, H, W, Cin).
+func KeyOfLast(device string, x, w, bias *tensor.Tensor, p tensor.ConvParams) Key {
+	k := KeyOf(device, x, w, bias, p)
+	k.Layout = "ndhwc"
+	xs := x.Shape()
+	k.X = [5]int{xs[0], xs[4], xs[1], xs[2], xs[3]}
 	return k
 }
 

@@ -191,64 +191,103 @@ RMSNORM(f32, float)
 RMSNORM(f16, h16)
 RMSNORM(bf16, b16)
 
-// ---- RMSNorm over the channels of x (B, C, S) at every position ----
-// A block is 32 neighbouring positions × 8 channel groups: a warp reads 32
-// neighbouring positions of one channel (coalesced), each thread sums the
-// squares of every 8th channel and the groups' sums are added in shared
-// memory in a fixed order. y = x·rsqrt(mean_C(x²)+eps), rounded, ·w; then,
-// with silu, SiLU of that rounded output (as RMSNorm and SiLU run one
-// after the other). y has Sy ≥ S positions a channel and the result fills
-// each channel's last S (the frames a causal convolution's cache puts in
-// front stay the caller's).
+// ---- RMSNorm of channels-last rows: x (B, P, C) over C at every position ----
+// Half a warp (16 lanes) reads a row of C channels. With vec, each lane holds
+// NV 16-byte vectors of the row in registers (C ≤ 16·NV·16/sizeof(T), C a
+// multiple of the vector, the pointers aligned): one read of x; else the
+// lanes step through the row one element at a time and read it twice.
+// y = x·rsqrt(mean_C(x²)+eps), rounded, ·w; then, with silu, SiLU of that
+// rounded output (as RMSNorm and SiLU run one after the other). y has Py ≥ P
+// positions a batch and the result fills each batch's last P (the frames a
+// causal convolution's cache puts in front stay the caller's).
 
-#define CN_POS 32
-#define CN_GROUPS 8
+#define CL_LANES 16
+#define CL_ROWS (256 / CL_LANES)
 
-template <typename T>
-DI void chan_rmsnorm_impl(T *R y, const T *R x, const T *R w, long long C, long long S, long long Sy, long long n,
-                          float eps, int silu) {
-	__shared__ float part[CN_GROUPS][CN_POS];
-	const int tx = TID % CN_POS, ty = TID / CN_POS;
-	const long long i = BIDX * CN_POS + tx;
-	const bool in = i < n;
-	const long long b = in ? i / S : 0, p = in ? i - b * S : 0;
-	const T *xp = x + b * C * S + p;
-	T *yp = y + b * C * Sy + (Sy - S) + p;
-	float q = 0.0f;
-	if (in)
-		for (long long c = ty; c < C; c += CN_GROUPS) {
-			float v = ld(xp + c * S);
-			q += v * v;
-		}
-	part[ty][tx] = q;
-	fp_sync();
-	float sum = 0.0f;
+DI float cl_sum16(float v) {
 #pragma unroll
-	for (int g = 0; g < CN_GROUPS; g++)
-		sum += part[g][tx];
-	if (!in)
-		return;
-	float rs = 1.0f / FP_SQRT(sum / (float)C + eps);
-	for (long long c = ty; c < C; c += CN_GROUPS) {
-		float v = ld(xp + c * S) * rs;
-		if (w)
-			v = rnd(v, y) * ld(w + c);
-		if (silu) {
-			v = rnd(v, y);
-			v = v * fsigmoid(v);
-		}
-		st(yp + c * Sy, v);
-	}
+	for (int m = CL_LANES / 2; m > 0; m /= 2)
+		v += shfl_xor(v, m);
+	return v;
 }
 
-#define CHAN_RMSNORM(sfx, T)                                                                                    \
-	KERNEL void chan_rmsnorm_##sfx(T *R y, const T *R x, const T *R w, long long C, long long S, long long Sy,  \
-	                               long long n, float eps, int silu) {                                       \
-		chan_rmsnorm_impl<T>(y, x, w, C, S, Sy, n, eps, silu);                                               \
+template <typename T> DI float cl_out(float v, float rs, const T *R w, long long c, int silu, const T *y) {
+	v *= rs;
+	if (w)
+		v = rnd(v, y) * ld(w + c);
+	if (silu) {
+		v = rnd(v, y);
+		v = v * fsigmoid(v);
 	}
-CHAN_RMSNORM(f32, float)
-CHAN_RMSNORM(f16, h16)
-CHAN_RMSNORM(bf16, b16)
+	return v;
+}
+
+template <typename T, int NV>
+DI void cl_rmsnorm_impl(T *R y, const T *R x, const T *R w, long long C, long long P, long long Py, long long n,
+                        float eps, int silu) {
+	const int lane = TID % CL_LANES;
+	const long long row = BIDX * CL_ROWS + TID / CL_LANES;
+	const bool in = row < n; // every lane takes part in the shuffles
+	const long long b = in ? row / P : 0, p = in ? row - b * P : 0;
+	const T *xr = x + (b * P + p) * C;
+	T *yr = y + (b * Py + (Py - P) + p) * C;
+	float q = 0.0f;
+	if (NV > 0) {
+		const int E = 16 / (int)sizeof(T);
+		V16<T> v[NV > 0 ? NV : 1];
+#pragma unroll
+		for (int i = 0; i < NV; i++) {
+			long long j = (long long)(i * CL_LANES + lane) * E;
+			if (in && j < C) {
+				v[i] = *(const V16<T> *)(xr + j);
+#pragma unroll
+				for (int e = 0; e < E; e++) {
+					float f = ld(&v[i].v[e]);
+					q += f * f;
+				}
+			}
+		}
+		float rs = 1.0f / FP_SQRT(cl_sum16(q) / (float)C + eps);
+#pragma unroll
+		for (int i = 0; i < NV; i++) {
+			long long j = (long long)(i * CL_LANES + lane) * E;
+			if (in && j < C) {
+				V16<T> o;
+#pragma unroll
+				for (int e = 0; e < E; e++)
+					st(&o.v[e], cl_out(ld(&v[i].v[e]), rs, w, j + e, silu, y));
+				*(V16<T> *)(yr + j) = o;
+			}
+		}
+		return;
+	}
+	if (in)
+		for (long long c = lane; c < C; c += CL_LANES) {
+			float f = ld(xr + c);
+			q += f * f;
+		}
+	float rs = 1.0f / FP_SQRT(cl_sum16(q) / (float)C + eps);
+	if (in)
+		for (long long c = lane; c < C; c += CL_LANES)
+			st(yr + c, cl_out(ld(xr + c), rs, w, c, silu, y));
+}
+
+#define CL_RMSNORM(sfx, T, NV)                                                                                  \
+	KERNEL void cl_rmsnorm##NV##_##sfx(T *R y, const T *R x, const T *R w, long long C, long long P, long long Py, \
+	                                   long long n, float eps, int silu) {                                      \
+		cl_rmsnorm_impl<T, NV>(y, x, w, C, P, Py, n, eps, silu);                                                 \
+	}
+#define CL_RMSNORMS(sfx, T) \
+	CL_RMSNORM(sfx, T, 0)   \
+	CL_RMSNORM(sfx, T, 1)   \
+	CL_RMSNORM(sfx, T, 2)   \
+	CL_RMSNORM(sfx, T, 3)   \
+	CL_RMSNORM(sfx, T, 4)   \
+	CL_RMSNORM(sfx, T, 6)   \
+	CL_RMSNORM(sfx, T, 8)
+CL_RMSNORMS(f32, float)
+CL_RMSNORMS(f16, h16)
+CL_RMSNORMS(bf16, b16)
 
 // ---- softmax over the last axis (NaN propagates; a row of −inf is NaN) ----
 

@@ -48,12 +48,20 @@ type FusedKernels interface {
 	// (plus bias, one value a column of src, or nil) into columns
 	// [dstCol, dstCol+cols) of dst; dst and src have the same rows.
 	ActivateColumns(op UnaryOp, dst *Tensor, dstCol int, src, bias *Tensor, srcCol, cols int) error
-	// ChannelRMSNorm normalises x (B, C, S...) over its channels at every
-	// position — RMSNorm of x with the channels moved last, weight w (C)
-	// or nil — then SiLU when silu, rounding where RMSNorm and SiLU round.
-	// dst (B, C, ...) may have more positions a channel than x: the result
-	// fills each channel's last ones and the first are left as they are.
-	ChannelRMSNorm(dst, x, w *Tensor, eps float32, silu bool) error
+	// ChannelsLastRMSNorm normalises x (B, P..., C) over its last axis, the
+	// channels, at every position — weight w (C) or nil — then SiLU when
+	// silu, rounding where RMSNorm and SiLU round. dst (B, ..., C) may have
+	// more positions a batch than x: the result fills each batch's last
+	// ones and the first are left as they are.
+	ChannelsLastRMSNorm(dst, x, w *Tensor, eps float32, silu bool) error
+}
+
+// ChannelsLastConv convolves channels-last tensors: x (B, T, H, W, Cin)
+// into dst (B, To, Ho, Wo, Cout), w (Cout, Cin, kT, kH, kW) as checkpoints
+// hold it (the vendor libraries' fast layout, with no repacking of the
+// activations).
+type ChannelsLastConv interface {
+	Conv3dLast(dst, x, w, bias *Tensor, p ConvParams) error
 }
 
 // PaddedConv convolves the input a Padding makes from x without making it

@@ -91,21 +91,21 @@ func TestHookAndOpByOp(t *testing.T) {
 	}
 }
 
-// TestChannelRMSNorm: the fused channel RMS norm (cpu.Fused, the GPU
-// kernel's reference) and Scope's op-by-op fallback (channels moved last,
-// RMSNorm, moved back, SiLU) both equal float64 math rounded where RMSNorm
-// and SiLU round, for x (B, C, T, H, W) and (B, C).
-func TestChannelRMSNorm(t *testing.T) {
+// TestChannelsLastRMSNorm: the fused channels-last RMS norm (cpu.Fused,
+// the GPU kernel's reference) and Scope's op-by-op fallback (RMSNorm, SiLU)
+// both equal float64 math rounded where RMSNorm and SiLU round, for x (B,
+// T, H, W, C) and (B, C).
+func TestChannelsLastRMSNorm(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	s := tensor.NewScope(fused{Backend: cpu.New()})
 	defer s.Close()
 	ref := s.ChildWith(tensor.Settings{OpByOp: true})
 	defer ref.Close()
-	for _, shape := range [][]int{{2, 6, 3, 4, 5}, {3, 16}} {
+	for _, shape := range [][]int{{2, 3, 4, 5, 6}, {3, 16}} {
 		for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
 			for _, withW := range []bool{false, true} {
 				for _, silu := range []bool{false, true} {
-					c := shape[1]
+					c := shape[len(shape)-1]
 					x := s.Cast(s.To(tensor.RandN(rng, shape...)), dt)
 					var w *tensor.Tensor
 					if withW {
@@ -116,27 +116,24 @@ func TestChannelRMSNorm(t *testing.T) {
 					if w != nil {
 						ws = tensor.Float32s(s.Cast(w, tensor.F32))
 					}
-					per := len(xs) / (shape[0] * c)
 					want := make([]float64, len(xs))
-					for b := 0; b < shape[0]; b++ {
-						for p := 0; p < per; p++ {
-							var q float64
-							for ch := 0; ch < c; ch++ {
-								v := float64(xs[(b*c+ch)*per+p])
-								q += v * v
+					for r := 0; r < len(xs)/c; r++ {
+						var q float64
+						for ch := 0; ch < c; ch++ {
+							v := float64(xs[r*c+ch])
+							q += v * v
+						}
+						rs := 1 / math.Sqrt(q/float64(c)+1e-6)
+						for ch := 0; ch < c; ch++ {
+							v := float64(xs[r*c+ch]) * rs
+							if ws != nil {
+								v = float64(round(float32(v))) * float64(ws[ch])
 							}
-							rs := 1 / math.Sqrt(q/float64(c)+1e-6)
-							for ch := 0; ch < c; ch++ {
-								v := float64(xs[(b*c+ch)*per+p]) * rs
-								if ws != nil {
-									v = float64(round(float32(v))) * float64(ws[ch])
-								}
-								if silu {
-									v = float64(round(float32(v)))
-									v /= 1 + math.Exp(-v)
-								}
-								want[(b*c+ch)*per+p] = v
+							if silu {
+								v = float64(round(float32(v)))
+								v /= 1 + math.Exp(-v)
 							}
+							want[r*c+ch] = v
 						}
 					}
 					tol := 1e-5
@@ -144,7 +141,7 @@ func TestChannelRMSNorm(t *testing.T) {
 						tol = 1.0 / 128 // one bf16 step (the rounding of a value at a tie may go either way)
 					}
 					for name, sc := range map[string]*tensor.Scope{"fused": s, "op by op": ref} {
-						got := tensor.Float32s(sc.Cast(sc.ChannelRMSNorm(x, w, 1e-6, silu), tensor.F32))
+						got := tensor.Float32s(sc.Cast(sc.ChannelsLastRMSNorm(x, w, 1e-6, silu), tensor.F32))
 						for i := range want {
 							if d := math.Abs(float64(got[i]) - want[i]); d > tol*math.Max(1, math.Abs(want[i])) || d != d {
 								t.Fatalf("%s %v %s weight=%v silu=%v [%d]: %v, want %v", name, shape, dt, withW, silu, i, got[i], want[i])
@@ -157,12 +154,12 @@ func TestChannelRMSNorm(t *testing.T) {
 	}
 	// Behind a front of cached frames: the concat of the front and the norm,
 	// fused and op by op alike.
-	x, w := s.To(tensor.RandN(rng, 2, 6, 3, 4, 5)), s.To(tensor.RandN(rng, 6))
-	front := s.To(tensor.RandN(rng, 2, 6, 2, 4, 5))
-	want := tensor.Float32s(ref.Concat(2, front, ref.ChannelRMSNorm(x, w, 1e-6, true)))
+	x, w := s.To(tensor.RandN(rng, 2, 3, 4, 5, 6)), s.To(tensor.RandN(rng, 6))
+	front := s.To(tensor.RandN(rng, 2, 2, 4, 5, 6))
+	want := tensor.Float32s(ref.Concat(1, front, ref.ChannelsLastRMSNorm(x, w, 1e-6, true)))
 	for name, sc := range map[string]*tensor.Scope{"fused": s, "op by op": ref} {
-		got := sc.ChannelRMSNormAfter(front, x, w, 1e-6, true)
-		if !slices.Equal(got.Shape(), []int{2, 6, 5, 4, 5}) {
+		got := sc.ChannelsLastRMSNormAfter(front, x, w, 1e-6, true)
+		if !slices.Equal(got.Shape(), []int{2, 5, 4, 5, 6}) {
 			t.Fatalf("%s: shape %v", name, got.Shape())
 		}
 		for i, v := range tensor.Float32s(got) {
@@ -171,7 +168,7 @@ func TestChannelRMSNorm(t *testing.T) {
 			}
 		}
 	}
-	if err := tensor.Catch(func() { s.ChannelRMSNorm(s.To(tensor.RandN(rng, 2, 3, 4)), s.To(tensor.RandN(rng, 4)), 1e-6, false) }); err == nil {
+	if err := tensor.Catch(func() { s.ChannelsLastRMSNorm(s.To(tensor.RandN(rng, 2, 3, 4)), s.To(tensor.RandN(rng, 3)), 1e-6, false) }); err == nil {
 		t.Error("a weight of the wrong channel count: no error")
 	}
 }
@@ -216,5 +213,79 @@ func TestConv3dPaddedFallback(t *testing.T) {
 				t.Error("the consumed input is still usable")
 			}
 		})
+	}
+}
+
+// lastConv is the CPU posing as a channels-last convolver: it records the
+// padding each call asks of it and convolves channels-first copies.
+type lastConv struct {
+	*cpu.Backend
+	pads [][3]int
+}
+
+func (l *lastConv) Conv3dLast(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	l.pads = append(l.pads, p.Padding)
+	return tensor.Catch(func() {
+		s := tensor.NewScope(l.Backend)
+		defer s.Close()
+		y := s.Permute(s.Conv3d(s.Permute(x, 0, 4, 1, 2, 3), w, bias, p.Stride, p.Padding), 0, 2, 3, 4, 1)
+		copy(dst.Float32s(), y.Float32s())
+	})
+}
+
+// TestConv3dLast: Scope.Conv3dLast on x (B, T, H, W, C) equals float64
+// math on a backend without channels-last convolutions (channels-first
+// copies) and on one with them, which is asked to pad only what is
+// symmetric (the rest a padded copy made by the scope).
+func TestConv3dLast(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const b, T, H, W, cin, cout = 2, 4, 5, 6, 3, 4
+	x, w, bias := tensor.RandN(rng, b, T, H, W, cin), tensor.RandN(rng, cout, cin, 3, 3, 3), tensor.RandN(rng, cout)
+	xs, ws, bs := x.Float32s(), w.Float32s(), bias.Float32s()
+	pad := tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 2}}
+	stride := [3]int{1, 1, 2}
+	pT, pH, pW := T+2, H+2, W+3
+	oT, oH, oW := pT-2, pH-2, (pW-3)/2+1
+	want := make([]float64, b*oT*oH*oW*cout)
+	at := func(bi, t, y, xx, c int) float64 { // x zero-padded
+		t, y, xx = t-pad.Before[0], y-pad.Before[1], xx-pad.Before[2]
+		if t < 0 || t >= T || y < 0 || y >= H || xx < 0 || xx >= W {
+			return 0
+		}
+		return float64(xs[(((bi*T+t)*H+y)*W+xx)*cin+c])
+	}
+	for bi := 0; bi < b; bi++ {
+		for t := 0; t < oT; t++ {
+			for y := 0; y < oH; y++ {
+				for xx := 0; xx < oW; xx++ {
+					for o := 0; o < cout; o++ {
+						v := float64(bs[o])
+						for c := 0; c < cin; c++ {
+							for i := 0; i < 27; i++ {
+								v += float64(ws[(o*cin+c)*27+i]) * at(bi, t+i/9, y+i/3%3, xx*stride[2]+i%3, c)
+							}
+						}
+						want[(((bi*oT+t)*oH+y)*oW+xx)*cout+o] = v
+					}
+				}
+			}
+		}
+	}
+	lc := &lastConv{Backend: cpu.New()}
+	for name, be := range map[string]tensor.Backend{"channels-first copies": cpu.New(), "channels-last": lc} {
+		s := tensor.NewScope(be)
+		got := s.Conv3dLast(s.Clone(x), w, bias, stride, pad, true)
+		if !slices.Equal(got.Shape(), []int{b, oT, oH, oW, cout}) {
+			t.Fatalf("%s: shape %v", name, got.Shape())
+		}
+		for i, v := range got.Float32s() {
+			if math.Abs(float64(v)-want[i]) > 1e-4*math.Max(1, math.Abs(want[i])) {
+				t.Fatalf("%s: [%d] %v, want %v", name, i, v, want[i])
+			}
+		}
+		s.Close()
+	}
+	if !slices.Equal(lc.pads, [][3]int{{0, 1, 1}}) {
+		t.Errorf("the backend was asked for paddings %v, want the symmetric [0 1 1]", lc.pads)
 	}
 }

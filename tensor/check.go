@@ -23,22 +23,23 @@ func CheckAffine(op string, dt DType, n int, params ...*Tensor) error {
 	return nil
 }
 
-// CheckChannelNorm checks ChannelRMSNorm's operands and returns the
-// positions a channel of x and of dst: x (B, C, ...), dst of x's dtype with
-// the same B and C and at least as many positions a channel, w (C) or nil.
-func CheckChannelNorm(dst, x, w *Tensor) (s, sy int, err error) {
-	if x.Rank() < 2 || dst.Rank() < 2 || dst.DType() != x.DType() || dst.Dim(0) != x.Dim(0) || dst.Dim(1) != x.Dim(1) {
-		return 0, 0, fmt.Errorf("channel_rms_norm of %v into %v", x, dst)
+// CheckChannelsLastNorm checks ChannelsLastRMSNorm's operands and returns
+// the positions a batch of x and of dst: x (B, ..., C), dst of x's dtype
+// with the same B and C and at least as many positions a batch, w (C) or
+// nil.
+func CheckChannelsLastNorm(dst, x, w *Tensor) (p, py int, err error) {
+	if x.Rank() < 2 || dst.Rank() < 2 || dst.DType() != x.DType() || dst.Dim(0) != x.Dim(0) || dst.Dim(-1) != x.Dim(-1) {
+		return 0, 0, fmt.Errorf("channels_last_rms_norm of %v into %v", x, dst)
 	}
-	bc := x.Dim(0) * x.Dim(1)
+	bc := x.Dim(0) * x.Dim(-1)
 	if bc == 0 {
 		return 0, 0, nil
 	}
-	s, sy = x.Numel()/bc, dst.Numel()/bc
-	if sy < s {
-		return 0, 0, fmt.Errorf("channel_rms_norm of %v into %v: fewer positions a channel", x, dst)
+	p, py = x.Numel()/bc, dst.Numel()/bc
+	if py < p {
+		return 0, 0, fmt.Errorf("channels_last_rms_norm of %v into %v: fewer positions a batch", x, dst)
 	}
-	return s, sy, CheckAffine("channel_rms_norm", x.DType(), x.Dim(1), w)
+	return p, py, CheckAffine("channels_last_rms_norm", x.DType(), x.Dim(-1), w)
 }
 
 // CheckGroupNorm checks GroupNorm's shapes: x (B, C, …) into dst of as many

@@ -67,23 +67,17 @@ func (s *Scope) GatedAdd(x, y, bias, gate *Tensor) *Tensor {
 	return out
 }
 
-// ChannelRMSNorm normalises x (B, C, ...) over its channels at every
-// position with weight w (C) or nil, then SiLU when silu: the RMSNorm of x
-// with its channels moved last, without moving them (Wan's channel-first
-// RMS_norm).
-func (s *Scope) ChannelRMSNorm(x, w *Tensor, eps float32, silu bool) *Tensor {
-	s.check("channel_rms_norm", x.dtype, x, w)
-	if len(x.shape) < 2 || (w != nil && w.Numel() != x.shape[1]) {
-		s.failf("channel_rms_norm", "x %v, weight %v: want x (B, C, ...) and weight (C)", x.shape, shapeOf(w))
+// ChannelsLastRMSNorm normalises x (B, ..., C) over its last axis, the
+// channels, at every position with weight w (C) or nil, then SiLU when
+// silu (Wan's RMS_norm on channels-last activations).
+func (s *Scope) ChannelsLastRMSNorm(x, w *Tensor, eps float32, silu bool) *Tensor {
+	s.check("channels_last_rms_norm", x.dtype, x, w)
+	if len(x.shape) < 2 || (w != nil && w.Numel() != x.shape[len(x.shape)-1]) {
+		s.failf("channels_last_rms_norm", "x %v, weight %v: want x (B, ..., C) and weight (C)", x.shape, shapeOf(w))
 	}
 	f, ok := s.fused()
 	if !ok {
-		last, back := channelsLast(len(x.shape))
-		cl := s.Permute(x, last...)
-		y := s.RMSNorm(cl, w, eps)
-		s.Free(cl)
-		out := s.Permute(y, back...)
-		s.Free(y)
+		out := s.RMSNorm(x, w, eps)
 		if silu {
 			a := s.SiLU(out)
 			s.Free(out)
@@ -92,48 +86,38 @@ func (s *Scope) ChannelRMSNorm(x, w *Tensor, eps float32, silu bool) *Tensor {
 		return out
 	}
 	out := s.Empty(x.dtype, x.shape...)
-	s.run("channel_rms_norm", fusedOp("channel_rms_norm"), func() error { return f.ChannelRMSNorm(out, x, w, eps, silu) })
+	s.run("channels_last_rms_norm", fusedOp("channels_last_rms_norm"), func() error { return f.ChannelsLastRMSNorm(out, x, w, eps, silu) })
 	return out
 }
 
-// channelsLast is the permutation moving axis 1 of a rank-r tensor last
-// ((B, C, T, H, W) → (B, T, H, W, C)), and back its inverse.
-func channelsLast(r int) (last, back []int) {
-	last, back = []int{0}, []int{0, r - 1}
-	for i := 2; i < r; i++ {
-		last = append(last, i)
-		back = append(back, i-1)
-	}
-	return append(last, 1), back
-}
-
-// ChannelRMSNormAfter is Concat(2, front, ChannelRMSNorm(x, w, eps, silu))
-// without copying the norm's output: the fused kernel writes it behind
-// front's frames (x and front (B, C, T, ...) alike but for T; front nil is
-// none). A causal convolution's cached frames go in front of its input so.
-func (s *Scope) ChannelRMSNormAfter(front, x, w *Tensor, eps float32, silu bool) *Tensor {
+// ChannelsLastRMSNormAfter is Concat(1, front, ChannelsLastRMSNorm(x, w,
+// eps, silu)) without copying the norm's output: the fused kernel writes it
+// behind front's frames (front and x (B, F|T, ..., C) alike but for axis 1;
+// front nil is none). A causal convolution's cached frames go in front of
+// its input so.
+func (s *Scope) ChannelsLastRMSNormAfter(front, x, w *Tensor, eps float32, silu bool) *Tensor {
 	if front == nil {
-		return s.ChannelRMSNorm(x, w, eps, silu)
+		return s.ChannelsLastRMSNorm(x, w, eps, silu)
 	}
-	s.check("channel_rms_norm", x.dtype, front, x, w)
+	s.check("channels_last_rms_norm", x.dtype, front, x, w)
 	f, ok := s.fused()
 	if !ok || len(x.shape) < 3 {
-		y := s.ChannelRMSNorm(x, w, eps, silu)
-		out := s.Concat(2, front, y)
+		y := s.ChannelsLastRMSNorm(x, w, eps, silu)
+		out := s.Concat(1, front, y)
 		s.Free(y)
 		return out
 	}
-	if len(front.shape) != len(x.shape) || front.shape[0] != x.shape[0] || front.shape[1] != x.shape[1] ||
-		!slices.Equal(front.shape[3:], x.shape[3:]) {
-		s.failf("channel_rms_norm", "front %v for x %v: want alike but for axis 2", front.shape, x.shape)
+	if len(front.shape) != len(x.shape) || front.shape[0] != x.shape[0] || !slices.Equal(front.shape[2:], x.shape[2:]) {
+		s.failf("channels_last_rms_norm", "front %v for x %v: want alike but for axis 1", front.shape, x.shape)
 	}
 	shape := cloneInts(x.shape)
-	shape[2] += front.shape[2]
+	shape[1] += front.shape[1]
 	out := s.Empty(x.dtype, shape...)
-	// front's frames of every channel, rows of F·rest into rows of (F+T)·rest.
-	bc, fr := x.shape[0]*x.shape[1], front.Numel()/max(x.shape[0]*x.shape[1], 1)
-	s.copyView(out, 0, []int{out.Numel() / max(bc, 1), 1}, front, 0, []int{fr, 1}, []int{bc, fr})
-	s.run("channel_rms_norm", fusedOp("channel_rms_norm"), func() error { return f.ChannelRMSNorm(out, x, w, eps, silu) })
+	// front's frames of every batch, rows of F·rest into rows of (F+T)·rest.
+	b := x.shape[0]
+	fr := front.Numel() / max(b, 1)
+	s.copyView(out, 0, []int{out.Numel() / max(b, 1), 1}, front, 0, []int{fr, 1}, []int{b, fr})
+	s.run("channels_last_rms_norm", fusedOp("channels_last_rms_norm"), func() error { return f.ChannelsLastRMSNorm(out, x, w, eps, silu) })
 	return out
 }
 
@@ -304,6 +288,73 @@ func (s *Scope) Conv3dPadded(x, w, bias *Tensor, stride [3]int, pad Padding, con
 		s.run("conv3d", func() Op { return convOp(out, w, p) }, func() error { return pc.Conv3dPadded(out, x, w, bias, p, pad) })
 	}
 	if consume {
+		s.Free(x)
+	}
+	return out
+}
+
+// Conv3dLast is Conv3d on channels-last tensors: x (B, T, H, W, Cin) and
+// the result (B, To, Ho, Wo, Cout), w (Cout, Cin, kT, kH, kW) as
+// checkpoints hold it, zero padding pad (Mode and Upsample unused: zeros,
+// none). A backend that is a ChannelsLastConv convolves x as it is and pads
+// what is symmetric itself; the rest of the padding is a padded copy made
+// here. Other backends get x moved channels-first and back. With consume, x
+// is freed (when the scope owns it) as soon as it is no longer needed.
+func (s *Scope) Conv3dLast(x, w, bias *Tensor, stride [3]int, pad Padding, consume bool) *Tensor {
+	s.check("conv3d", x.dtype, x, w, bias)
+	if len(x.shape) != 5 || len(w.shape) != 5 || x.shape[4] != w.shape[1] {
+		s.failf("conv3d", "channels-last input %v %s for weight %v %s", x.shape, x.dtype, w.shape, w.dtype)
+	}
+	if bias != nil && bias.Numel() != w.shape[0] {
+		s.failf("conv3d", "bias %v for %d output channels", bias.shape, w.shape[0])
+	}
+	if pad.Mode != PadZeros || pad.upsamples() {
+		s.failf("conv3d", "channels-last convolution pads with zeros only, without an upsample")
+	}
+	var sym [3]int
+	var before, after [4]int // T, H, W, C of x
+	extra := false
+	for i := 0; i < 3; i++ {
+		if pad.Before[i] < 0 || pad.After[i] < 0 {
+			s.failf("conv3d", "negative padding %v/%v", pad.Before, pad.After)
+		}
+		sym[i] = min(pad.Before[i], pad.After[i])
+		before[i], after[i] = pad.Before[i]-sym[i], pad.After[i]-sym[i]
+		extra = extra || before[i] > 0 || after[i] > 0
+		stride[i] = max(stride[i], 1)
+	}
+	in := x
+	if extra {
+		in = s.Pad(x, before[:], after[:], PadZeros)
+		if consume {
+			s.Free(x)
+		}
+	}
+	shape := []int{x.shape[0], 0, 0, 0, w.shape[0]}
+	for i := 0; i < 3; i++ {
+		n := in.shape[1+i] + 2*sym[i] - w.shape[2+i]
+		if n < 0 {
+			s.failf("conv3d", "kernel %v larger than padded input %v", w.shape[2:], in.shape[1:4])
+		}
+		shape[1+i] = n/stride[i] + 1
+	}
+	p := ConvParams{Stride: stride, Padding: sym}
+	var out *Tensor
+	if cl, ok := As[ChannelsLastConv](s.be); ok {
+		out = s.Empty(x.dtype, shape...)
+		if out.Numel() > 0 {
+			s.run("conv3d", func() Op { return convOp(out, w, p) }, func() error { return cl.Conv3dLast(out, in, w, bias, p) })
+		}
+	} else {
+		first := s.Permute(in, 0, 4, 1, 2, 3)
+		y := s.Conv3d(first, w, bias, stride, sym)
+		s.Free(first)
+		out = s.Permute(y, 0, 2, 3, 4, 1)
+		s.Free(y)
+	}
+	if in != x {
+		s.Free(in)
+	} else if consume {
 		s.Free(x)
 	}
 	return out

@@ -165,25 +165,28 @@ func (Fused) ActivateColumns(op tensor.UnaryOp, dst *tensor.Tensor, dstCol int, 
 	return nil
 }
 
-func (Fused) ChannelRMSNorm(dst, x, w *tensor.Tensor, eps float32, silu bool) error {
-	per, perDst, err := tensor.CheckChannelNorm(dst, x, w)
+// ChannelsLastRMSNorm is tensor.FusedKernels' channels-last RMS norm:
+// float64 sums, the norm's output rounded before the weight and before
+// SiLU, as the op-by-op path rounds.
+func (Fused) ChannelsLastRMSNorm(dst, x, w *tensor.Tensor, eps float32, silu bool) error {
+	per, perDst, err := tensor.CheckChannelsLastNorm(dst, x, w)
 	if err != nil {
 		return fmt.Errorf("cpu: %w", err)
 	}
 	xs, ws, out := fusedVals(x), fusedVals(w), fusedVals(dst)
 	r := tensor.Rounder(dst.DType())
-	c := x.Dim(1)
+	c := x.Dim(-1)
 	for b := 0; b < x.Dim(0); b++ {
 		for p := 0; p < per; p++ {
-			in := func(ch int) int { return (b*c+ch)*per + p }
-			at := func(ch int) int { return (b*c+ch)*perDst + perDst - per + p }
+			row := xs[(b*per+p)*c : (b*per+p+1)*c]
+			at := out[(b*perDst+perDst-per+p)*c : (b*perDst+perDst-per+p+1)*c]
 			var q float64
-			for ch := 0; ch < c; ch++ {
-				q += float64(xs[in(ch)]) * float64(xs[in(ch)])
+			for _, v := range row {
+				q += float64(v) * float64(v)
 			}
 			rs := float32(1 / math.Sqrt(q/float64(c)+float64(eps)))
-			for ch := 0; ch < c; ch++ {
-				v := xs[in(ch)] * rs
+			for ch, v := range row {
+				v *= rs
 				if ws != nil {
 					v = r(v) * ws[ch]
 				}
@@ -191,7 +194,7 @@ func (Fused) ChannelRMSNorm(dst, x, w *tensor.Tensor, eps float32, silu bool) er
 					v = r(v) // SiLU reads the norm's stored output
 					v = float32(float64(v) / (1 + math.Exp(-float64(v))))
 				}
-				out[at(ch)] = v
+				at[ch] = v
 			}
 		}
 	}

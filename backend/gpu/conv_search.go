@@ -47,6 +47,14 @@ func searchOptimized(ctx context.Context, req convchain.SearchRequest) (*convcha
 	if err != nil {
 		return nil, err
 	}
+	if req.Key.Layout == "ndhwc" { // the caller's channels-last tensors, whole
+		p, err := t.search(g.lastDesc(dt))
+		if err != nil {
+			return nil, err
+		}
+		return &convchain.Plan{Algorithm: fmt.Sprintf("%s ndhwc %s (channels-last operands)", t.h.Lib().Name(), p),
+			Workspace: p.WorkspaceBytes, Data: t.remembered(p, miopen.NDHWC, true)}, nil
+	}
 	var errs []error
 	for _, l := range t.layouts(g) {
 		tc := g.To

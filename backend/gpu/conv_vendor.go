@@ -74,6 +74,7 @@ type live struct {
 	id     uint64
 	given  bool
 	frames int // output frames per chunk (NDHWC) at the default bound
+	last   bool // a channels-last call: the whole convolution, no packing
 }
 
 func newOptimized(be *Backend, o *ConvOptions) (*optimized, error) {
@@ -195,6 +196,13 @@ func (g geom) desc(dt miopen.DType, l miopen.Layout, tc int) miopen.ConvDesc {
 	return d
 }
 
+// lastDesc is the library's description of a channels-last convolution:
+// the whole of it on the caller's tensors, the padding the library's own.
+func (g geom) lastDesc(dt miopen.DType) miopen.ConvDesc {
+	return miopen.ConvDesc{N: g.B, C: g.Cin, D: g.T, H: g.H, W: g.W, K: g.Cout, KD: g.kT, KH: g.kH, KW: g.kW,
+		Stride: g.st, Pad: g.pad, DType: dt, Layout: miopen.NDHWC}
+}
+
 // layouts is the order the tier tries layouts in for g.
 func (t *optimized) layouts(g geom) []miopen.Layout {
 	switch t.o.Layout {
@@ -259,9 +267,13 @@ func (t *optimized) Plan(k convchain.Key, searched *convchain.Plan) (*convchain.
 	if err != nil {
 		return nil, err
 	}
-	if g.pointwise() && t.o.Layout == LayoutAuto && (searched == nil || len(searched.Data) == 0 || isGEMM(searched.Data)) {
+	last := k.Layout == "ndhwc"
+	if g.pointwise() && (t.o.Layout == LayoutAuto || last) && (searched == nil || len(searched.Data) == 0 || isGEMM(searched.Data)) {
 		data, _ := json.Marshal(planData{Layout: "gemm"})
-		return &convchain.Plan{Algorithm: "1×1×1 as one GEMM per batch on " + t.be.BLAS(), Data: data, Live: &live{gemm: true}}, nil
+		return &convchain.Plan{Algorithm: "1×1×1 as one GEMM on " + t.be.BLAS(), Data: data, Live: &live{gemm: true, last: last}}, nil
+	}
+	if last {
+		return t.planLast(k, g, dt, searched)
 	}
 	order := t.layouts(g)
 	var pd planData
@@ -313,6 +325,94 @@ func (t *optimized) Plan(k convchain.Key, searched *convchain.Plan) (*convchain.
 		return naive, nil // the chain skips it and says why
 	}
 	return nil, errors.Join(errs...)
+}
+
+// planLast plans a channels-last convolution: the library in NDHWC on the
+// caller's tensors, with the searched algorithm when there is one.
+func (t *optimized) planLast(k convchain.Key, g geom, dt miopen.DType, searched *convchain.Plan) (*convchain.Plan, error) {
+	var pd planData
+	if searched != nil && len(searched.Data) > 0 {
+		if err := json.Unmarshal(searched.Data, &pd); err != nil {
+			return nil, fmt.Errorf("gpu: remembered conv3d plan: %w", err)
+		}
+		if pd.Layout != "ndhwc" {
+			return nil, fmt.Errorf("gpu: conv3d %s: a remembered plan in layout %q", k, pd.Layout)
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	unbind, err := t.dev.Bind()
+	if err != nil {
+		return nil, err
+	}
+	defer unbind()
+	lv := &live{layout: miopen.NDHWC, id: pd.ID, given: pd.Given, last: true}
+	p, err := t.libPlan(g.lastDesc(dt), lv.id, lv.given)
+	if err != nil {
+		return nil, err
+	}
+	return &convchain.Plan{Algorithm: fmt.Sprintf("%s ndhwc %s (channels-last operands)", t.h.Lib().Name(), p), Naive: p.IsNaive,
+		Workspace: p.WorkspaceBytes, Data: t.remembered(p, miopen.NDHWC, lv.given), Live: lv}, nil
+}
+
+// RunLast convolves channels-last x into dst as they are: the library in
+// NDHWC with the packed weight, or one GEMM for a 1×1×1 convolution, then
+// the bias.
+func (t *optimized) RunLast(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	k := convchain.KeyOfLast("", x, w, bias, p)
+	g, err := geomOf(k)
+	if err != nil {
+		return err
+	}
+	dt, err := libDType(k.DType)
+	if err != nil {
+		return err
+	}
+	lv, _ := plan.Live.(*live)
+	if lv == nil || !lv.last {
+		if plan, err = t.Plan(k, plan); err != nil {
+			return err
+		}
+		lv = plan.Live.(*live)
+	}
+	alloc := dst.Backend()
+	if alloc == nil {
+		alloc = t.be
+	}
+	rows := g.B * g.To * g.Ho * g.Wo
+	if lv.gemm {
+		err = t.o.Profile.time("conv3d.gemm", t.be, g.flops(g.To), func() error {
+			return t.be.MatMul(dst.Reshape(1, rows, g.Cout), x.Reshape(1, rows, g.Cin), w.Reshape(1, g.Cout, g.Cin),
+				tensor.MatMulParams{Batch: 1, M: rows, N: g.Cout, K: g.Cin, TransB: true, Alpha: 1})
+		})
+	} else {
+		// Out of memory, the kept weight copies go first and the call runs
+		// once more without keeping one.
+		for keep := true; ; keep = false {
+			err = t.runLast(alloc, g, dt, lv, dst, x, w, keep)
+			if err == nil || !errors.Is(err, tensor.ErrOutOfMemory) || !keep || t.be.packs.Clear() == 0 {
+				break
+			}
+		}
+	}
+	if err != nil || bias == nil {
+		return err
+	}
+	return t.o.Profile.time("conv3d.bias", t.be, 0, func() error {
+		y := dst.Reshape(rows, g.Cout)
+		return t.be.Binary(tensor.OpAdd, y, y, []int{g.Cout, 1}, bias, []int{0, 1})
+	})
+}
+
+func (t *optimized) runLast(alloc tensor.Backend, g geom, dt miopen.DType, lv *live, dst, x, w *tensor.Tensor, keep bool) error {
+	wl, done, err := t.packedWeight(alloc, g, dst.DType(), w, keep)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return t.o.Profile.time("conv3d.library", t.be, g.flops(g.To), func() error {
+		return t.forward(alloc, g.lastDesc(dt), lv, Ptr(x), Ptr(wl), Ptr(dst))
+	})
 }
 
 func (t *optimized) Run(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {

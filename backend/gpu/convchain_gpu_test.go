@@ -489,5 +489,23 @@ func TestPaddedConv(t *testing.T) {
 // the CPU backend.
 func TestChainOps(t *testing.T) {
 	g := newGPU(t, Options{Log: quiet})
-	backendtest.Run(t, wrapped(t, g, ConvOptions{}), backendtest.Select("conv3d", "conv3d_padded")...)
+	backendtest.Run(t, wrapped(t, g, ConvOptions{}), backendtest.Select("conv3d", "conv3d_padded", "conv3d_last")...)
+}
+
+// TestChannelsLastConvTiers runs the op suite's channels-last convolutions
+// on each tier alone: the optimized tier on the tensors as they are, the
+// others on channels-first copies.
+func TestChannelsLastConvTiers(t *testing.T) {
+	g := newGPU(t, Options{Log: quiet})
+	for _, tier := range []string{"optimized", "gemm", "naive", "cpu"} {
+		t.Run(tier, func(t *testing.T) {
+			be := wrapped(t, g, ConvOptions{Faults: only(tier)})
+			backendtest.Run(t, be, backendtest.Select("conv3d_last")...)
+			if s := convchain.ChainOf(be).Summary(); !slices.ContainsFunc(s, func(ts convchain.TierSummary) bool {
+				return ts.Tier == tier && ts.Convs > 0
+			}) {
+				t.Errorf("no convolution ran on tier %s: %v", tier, s)
+			}
+		})
+	}
 }

@@ -237,15 +237,15 @@ func (b *Backend) View(buf tensor.Buffer, off, n int64) (tensor.Buffer, error) {
 	return &Buffer{ptr: db.ptr + uintptr(off), n: n, root: root}, nil
 }
 
-// ChannelRMSNorm normalises x (B, C, S...) over its channels at every
-// position (32 positions × 8 channel groups a block) into the last
-// positions of each of dst's channels (tensor.FusedKernels).
-func (b *Backend) ChannelRMSNorm(dst, x, w *tensor.Tensor, eps float32, silu bool) error {
+// ChannelsLastRMSNorm normalises x (B, P..., C) over its last axis at every
+// position (half a warp a row, the row in registers where it fits) into the
+// last positions of each of dst's batches (tensor.FusedKernels).
+func (b *Backend) ChannelsLastRMSNorm(dst, x, w *tensor.Tensor, eps float32, silu bool) error {
 	sfx := floatSuffix(dst.DType())
 	if sfx == "" {
-		return unsupported("channel_rms_norm", dst.DType())
+		return unsupported("channels_last_rms_norm", dst.DType())
 	}
-	s, sy, err := tensor.CheckChannelNorm(dst, x, w)
+	p, py, err := tensor.CheckChannelsLastNorm(dst, x, w)
 	if err != nil {
 		return fmt.Errorf("gpu: %w", err)
 	}
@@ -260,12 +260,36 @@ func (b *Backend) ChannelRMSNorm(dst, x, w *tensor.Tensor, eps float32, silu boo
 	if silu {
 		fl = 1
 	}
-	n := int64(x.Dim(0)) * int64(s) // positions
-	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).I64(int64(x.Dim(1))).I64(int64(s)).I64(int64(sy)).I64(n).F32(eps).I32(fl)
-	// 32 positions a block (×8 channel groups: kernels/norm.hip).
-	blocks := (n + 31) / 32
+	c := x.Dim(-1)
+	n := int64(x.Dim(0)) * int64(p) // rows
+	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).I64(int64(c)).I64(int64(p)).I64(int64(py)).I64(n).F32(eps).I32(fl)
+	// 16 lanes a row, 16 rows a block (kernels/norm.hip).
+	blocks := (n + 15) / 16
 	if blocks > 1<<31-1 {
-		return fmt.Errorf("gpu: channel_rms_norm: %d positions exceed one launch", n)
+		return fmt.Errorf("gpu: channels_last_rms_norm: %d rows exceed one launch", n)
 	}
-	return b.launch("norm", "chan_rmsnorm_"+sfx, hip.Dim3{uint32(blocks)}, hip.Dim3{256}, 0, a)
+	return b.launch("norm", fmt.Sprintf("cl_rmsnorm%d_%s", clVectors(dst.DType(), c, ps), sfx), hip.Dim3{uint32(blocks)}, hip.Dim3{256}, 0, a)
+}
+
+// clVectors is the register variant of cl_rmsnorm for rows of c channels:
+// the fewest 16-byte vectors a lane (of 16) that hold a row, or 0 (the
+// element loop) when c is not a whole number of vectors, a pointer is not
+// 16-byte aligned or the row needs more than 8.
+func clVectors(dt tensor.DType, c int, ptrs []uintptr) int {
+	e := 16 / dt.Size()
+	if c%e != 0 {
+		return 0
+	}
+	for _, p := range ptrs {
+		if p%16 != 0 {
+			return 0
+		}
+	}
+	need := (c/e + 15) / 16
+	for _, nv := range []int{1, 2, 3, 4, 6, 8} {
+		if need <= nv {
+			return nv
+		}
+	}
+	return 0
 }

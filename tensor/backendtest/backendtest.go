@@ -57,6 +57,7 @@ var Cases = []Case{
 	{"conv3d", Conv3d},
 	{"fused", Fused},
 	{"conv3d_padded", PaddedConv},
+	{"conv3d_last", ChannelsLastConv},
 	{"fp8_compute", FP8Compute},
 }
 
@@ -864,21 +865,26 @@ func Fused(e *Env) {
 			}
 		}
 
-		// Wan's channel-first RMS norm: 5 frames of 7×9 (positions not a
-		// multiple of a block), with and without weight and SiLU.
-		cx := e.Pair(e.Rand(dt, -3, 3, b, 40, 5, 7, 9))
-		cw := e.Pair(e.Rand(dt, 0.5, 1.5, 40))
-		for _, ws := range [][2]*tensor.Tensor{{}, cw} {
-			for _, silu := range []bool{false, true} {
-				o := e.Out(dt, b, 40, 5, 7, 9)
-				e.Run("channel_rms_norm", func(i int) error { return ks[i].ChannelRMSNorm(o[i], cx[i], ws[i], 1e-6, silu) })
-				e.Compare(fmt.Sprintf("channel_rms_norm %s weight=%v silu=%v", dt, ws[0] != nil, silu), o, 3, 1)
+		// Wan's channels-last RMS norm: 5 frames of 7×9 (rows not a multiple
+		// of a block), with and without weight and SiLU, for channel counts
+		// that take each kernel variant: 40 and 96 in registers, 37 (not a
+		// whole number of vectors) and 2000 (more than the registers hold)
+		// element by element.
+		for _, c := range []int{40, 96, 37, 2000} {
+			cx := e.Pair(e.Rand(dt, -3, 3, b, 5, 7, 9, c))
+			cw := e.Pair(e.Rand(dt, 0.5, 1.5, c))
+			for _, ws := range [][2]*tensor.Tensor{{}, cw} {
+				for _, silu := range []bool{false, true} {
+					o := e.Out(dt, b, 5, 7, 9, c)
+					e.Run("channels_last_rms_norm", func(i int) error { return ks[i].ChannelsLastRMSNorm(o[i], cx[i], ws[i], 1e-6, silu) })
+					e.Compare(fmt.Sprintf("channels_last_rms_norm %s C=%d weight=%v silu=%v", dt, c, ws[0] != nil, silu), o, 3, 1)
+				}
 			}
+			// Into the last 5 of 7 frames: the first two are left as they are.
+			o := zeros(dt, b, 7, 7, 9, c)
+			e.Run("channels_last_rms_norm", func(i int) error { return ks[i].ChannelsLastRMSNorm(o[i], cx[i], cw[i], 1e-6, true) })
+			e.Compare(fmt.Sprintf("channels_last_rms_norm %s C=%d behind two frames", dt, c), o, 3, 1)
 		}
-		// Into the last 5 of 7 frames: the first two are left as they are.
-		o = zeros(dt, b, 40, 7, 7, 9)
-		e.Run("channel_rms_norm", func(i int) error { return ks[i].ChannelRMSNorm(o[i], cx[i], cw[i], 1e-6, true) })
-		e.Compare(fmt.Sprintf("channel_rms_norm %s behind two frames", dt), o, 3, 1)
 	}
 }
 
@@ -927,6 +933,59 @@ func PaddedConv(e *Env) {
 				return e.Ref.Conv3d(o[0], px, w[0], b[0], p)
 			})
 			e.Compare(fmt.Sprintf("conv3d_padded %s %s", c.name, dt), o, 20, 1)
+		}
+	}
+}
+
+// ChannelsLastConv compares the backend's Conv3dLast with the CPU's Conv3d
+// of the same input moved channels-first, its output moved back; it skips
+// on a backend without it.
+func ChannelsLastConv(e *Env) {
+	cl, ok := tensor.As[tensor.ChannelsLastConv](e.Got)
+	if !ok {
+		e.T.Skipf("%s does not convolve channels-last", e.Got.Name())
+	}
+	for _, c := range []struct {
+		name        string
+		x, w        []int // x (B, T, H, W, Cin)
+		pad, stride [3]int
+		bias        bool
+	}{
+		{"k3_spatial_pad", []int{1, 5, 9, 11, 8}, []int{16, 8, 3, 3, 3}, [3]int{0, 1, 1}, [3]int{1, 1, 1}, true},
+		{"k3_stride2_pad", []int{2, 5, 12, 12, 8}, []int{8, 8, 3, 3, 3}, [3]int{1, 1, 1}, [3]int{2, 2, 2}, true},
+		{"pointwise", []int{2, 3, 5, 7, 24}, []int{40, 24, 1, 1, 1}, [3]int{}, [3]int{1, 1, 1}, true},
+		{"frame_k3x3", []int{1, 2, 9, 7, 16}, []int{12, 16, 1, 3, 3}, [3]int{0, 1, 1}, [3]int{1, 1, 1}, false},
+		{"time_k3", []int{1, 4, 5, 6, 16}, []int{32, 16, 3, 1, 1}, [3]int{}, [3]int{1, 1, 1}, true},
+		{"rgb_out", []int{1, 3, 8, 8, 24}, []int{3, 24, 3, 3, 3}, [3]int{0, 1, 1}, [3]int{1, 1, 1}, true},
+	} {
+		for _, dt := range floats {
+			x := e.Pair(e.Rand(dt, -1, 1, c.x...))
+			w := e.Pair(e.Rand(dt, -1, 1, c.w...))
+			var b [2]*tensor.Tensor
+			if c.bias {
+				b = e.Pair(e.Rand(dt, -1, 1, c.w[0]))
+			}
+			out := []int{c.x[0], 0, 0, 0, c.w[0]}
+			for i := 0; i < 3; i++ {
+				out[1+i] = (c.x[1+i]+2*c.pad[i]-c.w[2+i])/c.stride[i] + 1
+			}
+			o := e.Out(dt, out...)
+			p := tensor.ConvParams{Stride: c.stride, Padding: c.pad}
+			e.Run("conv3d_last", func(i int) error {
+				if i == 1 {
+					return cl.Conv3dLast(o[1], x[1], w[1], b[1], p)
+				}
+				return tensor.Catch(func() {
+					s := tensor.NewScope(e.Ref)
+					defer s.Close()
+					y := s.Permute(s.Conv3d(s.Permute(x[0], 0, 4, 1, 2, 3), w[0], b[0], c.stride, c.pad), 0, 2, 3, 4, 1)
+					st := tensor.ContiguousStrides(out)
+					if err := e.Ref.Copy(o[0], 0, st, y, 0, st, out); err != nil {
+						panic(&tensor.OpError{Op: "copy", Err: err})
+					}
+				})
+			})
+			e.Compare(fmt.Sprintf("conv3d_last %s %s", c.name, dt), o, 20, 1)
 		}
 	}
 }

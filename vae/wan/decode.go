@@ -151,8 +151,11 @@ func (d *decoder) frames(ds *tensor.Scope, zc *tensor.Tensor, n, h0, h1, w0, w1 
 			fs := cs.Child()
 			defer fs.Close()
 			zk := tiles.SliceBox(fs, zc, k, k+1, h0, h1, w0, w1)
-			x := d.postQuant.run(fs, zk, tensor.Padding{}, zk != zc)
-			d.forward(fs, f, x, emit)
+			zl := fs.Permute(zk, 0, 2, 3, 4, 1) // channels-last
+			if zk != zc {
+				fs.Free(zk)
+			}
+			d.forward(fs, f, d.postQuant.run(fs, zl, tensor.Padding{}, true), emit)
 		}()
 	}
 }

@@ -93,15 +93,15 @@ func TestGoldenWanDecodeDevice(t *testing.T) {
 }
 
 // TestGoldenWanDecodeThroughChain decodes behind the conv3d chain and a
-// budget, so every padded convolution (zero padding, the cached frames,
-// the upsamplers' nearest ×2 read through) goes through Conv3dPadded as on
-// a GPU; the result is the same.
+// budget, so every channels-last convolution goes through the chain's
+// Conv3dLast as on a GPU (here on channels-first copies: the CPU tier is
+// not channels-last); the result is the same.
 func TestGoldenWanDecodeThroughChain(t *testing.T) {
 	golden.Run(t, "wan_vae.decode", func(t *testing.T, c *golden.Case) {
 		be, ch := testdevice.Chained(t)
 		v := loadCase(t, c, be, tensor.F32)
-		if _, ok := tensor.As[tensor.PaddedConv](be); !ok {
-			t.Fatal("no Conv3dPadded under the budget")
+		if _, ok := tensor.As[tensor.ChannelsLastConv](be); !ok {
+			t.Fatal("no Conv3dLast under the budget")
 		}
 		c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}))
 		if n := ch.Summary()[0].Convs; n == 0 {

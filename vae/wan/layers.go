@@ -7,9 +7,12 @@ import (
 	"github.com/framepack-go/framepack/weights"
 )
 
-// Every forward below consumes its input (frees it when the scope owns it)
-// as soon as it is dead, as in package vae; the feature cache's tensors live
-// in the cache's own scope until they are replaced.
+// The activations are channels-last, (B, T, H, W, C): the vendor libraries'
+// fast convolution layout, so that no convolution repacks its input, and
+// the RMS norms and the attention read rows of channels. Every forward below
+// consumes its input (frees it when the scope owns it) as soon as it is
+// dead, as in package vae; the feature cache's tensors live in the cache's
+// own scope until they are replaced.
 
 // cacheT is diffusers' CACHE_T: a causal conv keeps the last two frames of
 // its input for the next chunk.
@@ -67,20 +70,20 @@ func (f *featCache) set(sl *slot, x *tensor.Tensor) {
 // front when x has fewer (diffusers' "cache last frame of last two chunk");
 // a copy owned by the cache's scope.
 func (f *featCache) tail(sl *slot, x *tensor.Tensor) *tensor.Tensor {
-	t := x.Dim(2)
-	last := f.s.Slice(x, 2, max(t-cacheT, 0), t)
-	if last.Dim(2) < cacheT && sl.x != nil {
-		prev := f.s.Slice(sl.x, 2, sl.x.Dim(2)-1, sl.x.Dim(2))
-		cat := f.s.Concat(2, prev, last)
+	t := x.Dim(1)
+	last := f.s.Slice(x, 1, max(t-cacheT, 0), t)
+	if last.Dim(1) < cacheT && sl.x != nil {
+		prev := f.s.Slice(sl.x, 1, sl.x.Dim(1)-1, sl.x.Dim(1))
+		cat := f.s.Concat(1, prev, last)
 		f.s.Free(prev, last)
 		return cat
 	}
 	return last
 }
 
-// conv is a convolution of x under a padding (zeros; optionally reading x
-// through a nearest upsample), without a padded copy on a backend that can
-// convolve through it (the GPU's conv3d chain), with one otherwise.
+// conv is a convolution of channels-last x under a zero padding: the
+// library pads what is symmetric, a copy the rest (the causal front frames
+// of a first chunk).
 type conv struct {
 	w, b   *tensor.Tensor // w (Cout, Cin, kT, kH, kW)
 	stride [3]int
@@ -100,10 +103,9 @@ func newConv2d(p *weights.Builder, name string, cout, cin, k int, stride int) *c
 	return &conv{w: w, b: p.Get(name+".bias", cout), stride: [3]int{1, stride, stride}}
 }
 
-// run convolves x padded (and upsampled) as pad says, through the
-// backend's padded convolution where it has one (no padded copy).
+// run convolves x (B, T, H, W, Cin) padded as pad says.
 func (c *conv) run(s *tensor.Scope, x *tensor.Tensor, pad tensor.Padding, consume bool) *tensor.Tensor {
-	return s.Conv3dPadded(x, c.w, c.b, c.stride, pad, consume)
+	return s.Conv3dLast(x, c.w, c.b, c.stride, pad, consume)
 }
 
 // causalConv is WanCausalConv3d with kernel 3 and padding 1: two zero
@@ -123,9 +125,9 @@ func (c *causalConv) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *t
 	in, front := x, 2
 	if sl.x != nil {
 		prev := s.To(sl.x)
-		in = s.Concat(2, prev, x)
+		in = s.Concat(1, prev, x)
 		s.Free(x)
-		front -= sl.x.Dim(2)
+		front -= sl.x.Dim(1)
 	}
 	y := c.run(s, in, c.padding(front), true)
 	f.set(sl, tail)
@@ -140,13 +142,13 @@ func (c *causalConv) forwardNormed(s *tensor.Scope, f *featCache, n rmsNorm, x *
 	front := 2
 	if sl.x != nil {
 		prev = s.To(sl.x)
-		front -= sl.x.Dim(2)
+		front -= sl.x.Dim(1)
 	}
-	in := s.ChannelRMSNormAfter(prev, x, n.gamma, n.eps, true)
+	in := s.ChannelsLastRMSNormAfter(prev, x, n.gamma, n.eps, true)
 	// The input's last cacheT frames are tail's: the normed x's, behind the
 	// previous cache's last frame when x has one frame.
-	t := in.Dim(2)
-	tail := f.s.Slice(in, 2, max(t-cacheT, 0), t)
+	t := in.Dim(1)
+	tail := f.s.Slice(in, 1, max(t-cacheT, 0), t)
 	y := c.run(s, in, c.padding(front), true)
 	f.set(sl, tail)
 	return y
@@ -179,11 +181,6 @@ func newRMSNorm(p *weights.Builder, name string, ch int, images bool) rmsNorm {
 	return rmsNorm{gamma: g, eps: float32(1e-24 / float64(ch))}
 }
 
-// channelsFirst normalises x (B, C, T, H, W) over C, then SiLU when asked
-// (one fused kernel where the backend has it).
-func (n rmsNorm) channelsFirst(s *tensor.Scope, x *tensor.Tensor, silu bool) *tensor.Tensor {
-	return s.ChannelRMSNorm(x, n.gamma, n.eps, silu)
-}
 
 // resnet is WanResidualBlock: conv2(SiLU(norm2(conv1(SiLU(norm1(x)))))) +
 // shortcut(x), the two 3×3×3 convs cached.
@@ -243,11 +240,9 @@ func newAttention(p *weights.Builder, name string, ch int) *attention {
 }
 
 func (a *attention) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
-	b, c, t, h, w := x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3), x.Dim(4)
+	b, t, h, w, c := x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3), x.Dim(4)
 	hw := h * w
-	tok := s.Permute(x, 0, 2, 3, 4, 1) // (B, T, H, W, C): one row per pixel
-	n := s.RMSNorm(tok.Reshape(b*t, hw, c), a.norm.gamma, a.norm.eps)
-	s.Free(tok)
+	n := s.RMSNorm(x.Reshape(b*t, hw, c), a.norm.gamma, a.norm.eps) // one row per pixel
 	qkv := s.Linear(n, a.qkv, a.qkvb)
 	s.Free(n)
 	parts := s.Split(qkv, 2, c, c, c)
@@ -268,10 +263,8 @@ func (a *attention) forward(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
 	s.Free(pr, v)
 	y := s.Linear(o, a.proj, a.prjb)
 	s.Free(o)
-	back := s.Permute(y.Reshape(b, t, h, w, c), 0, 4, 1, 2, 3)
-	s.Free(y)
-	out := s.Add(back, x)
-	s.Free(back, x)
+	out := s.Add(y.Reshape(b, t, h, w, c), x)
+	s.Free(y, x)
 	return out
 }
 
@@ -326,10 +319,11 @@ func (r *resample) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *ten
 		if r.temporal {
 			x = r.timeUp(s, f, x)
 		}
-		return r.conv.run(s, x, tensor.Padding{Before: [3]int{0, 1, 1}, After: [3]int{0, 1, 1},
-			Mode: tensor.PadZeros, Upsample: [3]int{1, 2, 2}}, true)
+		u := s.UpsampleNearest(x, [3]int{2, 2, 1}) // H and W of (B, T, H, W, C)
+		s.Free(x)
+		return r.conv.run(s, u, tensor.Padding{Before: [3]int{0, 1, 1}, After: [3]int{0, 1, 1}}, true)
 	}
-	x = r.conv.run(s, x, tensor.Padding{After: [3]int{0, 1, 1}, Mode: tensor.PadZeros}, true)
+	x = r.conv.run(s, x, tensor.Padding{After: [3]int{0, 1, 1}}, true)
 	if r.temporal {
 		x = r.timeDown(s, f, x)
 	}
@@ -347,10 +341,10 @@ func (r *resample) timeUp(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tens
 	}
 	var tail *tensor.Tensor
 	if sl.rep {
-		last := f.s.Slice(x, 2, max(x.Dim(2)-cacheT, 0), x.Dim(2))
-		if last.Dim(2) < cacheT {
+		last := f.s.Slice(x, 1, max(x.Dim(1)-cacheT, 0), x.Dim(1))
+		if last.Dim(1) < cacheT {
 			z := f.s.Zeros(last.DType(), last.Shape()...)
-			tail = f.s.Concat(2, z, last)
+			tail = f.s.Concat(1, z, last)
 			f.s.Free(z, last)
 		} else {
 			tail = last
@@ -358,33 +352,33 @@ func (r *resample) timeUp(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tens
 	} else {
 		tail = f.tail(sl, x)
 	}
-	b, c, t, h, w := x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3), x.Dim(4)
+	b, t, h, w, c := x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3), x.Dim(4)
 	in, front := x, 2
 	if !sl.rep {
-		in = s.Concat(2, s.To(sl.x), x)
+		in = s.Concat(1, s.To(sl.x), x)
 		s.Free(x)
-		front -= sl.x.Dim(2)
+		front -= sl.x.Dim(1)
 	}
-	y := r.timeConv.run(s, in, tensor.Padding{Before: [3]int{front, 0, 0}, Mode: tensor.PadZeros}, true)
+	y := r.timeConv.run(s, in, tensor.Padding{Before: [3]int{front, 0, 0}}, true)
 	f.set(sl, tail)
-	// (B, 2C, T, H, W) → (B, C, 2T, H, W): frame 2i is the first half of
+	// (B, T, H, W, 2C) → (B, 2T, H, W, C): frame 2i is the first half of
 	// the channels at i, frame 2i+1 the second.
-	il := s.Permute(y.Reshape(b, 2, c, t, h*w), 0, 2, 3, 1, 4)
+	il := s.Permute(y.Reshape(b, t, h*w, 2, c), 0, 1, 3, 2, 4)
 	s.Free(y)
-	return il.Reshape(b, c, 2*t, h, w)
+	return il.Reshape(b, 2*t, h, w, c)
 }
 
 // timeDown halves the frames: the first chunk is only cached; later ones
 // run time_conv (kernel 3, stride 2) over the cached last frame and x.
 func (r *resample) timeDown(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
 	sl := f.next()
-	t := x.Dim(2)
-	last := f.s.Slice(x, 2, t-1, t)
+	t := x.Dim(1)
+	last := f.s.Slice(x, 1, t-1, t)
 	if sl.x == nil {
 		f.set(sl, last)
 		return x
 	}
-	in := s.Concat(2, s.To(sl.x), x)
+	in := s.Concat(1, s.To(sl.x), x)
 	s.Free(x)
 	y := r.timeConv.run(s, in, tensor.Padding{}, true)
 	f.set(sl, last)

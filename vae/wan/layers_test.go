@@ -31,6 +31,11 @@ func f64(t *tensor.Tensor) []float64 {
 	return out
 }
 
+// last moves x (B, C, T, H, W) onto s's backend channels-last, as the
+// layers take it; first moves a layer's result back channels-first.
+func last(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor { return s.Permute(s.To(x), 0, 2, 3, 4, 1) }
+func first(s *tensor.Scope, y *tensor.Tensor) *tensor.Tensor { return s.Permute(y, 0, 4, 1, 2, 3) }
+
 func relL2(t *testing.T, what string, got *tensor.Tensor, want []float64, lim float64) {
 	t.Helper()
 	g := f64(got)
@@ -62,7 +67,7 @@ func TestRMSNormF64(t *testing.T) {
 	}
 	s := tensor.NewScope(cpu.New())
 	defer s.Close()
-	got := n.channelsFirst(s, x, true)
+	got := first(s, s.ChannelsLastRMSNorm(last(s, x), n.gamma, n.eps, true))
 	g := f64(n.gamma)
 	want := make([]float64, len(xs))
 	plane := T * h * w
@@ -96,7 +101,7 @@ func TestAttentionF64(t *testing.T) {
 	xs := f64(x)
 	s := tensor.NewScope(cpu.New())
 	defer s.Close()
-	got := a.forward(s, s.Clone(x))
+	got := first(s, a.forward(s, last(s, x)))
 	g, wq, bq, wp, bp := f64(a.norm.gamma), f64(a.qkv), f64(a.qkvb), f64(a.proj), f64(a.prjb)
 	hw := h * w
 	want := make([]float64, len(xs))
@@ -218,9 +223,9 @@ func TestCausalConvCacheF64(t *testing.T) {
 		var outs []*tensor.Tensor
 		for _, r := range [][2]int{{0, 1}, {1, 5}, {5, 9}} {
 			f.chunk()
-			outs = append(outs, c.forward(s, f, s.Slice(s.To(x), 2, r[0], r[1])))
+			outs = append(outs, c.forward(s, f, last(s, s.Slice(s.To(x), 2, r[0], r[1]))))
 		}
-		relL2(t, "chunked causal conv", s.Concat(2, outs...), want, 1e-6)
+		relL2(t, "chunked causal conv", first(s, s.Concat(1, outs...)), want, 1e-6)
 	})
 }
 
@@ -259,9 +264,9 @@ func TestCausalConvNormedCacheF64(t *testing.T) {
 		var outs []*tensor.Tensor
 		for _, r := range [][2]int{{0, 1}, {1, 2}, {2, 5}, {5, 6}, {6, 9}} {
 			f.chunk()
-			outs = append(outs, c.forwardNormed(s, f, nn, s.Slice(s.To(x), 2, r[0], r[1])))
+			outs = append(outs, c.forwardNormed(s, f, nn, last(s, s.Slice(s.To(x), 2, r[0], r[1]))))
 		}
-		relL2(t, "chunked normed causal conv", tensor.ToHost(s.Concat(2, outs...)), want, 1e-6)
+		relL2(t, "chunked normed causal conv", tensor.ToHost(first(s, s.Concat(1, outs...))), want, 1e-6)
 	}
 	onCPUAndChain(t, run)
 	t.Run("fused", func(t *testing.T) {
@@ -308,12 +313,12 @@ func TestUpsampleF64(t *testing.T) {
 			timeConv: &conv{w: s.To(r.timeConv.w), b: s.To(r.timeConv.b), stride: r.timeConv.stride}}
 		f := newFeatCache(s)
 		f.chunk()
-		first := rr.forward(s, f, s.To(x0))
-		if got := first.Shape(); !equal(got, []int{1, c / 2, 1, 2 * H, 2 * W}) {
+		y0 := rr.forward(s, f, last(s, x0))
+		if got := y0.Shape(); !equal(got, []int{1, 1, 2 * H, 2 * W, c / 2}) {
 			t.Fatalf("first chunk %v", got)
 		}
 		f.chunk()
-		got := rr.forward(s, f, s.To(x1))
+		got := first(s, rr.forward(s, f, last(s, x1)))
 		// time_conv over [0, 0, x1]: one frame of 2c channels.
 		pt, pts := zeroPad(f64(x1), c, 1, H, W, [3]int{2, 0, 0}, [3]int{})
 		tc1, _ := conv3dF64(pt, c, pts[0], pts[1], pts[2], f64(r.timeConv.w), f64(r.timeConv.b), 2*c, 3, 1, 1, [3]int{1, 1, 1})
@@ -345,8 +350,8 @@ func TestUpsampleF64(t *testing.T) {
 }
 
 // TestDecodeThroughChainMatches: the whole decode and encode through the
-// conv3d chain (Conv3dPadded with zero padding and the upsample read
-// through), and through a backend without the chain (the Scope's padded copy), equal the plain CPU path.
+// conv3d chain (Conv3dLast: each tier channels-last or on channels-first
+// copies), and through a profiling hook, equal the plain CPU path.
 func TestDecodeThroughChainMatches(t *testing.T) {
 	cfg := tinyConfig()
 	z, x := randn(11, 1, 4, 3, 2, 3), randn(12, 1, 3, 5, 16, 24)
@@ -432,7 +437,7 @@ func TestDownsample3dF64(t *testing.T) {
 		f := newFeatCache(s)
 		for i, rg := range [][2]int{{0, 1}, {1, 5}, {5, 9}} {
 			f.chunk()
-			got := rr.forward(s, f, s.Slice(s.To(x), 2, rg[0], rg[1]))
+			got := first(s, rr.forward(s, f, last(s, s.Slice(s.To(x), 2, rg[0], rg[1]))))
 			relL2(t, "downsample3d chunk "+string(rune('0'+i)), got, want[i], 1e-6)
 		}
 	})
@@ -454,7 +459,7 @@ func TestUpsampleThirdChunkF64(t *testing.T) {
 	var got *tensor.Tensor
 	for _, x := range xs {
 		f.chunk()
-		got = rr.timeUp(s, f, x)
+		got = first(s, rr.timeUp(s, f, last(s, x)))
 	}
 	var in []float64
 	for ch := 0; ch < c; ch++ { // (c, 3 frames: 0, x1, x2)

@@ -48,18 +48,21 @@ func newEncoder(p *weights.Builder, c *Config) *encoder {
 	return e
 }
 
-// forward runs one chunk (1 or 4 frames) through the encoder and
-// quant_conv.
+// forward runs one chunk x (B, C, 1 or 4, H, W) through the encoder and
+// quant_conv, channels-last between the two moves.
 func (e *encoder) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
 	f.chunk()
-	x = e.convIn.forward(s, f, x)
+	x = e.convIn.forward(s, f, s.Permute(x, 0, 2, 3, 4, 1))
 	for _, l := range e.down {
 		x = l.forward(s, f, x)
 	}
 	x = e.mid.forward(s, f, x)
 	h := e.convOut.forwardNormed(s, f, e.normOut, x)
 	s.Free(x)
-	return e.quant.run(s, h, tensor.Padding{}, true)
+	q := e.quant.run(s, h, tensor.Padding{}, true)
+	out := s.Permute(q, 0, 4, 1, 2, 3)
+	s.Free(q)
+	return out
 }
 
 // decoder is post_quant_conv followed by WanDecoder3d.
@@ -118,9 +121,10 @@ func newDecoder(p *weights.Builder, c *Config) *decoder {
 	return d
 }
 
-// forward decodes one latent frame z (B, z_dim, 1, h, w) after
-// post_quant_conv, with the cache of the frames before it, handing the
-// pixels to emit (which must not keep them: they are freed after).
+// forward decodes one latent frame x after post_quant_conv, channels-last
+// (B, 1, h, w, z_dim), with the cache of the frames before it, handing the
+// pixels (B, out, T, H, W) to emit (which must not keep them: they are
+// freed after).
 //
 // After the last temporal upsampler every layer is per frame or a causal
 // conv with the cache, so from there on the chunk's frames run one at a
@@ -133,11 +137,11 @@ func (d *decoder) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor, emit 
 	x = d.convIn.forward(s, f, x)
 	x = d.mid.forward(s, f, x)
 	for i, b := range d.blocks {
-		if i == d.tailFrom && !d.wholeChunk && x.Dim(2) > 1 {
+		if i == d.tailFrom && !d.wholeChunk && x.Dim(1) > 1 {
 			start := f.idx
-			for k := 0; k < x.Dim(2); k++ {
+			for k := 0; k < x.Dim(1); k++ {
 				f.idx = start
-				y := d.tail(s, f, s.Slice(x, 2, k, k+1), i)
+				y := d.tail(s, f, s.Slice(x, 1, k, k+1), i)
 				emit(y)
 				s.Free(y)
 			}
@@ -169,9 +173,11 @@ func (d *decoder) tail(s *tensor.Scope, f *featCache, x *tensor.Tensor, from int
 	return d.head(s, f, x)
 }
 
-// head is norm_out, SiLU and conv_out.
+// head is norm_out, SiLU and conv_out, its pixels moved channels-first.
 func (d *decoder) head(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
 	h := d.convOut.forwardNormed(s, f, d.normOut, x)
 	s.Free(x)
-	return h
+	out := s.Permute(h, 0, 4, 1, 2, 3)
+	s.Free(h)
+	return out
 }
