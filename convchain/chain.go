@@ -385,7 +385,7 @@ func (c *Chain) conv3d(k Key, cl *call) error {
 	} else if r := c.remembered[ks]; r != nil {
 		// A choice of an earlier run: its plan stands in for the search.
 		if i := slices.Index(c.Tiers(), r.Tier); i >= 0 {
-			plan, err := c.tiers[i].Plan(k, r.Plan)
+			plan, err := c.tiers[i].Plan(c.tierKey(i, k), r.Plan)
 			if err == nil && plan == nil {
 				plan = &Plan{}
 			}
@@ -448,6 +448,7 @@ func (c *Chain) plan(i int, k Key) (*Plan, error) {
 	t := c.tiers[i]
 	name := t.Name()
 	fault := c.faults.Conv3d[name]
+	k = c.tierKey(i, k)
 	var searched *Plan
 	if fault == FaultHang || (!c.opt.NoSearch && searchFor(name) != nil) {
 		req := SearchRequest{Tier: name, Key: k, Exhaustive: c.opt.Exhaustive}
@@ -483,6 +484,15 @@ func (c *Chain) plan(i int, k Key) (*Plan, error) {
 		return nil, fmt.Errorf("%w: %s", errNaive, what)
 	}
 	return plan, nil
+}
+
+// tierKey is the convolution tier i plans for k: a tier that is not a
+// ChannelsLastTier runs a channels-last call on channels-first copies.
+func (c *Chain) tierKey(i int, k Key) Key {
+	if _, ok := c.tiers[i].(ChannelsLastTier); !ok && k.Layout == "ndhwc" {
+		k.Layout = "ncdhw"
+	}
+	return k
 }
 
 // run runs tier i; a trial (the first run of a plan) waits for the device

@@ -2,6 +2,7 @@ package convchain
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -20,8 +21,13 @@ type padTier struct {
 	padded [][]int // the x shapes RunPadded saw
 }
 
-func (*padTier) Name() string                   { return "padding" }
-func (*padTier) Plan(Key, *Plan) (*Plan, error) { return &Plan{}, nil }
+func (*padTier) Name() string { return "padding" }
+func (*padTier) Plan(k Key, _ *Plan) (*Plan, error) {
+	if k.Layout != "ncdhw" { // as the GPU's channels-first tiers
+		return nil, fmt.Errorf("padTier: layout %s", k.Layout)
+	}
+	return &Plan{}, nil
+}
 func (t *padTier) Run(_ *Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	return t.cpu.Conv3d(dst, x, w, bias, p)
 }
@@ -173,5 +179,32 @@ func TestChainOps(t *testing.T) {
 	backendtest.Run(t, be)
 	if s := ch.Summary(); s[0].Convs == 0 {
 		t.Errorf("no convolution went through the chain: %v", s)
+	}
+}
+
+// TestConv3dLastOnChannelsFirstTier: a channels-last call on a tier that
+// is not channels-last plans a channels-first key and runs on copies; the
+// result is the channels-first convolution moved channels-last.
+func TestConv3dLastOnChannelsFirstTier(t *testing.T) {
+	c := cpu.New()
+	pt := &padTier{cpu: c}
+	ch, err := New([]Tier{pt}, Options{CachePath: "off", Faults: &Faults{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	x, w, b := tensor.RandN(rng, 1, 3, 4, 5, 2), tensor.RandN(rng, 4, 2, 3, 3, 3), tensor.RandN(rng, 4)
+	p := tensor.ConvParams{Padding: [3]int{0, 1, 1}}
+	got := tensor.New(tensor.F32, 1, 1, 4, 5, 4)
+	if err := Wrap(c, ch).Conv3dLast(got, x, w, b, p); err != nil {
+		t.Fatal(err)
+	}
+	s := tensor.NewScope(c)
+	defer s.Close()
+	want := s.Permute(s.Conv3d(s.Permute(x, 0, 4, 1, 2, 3), w, b, [3]int{1, 1, 1}, p.Padding), 0, 2, 3, 4, 1)
+	for i, v := range want.Float32s() {
+		if d := got.Float32s()[i] - v; d > 1e-4 || d < -1e-4 {
+			t.Fatalf("element %d is %v, want %v", i, got.Float32s()[i], v)
+		}
 	}
 }

@@ -33,6 +33,7 @@ type benchVAEFlags struct {
 	iters                         int
 	seed                          uint64
 	profile                       bool
+	search                        string
 }
 
 func newBenchVAE() *cobra.Command {
@@ -71,6 +72,7 @@ against sample; use it with --vae pointing at the same weights.`,
 	fl.StringVar(&f.reference, "reference", "", "safetensors file with z and sample to decode and compare against")
 	fl.StringVar(&f.device, "device", "auto", "auto, gpu or cpu")
 	fl.StringVar(&f.layout, "conv-layout", "auto", "conv3d layout of the vendor library: auto, ndhwc or ncdhw")
+	fl.StringVar(&f.search, "conv-search", "auto", "benchmark the vendor library's conv3d algorithms for each new shape (in a child process, remembered): auto (on AMD), on or off")
 	fl.IntVar(&f.iters, "iters", 3, "timed decodes (after one warm-up)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random weights and latent")
 	fl.BoolVar(&f.profile, "profile", false, "also time every kernel class (waits for the device after each; slower) and print one line per class")
@@ -161,7 +163,7 @@ func openBenchDevice(f *benchVAEFlags, log *slog.Logger) (*benchDevice, error) {
 				g.Close()
 				return nil, err
 			}
-			chain, err := g.WithConvChain(cpu.New(), gpu.ConvOptions{Layout: layout, Profile: prof, Log: log})
+			chain, err := g.WithConvChain(cpu.New(), gpu.ConvOptions{Layout: layout, Search: f.search, Profile: prof, Log: log})
 			if err != nil {
 				g.Close()
 				return nil, err
