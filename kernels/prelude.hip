@@ -312,6 +312,13 @@ struct bl {
 	unsigned char u;
 };
 
+#if defined(FP_CUDA_OFFLINE)
+// One conversion instruction each way (cvt, round to nearest even): the
+// bit-level forms below cost tens of instructions an element, enough to
+// make the f16 memory-bound kernels compute-bound.
+DI float h2f(unsigned short h) { return (float)__builtin_bit_cast(_Float16, h); }
+DI unsigned short f2h(float f) { return __builtin_bit_cast(unsigned short, (_Float16)f); }
+#else
 DI float h2f(unsigned short h) {
 	unsigned int s = (unsigned int)(h & 0x8000u) << 16;
 	unsigned int e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
@@ -342,6 +349,7 @@ DI unsigned short f2h(float f) {
 	unsigned int q = (unsigned int)FP_RINT(U2F(a) * 16777216.0f);
 	return (unsigned short)(s | q);
 }
+#endif
 
 DI float b2f(unsigned short h) { return U2F((unsigned int)h << 16); }
 DI unsigned short f2b(float f) {
