@@ -395,6 +395,7 @@ UPSAMPLE(b1, unsigned char)
 UPSAMPLE(b2, unsigned short)
 UPSAMPLE(b4, unsigned int)
 UPSAMPLE(b8, unsigned long long)
+UPSAMPLE(b16, V16<unsigned int>) // 16-byte units of a last axis that is not upsampled (channels-last)
 
 // ---- average pooling of the last three axes (kernel = stride) ----
 

@@ -344,6 +344,23 @@ func (b *Backend) UpsampleNearest(dst, src *tensor.Tensor, scale [3]int) error {
 	if ws == "" {
 		return unsupported("upsample", dst.DType())
 	}
+	// A last axis that is not upsampled (channels-last frames) moves in
+	// 16-byte units, one thread each.
+	ss := src.Shape()
+	if row := ss[len(ss)-1] * dst.DType().Size(); max(scale[2], 1) == 1 && row%16 == 0 && len(ss) >= 3 {
+		ps, err := b.ptrs(dst, src)
+		if err != nil {
+			return err
+		}
+		if ps[0]%16 == 0 && ps[1]%16 == 0 {
+			vs := slices.Clone(ss)
+			vs[len(vs)-1] = row / 16
+			n := int64(dst.Numel() / (row / dst.DType().Size()) * (row / 16))
+			a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).I64(n).I64(int64(vs[len(vs)-3])).I64(int64(vs[len(vs)-2])).I64(int64(vs[len(vs)-1])).
+				I32(int32(max(scale[0], 1))).I32(int32(max(scale[1], 1))).I32(1)
+			return b.launchLinear("elementwise", "upsample_b16", n, 256, 1, a)
+		}
+	}
 	return b.resample3d("upsample_"+ws, dst, src, scale)
 }
 

@@ -678,6 +678,14 @@ func Upsample(e *Env) {
 			e.Run("upsample", func(i int) error { return e.Backend(i).UpsampleNearest(o[i], x[i], sc) })
 			e.Compare(fmt.Sprintf("upsample %s %v", dt, sc), o, 1, 0.01)
 		}
+		// Channels-last frames (B, T, H, W, C): H and W doubled, C moved
+		// whole (in 16-byte units on a GPU when C's bytes allow).
+		for _, c := range []int{16, 24, 5} {
+			x := e.Pair(e.Rand(dt, -50, 50, 1, 2, 3, 4, c))
+			o := e.Out(dt, 1, 2, 6, 8, c)
+			e.Run("upsample", func(i int) error { return e.Backend(i).UpsampleNearest(o[i], x[i], [3]int{2, 2, 1}) })
+			e.Compare(fmt.Sprintf("upsample %s channels-last C=%d", dt, c), o, 1, 0.01)
+		}
 	}
 }
 

@@ -138,13 +138,27 @@ func (c *causalConv) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *t
 // slot's frames, so no concat copies it; x stays the caller's.
 func (c *causalConv) forwardNormed(s *tensor.Scope, f *featCache, n rmsNorm, x *tensor.Tensor) *tensor.Tensor {
 	sl := f.next()
-	var prev *tensor.Tensor
+	var prev, zeros *tensor.Tensor
 	front := 2
 	if sl.x != nil {
 		prev = s.To(sl.x)
 		front -= sl.x.Dim(1)
 	}
+	if front > 0 {
+		// The causal zero frames go in front as frames (no padded copy of
+		// the input); the cache then holds them like any other frames.
+		zeros = s.Zeros(x.DType(), x.Dim(0), front, x.Dim(2), x.Dim(3), x.Dim(4))
+		if prev != nil {
+			zp := s.Concat(1, zeros, prev)
+			s.Free(zeros)
+			zeros = zp
+		}
+		prev, front = zeros, 0
+	}
 	in := s.ChannelsLastRMSNormAfter(prev, x, n.gamma, n.eps, true)
+	if zeros != nil {
+		s.Free(zeros)
+	}
 	// The input's last cacheT frames are tail's: the normed x's, behind the
 	// previous cache's last frame when x has one frame.
 	t := in.Dim(1)

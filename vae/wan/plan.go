@@ -13,7 +13,8 @@ import (
 // counts the bytes of live tensors: the model cannot drift from the code.
 // Like vae.DecodePeak it predicts the scope-level peak (activations and the
 // feature cache), not the weights, the caller's tensors nor a backend's
-// private workspaces. Three frames reach the steady state: from the third
+// private workspaces (nor the conv3d chain's copies for a tier that is not
+// channels-last). Three frames reach the steady state: from the third
 // on every cache slot holds its two frames.
 
 // dryBuf is a pointer, so that every allocation is its own (scopes key
@@ -45,13 +46,11 @@ func (d *dryBackend) Free(b tensor.Buffer) {
 func (d *dryBackend) Upload(tensor.Buffer, int64, []byte) error   { return nil }
 func (d *dryBackend) Download([]byte, tensor.Buffer, int64) error { return nil }
 
-// dryPadded is dryBackend convolving through paddings, as the GPU's conv3d
-// chain does (no padded or upsampled copies).
-type dryPadded struct{ *dryBackend }
+// dryLast is dryBackend convolving channels-last tensors as they are, as
+// the GPU's conv3d chain does (no channels-first copies).
+type dryLast struct{ *dryBackend }
 
-func (d dryPadded) Conv3dPadded(_, _, _, _ *tensor.Tensor, _ tensor.ConvParams, _ tensor.Padding) error {
-	return nil
-}
+func (d dryLast) Conv3dLast(_, _, _, _ *tensor.Tensor, _ tensor.ConvParams) error { return nil }
 
 // drySource allocates weights on the dry backend.
 type drySource struct{ be tensor.Backend }
@@ -62,9 +61,10 @@ func (p drySource) Make(w weights.Weight) (*tensor.Tensor, error) {
 
 // DecodePeak predicts the peak bytes of live tensors of Decode for latents
 // of latentShape (B, z_dim, T, h, w) at tiling til, in compute dtype dt,
-// including the latents' copy in dt and their f32 upload; fusedPad says
-// whether the backend convolves through paddings (the GPU's conv3d chain).
-func DecodePeak(cfg Config, latentShape []int, til Tiling, dt tensor.DType, fusedPad bool) int64 {
+// including the latents' copy in dt and their f32 upload; channelsLast
+// says whether the backend convolves channels-last tensors as they are (the
+// GPU's conv3d chain).
+func DecodePeak(cfg Config, latentShape []int, til Tiling, dt tensor.DType, channelsLast bool) int64 {
 	til = til.normalized()
 	b, nT, h, w := latentShape[0], latentShape[2], latentShape[3], latentShape[4]
 	e := int64(dt.Size())
@@ -82,17 +82,17 @@ func DecodePeak(cfg Config, latentShape []int, til Tiling, dt tensor.DType, fuse
 		sizes[size{h, w}] = true
 	}
 	for sz := range sizes {
-		peak = max(peak, base+tilePeak(cfg, b, min(nT, 3), sz.h, sz.w, dt, fusedPad))
+		peak = max(peak, base+tilePeak(cfg, b, min(nT, 3), sz.h, sz.w, dt, channelsLast))
 	}
 	return peak
 }
 
 // tilePeak runs n frames of a b×h×w latent tile on a dry backend.
-func tilePeak(cfg Config, b, n, h, w int, dt tensor.DType, fusedPad bool) int64 {
+func tilePeak(cfg Config, b, n, h, w int, dt tensor.DType, channelsLast bool) int64 {
 	d := &dryBackend{}
 	var be tensor.Backend = d
-	if fusedPad {
-		be = dryPadded{d}
+	if channelsLast {
+		be = dryLast{d}
 	}
 	dec := newDecoder(weights.NewBuilder(drySource{be}, dt), &cfg)
 	s := tensor.NewScope(be)
@@ -112,8 +112,8 @@ func (v *VAE) DecodePeak(latentShape []int, til Tiling) int64 {
 	if v == nil {
 		return 0
 	}
-	_, fused := tensor.As[tensor.PaddedConv](v.m.Be)
-	return DecodePeak(v.m.Cfg, latentShape, til, v.m.DT, fused)
+	_, cl := tensor.As[tensor.ChannelsLastConv](v.m.Be)
+	return DecodePeak(v.m.Cfg, latentShape, til, v.m.DT, cl)
 }
 
 // tilingLadder lists the tilings Plan chooses from, largest first: untiled
