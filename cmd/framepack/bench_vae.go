@@ -319,7 +319,7 @@ func runBenchDecode(cmd *cobra.Command, f *benchVAEFlags, d *benchDevice, m *ben
 	}
 	planned := m.peak()
 
-	var times []float64
+	var times, idles []float64
 	var st benchStats
 	var out *tensor.Tensor
 	var peak, gpuPeak int64
@@ -333,12 +333,16 @@ func runBenchDecode(cmd *cobra.Command, f *benchVAEFlags, d *benchDevice, m *ben
 		}
 		logf := func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }
 		s := tensor.NewScope(d.be)
+		idle0, idleOK := tensor.QueueIdle(d.be)
 		t0 := time.Now()
 		err := tensor.Catch(func() { out, st = m.decode(s, z, logf) })
 		if err == nil {
 			err = d.be.Sync()
 		}
 		el := time.Since(t0).Seconds()
+		if idle1, ok := tensor.QueueIdle(d.be); ok && idleOK && i > 0 {
+			idles = append(idles, (idle1 - idle0).Seconds())
+		}
 		s.Close()
 		if err != nil {
 			return fmt.Errorf("decode: %w", err)
@@ -362,6 +366,11 @@ func runBenchDecode(cmd *cobra.Command, f *benchVAEFlags, d *benchDevice, m *ben
 		"peak_bytes": peak, "weights_bytes": m.weights,
 		"activation_peak_bytes": peak - m.weights, "planned_activation_peak_bytes": planned,
 		"budget_bytes": budget, "tiles": st.tiles, "retries": st.retries, "device": d.name,
+	}
+	if len(idles) == len(times) {
+		// How long the device's queue stood empty after the host waited
+		// on it (the pixels' downloads), in the median decode.
+		res["device_idle_s"] = idles[slices.Index(times, sorted[len(sorted)/2])]
 	}
 	maps.Copy(res, m.extra)
 	if d.gpu != nil {
