@@ -129,6 +129,13 @@ func (v *VAE) decodeTile(ds *tensor.Scope, zc *tensor.Tensor, h0, h1, w0, w1 int
 		if out == nil {
 			out = tiles.New(y.Dim(0), y.Dim(1), v.m.Cfg.SampleFrames(zc.Dim(2)), y.Dim(3), y.Dim(4))
 		}
+		if !y.OnHost() && y.DType() != tensor.F32 {
+			// Widened on the device: the host only copies the frame, and the
+			// device waits less for it before the next frame's work.
+			yf := ds.Cast(y, tensor.F32)
+			defer ds.Free(yf)
+			y = yf
+		}
 		out.SetFrames(t, y)
 		t += y.Dim(2)
 	})

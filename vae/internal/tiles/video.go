@@ -8,6 +8,7 @@ package tiles
 import (
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -78,8 +79,24 @@ func (v *Video) Tensor() *tensor.Tensor {
 // SetFrames copies y (B, C, n, H, W), any dtype on any backend, into frames
 // t0 … t0+n−1.
 func (v *Video) SetFrames(t0 int, y *tensor.Tensor) {
-	src := tensor.Float32s(y)
 	n, hw := y.Dim(2), v.H*v.W
+	if be := y.Backend(); !y.OnHost() && y.DType() == tensor.F32 && be != nil {
+		// Each channel's frames straight into their place: no host copy.
+		if err := be.Sync(); err != nil {
+			panic(&tensor.OpError{Op: "download", Err: err})
+		}
+		for b := 0; b < v.B; b++ {
+			for c := 0; c < v.C; c++ {
+				d := v.idx(b, c, t0, 0, 0)
+				dst := unsafe.Slice((*byte)(unsafe.Pointer(&v.data[d])), 4*n*hw)
+				if err := be.Download(dst, y.Buffer(), int64(4*(b*v.C+c)*n*hw)); err != nil {
+					panic(&tensor.OpError{Op: "download", Err: err})
+				}
+			}
+		}
+		return
+	}
+	src := tensor.Float32s(y)
 	for b := 0; b < v.B; b++ {
 		for c := 0; c < v.C; c++ {
 			d := v.idx(b, c, t0, 0, 0)
@@ -88,11 +105,31 @@ func (v *Video) SetFrames(t0 int, y *tensor.Tensor) {
 	}
 }
 
-// Clamp limits every value to [lo, hi].
+// Clamp limits every value to [lo, hi] (NaN stays NaN), over the cores
+// for a long video: a decode waits for it.
 func (v *Video) Clamp(lo, hi float32) {
-	for i, x := range v.data {
-		v.data[i] = min(max(x, lo), hi)
+	clamp := func(d []float32) {
+		for i, x := range d {
+			if x == x {
+				d[i] = min(max(x, lo), hi)
+			}
+		}
 	}
+	const chunk = 1 << 20
+	parts := min(runtime.GOMAXPROCS(0), (len(v.data)+chunk-1)/chunk)
+	if parts <= 1 {
+		clamp(v.data)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			clamp(v.data[i*len(v.data)/parts : (i+1)*len(v.data)/parts])
+		}()
+	}
+	wg.Wait()
 }
 
 // Posterior cuts moments (B, 2·C, …) into the mean and the logvar, logvar
