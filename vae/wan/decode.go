@@ -123,11 +123,22 @@ func (t Tiling) useDecode(r, h, w int) bool {
 // decodeTile decodes the latent box [h0,h1)×[w0,w1) of every frame onto
 // the host.
 func (v *VAE) decodeTile(ds *tensor.Scope, zc *tensor.Tensor, h0, h1, w0, w1 int) *tiles.Video {
+	// The video's host memory is made, its pages touched, beside the first
+	// frames' device work rather than between two frames while the device
+	// waits.
+	r := v.m.Cfg.SpatialRatio()
+	made := make(chan *tiles.Video, 1)
+	go func() {
+		made <- tiles.NewTouched(zc.Dim(0), v.m.Cfg.OutChannels, v.m.Cfg.SampleFrames(zc.Dim(2)), (h1-h0)*r, (w1-w0)*r)
+	}()
 	var out *tiles.Video
 	t := 0
 	v.m.Dec.frames(ds, zc, zc.Dim(2), h0, h1, w0, w1, func(y *tensor.Tensor) {
 		if out == nil {
-			out = tiles.New(y.Dim(0), y.Dim(1), v.m.Cfg.SampleFrames(zc.Dim(2)), y.Dim(3), y.Dim(4))
+			out = <-made
+			if out.B != y.Dim(0) || out.C != y.Dim(1) || out.H != y.Dim(3) || out.W != y.Dim(4) {
+				panic(fmt.Sprintf("wan vae: decoded frames %v for a video of %dx%dx%dx%d", y.Shape(), out.B, out.C, out.H, out.W))
+			}
 		}
 		if !y.OnHost() && y.DType() != tensor.F32 {
 			// Widened on the device: the host only copies the frame, and the

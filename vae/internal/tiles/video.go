@@ -28,6 +28,17 @@ func New(b, c, t, h, w int) *Video {
 	return &Video{B: b, C: c, T: t, H: h, W: w, tt: t, data: make([]float32, b*c*t*h*w)}
 }
 
+// NewTouched is New with every page of its memory written once, so that
+// the page faults of a large video are taken here (on a goroutine of the
+// caller's choosing) and not by the copies that fill it.
+func NewTouched(b, c, t, h, w int) *Video {
+	v := New(b, c, t, h, w)
+	for i := 0; i < len(v.data); i += 1024 { // 4 KiB of float32
+		v.data[i] = 0
+	}
+	return v
+}
+
 // Of copies a (B, C, T, H, W) tensor to the host as f32.
 func Of(x *tensor.Tensor) *Video {
 	v := &Video{B: x.Dim(0), C: x.Dim(1), T: x.Dim(2), H: x.Dim(3), W: x.Dim(4), tt: x.Dim(2)}
