@@ -82,8 +82,9 @@ func (f *featCache) tail(sl *slot, x *tensor.Tensor) *tensor.Tensor {
 }
 
 // conv is a convolution of channels-last x under a zero padding: the
-// library pads what is symmetric, a copy the rest (the causal front frames
-// of a first chunk).
+// library pads what is symmetric, a padded copy the rest (the front frames
+// of conv_in's and the time convolutions' first chunks, the downsamplers'
+// right and bottom edges).
 type conv struct {
 	w, b   *tensor.Tensor // w (Cout, Cin, kT, kH, kW)
 	stride [3]int
