@@ -168,7 +168,9 @@ func TestChannelsLastRMSNorm(t *testing.T) {
 			}
 		}
 	}
-	if err := tensor.Catch(func() { s.ChannelsLastRMSNorm(s.To(tensor.RandN(rng, 2, 3, 4)), s.To(tensor.RandN(rng, 3)), 1e-6, false) }); err == nil {
+	if err := tensor.Catch(func() {
+		s.ChannelsLastRMSNorm(s.To(tensor.RandN(rng, 2, 3, 4)), s.To(tensor.RandN(rng, 3)), 1e-6, false)
+	}); err == nil {
 		t.Error("a weight of the wrong channel count: no error")
 	}
 }

@@ -73,7 +73,7 @@ type live struct {
 	gemm   bool // a 1×1×1 convolution as one GEMM, no library
 	id     uint64
 	given  bool
-	frames int // output frames per chunk (NDHWC) at the default bound
+	frames int  // output frames per chunk (NDHWC) at the default bound
 	last   bool // a channels-last call: the whole convolution, no packing
 }
 

@@ -196,7 +196,6 @@ func newRMSNorm(p *weights.Builder, name string, ch int, images bool) rmsNorm {
 	return rmsNorm{gamma: g, eps: float32(1e-24 / float64(ch))}
 }
 
-
 // resnet is WanResidualBlock: conv2(SiLU(norm2(conv1(SiLU(norm1(x)))))) +
 // shortcut(x), the two 3×3×3 convs cached.
 type resnet struct {

@@ -33,7 +33,7 @@ func f64(t *tensor.Tensor) []float64 {
 
 // last moves x (B, C, T, H, W) onto s's backend channels-last, as the
 // layers take it; first moves a layer's result back channels-first.
-func last(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor { return s.Permute(s.To(x), 0, 2, 3, 4, 1) }
+func last(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor  { return s.Permute(s.To(x), 0, 2, 3, 4, 1) }
 func first(s *tensor.Scope, y *tensor.Tensor) *tensor.Tensor { return s.Permute(y, 0, 4, 1, 2, 3) }
 
 func relL2(t *testing.T, what string, got *tensor.Tensor, want []float64, lim float64) {
