@@ -58,6 +58,14 @@ func (f *featCache) release() {
 	f.slots, f.idx = nil, 0
 }
 
+// drop frees the slot's frames (they were copied where they are needed).
+func (f *featCache) drop(sl *slot) {
+	if sl.x != nil {
+		f.s.Free(sl.x)
+		sl.x = nil
+	}
+}
+
 // set replaces the slot's frames.
 func (f *featCache) set(sl *slot, x *tensor.Tensor) {
 	if sl.x != nil {
@@ -136,8 +144,9 @@ func (c *causalConv) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *t
 }
 
 // forwardNormed is forward(SiLU(n(x))) with the norm written behind the
-// slot's frames, so no concat copies it; x stays the caller's.
-func (c *causalConv) forwardNormed(s *tensor.Scope, f *featCache, n rmsNorm, x *tensor.Tensor) *tensor.Tensor {
+// slot's frames, so no concat copies it. With consume, x is freed (when the
+// scope owns it) once normed, before the convolution runs.
+func (c *causalConv) forwardNormed(s *tensor.Scope, f *featCache, n rmsNorm, x *tensor.Tensor, consume bool) *tensor.Tensor {
 	sl := f.next()
 	var prev, zeros *tensor.Tensor
 	front := 2
@@ -160,12 +169,17 @@ func (c *causalConv) forwardNormed(s *tensor.Scope, f *featCache, n rmsNorm, x *
 	if zeros != nil {
 		s.Free(zeros)
 	}
-	// The input's last cacheT frames are tail's: the normed x's, behind the
-	// previous cache's last frame when x has one frame.
+	if consume {
+		s.Free(x)
+	}
+	y := c.run(s, in, c.padding(front), false)
+	// The cached frames are in the input now: they go before the new ones
+	// (the input's last cacheT frames) are copied out, so that the old and
+	// the new are never held beside the convolution's operands.
+	f.drop(sl)
 	t := in.Dim(1)
-	tail := f.s.Slice(in, 1, max(t-cacheT, 0), t)
-	y := c.run(s, in, c.padding(front), true)
-	f.set(sl, tail)
+	f.set(sl, f.s.Slice(in, 1, max(t-cacheT, 0), t))
+	s.Free(in)
 	return y
 }
 
@@ -222,12 +236,8 @@ func (r *resnet) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tenso
 	if r.shortcut != nil {
 		res = r.shortcut.run(s, x, tensor.Padding{}, false)
 	}
-	h := r.conv1.forwardNormed(s, f, r.norm1, x)
-	if res != x {
-		s.Free(x)
-	}
-	g := r.conv2.forwardNormed(s, f, r.norm2, h)
-	s.Free(h)
+	h := r.conv1.forwardNormed(s, f, r.norm1, x, res != x) // x is the residual, or gone once normed
+	g := r.conv2.forwardNormed(s, f, r.norm2, h, true)
 	out := s.Add(g, res)
 	s.Free(g, res)
 	return out

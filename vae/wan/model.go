@@ -57,8 +57,7 @@ func (e *encoder) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tens
 		x = l.forward(s, f, x)
 	}
 	x = e.mid.forward(s, f, x)
-	h := e.convOut.forwardNormed(s, f, e.normOut, x)
-	s.Free(x)
+	h := e.convOut.forwardNormed(s, f, e.normOut, x, true)
 	q := e.quant.run(s, h, tensor.Padding{}, true)
 	out := s.Permute(q, 0, 4, 1, 2, 3)
 	s.Free(q)
@@ -175,8 +174,7 @@ func (d *decoder) tail(s *tensor.Scope, f *featCache, x *tensor.Tensor, from int
 
 // head is norm_out, SiLU and conv_out, its pixels moved channels-first.
 func (d *decoder) head(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
-	h := d.convOut.forwardNormed(s, f, d.normOut, x)
-	s.Free(x)
+	h := d.convOut.forwardNormed(s, f, d.normOut, x, true)
 	out := s.Permute(h, 0, 4, 1, 2, 3)
 	s.Free(h)
 	return out
