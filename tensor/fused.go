@@ -295,8 +295,8 @@ func (s *Scope) Conv3dPadded(x, w, bias *Tensor, stride [3]int, pad Padding, con
 
 // Conv3dLast is Conv3d on channels-last tensors: x (B, T, H, W, Cin) and
 // the result (B, To, Ho, Wo, Cout), w (Cout, Cin, kT, kH, kW) as
-// checkpoints hold it, zero padding pad (Mode and Upsample unused: zeros,
-// none). A backend that is a ChannelsLastConv convolves x as it is and pads
+// checkpoints hold it, padded with zeros as pad says (a replicate mode or
+// an upsample is refused). A backend that is a ChannelsLastConv convolves x as it is and pads
 // what is symmetric itself; the rest of the padding is a padded copy made
 // here. Other backends get x moved channels-first and back. With consume, x
 // is freed (when the scope owns it) as soon as it is no longer needed.
