@@ -325,11 +325,7 @@ func (cl *call) runLast(t Tier, plan *Plan) error {
 // permuted is x with its axes reordered (out axis i is x's axis perm[i]),
 // a copy on be.
 func permuted(be tensor.Backend, x *tensor.Tensor, perm ...int) (*tensor.Tensor, error) {
-	xs := x.Shape()
-	shape := make([]int, len(perm))
-	for i, a := range perm {
-		shape[i] = xs[a]
-	}
+	_, shape := tensor.PermutedStrides(x.Shape(), perm)
 	out, err := tensor.Alloc(be, x.DType(), shape...)
 	if err != nil {
 		return nil, err
@@ -344,11 +340,7 @@ func permuted(be tensor.Backend, x *tensor.Tensor, perm ...int) (*tensor.Tensor,
 // permuteInto copies src into dst with its axes reordered: dst's axis i is
 // src's axis perm[i].
 func permuteInto(be tensor.Backend, dst, src *tensor.Tensor, perm ...int) error {
-	sst := tensor.ContiguousStrides(src.Shape())
-	st := make([]int, len(perm))
-	for i, a := range perm {
-		st[i] = sst[a]
-	}
+	st, _ := tensor.PermutedStrides(src.Shape(), perm)
 	return be.Copy(dst, 0, tensor.ContiguousStrides(dst.Shape()), src, 0, st, dst.Shape())
 }
 

@@ -43,17 +43,13 @@ func (s *Scope) Permute(t *Tensor, perm ...int) *Tensor {
 		s.failf("permute", "permutation %v for rank %d", perm, len(t.shape))
 	}
 	seen := make([]bool, len(perm))
-	shape := make([]int, len(perm))
-	srcSt := ContiguousStrides(t.shape)
-	st := make([]int, len(perm))
-	for i, p := range perm {
+	for _, p := range perm {
 		if p < 0 || p >= len(perm) || seen[p] {
 			s.failf("permute", "bad permutation %v", perm)
 		}
 		seen[p] = true
-		shape[i] = t.shape[p]
-		st[i] = srcSt[p]
 	}
+	st, shape := PermutedStrides(t.shape, perm)
 	out := s.Empty(t.dtype, shape...)
 	s.copyView(out, 0, ContiguousStrides(shape), t, 0, st, shape)
 	return out

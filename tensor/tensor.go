@@ -266,6 +266,18 @@ func ContiguousStrides(shape []int) []int {
 	return st
 }
 
+// PermutedStrides are the strides that read a contiguous tensor of shape
+// with its axes reordered by perm (axis i of the view is axis perm[i]), and
+// the view's shape; perm must be a permutation of the axes.
+func PermutedStrides(shape, perm []int) (st, permuted []int) {
+	src := ContiguousStrides(shape)
+	st, permuted = make([]int, len(perm)), make([]int, len(perm))
+	for i, p := range perm {
+		st[i], permuted[i] = src[p], shape[p]
+	}
+	return st, permuted
+}
+
 func shapeString(s []int) string {
 	parts := make([]string, len(s))
 	for i, d := range s {
