@@ -285,9 +285,21 @@ func TestConv3dLast(t *testing.T) {
 				t.Fatalf("%s: [%d] %v, want %v", name, i, v, want[i])
 			}
 		}
+		// Conv3dLastAdd adds the same convolution to what y holds.
+		y0 := tensor.RandN(rng, b, oT, oH, oW, cout)
+		y := s.Clone(y0)
+		s.Conv3dLastAdd(y, x, w, bias, stride, pad)
+		for i, v := range y.Float32s() {
+			if e := want[i] + float64(y0.Float32s()[i]); math.Abs(float64(v)-e) > 1e-4*math.Max(1, math.Abs(e)) {
+				t.Fatalf("%s: conv3d added: [%d] %v, want %v", name, i, v, e)
+			}
+		}
+		if err := tensor.Catch(func() { s.Conv3dLastAdd(s.Clone(y0).Reshape(b*oT, oH, oW, cout), x, w, bias, stride, pad) }); err == nil {
+			t.Errorf("%s: adding a convolution to a tensor of another shape went through", name)
+		}
 		s.Close()
 	}
-	if !slices.Equal(lc.pads, [][3]int{{0, 1, 1}}) {
+	if !slices.Equal(lc.pads, [][3]int{{0, 1, 1}, {0, 1, 1}, {0, 1, 1}}) {
 		t.Errorf("the backend was asked for paddings %v, want the symmetric [0 1 1]", lc.pads)
 	}
 }

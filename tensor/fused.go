@@ -360,6 +360,22 @@ func (s *Scope) Conv3dLast(x, w, bias *Tensor, stride [3]int, pad Padding, consu
 	return out
 }
 
+// Conv3dLastAdd adds Conv3dLast(x, w, bias, stride, pad) to y, whose shape
+// is the convolution's: a convolution summed over parts of its input (the
+// temporal taps of a causal convolution applied to frames held apart).
+func (s *Scope) Conv3dLastAdd(y, x, w, bias *Tensor, stride [3]int, pad Padding) {
+	s.check("conv3d", x.dtype, y, x, w, bias)
+	part := s.Conv3dLast(x, w, bias, stride, pad, false)
+	defer s.Free(part)
+	if !slices.Equal(part.shape, y.shape) {
+		s.failf("conv3d", "adding a convolution %v to %v", part.shape, y.shape)
+	}
+	if y.Numel() > 0 {
+		st := ContiguousStrides(y.shape)
+		s.run("add", func() Op { return Op{Class: "binary add"} }, func() error { return s.be.Binary(OpAdd, y, y, st, part, st) })
+	}
+}
+
 // materialize is the input pad makes from x, as scope ops.
 func (s *Scope) materialize(x *Tensor, pad Padding) *Tensor {
 	src := x

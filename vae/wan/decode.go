@@ -163,6 +163,7 @@ func (d *decoder) frames(ds *tensor.Scope, zc *tensor.Tensor, n, h0, h1, w0, w1 
 	cs := ds.Child()
 	defer cs.Close()
 	f := newFeatCache(cs)
+	f.use = d.taps
 	defer f.release()
 	for k := 0; k < n; k++ {
 		func() {
@@ -219,6 +220,7 @@ func (v *VAE) encodeTile(es *tensor.Scope, xc *tensor.Tensor, h0, h1, w0, w1 int
 	cs := es.Child()
 	defer cs.Close()
 	f := newFeatCache(cs)
+	f.use = v.m.Enc.taps
 	defer f.release()
 	nT := xc.Dim(2)
 	chunks := 1 + (nT-1)/4

@@ -39,10 +39,22 @@ func caseTiling(c *golden.Case) Tiling {
 	return Tiling{Spatial: true, TileHeight: p.TileHeight, TileWidth: p.TileWidth, TileStrideHeight: p.StrideHeight, TileStrideWidth: p.StrideWidth}
 }
 
+// tapModes are the ways a causal conv of a one-frame chunk runs: each
+// decode and encode must match the reference whichever runs.
+var tapModes = []struct {
+	name string
+	use  tapUse
+}{{"taps_when_larger", tapsWhenLarger}, {"taps_always", tapsAlways}, {"taps_never", tapsNever}}
+
 func TestGoldenWanDecode(t *testing.T) {
 	golden.Run(t, "wan_vae.decode", func(t *testing.T, c *golden.Case) {
 		v := loadCase(t, c, cpu.New(), tensor.F32)
-		c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}))
+		for _, m := range tapModes {
+			t.Run(m.name, func(t *testing.T) {
+				v.m.Dec.taps = m.use
+				c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}))
+			})
+		}
 	})
 }
 
@@ -62,9 +74,14 @@ func TestGoldenWanDecodeTiled(t *testing.T) {
 func TestGoldenWanEncode(t *testing.T) {
 	golden.Run(t, "wan_vae.encode", func(t *testing.T, c *golden.Case) {
 		v := loadCase(t, c, cpu.New(), tensor.F32)
-		mean, logvar := encode(t, v, c.Tensor("x"), Tiling{})
-		c.Compare(t, "mean", mean)
-		c.Compare(t, "logvar", logvar)
+		for _, m := range tapModes {
+			t.Run(m.name, func(t *testing.T) {
+				v.m.Enc.taps = m.use
+				mean, logvar := encode(t, v, c.Tensor("x"), Tiling{})
+				c.Compare(t, "mean", mean)
+				c.Compare(t, "logvar", logvar)
+			})
+		}
 	})
 }
 
@@ -87,7 +104,10 @@ func TestGoldenWanDecodeDevice(t *testing.T) {
 			lim float64
 		}{{tensor.F32, 1e-3}, {tensor.F16, 1e-2}} {
 			v := loadCase(t, c, be, tc.dt)
-			c.CompareWith(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}), golden.Limit{RelL2: tc.lim, HasRelL2: true})
+			for _, m := range tapModes {
+				v.m.Dec.taps = m.use
+				c.CompareWith(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}), golden.Limit{RelL2: tc.lim, HasRelL2: true})
+			}
 		}
 	})
 }

@@ -19,18 +19,37 @@ import (
 const cacheT = 2
 
 // slot is one entry of diffusers' feat_cache: nil (first chunk), "Rep" (an
-// upsampler's first chunk: no temporal upsample yet), or frames.
+// upsampler's first chunk: no temporal upsample yet), or frames: x holds
+// them in order, or a causal conv run by its temporal taps (one frame at a
+// time) keeps its last two input frames apart as older and newer (older nil
+// while only one frame has passed).
 type slot struct {
-	x   *tensor.Tensor
-	rep bool
+	x            *tensor.Tensor
+	rep          bool
+	older, newer *tensor.Tensor
 }
+
+// tapUse says when a causal conv of a one-frame chunk runs by its temporal
+// taps.
+type tapUse int
+
+const (
+	// tapsWhenLarger: when a frame of its input is larger than its weight,
+	// so that the taps' copy of the weight costs less than the frames they
+	// spare.
+	tapsWhenLarger tapUse = iota
+	tapsAlways
+	tapsNever
+)
 
 // featCache is diffusers' feat_cache and feat_idx: each causal conv (and
 // temporal resampler) takes the next slot in forward order every chunk.
 type featCache struct {
-	s     *tensor.Scope // owns the cached frames
+	s     *tensor.Scope // owns the cached frames and the taps
 	slots []slot
 	idx   int
+	use   tapUse
+	taps  map[*causalConv][3]*tensor.Tensor
 }
 
 func newFeatCache(s *tensor.Scope) *featCache { return &featCache{s: s} }
@@ -48,22 +67,87 @@ func (f *featCache) next() *slot {
 // chunk starts a new chunk (feat_idx = [0]).
 func (f *featCache) chunk() { f.idx = 0 }
 
-// release frees every cached tensor (clear_cache).
+// release frees every cached tensor (clear_cache) and the taps.
 func (f *featCache) release() {
 	for i := range f.slots {
-		if f.slots[i].x != nil {
-			f.s.Free(f.slots[i].x)
-		}
+		f.drop(&f.slots[i])
 	}
-	f.slots, f.idx = nil, 0
+	for _, t := range f.taps {
+		f.s.Free(t[:]...)
+	}
+	f.slots, f.idx, f.taps = nil, 0, nil
 }
 
 // drop frees the slot's frames (they were copied where they are needed).
 func (f *featCache) drop(sl *slot) {
-	if sl.x != nil {
-		f.s.Free(sl.x)
-		sl.x = nil
+	f.s.Free(sl.x, sl.older, sl.newer)
+	sl.x, sl.older, sl.newer = nil, nil, nil
+}
+
+// join puts a slot's frames kept apart back in order in x.
+func (f *featCache) join(sl *slot) {
+	switch {
+	case sl.newer == nil:
+		return
+	case sl.older == nil:
+		sl.x = sl.newer
+	default:
+		sl.x = f.s.Concat(1, sl.older, sl.newer)
+		f.s.Free(sl.older, sl.newer)
 	}
+	sl.older, sl.newer = nil, nil
+}
+
+// split keeps a slot's last two frames apart, as the taps take them.
+func (f *featCache) split(sl *slot) {
+	if sl.x == nil {
+		return
+	}
+	t := sl.x.Dim(1)
+	sl.newer = f.s.Slice(sl.x, 1, t-1, t)
+	if t >= 2 {
+		sl.older = f.s.Slice(sl.x, 1, t-2, t-1)
+	}
+	f.s.Free(sl.x)
+	sl.x = nil
+}
+
+// tapsOf is c's weight cut into its three temporal taps (Cout, Cin, 1, kH,
+// kW), made on first use.
+func (f *featCache) tapsOf(c *causalConv) [3]*tensor.Tensor {
+	t, ok := f.taps[c]
+	if !ok {
+		for k := range t {
+			t[k] = f.s.Slice(c.w, 2, k, k+1)
+		}
+		if f.taps == nil {
+			f.taps = map[*causalConv][3]*tensor.Tensor{}
+		}
+		f.taps[c] = t
+	}
+	return t
+}
+
+// dropTaps frees c's taps, when made.
+func (f *featCache) dropTaps(c *causalConv) {
+	if t, ok := f.taps[c]; ok {
+		f.s.Free(t[:]...)
+		delete(f.taps, c)
+	}
+}
+
+// byTaps reports whether c runs a chunk of x's frames by its taps.
+func (f *featCache) byTaps(c *causalConv, x *tensor.Tensor) bool {
+	if x.Dim(1) != 1 {
+		return false
+	}
+	switch f.use {
+	case tapsAlways:
+		return true
+	case tapsNever:
+		return false
+	}
+	return x.Numel() > c.w.Numel()
 }
 
 // set replaces the slot's frames.
@@ -130,6 +214,7 @@ func newCausalConv(p *weights.Builder, name string, cin, cout int) *causalConv {
 // in front of x, and x's tail replaces them.
 func (c *causalConv) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
 	sl := f.next()
+	f.join(sl)
 	tail := f.tail(sl, x)
 	in, front := x, 2
 	if sl.x != nil {
@@ -148,6 +233,11 @@ func (c *causalConv) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *t
 // scope owns it) once normed, before the convolution runs.
 func (c *causalConv) forwardNormed(s *tensor.Scope, f *featCache, n rmsNorm, x *tensor.Tensor, consume bool) *tensor.Tensor {
 	sl := f.next()
+	if f.byTaps(c, x) {
+		return c.forwardTaps(s, f, sl, n, x, consume)
+	}
+	f.join(sl)
+	f.dropTaps(c) // a first one-frame chunk made them; longer chunks follow
 	var prev, zeros *tensor.Tensor
 	front := 2
 	if sl.x != nil {
@@ -180,6 +270,40 @@ func (c *causalConv) forwardNormed(s *tensor.Scope, f *featCache, n rmsNorm, x *
 	t := in.Dim(1)
 	f.set(sl, f.s.Slice(in, 1, max(t-cacheT, 0), t))
 	s.Free(in)
+	return y
+}
+
+// forwardTaps is forwardNormed for a one-frame chunk x as the sum of the
+// temporal taps over the frames: tap 0 on the older cached frame, tap 1 on
+// the newer, tap 2 on SiLU(n(x)), each a 1×3×3 convolution added to the
+// output (a frame not there yet is a causal zero frame: no term). The
+// normed frame becomes the newer cached frame as it is, so no frame is
+// copied, and the input is never three frames at once.
+func (c *causalConv) forwardTaps(s *tensor.Scope, f *featCache, sl *slot, n rmsNorm, x *tensor.Tensor, consume bool) *tensor.Tensor {
+	f.split(sl)
+	taps := f.tapsOf(c)
+	pad := c.padding(0)
+	var y *tensor.Tensor
+	term := func(in *tensor.Tensor, k int) {
+		if y == nil {
+			y = s.Conv3dLast(in, taps[k], c.b, c.stride, pad, false)
+		} else {
+			s.Conv3dLastAdd(y, in, taps[k], nil, c.stride, pad)
+		}
+	}
+	if sl.older != nil {
+		term(sl.older, 0)
+		f.s.Free(sl.older) // before the normed frame is made: it may take its memory
+	}
+	nx := f.s.ChannelsLastRMSNorm(x, n.gamma, n.eps, true)
+	if consume {
+		s.Free(x)
+	}
+	if sl.newer != nil {
+		term(sl.newer, 1)
+	}
+	term(nx, 2)
+	sl.older, sl.newer = sl.newer, nx
 	return y
 }
 
@@ -343,15 +467,21 @@ func (r *resample) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *ten
 		if r.temporal {
 			x = r.timeUp(s, f, x)
 		}
-		u := s.UpsampleNearest(x, [3]int{2, 2, 1}) // H and W of (B, T, H, W, C)
-		s.Free(x)
-		return r.conv.run(s, u, tensor.Padding{Before: [3]int{0, 1, 1}, After: [3]int{0, 1, 1}}, true)
+		return r.spatial(s, x)
 	}
 	x = r.conv.run(s, x, tensor.Padding{After: [3]int{0, 1, 1}}, true)
 	if r.temporal {
 		x = r.timeDown(s, f, x)
 	}
 	return x
+}
+
+// spatial is an up resampler's per-frame half: nearest ×2 in H and W, then
+// the 3×3 conv to half the channels. It consumes x.
+func (r *resample) spatial(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	u := s.UpsampleNearest(x, [3]int{2, 2, 1}) // H and W of (B, T, H, W, C)
+	s.Free(x)
+	return r.conv.run(s, u, tensor.Padding{Before: [3]int{0, 1, 1}, After: [3]int{0, 1, 1}}, true)
 }
 
 // timeUp doubles the frames: the first chunk passes through ("Rep"); later

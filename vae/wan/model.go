@@ -2,6 +2,7 @@ package wan
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -20,6 +21,7 @@ type encoder struct {
 	normOut rmsNorm
 	convOut *causalConv
 	quant   *conv
+	taps    tapUse // for tests
 }
 
 func newEncoder(p *weights.Builder, c *Config) *encoder {
@@ -72,10 +74,13 @@ type decoder struct {
 	blocks    []*upBlock
 	normOut   rmsNorm
 	convOut   *causalConv
-	// tailFrom is the first up block after the last temporal upsampler;
-	// wholeChunk runs the tail on the whole chunk instead (for tests).
+	// tailFrom is the first up block after the last temporal upsampler
+	// (0: none); wholeChunk runs the tail on the whole chunk instead, and
+	// taps says when causal convs run by their temporal taps (both for
+	// tests).
 	tailFrom   int
 	wholeChunk bool
+	taps       tapUse
 }
 
 type upBlock struct {
@@ -125,26 +130,35 @@ func newDecoder(p *weights.Builder, c *Config) *decoder {
 // pixels (B, out, T, H, W) to emit (which must not keep them: they are
 // freed after).
 //
-// After the last temporal upsampler every layer is per frame or a causal
-// conv with the cache, so from there on the chunk's frames run one at a
-// time (tail): each output frame is what diffusers computes for it, and
-// the full-resolution activations are a quarter of a 4-frame chunk's. The
-// cache ends holding the same frames, as each single frame's tail takes the
-// previous frame in front.
+// From the last temporal upsampler's spatial half on, every layer is per
+// frame or a causal conv with the cache, so from there the chunk's frames
+// run one at a time (the tail): each output frame is what diffusers
+// computes for it, and the full-resolution activations are a quarter of a
+// 4-frame chunk's. The cache ends holding the same frames, as each single
+// frame's tail takes the previous frame in front.
 func (d *decoder) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor, emit func(*tensor.Tensor)) {
 	f.chunk()
 	x = d.convIn.forward(s, f, x)
 	x = d.mid.forward(s, f, x)
 	for i, b := range d.blocks {
-		if i == d.tailFrom && !d.wholeChunk && x.Dim(1) > 1 {
+		if i == d.tailFrom-1 && !d.wholeChunk {
+			for _, r := range b.resnets {
+				x = r.forward(s, f, x)
+			}
+			x = b.up.timeUp(s, f, x)
 			start := f.idx
-			for k := 0; k < x.Dim(1); k++ {
+			frames := []*tensor.Tensor{x}
+			if x.Dim(1) > 1 {
+				// Apart, so that each frame's memory goes once it has run.
+				frames = s.Split(x, 1, slices.Repeat([]int{1}, x.Dim(1))...)
+				s.Free(x)
+			}
+			for _, fr := range frames {
 				f.idx = start
-				y := d.tail(s, f, s.Slice(x, 1, k, k+1), i)
+				y := d.tail(s, f, b.up.spatial(s, fr), i+1)
 				emit(y)
 				s.Free(y)
 			}
-			s.Free(x)
 			return
 		}
 		x = b.forward(s, f, x)
