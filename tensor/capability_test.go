@@ -168,6 +168,32 @@ func TestChannelsLastRMSNorm(t *testing.T) {
 			}
 		}
 	}
+	// Into a view of one frame of a larger tensor: that frame is the norm,
+	// the others are untouched.
+	x1 := s.To(tensor.RandN(rng, 1, 1, 4, 5, 6))
+	norm := tensor.Float32s(ref.ChannelsLastRMSNorm(x1, w, 1e-6, true))
+	for name, sc := range map[string]*tensor.Scope{"fused": s, "op by op": ref} {
+		ring := sc.Clone(front.Reshape(1, 4, 4, 5, 6))
+		before := tensor.Float32s(ring)
+		dst, ok := sc.ViewRows(ring, 2, 3)
+		if !ok {
+			t.Fatalf("%s: no view of a host tensor", name)
+		}
+		sc.ChannelsLastRMSNormInto(dst, x1, w, 1e-6, true)
+		per := 4 * 5 * 6
+		for i, v := range tensor.Float32s(ring) {
+			want := before[i]
+			if i/per == 2 {
+				want = norm[i%per]
+			}
+			if math.Abs(float64(v-want)) > 1e-5*math.Max(1, math.Abs(float64(want))) {
+				t.Fatalf("%s into frame 2 of 4 [%d]: %v, want %v", name, i, v, want)
+			}
+		}
+		if err := tensor.Catch(func() { sc.ChannelsLastRMSNormInto(ring, x1, w, 1e-6, true) }); err == nil {
+			t.Errorf("%s: a norm into a tensor of another shape went through", name)
+		}
+	}
 	if err := tensor.Catch(func() {
 		s.ChannelsLastRMSNorm(s.To(tensor.RandN(rng, 2, 3, 4)), s.To(tensor.RandN(rng, 3)), 1e-6, false)
 	}); err == nil {

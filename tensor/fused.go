@@ -121,6 +121,27 @@ func (s *Scope) ChannelsLastRMSNormAfter(front, x, w *Tensor, eps float32, silu 
 	return out
 }
 
+// ChannelsLastRMSNormInto is ChannelsLastRMSNorm(x, w, eps, silu) written
+// into dst, of x's shape and dtype (a view of a larger tensor, such as a
+// frame of a causal convolution's cached frames).
+func (s *Scope) ChannelsLastRMSNormInto(dst, x, w *Tensor, eps float32, silu bool) {
+	s.check("channels_last_rms_norm", x.dtype, dst, x, w)
+	if !slices.Equal(dst.shape, x.shape) {
+		s.failf("channels_last_rms_norm", "into %v for x %v", dst.shape, x.shape)
+	}
+	if f, ok := s.fused(); ok {
+		if len(x.shape) < 2 || (w != nil && w.Numel() != x.shape[len(x.shape)-1]) {
+			s.failf("channels_last_rms_norm", "x %v, weight %v: want x (B, ..., C) and weight (C)", x.shape, shapeOf(w))
+		}
+		s.run("channels_last_rms_norm", fusedOp("channels_last_rms_norm"), func() error { return f.ChannelsLastRMSNorm(dst, x, w, eps, silu) })
+		return
+	}
+	y := s.ChannelsLastRMSNorm(x, w, eps, silu)
+	st := ContiguousStrides(y.shape)
+	s.copyView(dst, 0, st, y, 0, st, y.shape)
+	s.Free(y)
+}
+
 // needBD checks that each of vs holds B·D values for x (B, L, D).
 func (s *Scope) needBD(op string, x *Tensor, vs ...*Tensor) {
 	for _, v := range vs {

@@ -59,7 +59,7 @@ func (v *views) Make(w weights.Weight) (*tensor.Tensor, error) {
 	if v.be == nil {
 		return tensor.FromBytes(w.DType, v.a.slice(v.buf.(*tensor.HostBuffer).Data(), j), w.Shape...)
 	}
-	b, ok := viewOf(v.be, v.buf, v.a.offs[j], w.Bytes())
+	b, ok := tensor.ViewOf(v.be, v.buf, v.a.offs[j], w.Bytes())
 	if !ok {
 		return nil, fmt.Errorf("hunyuan: backend %s cannot view part of a buffer: %w", v.be.Name(), tensor.ErrUnsupported)
 	}

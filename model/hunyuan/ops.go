@@ -78,28 +78,5 @@ func rowRange(s *tensor.Scope, t *tensor.Tensor, start, end int) *tensor.Tensor 
 // rowView is rows [start, end) of t (B, L, ...) as a view of t's storage
 // (writes land in t), when t has batch 1 and the backend makes views.
 func rowView(s *tensor.Scope, t *tensor.Tensor, start, end int) (*tensor.Tensor, bool) {
-	if t.Dim(0) != 1 {
-		return nil, false
-	}
-	inner := int64(t.Numel()/max(t.Dim(1), 1)) * int64(t.DType().Size())
-	buf, ok := viewOf(s.Backend(), t.Buffer(), int64(start)*inner, int64(end-start)*inner)
-	if !ok {
-		return nil, false
-	}
-	shape := t.Shape()
-	shape[1] = end - start
-	return tensor.Wrap(s.Backend(), buf, t.DType(), shape...), true
-}
-
-// viewOf is n bytes of buf at off without a copy, when possible.
-func viewOf(be tensor.Backend, buf tensor.Buffer, off, n int64) (tensor.Buffer, bool) {
-	if hb, ok := buf.(*tensor.HostBuffer); ok {
-		return tensor.HostBufferOf(hb.Data()[off : off+n]), true
-	}
-	if v, ok := tensor.As[tensor.Viewer](be); ok {
-		if b, err := v.View(buf, off, n); err == nil {
-			return b, true
-		}
-	}
-	return nil, false
+	return s.ViewRows(t, start, end)
 }

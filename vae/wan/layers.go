@@ -20,17 +20,18 @@ const cacheT = 2
 
 // slot is one entry of diffusers' feat_cache: nil (first chunk), "Rep" (an
 // upsampler's first chunk: no temporal upsample yet), or frames: x holds
-// them in order, or a causal conv run by its temporal taps (one frame at a
-// time) keeps its last two input frames apart as older and newer (older nil
-// while only one frame has passed).
+// them in order, or, for a causal conv run by its temporal taps one frame at
+// a time, ring holds the last two input frames (1, 2, H, W, C) with the
+// older at index oldest (zero frames stand for those not there yet).
 type slot struct {
-	x            *tensor.Tensor
-	rep          bool
-	older, newer *tensor.Tensor
+	x      *tensor.Tensor
+	rep    bool
+	ring   *tensor.Tensor
+	oldest int
 }
 
 // tapUse says when a causal conv of a one-frame chunk runs by its temporal
-// taps.
+// taps (where the backend makes views).
 type tapUse int
 
 const (
@@ -49,8 +50,13 @@ type featCache struct {
 	slots []slot
 	idx   int
 	use   tapUse
-	taps  map[*causalConv][3]*tensor.Tensor
+	taps  map[*causalConv]taps
 }
+
+// taps are a causal conv's weight (Cout, Cin, 3, kH, kW) cut along time for
+// the ring: the first two taps in order and swapped, for the two frames of
+// the ring as they lie, and the last tap alone, for the new frame.
+type taps struct{ first, swapped, last *tensor.Tensor }
 
 func newFeatCache(s *tensor.Scope) *featCache { return &featCache{s: s} }
 
@@ -73,55 +79,67 @@ func (f *featCache) release() {
 		f.drop(&f.slots[i])
 	}
 	for _, t := range f.taps {
-		f.s.Free(t[:]...)
+		f.s.Free(t.first, t.swapped, t.last)
 	}
 	f.slots, f.idx, f.taps = nil, 0, nil
 }
 
 // drop frees the slot's frames (they were copied where they are needed).
 func (f *featCache) drop(sl *slot) {
-	f.s.Free(sl.x, sl.older, sl.newer)
-	sl.x, sl.older, sl.newer = nil, nil, nil
+	f.s.Free(sl.x, sl.ring)
+	sl.x, sl.ring = nil, nil
 }
 
-// join puts a slot's frames kept apart back in order in x.
+// join puts the frames of a slot's ring in order in x.
 func (f *featCache) join(sl *slot) {
-	switch {
-	case sl.newer == nil:
+	if sl.ring == nil {
 		return
-	case sl.older == nil:
-		sl.x = sl.newer
-	default:
-		sl.x = f.s.Concat(1, sl.older, sl.newer)
-		f.s.Free(sl.older, sl.newer)
 	}
-	sl.older, sl.newer = nil, nil
+	if sl.oldest == 0 {
+		sl.x = sl.ring
+	} else {
+		newer, older := f.s.Slice(sl.ring, 1, 0, 1), f.s.Slice(sl.ring, 1, 1, 2)
+		sl.x = f.s.Concat(1, older, newer)
+		f.s.Free(newer, older, sl.ring)
+	}
+	sl.ring = nil
 }
 
-// split keeps a slot's last two frames apart, as the taps take them.
-func (f *featCache) split(sl *slot) {
-	if sl.x == nil {
+// toRing makes the slot's ring from its frames in order (zero frames in
+// front of fewer than two), for the next frame like x.
+func (f *featCache) toRing(sl *slot, x *tensor.Tensor) {
+	if sl.ring != nil {
 		return
 	}
-	t := sl.x.Dim(1)
-	sl.newer = f.s.Slice(sl.x, 1, t-1, t)
-	if t >= 2 {
-		sl.older = f.s.Slice(sl.x, 1, t-2, t-1)
+	sh := x.Shape()
+	sh[1] = cacheT
+	switch {
+	case sl.x == nil:
+		sl.ring = f.s.Zeros(x.DType(), sh...)
+	case sl.x.Dim(1) < cacheT:
+		sh[1] = cacheT - sl.x.Dim(1)
+		z := f.s.Zeros(x.DType(), sh...)
+		sl.ring = f.s.Concat(1, z, sl.x)
+		f.s.Free(z)
+	default:
+		t := sl.x.Dim(1)
+		sl.ring = f.s.Slice(sl.x, 1, t-cacheT, t)
 	}
 	f.s.Free(sl.x)
-	sl.x = nil
+	sl.x, sl.oldest = nil, 0
 }
 
-// tapsOf is c's weight cut into its three temporal taps (Cout, Cin, 1, kH,
-// kW), made on first use.
-func (f *featCache) tapsOf(c *causalConv) [3]*tensor.Tensor {
+// tapsOf is c's taps, made on first use.
+func (f *featCache) tapsOf(c *causalConv) taps {
 	t, ok := f.taps[c]
 	if !ok {
-		for k := range t {
-			t[k] = f.s.Slice(c.w, 2, k, k+1)
-		}
+		t.first = f.s.Slice(c.w, 2, 0, 2)
+		w0, w1 := f.s.Slice(c.w, 2, 0, 1), f.s.Slice(c.w, 2, 1, 2)
+		t.swapped = f.s.Concat(2, w1, w0)
+		f.s.Free(w0, w1)
+		t.last = f.s.Slice(c.w, 2, 2, 3)
 		if f.taps == nil {
-			f.taps = map[*causalConv][3]*tensor.Tensor{}
+			f.taps = map[*causalConv]taps{}
 		}
 		f.taps[c] = t
 	}
@@ -131,23 +149,20 @@ func (f *featCache) tapsOf(c *causalConv) [3]*tensor.Tensor {
 // dropTaps frees c's taps, when made.
 func (f *featCache) dropTaps(c *causalConv) {
 	if t, ok := f.taps[c]; ok {
-		f.s.Free(t[:]...)
+		f.s.Free(t.first, t.swapped, t.last)
 		delete(f.taps, c)
 	}
 }
 
-// byTaps reports whether c runs a chunk of x's frames by its taps.
+// byTaps reports whether c runs the one-frame chunk x by its taps.
 func (f *featCache) byTaps(c *causalConv, x *tensor.Tensor) bool {
-	if x.Dim(1) != 1 {
+	if x.Dim(0) != 1 || x.Dim(1) != 1 || f.use == tapsNever {
 		return false
 	}
-	switch f.use {
-	case tapsAlways:
-		return true
-	case tapsNever:
+	if _, views := f.s.ViewRows(x, 0, 1); !views {
 		return false
 	}
-	return x.Numel() > c.w.Numel()
+	return f.use == tapsAlways || x.Numel() > c.w.Numel()
 }
 
 // set replaces the slot's frames.
@@ -273,37 +288,28 @@ func (c *causalConv) forwardNormed(s *tensor.Scope, f *featCache, n rmsNorm, x *
 	return y
 }
 
-// forwardTaps is forwardNormed for a one-frame chunk x as the sum of the
-// temporal taps over the frames: tap 0 on the older cached frame, tap 1 on
-// the newer, tap 2 on SiLU(n(x)), each a 1×3×3 convolution added to the
-// output (a frame not there yet is a causal zero frame: no term). The
-// normed frame becomes the newer cached frame as it is, so no frame is
-// copied, and the input is never three frames at once.
+// forwardTaps is forwardNormed for a one-frame chunk x by the temporal
+// taps: the first two over the ring's frames as they lie, then SiLU(n(x))
+// written over the older frame, which that convolution was its last use,
+// and the last tap over it, added. No frame is copied, and the input is
+// never three frames at once.
 func (c *causalConv) forwardTaps(s *tensor.Scope, f *featCache, sl *slot, n rmsNorm, x *tensor.Tensor, consume bool) *tensor.Tensor {
-	f.split(sl)
-	taps := f.tapsOf(c)
+	f.toRing(sl, x)
+	t := f.tapsOf(c)
 	pad := c.padding(0)
-	var y *tensor.Tensor
-	term := func(in *tensor.Tensor, k int) {
-		if y == nil {
-			y = s.Conv3dLast(in, taps[k], c.b, c.stride, pad, false)
-		} else {
-			s.Conv3dLastAdd(y, in, taps[k], nil, c.stride, pad)
-		}
+	o := sl.oldest
+	w := t.first
+	if o == 1 {
+		w = t.swapped
 	}
-	if sl.older != nil {
-		term(sl.older, 0)
-		f.s.Free(sl.older) // before the normed frame is made: it may take its memory
-	}
-	nx := f.s.ChannelsLastRMSNorm(x, n.gamma, n.eps, true)
+	y := s.Conv3dLast(sl.ring, w, c.b, c.stride, pad, false)
+	newest, _ := f.s.ViewRows(sl.ring, o, o+1)
+	s.ChannelsLastRMSNormInto(newest, x, n.gamma, n.eps, true)
 	if consume {
 		s.Free(x)
 	}
-	if sl.newer != nil {
-		term(sl.newer, 1)
-	}
-	term(nx, 2)
-	sl.older, sl.newer = sl.newer, nx
+	s.Conv3dLastAdd(y, newest, t.last, nil, c.stride, pad)
+	sl.oldest = 1 - o
 	return y
 }
 

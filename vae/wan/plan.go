@@ -43,14 +43,30 @@ func (d *dryBackend) Free(b tensor.Buffer) {
 	d.live -= b.Bytes()
 	d.mu.Unlock()
 }
-func (d *dryBackend) Upload(tensor.Buffer, int64, []byte) error   { return nil }
-func (d *dryBackend) Download([]byte, tensor.Buffer, int64) error { return nil }
+func (d *dryBackend) Upload(tensor.Buffer, int64, []byte) error { return nil }
+
+// View is a view: it holds no memory of its own.
+func (d *dryBackend) View(tensor.Buffer, int64, int64) (tensor.Buffer, error) { return &dryBuf{}, nil }
+func (d *dryBackend) Download([]byte, tensor.Buffer, int64) error             { return nil }
 
 // dryLast is dryBackend convolving channels-last tensors as they are, as
-// the GPU's conv3d chain does (no channels-first copies).
+// the GPU's conv3d chain does (no channels-first copies), with the GPU's
+// fused kernels.
 type dryLast struct{ *dryBackend }
 
 func (d dryLast) Conv3dLast(_, _, _, _ *tensor.Tensor, _ tensor.ConvParams) error { return nil }
+
+// The GPU's fused kernels (tensor.FusedKernels), whose memory is their
+// output's alone.
+func (d dryLast) LayerNormModulate(_, _, _, _ *tensor.Tensor, _ float32) error { return nil }
+func (d dryLast) GatedAdd(_, _, _, _, _ *tensor.Tensor) error                  { return nil }
+func (d dryLast) QKNormRoPE(_, _, _, _, _ *tensor.Tensor, _ int, _ [3]int, _, _, _, _ *tensor.Tensor, _ float32) error {
+	return nil
+}
+func (d dryLast) ActivateColumns(tensor.UnaryOp, *tensor.Tensor, int, *tensor.Tensor, *tensor.Tensor, int, int) error {
+	return nil
+}
+func (d dryLast) ChannelsLastRMSNorm(_, _, _ *tensor.Tensor, _ float32, _ bool) error { return nil }
 
 // drySource allocates weights on the dry backend.
 type drySource struct{ be tensor.Backend }
