@@ -222,16 +222,18 @@ func (c *Chain) conv3dPadded(be tensor.Backend, dst, x, w, bias *tensor.Tensor, 
 }
 
 // ChannelsLastTier is a tier that convolves channels-last tensors (x (B, T,
-// H, W, Cin) into dst (B, To, Ho, Wo, Cout)) as they are.
+// H, W, Cin) into dst (B, To, Ho, Wo, Cout), or added to dst when
+// p.Accumulate) as they are.
 type ChannelsLastTier interface {
 	RunLast(plan *Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error
 }
 
 // Conv3dLast computes the channels-last convolution of x (B, T, H, W, Cin)
-// into dst (B, To, Ho, Wo, Cout): a tier that is a ChannelsLastTier
-// convolves them as they are; the others get x moved channels-first (a
-// copy made once when first needed) and their output moved back into dst.
-// The key's layout is "ndhwc", so its choices are its own.
+// into dst (B, To, Ho, Wo, Cout), or adds it to dst (p.Accumulate): a tier
+// that is a ChannelsLastTier convolves them as they are; the others get x
+// moved channels-first (a copy made once when first needed) and their
+// output moved back into dst, or added. The key's layout is "ndhwc", so its
+// choices are its own.
 func (c *Chain) Conv3dLast(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	return c.conv3dLast(nil, dst, x, w, bias, p)
 }
@@ -316,10 +318,25 @@ func (cl *call) runLast(t Tier, plan *Plan) error {
 		return err
 	}
 	defer tensor.Release(y)
-	if err := t.Run(plan, y, cl.first, cl.w, cl.bias, cl.p); err != nil {
+	p := cl.p
+	p.Accumulate = false
+	if err := t.Run(plan, y, cl.first, cl.w, cl.bias, p); err != nil {
 		return err
 	}
-	return permuteInto(be, cl.dst, y, 0, 2, 3, 4, 1)
+	if !cl.p.Accumulate {
+		return permuteInto(be, cl.dst, y, 0, 2, 3, 4, 1)
+	}
+	// Added to dst: moved channels-last beside it first.
+	last, err := tensor.Alloc(be, cl.dst.DType(), ds...)
+	if err != nil {
+		return err
+	}
+	defer tensor.Release(last)
+	if err := permuteInto(be, last, y, 0, 2, 3, 4, 1); err != nil {
+		return err
+	}
+	st := tensor.ContiguousStrides(ds)
+	return be.Binary(tensor.OpAdd, cl.dst, cl.dst, st, last, st)
 }
 
 // permuted is x with its axes reordered (out axis i is x's axis perm[i]),

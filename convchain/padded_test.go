@@ -207,4 +207,14 @@ func TestConv3dLastOnChannelsFirstTier(t *testing.T) {
 			t.Fatalf("element %d is %v, want %v", i, got.Float32s()[i], v)
 		}
 	}
+	// Accumulating adds the same convolution to what dst holds.
+	p.Accumulate = true
+	if err := Wrap(c, ch).Conv3dLast(got, x, w, b, p); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range want.Float32s() {
+		if d := got.Float32s()[i] - 2*v; d > 1e-4 || d < -1e-4 {
+			t.Fatalf("accumulated: element %d is %v, want %v", i, got.Float32s()[i], 2*v)
+		}
+	}
 }

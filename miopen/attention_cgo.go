@@ -37,7 +37,8 @@ static void be_init(uintptr_t c, uintptr_t d, uintptr_t s, uintptr_t g, uintptr_
 }
 
 // Attribute types (cudnnBackendAttributeType_t).
-enum { T_HANDLE = 0, T_DATA_TYPE = 1, T_BOOLEAN = 2, T_INT64 = 3, T_VOID_PTR = 6, T_HEUR_MODE = 8, T_DESC = 15 };
+enum { T_HANDLE = 0, T_DATA_TYPE = 1, T_BOOLEAN = 2, T_INT64 = 3, T_FLOAT = 4, T_VOID_PTR = 6, T_HEUR_MODE = 8,
+       T_DESC = 15 };
 
 static int be_create(int type, uintptr_t* out) {
 	void* p = 0;
@@ -54,6 +55,31 @@ static int be_get_i64(uintptr_t d, int name, int64_t* v) { int64_t n = 0; return
 static int be_set_descs(uintptr_t d, int name, int64_t n, uintptr_t* v) { return be.set((void*)d, name, T_DESC, n, (void*)v); }
 static int be_get_descs(uintptr_t d, int name, int64_t want, int64_t* got, uintptr_t* out) {
 	return be.get((void*)d, name, T_DESC, want, got, (void*)out);
+}
+static int be_set_i64s(uintptr_t d, int name, int64_t n, const int64_t* v) { return be.set((void*)d, name, T_INT64, n, v); }
+static int be_set_f32(uintptr_t d, int name, float v) { return be.set((void*)d, name, T_FLOAT, 1, &v); }
+// be_get_enums reads up to max values of an enum-array attribute of type
+// type (an engine's numerical notes).
+static int be_get_enums(uintptr_t d, int name, int type, int64_t max, int64_t* n, int* out) {
+	return be.get((void*)d, name, type, max, n, out);
+}
+// be_run binds n device pointers to their uids and the workspace in a
+// variant pack and executes plan on the handle's stream.
+static int be_run(uintptr_t handle, uintptr_t plan, int64_t n, const int64_t* uids, const uintptr_t* ptrs, uintptr_t ws) {
+	void* p[16];
+	if (n > 16) return 2000; // CUDNN_STATUS_BAD_PARAM
+	for (int64_t i = 0; i < n; i++) p[i] = (void*)ptrs[i];
+	void* vp = 0;
+	int r = be.create(16, &vp); // CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR
+	if (r) return r;
+	void* w = (void*)ws;
+	r = be.set(vp, 1000, T_INT64, n, uids);           // UNIQUE_IDS
+	if (!r) r = be.set(vp, 1001, T_VOID_PTR, n, p);    // DATA_POINTERS
+	if (!r) r = be.set(vp, 1003, T_VOID_PTR, 1, &w);   // WORKSPACE
+	if (!r) r = be.finalize(vp);
+	if (!r) r = be.execute((void*)handle, (void*)plan, vp);
+	be.destroy(vp);
+	return r;
 }
 static void be_last_error(char* buf, size_t n) {
 	buf[0] = 0;
@@ -146,6 +172,7 @@ import "C"
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unsafe"
 )
@@ -159,8 +186,10 @@ const (
 	attrEngineCfgEngine                                            = 300
 	attrPlanHandle, attrPlanEngineCfg, attrPlanWorkspace           = 400, 401, 402
 	attrGraphHandle, attrGraphOps                                  = 800, 801
-	attrEngineGlobalIndex                                          = 1301
+	attrEngineGlobalIndex, attrEngineNumericalNote                 = 1301, 1303
 	attrSDPAQ, attrSDPAK, attrSDPAV, attrSDPAO, attrSDPAScale      = 2800, 2801, 2802, 2803, 2805
+
+	typeHeurMode, typeNumericalNote = 8, 11 // cudnnBackendAttributeType_t
 
 	heurModeInstant, heurModeFallback, heurModeA = 0, 2, 3
 	// minGraphSDPA: cuDNN 9.13 added the SDPA forward operation.
@@ -335,6 +364,52 @@ func (b *graphBuild) linkAll(d uintptr, name int, vs []uintptr) {
 	}
 }
 
+// setInt64s sets an INT64 attribute of one or more values (a tensor's
+// dimensions, a convolution's paddings).
+func (b *graphBuild) setInt64s(d uintptr, name int, vs ...int64) {
+	if b.err == nil && len(vs) > 0 {
+		b.check(fmt.Sprintf("cudnnBackendSetAttribute(%d)", name), C.be_set_i64s(C.uintptr_t(d), C.int(name),
+			C.int64_t(len(vs)), (*C.int64_t)(unsafe.Pointer(&vs[0]))))
+	}
+}
+
+// setFloat sets a FLOAT attribute (an operation's alpha or beta).
+func (b *graphBuild) setFloat(d uintptr, name int, v float32) {
+	if b.err == nil {
+		b.check(fmt.Sprintf("cudnnBackendSetAttribute(%d)", name), C.be_set_f32(C.uintptr_t(d), C.int(name), C.float(v)))
+	}
+}
+
+// setHandle binds d (an operation graph, an execution plan) to the cuDNN
+// handle h.
+func (b *graphBuild) setHandle(d uintptr, name int, h uintptr) {
+	if b.err == nil {
+		b.check(fmt.Sprintf("cudnnBackendSetAttribute(%d)", name), C.be_set_handle(C.uintptr_t(d), C.int(name), C.uintptr_t(h)))
+	}
+}
+
+// destroy frees d, one of b's descriptors, ahead of the rest.
+func (b *graphBuild) destroy(d uintptr) {
+	if i := slices.Index(b.descs, d); i >= 0 {
+		b.descs = slices.Delete(b.descs, i, i+1)
+		C.be_destroy(C.uintptr_t(d))
+	}
+}
+
+// execute runs plan on the cuDNN handle h (on its stream) with the device
+// pointers ptrs bound to the tensor uids and the workspace.
+func (l *Lib) execute(h, plan uintptr, uids []int64, ptrs []uintptr, workspace uintptr) error {
+	if len(uids) != len(ptrs) || len(uids) == 0 {
+		return fmt.Errorf("miopen: %d uids for %d pointers", len(uids), len(ptrs))
+	}
+	p := make([]C.uintptr_t, len(ptrs))
+	for i, v := range ptrs {
+		p[i] = C.uintptr_t(v)
+	}
+	return l.graphError("cudnnBackendExecute", C.be_run(C.uintptr_t(h), C.uintptr_t(plan), C.int64_t(len(uids)),
+		(*C.int64_t)(unsafe.Pointer(&uids[0])), &p[0], C.uintptr_t(workspace)))
+}
+
 func (b *graphBuild) release() {
 	for i := len(b.descs) - 1; i >= 0; i-- {
 		C.be_destroy(C.uintptr_t(b.descs[i]))
@@ -370,9 +445,7 @@ func (h *Handle) buildAttention(d AttnDesc) *attnPlan {
 // heuristics for engine configurations and keeps the first execution plan
 // that finalizes.
 func (h *Handle) planGraph(d AttnDesc, b *graphBuild, graph uintptr) *attnPlan {
-	if b.err == nil {
-		b.check("operation graph handle", C.be_set_handle(C.uintptr_t(graph), attrGraphHandle, C.uintptr_t(h.h)))
-	}
+	b.setHandle(graph, attrGraphHandle, h.h)
 	b.finalize(graph, "operation graph")
 	p := &attnPlan{plan: AttnPlan{Desc: d}}
 	var refused []string
@@ -383,50 +456,25 @@ func (h *Handle) planGraph(d AttnDesc, b *graphBuild, graph uintptr) *attnPlan {
 		if b.err != nil || p.exec != 0 {
 			break
 		}
-		heur := b.create(beEngineHeur)
-		b.link(heur, attrEngineHeurGraph, graph)
-		if b.err == nil {
-			b.check("heuristic mode", C.be_set_int(C.uintptr_t(heur), attrEngineHeurMode, 8, C.int(mode)))
+		cfgs, err := b.heuristicConfigs(graph, mode)
+		if err != nil {
+			refused = append(refused, err.Error())
+			continue
 		}
-		if b.err == nil {
-			if s := C.be_finalize(C.uintptr_t(heur)); s != 0 {
-				refused = append(refused, fmt.Sprintf("heuristics mode %d: %v", mode, h.lib.graphError("finalize", s)))
-				continue
-			}
-		}
-		var n C.int64_t
-		if b.err == nil {
-			b.check("heuristic results", C.be_get_descs(C.uintptr_t(heur), attrEngineHeurResults, 0, &n, nil))
-		}
-		total += int(n)
-		cfgs := make([]uintptr, int(n))
-		for i := range cfgs {
-			cfgs[i] = b.create(beEngineCfg)
-		}
-		if b.err == nil && n > 0 {
-			b.check("heuristic results", C.be_get_descs(C.uintptr_t(heur), attrEngineHeurResults, n, &n,
-				(*C.uintptr_t)(unsafe.Pointer(&cfgs[0]))))
-		}
-		for i := 0; b.err == nil && i < int(n) && p.exec == 0; i++ {
-			plan := b.create(beExecutionPlan)
-			if b.err == nil {
-				b.check("plan handle", C.be_set_handle(C.uintptr_t(plan), attrPlanHandle, C.uintptr_t(h.h)))
-			}
-			b.link(plan, attrPlanEngineCfg, cfgs[i])
+		total += len(cfgs)
+		for _, cfg := range cfgs {
+			plan, ws, err := b.executionPlan(h.h, cfg)
 			if b.err != nil {
 				break
 			}
-			if s := C.be_finalize(C.uintptr_t(plan)); s != 0 {
-				refused = append(refused, h.lib.graphError("plan", s).Error())
-				b.descs = b.descs[:len(b.descs)-1] // plan, the last made
-				C.be_destroy(C.uintptr_t(plan))
+			if err != nil {
+				refused = append(refused, err.Error())
 				continue
 			}
 			p.exec = plan
-			p.plan.Engine = h.engineName(b, cfgs[i])
-			var ws C.int64_t
-			b.check("plan workspace", C.be_get_i64(C.uintptr_t(plan), attrPlanWorkspace, &ws))
-			p.plan.WorkspaceBytes = int64(ws)
+			p.plan.Engine = h.engineName(b, cfg)
+			p.plan.WorkspaceBytes = ws
+			break
 		}
 	}
 	switch {
@@ -445,20 +493,93 @@ func (h *Handle) planGraph(d AttnDesc, b *graphBuild, graph uintptr) *attnPlan {
 	return p
 }
 
-// engineName is "engine <global index>" of an engine configuration, or ""
-// when cuDNN does not say.
-func (h *Handle) engineName(b *graphBuild, cfg uintptr) string {
-	eng := b.create(beEngine)
+// heuristicConfigs asks cuDNN's heuristics in mode for engine
+// configurations of graph (finalized), best first, made in b. A mode that
+// cannot serve the graph returns its error and leaves b usable; a failure
+// of the API itself is b.err.
+func (b *graphBuild) heuristicConfigs(graph uintptr, mode int) ([]uintptr, error) {
+	heur := b.create(beEngineHeur)
+	b.link(heur, attrEngineHeurGraph, graph)
+	b.setEnum(heur, attrEngineHeurMode, typeHeurMode, mode)
 	if b.err != nil {
+		return nil, b.err
+	}
+	if s := C.be_finalize(C.uintptr_t(heur)); s != 0 {
+		err := fmt.Errorf("heuristics mode %d: %w", mode, b.l.graphError("finalize", s))
+		b.destroy(heur)
+		return nil, err
+	}
+	var n C.int64_t
+	b.check("heuristic results", C.be_get_descs(C.uintptr_t(heur), attrEngineHeurResults, 0, &n, nil))
+	cfgs := make([]uintptr, int(n))
+	for i := range cfgs {
+		cfgs[i] = b.create(beEngineCfg)
+	}
+	if b.err == nil && n > 0 {
+		b.check("heuristic results", C.be_get_descs(C.uintptr_t(heur), attrEngineHeurResults, n, &n,
+			(*C.uintptr_t)(unsafe.Pointer(&cfgs[0]))))
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	return cfgs[:n], nil
+}
+
+// executionPlan finalizes an execution plan of cfg on the cuDNN handle h
+// and returns it with its workspace size. A configuration that refuses
+// the graph returns cuDNN's error and leaves nothing in b; a failure of the
+// API itself is b.err.
+func (b *graphBuild) executionPlan(h, cfg uintptr) (uintptr, int64, error) {
+	plan := b.create(beExecutionPlan)
+	b.setHandle(plan, attrPlanHandle, h)
+	b.link(plan, attrPlanEngineCfg, cfg)
+	if b.err != nil {
+		return 0, 0, b.err
+	}
+	if s := C.be_finalize(C.uintptr_t(plan)); s != 0 {
+		err := b.l.graphError("plan", s)
+		b.destroy(plan)
+		return 0, 0, err
+	}
+	var ws C.int64_t
+	b.check("plan workspace", C.be_get_i64(C.uintptr_t(plan), attrPlanWorkspace, &ws))
+	return plan, int64(ws), b.err
+}
+
+// engineInfo is the global index and the numerical notes
+// (cudnnBackendNumericalNote_t) of cfg's engine.
+func (b *graphBuild) engineInfo(cfg uintptr) (index int64, notes []int, err error) {
+	var eng C.uintptr_t
+	if s := C.be_create(beEngine, &eng); s != 0 {
+		return -1, nil, b.l.graphError("cudnnBackendCreateDescriptor(engine)", s)
+	}
+	defer C.be_destroy(eng)
+	var got, idx C.int64_t
+	if s := C.be_get_descs(C.uintptr_t(cfg), attrEngineCfgEngine, 1, &got, &eng); s != 0 {
+		return -1, nil, b.l.graphError("engine of a configuration", s)
+	}
+	if s := C.be_get_i64(eng, attrEngineGlobalIndex, &idx); s != 0 {
+		return -1, nil, b.l.graphError("engine global index", s)
+	}
+	var buf [32]C.int
+	var n C.int64_t
+	if s := C.be_get_enums(eng, attrEngineNumericalNote, typeNumericalNote, C.int64_t(len(buf)), &n, &buf[0]); s != 0 {
+		return int64(idx), nil, b.l.graphError("engine numerical notes", s)
+	}
+	for _, v := range buf[:min(int(n), len(buf))] {
+		notes = append(notes, int(v))
+	}
+	return int64(idx), notes, nil
+}
+
+// engineName is "cuDNN engine <global index>" of an engine configuration,
+// or "" when cuDNN does not say.
+func (h *Handle) engineName(b *graphBuild, cfg uintptr) string {
+	idx, _, _ := b.engineInfo(cfg)
+	if idx < 0 {
 		return ""
 	}
-	var got C.int64_t
-	var idx C.int64_t
-	if C.be_get_descs(C.uintptr_t(cfg), attrEngineCfgEngine, 1, &got, (*C.uintptr_t)(unsafe.Pointer(&eng))) != 0 ||
-		C.be_get_i64(C.uintptr_t(eng), attrEngineGlobalIndex, &idx) != 0 {
-		return ""
-	}
-	return fmt.Sprintf("cuDNN engine %d", int64(idx))
+	return fmt.Sprintf("cuDNN engine %d", idx)
 }
 
 // forgetAttention destroys the cached attention plans.

@@ -113,7 +113,7 @@ func convCases() []ConvDesc {
 }
 
 // Every case, layout and dtype against float64 math on the same rounded
-// inputs; outputs are poisoned first so an unwritten element fails.
+// inputs.
 func TestConv3dAgainstFloat64(t *testing.T) {
 	dev, h := openGPU(t)
 	rng := rand.New(rand.NewPCG(11, 12))
@@ -123,33 +123,10 @@ func TestConv3dAgainstFloat64(t *testing.T) {
 			for _, l := range []Layout{NCDHW, NDHWC} {
 				d := base
 				d.DType, d.Layout = dt, l
-				xs := [5]int{d.N, d.C, d.D, d.H, d.W}
-				ws := [5]int{d.K, d.C, d.KD, d.KH, d.KW}
-				do, ho, wo := d.OutDims()
-				ys := [5]int{d.N, d.K, do, ho, wo}
-				x, _ := gputest.Random(rng, dt, int(d.XElems()))
-				w, _ := gputest.Random(rng, dt, int(d.WElems()))
-				want := conv3dRef(d, x, w)
-				p, err := h.Plan(d)
-				if err != nil {
-					t.Errorf("%v: plan: %v", d, err)
+				p, e, ok := checkConv(t, dev, h, rng, d, 0)
+				if !ok {
 					continue
 				}
-				xp := dev.Upload(t, gputest.Encode(dt, toLayout(x, xs, l)))
-				wp := dev.Upload(t, gputest.Encode(dt, toLayout(w, ws, l)))
-				yBytes := int(d.YElems()) * dt.Size()
-				yp := dev.Alloc(t, int64(yBytes))
-				dev.Poison(t, yp, int64(yBytes))
-				var wsp uintptr
-				if p.WorkspaceBytes > 0 {
-					wsp = dev.Alloc(t, p.WorkspaceBytes)
-				}
-				if err := h.Conv3dForward(d, xp, wp, yp, wsp); err != nil {
-					t.Errorf("%v: %v", d, err)
-					continue
-				}
-				got := fromLayout(gputest.Decode(dt, dev.Download(t, yp, yBytes)), ys, l)
-				e := gputest.RelL2(got, want)
 				key := fmt.Sprintf("%v %v", dt, l)
 				worst[key] = max(worst[key], e)
 				if e > tolerance(dt, false) {
@@ -164,6 +141,79 @@ func TestConv3dAgainstFloat64(t *testing.T) {
 	for k, v := range worst {
 		t.Logf("%s: worst rel L2 %.3g over %d shapes", k, v, len(convCases()))
 	}
+}
+
+// TestConv3dAccumulate: an accumulating convolution adds to what y holds
+// (NVIDIA; MIOpen refuses it).
+func TestConv3dAccumulate(t *testing.T) {
+	dev, h := openGPU(t)
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, base := range convCases() {
+		for _, dt := range []DType{F32, F16} {
+			for _, l := range []Layout{NCDHW, NDHWC} {
+				d := base
+				d.DType, d.Layout, d.Accumulate = dt, l, true
+				if h.Lib().Vendor() == AMD {
+					if _, err := h.Plan(d); err == nil {
+						t.Fatalf("%v: MIOpen planned an accumulating convolution", d)
+					}
+					return
+				}
+				p, e, ok := checkConv(t, dev, h, rng, d, 0)
+				if ok && e > tolerance(dt, false) {
+					t.Errorf("%v: %v: rel L2 %.3g > %.3g", d, p, e, tolerance(dt, false))
+				}
+			}
+		}
+	}
+}
+
+// checkConv plans d and runs it on random inputs rounded to d.DType (each
+// tensor off bytes past an allocation's start) and gives the plan and the
+// relative L2 error against float64 math; the output is poisoned first so
+// an unwritten element fails. ok is false when it reported an error.
+func checkConv(t *testing.T, dev *gputest.Device, h *Handle, rng *rand.Rand, d ConvDesc, off int) (p Plan, relL2 float64, ok bool) {
+	t.Helper()
+	dt, l := d.DType, d.Layout
+	xs := [5]int{d.N, d.C, d.D, d.H, d.W}
+	ws := [5]int{d.K, d.C, d.KD, d.KH, d.KW}
+	do, ho, wo := d.OutDims()
+	ys := [5]int{d.N, d.K, do, ho, wo}
+	x, _ := gputest.Random(rng, dt, int(d.XElems()))
+	w, _ := gputest.Random(rng, dt, int(d.WElems()))
+	want := conv3dRef(d, x, w)
+	p, err := h.Plan(d)
+	if err != nil {
+		t.Errorf("%v: plan: %v", d, err)
+		return p, 0, false
+	}
+	upload := func(b []byte) uintptr {
+		ptr := dev.Alloc(t, int64(len(b)+off)) + uintptr(off)
+		dev.Write(t, ptr, b)
+		return ptr
+	}
+	xp := upload(gputest.Encode(dt, toLayout(x, xs, l)))
+	wp := upload(gputest.Encode(dt, toLayout(w, ws, l)))
+	yBytes := int(d.YElems()) * dt.Size()
+	yp := dev.Alloc(t, int64(yBytes+off)) + uintptr(off)
+	dev.Poison(t, yp, int64(yBytes))
+	if d.Accumulate { // y holds values the convolution is added to
+		y0, _ := gputest.Random(rng, dt, int(d.YElems()))
+		dev.Write(t, yp, gputest.Encode(dt, toLayout(y0, ys, l)))
+		for i := range want {
+			want[i] += y0[i]
+		}
+	}
+	var wsp uintptr
+	if p.WorkspaceBytes > 0 {
+		wsp = dev.Alloc(t, p.WorkspaceBytes)
+	}
+	if err := h.Conv3dForward(d, xp, wp, yp, wsp); err != nil {
+		t.Errorf("%v: %v", d, err)
+		return p, 0, false
+	}
+	got := fromLayout(gputest.Decode(dt, dev.Download(t, yp, yBytes)), ys, l)
+	return p, gputest.RelL2(got, want), true
 }
 
 // Plans are cached per shape, PlanWith takes a remembered choice, a
@@ -204,16 +254,26 @@ func TestConv3dPlans(t *testing.T) {
 	}
 	run("heuristic", tolerance(F32, false))
 
-	id := p1.SolutionID // MIOpen names solutions, cuDNN algorithms
+	// PlanWith takes what Plan chose: a MIOpen solution, a cuDNN legacy
+	// algorithm — for a graph-API engine, the legacy API's choice.
+	chosen, id := p1, p1.SolutionID
 	if h.lib.vendor == NVIDIA {
-		id = uint64(p1.Algo)
+		if p1.Source == "graph" {
+			api := h.convAPI
+			h.SetConvAPI(ConvAPILegacy)
+			if chosen, err = h.Plan(d); err != nil {
+				t.Fatalf("legacy plan: %v", err)
+			}
+			h.SetConvAPI(api)
+		}
+		id = uint64(chosen.Algo)
 	}
 	given, err := h.PlanWith(d, id)
 	if err != nil {
-		t.Fatalf("PlanWith(%v): %v", p1, err)
+		t.Fatalf("PlanWith(%v): %v", chosen, err)
 	}
-	if given.Source != "given" || given.Name != p1.Name {
-		t.Errorf("PlanWith: %v, want %s given", given, p1.Name)
+	if given.Source != "given" || given.Name != chosen.Name {
+		t.Errorf("PlanWith: %v, want %s given", given, chosen.Name)
 	}
 	run("given", tolerance(F32, false))
 

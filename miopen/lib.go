@@ -38,15 +38,23 @@ type Handle struct {
 	h       uintptr
 	fast    bool
 	wsLimit int64
+	convAPI ConvAPI
 	plans   map[ConvDesc]*entry
 	attn    map[AttnDesc]*attnPlan
 	closed  bool
 }
 
-// entry is a cached plan with the library descriptors it runs with.
+// entry is a cached plan with the library descriptors it runs with: the
+// legacy API's always (a graph plan falls back on them), and for a graph
+// plan its execution plan and every backend descriptor it needs.
 type entry struct {
 	plan           Plan
 	xd, wd, yd, cd uintptr
+	exec           uintptr
+	graph          []uintptr
+	// legacy is the legacy algorithm a graph plan runs tensors off its
+	// alignment with, chosen when first needed.
+	legacy *Plan
 }
 
 // Lib is the library the handle belongs to.
@@ -67,6 +75,61 @@ func (h *Handle) SetFastF32(on bool) {
 func (h *Handle) SetWorkspaceLimit(n int64) {
 	if h.wsLimit != n {
 		h.wsLimit = n
+		h.forget()
+	}
+}
+
+// ConvAPI is the cuDNN API a handle plans convolutions with. It has no
+// effect on AMD.
+type ConvAPI int
+
+const (
+	// ConvAPIAuto: the graph API when the library has it, else, or when
+	// none of its engines takes the convolution, the legacy API (the plan's
+	// Fallback says why).
+	ConvAPIAuto ConvAPI = iota
+	// ConvAPILegacy: cudnnGetConvolutionForwardAlgorithm_v7 and
+	// cudnnConvolutionForward only.
+	ConvAPILegacy
+	// ConvAPIGraph: the graph API only; Plan fails where it has no engine.
+	ConvAPIGraph
+)
+
+func (a ConvAPI) String() string {
+	switch a {
+	case ConvAPIAuto:
+		return "auto"
+	case ConvAPILegacy:
+		return "legacy"
+	case ConvAPIGraph:
+		return "graph"
+	}
+	return fmt.Sprintf("ConvAPI(%d)", int(a))
+}
+
+// EnvConvAPI overrides the default ConvAPI of new handles: "legacy",
+// "graph" or "auto" (unset or empty is auto).
+const EnvConvAPI = "FRAMEPACK_CUDNN_CONV"
+
+// parseConvAPI reads EnvConvAPI's value.
+func parseConvAPI(s string) (ConvAPI, error) {
+	for _, a := range []ConvAPI{ConvAPIAuto, ConvAPILegacy, ConvAPIGraph} {
+		if s == a.String() {
+			return a, nil
+		}
+	}
+	if s == "" {
+		return ConvAPIAuto, nil
+	}
+	return 0, fmt.Errorf("miopen: %s=%q: want legacy, graph or auto", EnvConvAPI, s)
+}
+
+// SetConvAPI chooses the cuDNN API convolutions are planned with (default
+// ConvAPIAuto, or what EnvConvAPI says). Changing it forgets the cached
+// plans. PlanWith and Search use the legacy API whatever it is.
+func (h *Handle) SetConvAPI(a ConvAPI) {
+	if h.convAPI != a {
+		h.convAPI = a
 		h.forget()
 	}
 }

@@ -126,8 +126,8 @@ static int cd_ws(uintptr_t h, uintptr_t x, uintptr_t w, uintptr_t c, uintptr_t y
 	return CD(CD_WS, int (*)(P, P, P, P, P, int, size_t*))((P)h, (P)x, (P)w, (P)c, (P)y, algo, n);
 }
 static int cd_forward(uintptr_t h, uintptr_t x, uintptr_t xp, uintptr_t w, uintptr_t wp, uintptr_t c, int algo,
-	uintptr_t ws, size_t wsn, uintptr_t y, uintptr_t yp) {
-	float alpha = 1, beta = 0;
+	uintptr_t ws, size_t wsn, uintptr_t y, uintptr_t yp, float beta) {
+	float alpha = 1;
 	return CD(CD_FWD, int (*)(P, const void*, P, const void*, P, const void*, P, int, void*, size_t, const void*, P, void*))(
 		(P)h, &alpha, (P)x, (const void*)xp, (P)w, (const void*)wp, (P)c, algo, (void*)ws, wsn, &beta, (P)y, (void*)yp);
 }
@@ -141,6 +141,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"unsafe"
@@ -282,8 +283,14 @@ func vendorType(d DType, v Vendor) C.int {
 }
 
 // NewHandle creates a handle on the current device, bound to stream (0 is
-// the default stream).
+// the default stream). On NVIDIA the environment variable
+// FRAMEPACK_CUDNN_CONV (EnvConvAPI: legacy, graph or auto) sets its
+// ConvAPI.
 func (l *Lib) NewHandle(stream uintptr) (*Handle, error) {
+	api, err := parseConvAPI(os.Getenv(EnvConvAPI))
+	if err != nil && l.vendor == NVIDIA {
+		return nil, err
+	}
 	var h C.uintptr_t
 	if l.vendor == AMD {
 		if err := l.check("miopenCreateWithStream", C.mi_create(&h, C.uintptr_t(stream))); err != nil {
@@ -294,7 +301,7 @@ func (l *Lib) NewHandle(stream uintptr) (*Handle, error) {
 	if err := l.check("cudnnCreate", C.cd_create(&h)); err != nil {
 		return nil, err
 	}
-	hd := &Handle{lib: l, h: uintptr(h), plans: map[ConvDesc]*entry{}}
+	hd := &Handle{lib: l, h: uintptr(h), convAPI: api, plans: map[ConvDesc]*entry{}}
 	if err := hd.SetStream(stream); err != nil {
 		hd.Close()
 		return nil, err
@@ -332,6 +339,7 @@ func (h *Handle) forget() {
 }
 
 func (h *Handle) release(e *entry) {
+	h.releaseGraph(e)
 	// MIOpen's weight is a tensor descriptor, cuDNN's a filter descriptor.
 	wDestroy := C.int(C.DNN_DESTROY_T)
 	if h.lib.vendor == NVIDIA {
@@ -460,12 +468,15 @@ func (h *Handle) lookup(d ConvDesc) (*entry, error) {
 		if h.lib.vendor == AMD {
 			return h.chooseMIOpen(d, e, "immediate")
 		}
-		return h.chooseCUDNN(d, e)
+		return h.chooseConv(d, e)
 	})
 }
 
 // make builds descriptors, lets choose pick the plan, and caches the entry.
 func (h *Handle) make(d ConvDesc, choose func(*entry) (Plan, error)) (*entry, error) {
+	if d.Accumulate && h.lib.vendor == AMD {
+		return nil, fmt.Errorf("miopen: %v: MIOpen's immediate mode cannot add to y", d)
+	}
 	e, err := h.describe(d)
 	if err != nil {
 		return nil, err
@@ -485,6 +496,12 @@ func (h *Handle) make(d ConvDesc, choose func(*entry) (Plan, error)) (*entry, er
 }
 
 func (h *Handle) chooseCUDNN(d ConvDesc, e *entry) (Plan, error) {
+	return h.chooseCUDNNWithin(d, e, -1)
+}
+
+// chooseCUDNNWithin is chooseCUDNN's plan among the algorithms needing at
+// most maxWS bytes of workspace (any when maxWS < 0).
+func (h *Handle) chooseCUDNNWithin(d ConvDesc, e *entry, maxWS int64) (Plan, error) {
 	l := h.lib
 	var perf [cdAlgoCount]C.cd_perf
 	var n C.int
@@ -498,7 +515,12 @@ func (h *Handle) chooseCUDNN(d ConvDesc, e *entry) (Plan, error) {
 		if p.status != 0 {
 			continue // not applicable to this problem
 		}
-		if p, ok := h.tryCUDNN(d, e, algo, math, "heuristic", &skipped); ok {
+		p, ok := h.tryCUDNN(d, e, algo, math, "heuristic", &skipped)
+		if ok && maxWS >= 0 && p.WorkspaceBytes > maxWS {
+			skipped = append(skipped, fmt.Sprintf("%s: workspace %d B over the %d B given", p.Name, p.WorkspaceBytes, maxWS))
+			continue
+		}
+		if ok {
 			p.TimeMs = -1 // _v7 ranks by heuristic, it does not time
 			return p, nil
 		}
@@ -645,9 +667,19 @@ func (h *Handle) PlanWith(d ConvDesc, id uint64) (Plan, error) {
 	return e.plan, nil
 }
 
-// Conv3dForward queues y = conv3d(x, w) for d on the handle's stream, with
+// beta is cuDNN's β for d: 1 adds the convolution to y.
+func beta(d ConvDesc) C.float {
+	if d.Accumulate {
+		return 1
+	}
+	return 0
+}
+
+// Conv3dForward queues y = conv3d(x, w) (y += conv3d(x, w) when d.Accumulate) for d on the handle's stream, with
 // the plan for d (made now if this is the first call for d). workspace must
-// hold the plan's WorkspaceBytes (it may be 0 when that is 0).
+// hold the plan's WorkspaceBytes (it may be 0 when that is 0). A graph-API
+// plan runs x, w and y at 16-byte aligned addresses; others run with a
+// legacy algorithm that fits the same workspace.
 func (h *Handle) Conv3dForward(d ConvDesc, x, w, y, workspace uintptr) error {
 	e, err := h.lookup(d)
 	if err != nil {
@@ -660,6 +692,16 @@ func (h *Handle) Conv3dForward(d ConvDesc, x, w, y, workspace uintptr) error {
 	if p.WorkspaceBytes > 0 && workspace == 0 {
 		return fmt.Errorf("miopen: %v: %s needs a workspace of %d bytes", d, p.Name, p.WorkspaceBytes)
 	}
+	if e.exec != 0 {
+		if graphAligned(x, w, y) {
+			return h.runGraph(d, e, x, w, y, workspace)
+		}
+		// The graph promised cuDNN 16-byte aligned tensors: others run
+		// the legacy API, which takes the pointers as they come.
+		if p, err = h.legacyFor(d, e); err != nil {
+			return err
+		}
+	}
 	l := h.lib
 	hh, xd, wd, cd, yd := C.uintptr_t(h.h), C.uintptr_t(e.xd), C.uintptr_t(e.wd), C.uintptr_t(e.cd), C.uintptr_t(e.yd)
 	xp, wp, yp, ws := C.uintptr_t(x), C.uintptr_t(w), C.uintptr_t(y), C.uintptr_t(workspace)
@@ -668,7 +710,7 @@ func (h *Handle) Conv3dForward(d ConvDesc, x, w, y, workspace uintptr) error {
 			C.mi_forward(hh, wd, wp, xd, xp, cd, yd, yp, ws, C.size_t(p.WorkspaceBytes), C.uint64_t(p.SolutionID)))
 	} else {
 		err = l.check("cudnnConvolutionForward",
-			C.cd_forward(hh, xd, xp, wd, wp, cd, C.int(p.Algo), ws, C.size_t(p.WorkspaceBytes), yd, yp))
+			C.cd_forward(hh, xd, xp, wd, wp, cd, C.int(p.Algo), ws, C.size_t(p.WorkspaceBytes), yd, yp, beta(d)))
 	}
 	if err != nil {
 		return fmt.Errorf("%v with %s: %w", d, p.Name, err)

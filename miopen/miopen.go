@@ -1,9 +1,11 @@
 // Package miopen runs 3-D convolutions through the GPU vendor's
 // convolution library, loaded at run time: MIOpen on AMD (libMIOpen.so.1)
-// and cuDNN 9's legacy N-d API on NVIDIA (libcudnn.so.9). Nothing of either
-// SDK is needed to build. On NVIDIA it also runs fused attention through
-// cuDNN's graph API (attention_cgo.go: one SDPA forward operation, cuDNN ≥
-// 9.13); MIOpen has no counterpart here and reports ErrNoFusedAttention.
+// and cuDNN 9 on NVIDIA (libcudnn.so.9): its graph API (conv_graph_cgo.go:
+// one convolution forward operation), with the legacy N-d API as the
+// fallback (ConvAPI). Nothing of either SDK is needed to build. On NVIDIA
+// it also runs fused attention through cuDNN's graph API
+// (attention_cgo.go: one SDPA forward operation, cuDNN ≥ 9.13); MIOpen has
+// no counterpart here and reports ErrNoFusedAttention.
 //
 // The package knows nothing of devices or memory: tensors are device
 // pointers (uintptr) and a stream is the runtime's stream handle as a
@@ -13,10 +15,10 @@
 // Choosing an algorithm never benchmarks by default. Plan asks the library's
 // heuristics once per shape (MIOpen immediate mode — its find-db when it has
 // a record, else its fallback heuristic — with the descriptor's find mode
-// set to FAST; cuDNN's cudnnGetConvolutionForwardAlgorithm_v7) and caches
-// the answer in the handle. The plan names the solution, so a caller can
-// refuse MIOpen's naive solver (Plan.IsNaive) and fall back to its own
-// kernels. Search, which does benchmark, is opt-in: MIOpen's Find can run
+// set to FAST; cuDNN's graph-API heuristics, mode A then the fallback list,
+// or its cudnnGetConvolutionForwardAlgorithm_v7) and caches the answer in
+// the handle. The plan names the solution, so a caller can refuse MIOpen's
+// naive solver (Plan.IsNaive) and fall back to its own kernels. Search, which does benchmark, is opt-in: MIOpen's Find can run
 // for minutes or hang on some GPUs, so callers run it in a child process
 // under a deadline and kill it when the deadline passes (the engine's conv3d
 // chain does); the child's result reaches the parent through MIOpen's
@@ -25,7 +27,8 @@
 // The libraries are found by soname through the system loader, then in the
 // usual install directories ($ROCM_PATH/lib, /opt/rocm/lib; $CUDNN_PATH/lib,
 // $CUDA_PATH/lib64, /usr/local/cuda/lib64). FRAMEPACK_MIOPEN or
-// FRAMEPACK_CUDNN names one file instead.
+// FRAMEPACK_CUDNN names one file instead. FRAMEPACK_CUDNN_CONV=legacy or
+// graph sets the cuDNN API of new handles' convolutions (SetConvAPI).
 package miopen
 
 import (
@@ -87,6 +90,9 @@ type ConvDesc struct {
 	Dilation      [3]int
 	DType         DType
 	Layout        Layout
+	// Accumulate adds the convolution to what y holds (cuDNN's β = 1;
+	// NVIDIA only: MIOpen's immediate mode has no β).
+	Accumulate bool
 }
 
 func (d ConvDesc) String() string {
@@ -95,6 +101,9 @@ func (d ConvDesc) String() string {
 		d.DType, d.Layout, d.N, d.C, d.D, d.H, d.W, d.K, d.KD, d.KH, d.KW, d.Stride, d.Pad)
 	if d.Dilation != [3]int{1, 1, 1} {
 		s += fmt.Sprintf(" dilation %v", d.Dilation)
+	}
+	if d.Accumulate {
+		s += " accumulated"
 	}
 	return s
 }
@@ -191,9 +200,9 @@ func dims5(n, c, d, h, w int, l Layout) (dims, strides [5]int32) {
 // Plan is the algorithm chosen for one ConvDesc.
 type Plan struct {
 	Desc ConvDesc
-	// Algo is cuDNN's cudnnConvolutionFwdAlgo_t, or MIOpen's
-	// miopenConvAlgorithm_t family (0 GEMM, 1 direct, 2 FFT, 3 Winograd,
-	// 5 implicit GEMM).
+	// Algo is cuDNN's cudnnConvolutionFwdAlgo_t (-1 for a graph-API
+	// engine), or MIOpen's miopenConvAlgorithm_t family (0 GEMM, 1
+	// direct, 2 FFT, 3 Winograd, 5 implicit GEMM).
 	Algo int
 	// SolutionID is MIOpen's solver id (0 on NVIDIA).
 	SolutionID uint64
@@ -206,11 +215,16 @@ type Plan struct {
 	IsNaive bool
 	// TimeMs is the library's estimate or measurement; <= 0 when unknown.
 	TimeMs float32
-	// Source says how the plan was made: "heuristic" (cuDNN _v7),
+	// Source says how the plan was made: "graph" (cuDNN's graph API: the
+	// first engine configuration its heuristics rank that the handle's
+	// rules allow; Name names the engine), "heuristic" (cuDNN _v7),
 	// "immediate" (MIOpen immediate mode: its find-db record for the shape
 	// if it has one, else its fallback heuristic), "search" or "given"
 	// (PlanWith).
 	Source string
+	// Fallback says why a cuDNN plan is not the graph API's when the
+	// handle wanted it (ConvAPIAuto); empty otherwise.
+	Fallback string
 	// mathType is cuDNN's cudnnMathType_t for the algorithm.
 	mathType int
 }

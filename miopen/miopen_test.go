@@ -1,6 +1,7 @@
 package miopen
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/dynlib/dynlibtest"
@@ -89,5 +90,17 @@ func TestLayoutPermutation(t *testing.T) {
 		if back[i] != v[i] {
 			t.Fatalf("round trip differs at %d", i)
 		}
+	}
+}
+
+// FRAMEPACK_CUDNN_CONV takes the API's names; anything else is an error.
+func TestParseConvAPI(t *testing.T) {
+	for s, want := range map[string]ConvAPI{"": ConvAPIAuto, "auto": ConvAPIAuto, "legacy": ConvAPILegacy, "graph": ConvAPIGraph} {
+		if got, err := parseConvAPI(s); err != nil || got != want {
+			t.Errorf("parseConvAPI(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	if _, err := parseConvAPI("Graph"); err == nil || !strings.Contains(err.Error(), EnvConvAPI) {
+		t.Errorf("parseConvAPI(\"Graph\"): %v, want an error naming %s", err, EnvConvAPI)
 	}
 }

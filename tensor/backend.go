@@ -177,6 +177,9 @@ type MatMulParams struct {
 type ConvParams struct {
 	Stride  [3]int
 	Padding [3]int // zeros, both sides
+	// Accumulate adds the convolution (and bias) to what dst holds
+	// (ChannelsLastConv's Conv3dLast; Scope.Conv3dLastAdd).
+	Accumulate bool
 }
 
 // AttnParams describe one attention call. At most one of the masks is used

@@ -249,15 +249,23 @@ func TestConv3dPaddedFallback(t *testing.T) {
 type lastConv struct {
 	*cpu.Backend
 	pads [][3]int
+	acc  []bool
 }
 
 func (l *lastConv) Conv3dLast(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	l.pads = append(l.pads, p.Padding)
+	l.acc = append(l.acc, p.Accumulate)
 	return tensor.Catch(func() {
 		s := tensor.NewScope(l.Backend)
 		defer s.Close()
 		y := s.Permute(s.Conv3d(s.Permute(x, 0, 4, 1, 2, 3), w, bias, p.Stride, p.Padding), 0, 2, 3, 4, 1)
-		copy(dst.Float32s(), y.Float32s())
+		d := dst.Float32s()
+		for i, v := range y.Float32s() {
+			if p.Accumulate {
+				v += d[i]
+			}
+			d[i] = v
+		}
 	})
 }
 
@@ -325,7 +333,7 @@ func TestConv3dLast(t *testing.T) {
 		}
 		s.Close()
 	}
-	if !slices.Equal(lc.pads, [][3]int{{0, 1, 1}, {0, 1, 1}, {0, 1, 1}}) {
-		t.Errorf("the backend was asked for paddings %v, want the symmetric [0 1 1]", lc.pads)
+	if !slices.Equal(lc.pads, [][3]int{{0, 1, 1}, {0, 1, 1}}) || !slices.Equal(lc.acc, []bool{false, true}) {
+		t.Errorf("the backend was asked for paddings %v, accumulating %v; want the symmetric [0 1 1] twice, the second added", lc.pads, lc.acc)
 	}
 }

@@ -322,6 +322,20 @@ func (s *Scope) Conv3dPadded(x, w, bias *Tensor, stride [3]int, pad Padding, con
 // here. Other backends get x moved channels-first and back. With consume, x
 // is freed (when the scope owns it) as soon as it is no longer needed.
 func (s *Scope) Conv3dLast(x, w, bias *Tensor, stride [3]int, pad Padding, consume bool) *Tensor {
+	return s.conv3dLast(nil, x, w, bias, stride, pad, consume)
+}
+
+// Conv3dLastAdd adds Conv3dLast(x, w, bias, stride, pad) to y, whose shape
+// is the convolution's: a convolution summed over parts of its input (the
+// temporal taps of a causal convolution applied to frames held apart). A
+// ChannelsLastConv backend adds it as it convolves.
+func (s *Scope) Conv3dLastAdd(y, x, w, bias *Tensor, stride [3]int, pad Padding) {
+	s.check("conv3d", x.dtype, y, x, w, bias)
+	s.conv3dLast(y, x, w, bias, stride, pad, false)
+}
+
+// conv3dLast is Conv3dLast, into a new tensor (y nil) or added to y.
+func (s *Scope) conv3dLast(y, x, w, bias *Tensor, stride [3]int, pad Padding, consume bool) *Tensor {
 	s.check("conv3d", x.dtype, x, w, bias)
 	if len(x.shape) != 5 || len(w.shape) != 5 || x.shape[4] != w.shape[1] {
 		s.failf("conv3d", "channels-last input %v %s for weight %v %s", x.shape, x.dtype, w.shape, w.dtype)
@@ -344,6 +358,17 @@ func (s *Scope) Conv3dLast(x, w, bias *Tensor, stride [3]int, pad Padding, consu
 		extra = extra || before[i] > 0 || after[i] > 0
 		stride[i] = max(stride[i], 1)
 	}
+	shape := []int{x.shape[0], 0, 0, 0, w.shape[0]}
+	for i := 0; i < 3; i++ {
+		n := x.shape[1+i] + pad.Before[i] + pad.After[i] - w.shape[2+i]
+		if n < 0 {
+			s.failf("conv3d", "kernel %v larger than padded input %v", w.shape[2:], x.shape[1:4])
+		}
+		shape[1+i] = n/stride[i] + 1
+	}
+	if y != nil && !slices.Equal(y.shape, shape) {
+		s.failf("conv3d", "adding a convolution %v to %v", shape, y.shape)
+	}
 	in := x
 	if extra {
 		in = s.Pad(x, before[:], after[:], PadZeros)
@@ -351,27 +376,30 @@ func (s *Scope) Conv3dLast(x, w, bias *Tensor, stride [3]int, pad Padding, consu
 			s.Free(x)
 		}
 	}
-	shape := []int{x.shape[0], 0, 0, 0, w.shape[0]}
-	for i := 0; i < 3; i++ {
-		n := in.shape[1+i] + 2*sym[i] - w.shape[2+i]
-		if n < 0 {
-			s.failf("conv3d", "kernel %v larger than padded input %v", w.shape[2:], in.shape[1:4])
-		}
-		shape[1+i] = n/stride[i] + 1
-	}
-	p := ConvParams{Stride: stride, Padding: sym}
-	var out *Tensor
+	p := ConvParams{Stride: stride, Padding: sym, Accumulate: y != nil}
+	out := y
 	if cl, ok := As[ChannelsLastConv](s.be); ok {
-		out = s.Empty(x.dtype, shape...)
+		if out == nil {
+			out = s.Empty(x.dtype, shape...)
+		}
 		if out.Numel() > 0 {
 			s.run("conv3d", func() Op { return convOp(out, w, p) }, func() error { return cl.Conv3dLast(out, in, w, bias, p) })
 		}
 	} else {
 		first := s.Permute(in, 0, 4, 1, 2, 3)
-		y := s.Conv3d(first, w, bias, stride, sym)
+		c := s.Conv3d(first, w, bias, stride, sym)
 		s.Free(first)
-		out = s.Permute(y, 0, 2, 3, 4, 1)
-		s.Free(y)
+		last := s.Permute(c, 0, 2, 3, 4, 1)
+		s.Free(c)
+		if out == nil {
+			out = last
+		} else {
+			if out.Numel() > 0 {
+				st := ContiguousStrides(out.shape)
+				s.run("add", func() Op { return Op{Class: "binary add"} }, func() error { return s.be.Binary(OpAdd, out, out, st, last, st) })
+			}
+			s.Free(last)
+		}
 	}
 	if in != x {
 		s.Free(in)
@@ -379,22 +407,6 @@ func (s *Scope) Conv3dLast(x, w, bias *Tensor, stride [3]int, pad Padding, consu
 		s.Free(x)
 	}
 	return out
-}
-
-// Conv3dLastAdd adds Conv3dLast(x, w, bias, stride, pad) to y, whose shape
-// is the convolution's: a convolution summed over parts of its input (the
-// temporal taps of a causal convolution applied to frames held apart).
-func (s *Scope) Conv3dLastAdd(y, x, w, bias *Tensor, stride [3]int, pad Padding) {
-	s.check("conv3d", x.dtype, y, x, w, bias)
-	part := s.Conv3dLast(x, w, bias, stride, pad, false)
-	defer s.Free(part)
-	if !slices.Equal(part.shape, y.shape) {
-		s.failf("conv3d", "adding a convolution %v to %v", part.shape, y.shape)
-	}
-	if y.Numel() > 0 {
-		st := ContiguousStrides(y.shape)
-		s.run("add", func() Op { return Op{Class: "binary add"} }, func() error { return s.be.Binary(OpAdd, y, y, st, part, st) })
-	}
 }
 
 // materialize is the input pad makes from x, as scope ops.

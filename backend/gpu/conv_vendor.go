@@ -379,6 +379,11 @@ func (t *optimized) RunLast(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor
 	if alloc == nil {
 		alloc = t.be
 	}
+	if p.Accumulate && (lv.gemm || t.h.Lib().Vendor() == miopen.AMD) {
+		// The GEMM here and MIOpen cannot add to dst: convolve into
+		// scratch, then add.
+		return t.runLastAdded(plan, alloc, dst, x, w, bias, p)
+	}
 	rows := g.B * g.To * g.Ho * g.Wo
 	if lv.gemm {
 		err = t.o.Profile.time("conv3d.gemm", t.be, g.flops(g.To), func() error {
@@ -389,7 +394,7 @@ func (t *optimized) RunLast(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor
 		// Out of memory, the kept weight copies go first and the call runs
 		// once more without keeping one.
 		for keep := true; ; keep = false {
-			err = t.runLast(alloc, g, dt, lv, dst, x, w, keep)
+			err = t.runLast(alloc, g, dt, p.Accumulate, lv, dst, x, w, keep)
 			if err == nil || !errors.Is(err, tensor.ErrOutOfMemory) || !keep || t.be.packs.Clear() == 0 {
 				break
 			}
@@ -404,15 +409,33 @@ func (t *optimized) RunLast(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor
 	})
 }
 
-func (t *optimized) runLast(alloc tensor.Backend, g geom, dt miopen.DType, lv *live, dst, x, w *tensor.Tensor, keep bool) error {
+func (t *optimized) runLast(alloc tensor.Backend, g geom, dt miopen.DType, acc bool, lv *live, dst, x, w *tensor.Tensor, keep bool) error {
 	wl, done, err := t.packedWeight(alloc, g, dst.DType(), w, keep)
 	if err != nil {
 		return err
 	}
 	defer done()
+	d := g.lastDesc(dt)
+	d.Accumulate = acc
 	return t.o.Profile.time("conv3d.library", t.be, g.flops(g.To), func() error {
-		return t.forward(alloc, g.lastDesc(dt), lv, Ptr(x), Ptr(wl), Ptr(dst))
+		return t.forward(alloc, d, lv, Ptr(x), Ptr(wl), Ptr(dst))
 	})
+}
+
+// runLastAdded is RunLast adding to dst through a scratch output.
+func (t *optimized) runLastAdded(plan *convchain.Plan, alloc tensor.Backend, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
+	tmp, err := scratch(alloc, dst.DType(), int64(dst.Numel()))
+	if err != nil {
+		return err
+	}
+	defer tensor.Release(tmp)
+	part := tmp.Reshape(dst.Shape()...)
+	p.Accumulate = false
+	if err := t.RunLast(plan, part, x, w, bias, p); err != nil {
+		return err
+	}
+	st := tensor.ContiguousStrides(dst.Shape())
+	return t.be.Binary(tensor.OpAdd, dst, dst, st, part, st)
 }
 
 func (t *optimized) Run(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {

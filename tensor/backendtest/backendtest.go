@@ -977,23 +977,37 @@ func ChannelsLastConv(e *Env) {
 			for i := 0; i < 3; i++ {
 				out[1+i] = (c.x[1+i]+2*c.pad[i]-c.w[2+i])/c.stride[i] + 1
 			}
-			o := e.Out(dt, out...)
-			p := tensor.ConvParams{Stride: c.stride, Padding: c.pad}
-			e.Run("conv3d_last", func(i int) error {
-				if i == 1 {
-					return cl.Conv3dLast(o[1], x[1], w[1], b[1], p)
+			// Into a new output, then added to one holding values.
+			for _, acc := range []bool{false, true} {
+				o := e.Out(dt, out...)
+				name := "conv3d_last"
+				if acc {
+					o = e.Pair(e.Rand(dt, -1, 1, out...))
+					name += " accumulated"
 				}
-				return tensor.Catch(func() {
-					s := tensor.NewScope(e.Ref)
-					defer s.Close()
-					y := s.Permute(s.Conv3d(s.Permute(x[0], 0, 4, 1, 2, 3), w[0], b[0], c.stride, c.pad), 0, 2, 3, 4, 1)
-					st := tensor.ContiguousStrides(out)
-					if err := e.Ref.Copy(o[0], 0, st, y, 0, st, out); err != nil {
-						panic(&tensor.OpError{Op: "copy", Err: err})
+				p := tensor.ConvParams{Stride: c.stride, Padding: c.pad, Accumulate: acc}
+				e.Run("conv3d_last", func(i int) error {
+					if i == 1 {
+						return cl.Conv3dLast(o[1], x[1], w[1], b[1], p)
 					}
+					return tensor.Catch(func() {
+						s := tensor.NewScope(e.Ref)
+						defer s.Close()
+						y := s.Permute(s.Conv3d(s.Permute(x[0], 0, 4, 1, 2, 3), w[0], b[0], c.stride, c.pad), 0, 2, 3, 4, 1)
+						st := tensor.ContiguousStrides(out)
+						var err error
+						if acc {
+							err = e.Ref.Binary(tensor.OpAdd, o[0], o[0], st, y, st)
+						} else {
+							err = e.Ref.Copy(o[0], 0, st, y, 0, st, out)
+						}
+						if err != nil {
+							panic(&tensor.OpError{Op: "copy", Err: err})
+						}
+					})
 				})
-			})
-			e.Compare(fmt.Sprintf("conv3d_last %s %s", c.name, dt), o, 20, 1)
+				e.Compare(fmt.Sprintf("%s %s %s", name, c.name, dt), o, 20, 1)
+			}
 		}
 	}
 }
