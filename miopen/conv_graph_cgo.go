@@ -27,8 +27,9 @@ const (
 	// cudnnBackendNumericalNote_t
 	noteTensorCore, noteDownConvertInputs, noteReducedPrecisionReduction = 0, 1, 2
 
-	// The graph's tensor uids.
-	uidX, uidW, uidY = 1, 2, 3
+	// The graph's tensor uids (uidConvOut: the convolution before its bias
+	// epilogue, never in memory).
+	uidX, uidW, uidY, uidBias, uidConvOut = 1, 2, 3, 4, 100
 
 	// graphAlign is the byte alignment the graph's tensors promise
 	// (CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, as be_tensor_nd sets it).
@@ -43,6 +44,15 @@ func (h *Handle) chooseConv(d ConvDesc, e *entry) (Plan, error) {
 		return h.chooseCUDNN(d, e)
 	}
 	p, gerr := h.chooseGraph(d, e)
+	if gerr != nil && d.Bias {
+		// No engine takes the bias: the convolution alone, the caller adds it.
+		nb := d
+		nb.Bias = false
+		if q, err := h.chooseGraph(nb, e); err == nil {
+			q.Fallback = "bias not fused: " + gerr.Error()
+			return q, nil
+		}
+	}
 	if gerr == nil || h.convAPI == ConvAPIGraph {
 		return p, gerr
 	}
@@ -102,6 +112,26 @@ func (h *Handle) convGraph(d ConvDesc) (*graphBuild, uintptr, error) {
 	x := tensor(uidX, d.N, d.C, d.D, d.H, d.W)
 	w := tensor(uidW, d.K, d.C, d.KD, d.KH, d.KW)
 	y := tensor(uidY, d.N, d.K, do, ho, wo)
+	ops := []uintptr{}
+	out := y
+	if fusesBias(d) {
+		// conv → f32 intermediate → + bias (1, K, 1, 1, 1) → y.
+		dims, strides := dims5(d.N, d.K, do, ho, wo, d.Layout)
+		out = b.tensorND(uidConvOut, cdFloat, int64s(dims[:]...), int64s(strides[:]...), true)
+		bd, bs := dims5(1, d.K, 1, 1, 1, d.Layout)
+		bias := b.tensorND(uidBias, dt, int64s(bd[:]...), int64s(bs[:]...), false)
+		pw := b.create(bePointwise)
+		b.setEnum(pw, attrPointwiseMode, typePointwiseMode, pwAdd)
+		b.setEnum(pw, attrPointwiseMathPrec, typeDataType, cdFloat)
+		b.finalize(pw, "bias add")
+		add := b.create(beOpPointwise)
+		b.link(add, attrOpPointwiseDesc, pw)
+		b.link(add, attrOpPointwiseX, out)
+		b.link(add, attrOpPointwiseB, bias)
+		b.link(add, attrOpPointwiseY, y)
+		b.finalize(add, "bias add operation")
+		ops = append(ops, add)
+	}
 
 	conv := b.create(beConvolution)
 	b.setEnum(conv, attrConvCompType, typeDataType, cdFloat) // f32 accumulation for every dtype
@@ -116,7 +146,7 @@ func (h *Handle) convGraph(d ConvDesc) (*graphBuild, uintptr, error) {
 	op := b.create(beOpConvForward)
 	b.link(op, attrConvFwdX, x)
 	b.link(op, attrConvFwdW, w)
-	b.link(op, attrConvFwdY, y)
+	b.link(op, attrConvFwdY, out)
 	b.link(op, attrConvFwdConvDesc, conv)
 	// y = 1·conv(x, w) + β·y, β 1 when accumulating. cuDNN takes the
 	// scalars as FLOAT (DOUBLE only for double data) whatever the tensors'
@@ -126,7 +156,7 @@ func (h *Handle) convGraph(d ConvDesc) (*graphBuild, uintptr, error) {
 	b.finalize(op, "convolution forward")
 
 	graph := b.create(beOperationGraph)
-	b.linkAll(graph, attrGraphOps, []uintptr{op})
+	b.linkAll(graph, attrGraphOps, append([]uintptr{op}, ops...))
 	b.setHandle(graph, attrGraphHandle, h.h)
 	b.finalize(graph, "operation graph")
 	if b.err != nil {
@@ -135,6 +165,9 @@ func (h *Handle) convGraph(d ConvDesc) (*graphBuild, uintptr, error) {
 	}
 	return b, graph, nil
 }
+
+// fusesBias: d's graph adds the bias as its epilogue.
+func fusesBias(d ConvDesc) bool { return d.Bias && !d.Accumulate }
 
 // convCandidate is the execution plan of one engine configuration.
 type convCandidate struct {
@@ -212,17 +245,27 @@ func (h *Handle) tryEngine(d ConvDesc, b *graphBuild, cfg uintptr) (convCandidat
 		return convCandidate{}, fmt.Sprintf("%s: workspace %d B over the limit %d B", name, ws, h.wsLimit)
 	}
 	return convCandidate{
-		plan: Plan{Desc: d, Algo: -1, Name: name, WorkspaceBytes: ws, TimeMs: -1, Source: "graph"},
+		plan: Plan{Desc: d, Algo: -1, Name: name, WorkspaceBytes: ws, TimeMs: -1, Source: "graph", AddsBias: fusesBias(d)},
 		exec: exec, cfg: cfg,
 	}, ""
 }
 
 // runGraph queues e's graph plan on the handle's stream.
-func (h *Handle) runGraph(d ConvDesc, e *entry, x, w, y, workspace uintptr) error {
-	if err := h.lib.execute(h.h, e.exec, []int64{uidX, uidW, uidY}, []uintptr{x, w, y}, workspace); err != nil {
+func (h *Handle) runGraph(d ConvDesc, e *entry, x, w, bias, y, workspace uintptr) error {
+	uids, ptrs := graphOperands(e.plan.AddsBias, x, w, bias, y)
+	if err := h.lib.execute(h.h, e.exec, uids, ptrs, workspace); err != nil {
 		return fmt.Errorf("%v with %s: %w", d, e.plan.Name, err)
 	}
 	return nil
+}
+
+// graphOperands are the uids and addresses of a graph's tensors, the bias
+// among them when the graph adds it.
+func graphOperands(addsBias bool, x, w, bias, y uintptr) ([]int64, []uintptr) {
+	if addsBias {
+		return []int64{uidX, uidW, uidY, uidBias}, []uintptr{x, w, y, bias}
+	}
+	return []int64{uidX, uidW, uidY}, []uintptr{x, w, y}
 }
 
 // graphAligned: the tensors keep the alignment the graph promises cuDNN.
@@ -299,9 +342,10 @@ func (h *Handle) graphConvEngines(d ConvDesc, n int) (*convEngines, error) {
 }
 
 // run queues the convolution with plan i on the handle's stream.
-func (c *convEngines) run(i int, x, w, y, workspace uintptr) error {
+func (c *convEngines) run(i int, x, w, bias, y, workspace uintptr) error {
 	k := c.list[i]
-	if err := c.h.lib.execute(c.h.h, k.exec, []int64{uidX, uidW, uidY}, []uintptr{x, w, y}, workspace); err != nil {
+	uids, ptrs := graphOperands(fusesBias(c.d), x, w, bias, y)
+	if err := c.h.lib.execute(c.h.h, k.exec, uids, ptrs, workspace); err != nil {
 		return fmt.Errorf("%v with %s (%s): %w", c.d, k.plan.Name, k.rank, err)
 	}
 	return nil

@@ -80,6 +80,32 @@ func TestConv3dGraph(t *testing.T) {
 		}
 	}
 
+	// A bias as the graph's epilogue: added, and right, wherever an engine
+	// takes the fused graph (checkConv checks that "added" tells the truth).
+	fused := 0
+	for _, base := range convCases() {
+		for _, dt := range []DType{F32, F16, BF16} {
+			for _, l := range []Layout{NCDHW, NDHWC} {
+				d := base
+				d.DType, d.Layout, d.Bias = dt, l, true
+				p, e, ok := checkConv(t, dev, h, rng, d, 0)
+				if !ok {
+					continue
+				}
+				if p.AddsBias {
+					fused++
+				}
+				if tol := tolerance(dt, false); !(e <= tol) {
+					t.Errorf("%v: %v: rel L2 %.3g > %.3g", d, p, e, tol)
+				}
+			}
+		}
+	}
+	t.Logf("bias fused in %d of %d plans", fused, 6*len(convCases()))
+	if fused == 0 {
+		t.Error("no engine took a convolution with its bias")
+	}
+
 	h.SetConvAPI(ConvAPILegacy)
 	if p, err := h.Plan(d); err != nil || p.Source != "heuristic" {
 		t.Errorf("ConvAPILegacy: %v, %v; want a _v7 plan", p, err)
@@ -141,104 +167,110 @@ func TestConvEngineBench(t *testing.T) {
 	h.SetWorkspaceLimit(wsLimit)
 	ws := dev.Alloc(t, wsLimit)
 	for _, s := range benchShapes {
-		d := ConvDesc{N: 1, C: s.cin, D: s.t, H: s.h, W: s.w, K: s.cout, KD: s.k[0], KH: s.k[1], KW: s.k[2],
-			Pad: s.pad, DType: F16, Layout: NDHWC}
-		name := fmt.Sprintf("%d-%d-k%d%d%d-%dx%dx%d", s.cin, s.cout, s.k[0], s.k[1], s.k[2], s.t, s.h, s.w)
-		t.Run(name, func(t *testing.T) {
-			dev.Bind(t)
-			x := dev.Upload(t, gputest.Tiled(F16, int(d.XElems())))
-			w := dev.Upload(t, gputest.Tiled(F16, int(d.WElems())))
-			y := dev.Alloc(t, d.YElems()*2)
-			// timed runs run 3 times, then 20 (3 when one takes over 50 ms)
-			// and gives the mean.
-			timed := func(r *benchResult, run func() error) {
-				for range 3 {
+		for _, bias := range []bool{false, true} {
+			d := ConvDesc{N: 1, C: s.cin, D: s.t, H: s.h, W: s.w, K: s.cout, KD: s.k[0], KH: s.k[1], KW: s.k[2],
+				Pad: s.pad, DType: F16, Layout: NDHWC, Bias: bias}
+			name := fmt.Sprintf("%d-%d-k%d%d%d-%dx%dx%d", s.cin, s.cout, s.k[0], s.k[1], s.k[2], s.t, s.h, s.w)
+			if bias {
+				name += "-bias"
+			}
+			t.Run(name, func(t *testing.T) {
+				dev.Bind(t)
+				x := dev.Upload(t, gputest.Tiled(F16, int(d.XElems())))
+				w := dev.Upload(t, gputest.Tiled(F16, int(d.WElems())))
+				b := dev.Upload(t, gputest.Tiled(F16, d.K))
+				y := dev.Alloc(t, d.YElems()*2)
+				// timed runs run 3 times, then 20 (3 when one takes over 50 ms)
+				// and gives the mean.
+				timed := func(r *benchResult, run func() error) {
+					for range 3 {
+						if err := run(); err != nil {
+							r.Err = err.Error()
+							return
+						}
+					}
+					dev.Sync(t)
+					n, start := 20, time.Now()
 					if err := run(); err != nil {
 						r.Err = err.Error()
 						return
 					}
+					dev.Sync(t)
+					if time.Since(start) > 50*time.Millisecond {
+						n = 3
+					}
+					start = time.Now()
+					for range n {
+						if err := run(); err != nil {
+							r.Err = err.Error()
+							return
+						}
+					}
+					dev.Sync(t)
+					r.Ms = float64(time.Since(start).Nanoseconds()) / 1e6 / float64(n)
+					r.TFLOPs = d.FLOPs() / (r.Ms * 1e-3) / 1e12
 				}
-				dev.Sync(t)
-				n, start := 20, time.Now()
-				if err := run(); err != nil {
-					r.Err = err.Error()
-					return
+
+				line := struct {
+					Shape      string        `json:"shape"`
+					GFLOP      float64       `json:"gflop"`
+					Legacy     benchResult   `json:"legacy"`
+					GraphFirst *benchResult  `json:"graph_first"`
+					GraphBest  *benchResult  `json:"graph_best"`
+					BestSpeed  float64       `json:"best_vs_legacy"`
+					Engines    []benchResult `json:"engines"`
+					Skipped    int           `json:"skipped"`
+					FirstSkips []string      `json:"first_skipped,omitempty"`
+				}{Shape: d.String(), GFLOP: d.FLOPs() / 1e9}
+
+				h.SetConvAPI(ConvAPILegacy)
+				if p, err := h.Plan(d); err != nil {
+					line.Legacy.Err = err.Error()
+				} else {
+					line.Legacy.Name, line.Legacy.WS = p.Name, p.WorkspaceBytes
+					timed(&line.Legacy, func() error { _, err := h.Conv3dForwardBias(d, x, w, b, y, ws); return err })
 				}
-				dev.Sync(t)
-				if time.Since(start) > 50*time.Millisecond {
-					n = 3
-				}
-				start = time.Now()
-				for range n {
-					if err := run(); err != nil {
-						r.Err = err.Error()
-						return
+				h.SetConvAPI(ConvAPIAuto)
+
+				ce, err := h.graphConvEngines(d, engines)
+				if err != nil {
+					t.Errorf("%v: %v", d, err)
+				} else {
+					defer ce.free()
+					line.Skipped = len(ce.skipped)
+					line.FirstSkips = ce.skipped[:min(3, len(ce.skipped))]
+					for i, c := range ce.list {
+						r := benchResult{Name: c.plan.Name, Rank: c.rank, WS: c.plan.WorkspaceBytes}
+						timed(&r, func() error { return ce.run(i, x, w, b, y, ws) })
+						line.Engines = append(line.Engines, r)
+					}
+					if p, err := h.Plan(d); err != nil || len(ce.list) == 0 || p.Name != ce.list[0].plan.Name {
+						t.Errorf("%v: Plan %v (%v), want the first engine listed", d, p, err)
 					}
 				}
-				dev.Sync(t)
-				r.Ms = float64(time.Since(start).Nanoseconds()) / 1e6 / float64(n)
-				r.TFLOPs = d.FLOPs() / (r.Ms * 1e-3) / 1e12
-			}
-
-			line := struct {
-				Shape      string        `json:"shape"`
-				GFLOP      float64       `json:"gflop"`
-				Legacy     benchResult   `json:"legacy"`
-				GraphFirst *benchResult  `json:"graph_first"`
-				GraphBest  *benchResult  `json:"graph_best"`
-				BestSpeed  float64       `json:"best_vs_legacy"`
-				Engines    []benchResult `json:"engines"`
-				Skipped    int           `json:"skipped"`
-				FirstSkips []string      `json:"first_skipped,omitempty"`
-			}{Shape: d.String(), GFLOP: d.FLOPs() / 1e9}
-
-			h.SetConvAPI(ConvAPILegacy)
-			if p, err := h.Plan(d); err != nil {
-				line.Legacy.Err = err.Error()
-			} else {
-				line.Legacy.Name, line.Legacy.WS = p.Name, p.WorkspaceBytes
-				timed(&line.Legacy, func() error { return h.Conv3dForward(d, x, w, y, ws) })
-			}
-			h.SetConvAPI(ConvAPIAuto)
-
-			ce, err := h.graphConvEngines(d, engines)
-			if err != nil {
-				t.Errorf("%v: %v", d, err)
-			} else {
-				defer ce.free()
-				line.Skipped = len(ce.skipped)
-				line.FirstSkips = ce.skipped[:min(3, len(ce.skipped))]
-				for i, c := range ce.list {
-					r := benchResult{Name: c.plan.Name, Rank: c.rank, WS: c.plan.WorkspaceBytes}
-					timed(&r, func() error { return ce.run(i, x, w, y, ws) })
-					line.Engines = append(line.Engines, r)
+				for i := range line.Engines {
+					r := &line.Engines[i]
+					if r.Err != "" {
+						continue
+					}
+					if line.GraphFirst == nil {
+						line.GraphFirst = r
+					}
+					if line.GraphBest == nil || r.Ms < line.GraphBest.Ms {
+						line.GraphBest = r
+					}
 				}
-				if p, err := h.Plan(d); err != nil || len(ce.list) == 0 || p.Name != ce.list[0].plan.Name {
-					t.Errorf("%v: Plan %v (%v), want the first engine listed", d, p, err)
+				if line.GraphBest != nil && line.Legacy.Ms > 0 {
+					line.BestSpeed = line.Legacy.Ms / line.GraphBest.Ms
 				}
-			}
-			for i := range line.Engines {
-				r := &line.Engines[i]
-				if r.Err != "" {
-					continue
+				js, _ := json.Marshal(line)
+				fmt.Println(string(js))
+				if line.GraphFirst != nil && line.GraphBest != nil {
+					t.Logf("legacy %s %.3f ms; graph first %s %.3f ms; best %s (%s) %.3f ms, %.1f TFLOP/s",
+						line.Legacy.Name, line.Legacy.Ms, line.GraphFirst.Name, line.GraphFirst.Ms,
+						line.GraphBest.Name, line.GraphBest.Rank, line.GraphBest.Ms, line.GraphBest.TFLOPs)
 				}
-				if line.GraphFirst == nil {
-					line.GraphFirst = r
-				}
-				if line.GraphBest == nil || r.Ms < line.GraphBest.Ms {
-					line.GraphBest = r
-				}
-			}
-			if line.GraphBest != nil && line.Legacy.Ms > 0 {
-				line.BestSpeed = line.Legacy.Ms / line.GraphBest.Ms
-			}
-			b, _ := json.Marshal(line)
-			fmt.Println(string(b))
-			if line.GraphFirst != nil && line.GraphBest != nil {
-				t.Logf("legacy %s %.3f ms; graph first %s %.3f ms; best %s (%s) %.3f ms, %.1f TFLOP/s",
-					line.Legacy.Name, line.Legacy.Ms, line.GraphFirst.Name, line.GraphFirst.Ms,
-					line.GraphBest.Name, line.GraphBest.Rank, line.GraphBest.Ms, line.GraphBest.TFLOPs)
-			}
-		})
+			})
+		}
 	}
 }

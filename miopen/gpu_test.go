@@ -204,13 +204,29 @@ func checkConv(t *testing.T, dev *gputest.Device, h *Handle, rng *rand.Rand, d C
 			want[i] += y0[i]
 		}
 	}
-	var wsp uintptr
+	var wsp, bp uintptr
 	if p.WorkspaceBytes > 0 {
 		wsp = dev.Alloc(t, p.WorkspaceBytes)
 	}
-	if err := h.Conv3dForward(d, xp, wp, yp, wsp); err != nil {
+	var bias []float64
+	if d.Bias {
+		var bb []byte
+		bias, bb = gputest.Random(rng, dt, d.K)
+		bp = upload(bb)
+	}
+	added, err := h.Conv3dForwardBias(d, xp, wp, bp, yp, wsp)
+	if err != nil {
 		t.Errorf("%v: %v", d, err)
 		return p, 0, false
+	}
+	if added != (p.AddsBias && graphAligned(xp, wp, yp, bp)) {
+		t.Errorf("%v: %v: bias added %v", d, p, added)
+	}
+	if added { // (N, K, spatial) in the logical order of want
+		per := len(want) / (d.N * d.K)
+		for i := range want {
+			want[i] += bias[i/per%d.K]
+		}
 	}
 	got := fromLayout(gputest.Decode(dt, dev.Download(t, yp, yBytes)), ys, l)
 	return p, gputest.RelL2(got, want), true

@@ -675,31 +675,43 @@ func beta(d ConvDesc) C.float {
 	return 0
 }
 
-// Conv3dForward queues y = conv3d(x, w) (y += conv3d(x, w) when d.Accumulate) for d on the handle's stream, with
-// the plan for d (made now if this is the first call for d). workspace must
-// hold the plan's WorkspaceBytes (it may be 0 when that is 0). A graph-API
-// plan runs x, w and y at 16-byte aligned addresses; others run with a
-// legacy algorithm that fits the same workspace.
+// Conv3dForward queues y = conv3d(x, w) (y += conv3d(x, w) when
+// d.Accumulate) for d on the handle's stream, with the plan for d (made now
+// if this is the first call for d). workspace must hold the plan's
+// WorkspaceBytes (it may be 0 when that is 0). A graph-API plan runs x, w
+// and y at 16-byte aligned addresses; others run with a legacy algorithm
+// that fits the same workspace. d.Bias needs Conv3dForwardBias.
 func (h *Handle) Conv3dForward(d ConvDesc, x, w, y, workspace uintptr) error {
+	if d.Bias {
+		return fmt.Errorf("miopen: %v: a bias needs Conv3dForwardBias", d)
+	}
+	_, err := h.Conv3dForwardBias(d, x, w, 0, y, workspace)
+	return err
+}
+
+// Conv3dForwardBias is Conv3dForward with the bias (K values, or 0 when
+// d.Bias is not set) added as the plan's epilogue where it can; added says
+// whether it was, else the caller adds it.
+func (h *Handle) Conv3dForwardBias(d ConvDesc, x, w, bias, y, workspace uintptr) (added bool, err error) {
 	e, err := h.lookup(d)
 	if err != nil {
-		return err
+		return false, err
 	}
 	p := e.plan
-	if x == 0 || w == 0 || y == 0 {
-		return fmt.Errorf("miopen: %v: nil tensor", d)
+	if x == 0 || w == 0 || y == 0 || (d.Bias && bias == 0) {
+		return false, fmt.Errorf("miopen: %v: nil tensor", d)
 	}
 	if p.WorkspaceBytes > 0 && workspace == 0 {
-		return fmt.Errorf("miopen: %v: %s needs a workspace of %d bytes", d, p.Name, p.WorkspaceBytes)
+		return false, fmt.Errorf("miopen: %v: %s needs a workspace of %d bytes", d, p.Name, p.WorkspaceBytes)
 	}
 	if e.exec != 0 {
-		if graphAligned(x, w, y) {
-			return h.runGraph(d, e, x, w, y, workspace)
+		if graphAligned(x, w, y, bias) {
+			return p.AddsBias, h.runGraph(d, e, x, w, bias, y, workspace)
 		}
 		// The graph promised cuDNN 16-byte aligned tensors: others run
 		// the legacy API, which takes the pointers as they come.
 		if p, err = h.legacyFor(d, e); err != nil {
-			return err
+			return false, err
 		}
 	}
 	l := h.lib
@@ -713,9 +725,9 @@ func (h *Handle) Conv3dForward(d ConvDesc, x, w, y, workspace uintptr) error {
 			C.cd_forward(hh, xd, xp, wd, wp, cd, C.int(p.Algo), ws, C.size_t(p.WorkspaceBytes), yd, yp, beta(d)))
 	}
 	if err != nil {
-		return fmt.Errorf("%v with %s: %w", d, p.Name, err)
+		return false, fmt.Errorf("%v with %s: %w", d, p.Name, err)
 	}
-	return nil
+	return false, nil
 }
 
 // Search benchmarks the library's algorithms for d on real buffers (x and w

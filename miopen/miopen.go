@@ -93,6 +93,10 @@ type ConvDesc struct {
 	// Accumulate adds the convolution to what y holds (cuDNN's β = 1;
 	// NVIDIA only: MIOpen's immediate mode has no β).
 	Accumulate bool
+	// Bias asks the plan to add a bias of K values as the convolution's
+	// epilogue (the graph API, without Accumulate); Plan.AddsBias says
+	// whether it does, and Conv3dForwardBias whether a call did.
+	Bias bool
 }
 
 func (d ConvDesc) String() string {
@@ -104,6 +108,9 @@ func (d ConvDesc) String() string {
 	}
 	if d.Accumulate {
 		s += " accumulated"
+	}
+	if d.Bias {
+		s += " +bias"
 	}
 	return s
 }
@@ -222,6 +229,8 @@ type Plan struct {
 	// if it has one, else its fallback heuristic), "search" or "given"
 	// (PlanWith).
 	Source string
+	// AddsBias: the plan adds the bias (Desc.Bias on the graph API).
+	AddsBias bool
 	// Fallback says why a cuDNN plan is not the graph API's when the
 	// handle wanted it (ConvAPIAuto); empty otherwise.
 	Fallback string

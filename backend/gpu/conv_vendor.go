@@ -394,7 +394,11 @@ func (t *optimized) RunLast(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor
 		// Out of memory, the kept weight copies go first and the call runs
 		// once more without keeping one.
 		for keep := true; ; keep = false {
-			err = t.runLast(alloc, g, dt, p.Accumulate, lv, dst, x, w, keep)
+			var added bool
+			added, err = t.runLast(alloc, g, dt, p.Accumulate, lv, dst, x, w, bias, keep)
+			if added {
+				bias = nil // the library's epilogue added it
+			}
 			if err == nil || !errors.Is(err, tensor.ErrOutOfMemory) || !keep || t.be.packs.Clear() == 0 {
 				break
 			}
@@ -409,17 +413,25 @@ func (t *optimized) RunLast(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor
 	})
 }
 
-func (t *optimized) runLast(alloc tensor.Backend, g geom, dt miopen.DType, acc bool, lv *live, dst, x, w *tensor.Tensor, keep bool) error {
+// runLast runs the library on channels-last operands; on NVIDIA the plan
+// adds the bias as its epilogue where an engine takes it (added).
+func (t *optimized) runLast(alloc tensor.Backend, g geom, dt miopen.DType, acc bool, lv *live, dst, x, w, bias *tensor.Tensor, keep bool) (added bool, err error) {
 	wl, done, err := t.packedWeight(alloc, g, dst.DType(), w, keep)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer done()
 	d := g.lastDesc(dt)
 	d.Accumulate = acc
-	return t.o.Profile.time("conv3d.library", t.be, g.flops(g.To), func() error {
-		return t.forward(alloc, d, lv, Ptr(x), Ptr(wl), Ptr(dst))
+	var bp uintptr
+	if bias != nil && !acc && t.h.Lib().Vendor() == miopen.NVIDIA {
+		d.Bias, bp = true, Ptr(bias)
+	}
+	err = t.o.Profile.time("conv3d.library", t.be, g.flops(g.To), func() (err error) {
+		added, err = t.forwardBias(alloc, d, lv, Ptr(x), Ptr(wl), bp, Ptr(dst))
+		return err
 	})
+	return added, err
 }
 
 // runLastAdded is RunLast adding to dst through a scratch output.
@@ -562,23 +574,30 @@ func scratch(be tensor.Backend, dt tensor.DType, n int64) (*tensor.Tensor, error
 // forward runs the library on d (planning it first when needed) with a
 // workspace from alloc.
 func (t *optimized) forward(alloc tensor.Backend, d miopen.ConvDesc, lv *live, x, w, y uintptr) error {
+	_, err := t.forwardBias(alloc, d, lv, x, w, 0, y)
+	return err
+}
+
+// forwardBias is forward with d.Bias's bias, which the plan adds where it
+// can (added).
+func (t *optimized) forwardBias(alloc tensor.Backend, d miopen.ConvDesc, lv *live, x, w, bias, y uintptr) (added bool, err error) {
 	t.mu.Lock()
 	unbind, err := t.dev.Bind()
 	if err != nil {
 		t.mu.Unlock()
-		return err
+		return false, err
 	}
 	p, err := t.libPlan(d, lv.id, lv.given)
 	unbind()
 	t.mu.Unlock()
 	if err != nil {
-		return err
+		return false, err
 	}
 	var ws *tensor.Tensor
 	var wsp uintptr
 	if p.WorkspaceBytes > 0 {
 		if ws, err = scratch(alloc, tensor.U8, p.WorkspaceBytes); err != nil {
-			return err
+			return false, err
 		}
 		defer tensor.Release(ws)
 		wsp = Ptr(ws)
@@ -587,10 +606,10 @@ func (t *optimized) forward(alloc tensor.Backend, d miopen.ConvDesc, lv *live, x
 	defer t.mu.Unlock()
 	unbind, err = t.dev.Bind()
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer unbind()
-	return t.h.Conv3dForward(d, x, w, y, wsp)
+	return t.h.Conv3dForwardBias(d, x, w, bias, y, wsp)
 }
 
 func (t *optimized) runNCDHW(alloc tensor.Backend, g geom, dt miopen.DType, lv *live, dst, x, w, bias *tensor.Tensor) error {
