@@ -144,9 +144,17 @@ func TestConv3dAgainstFloat64(t *testing.T) {
 }
 
 // TestConv3dAccumulate: an accumulating convolution adds to what y holds
-// (NVIDIA; MIOpen refuses it).
+// (NVIDIA, with either API; MIOpen refuses it).
 func TestConv3dAccumulate(t *testing.T) {
 	dev, h := openGPU(t)
+	defer h.SetConvAPI(ConvAPIAuto)
+	for _, api := range []ConvAPI{ConvAPIAuto, ConvAPILegacy} {
+		h.SetConvAPI(api)
+		accumulate(t, dev, h)
+	}
+}
+
+func accumulate(t *testing.T, dev *gputest.Device, h *Handle) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	for _, base := range convCases() {
 		for _, dt := range []DType{F32, F16} {

@@ -107,12 +107,9 @@ func (a ConvAPI) String() string {
 	return fmt.Sprintf("ConvAPI(%d)", int(a))
 }
 
-// EnvConvAPI overrides the default ConvAPI of new handles: "legacy",
-// "graph" or "auto" (unset or empty is auto).
-const EnvConvAPI = "FRAMEPACK_CUDNN_CONV"
-
-// parseConvAPI reads EnvConvAPI's value.
-func parseConvAPI(s string) (ConvAPI, error) {
+// ParseConvAPI reads a ConvAPI by name: "legacy", "graph" or "auto" ("" is
+// auto).
+func ParseConvAPI(s string) (ConvAPI, error) {
 	for _, a := range []ConvAPI{ConvAPIAuto, ConvAPILegacy, ConvAPIGraph} {
 		if s == a.String() {
 			return a, nil
@@ -121,12 +118,12 @@ func parseConvAPI(s string) (ConvAPI, error) {
 	if s == "" {
 		return ConvAPIAuto, nil
 	}
-	return 0, fmt.Errorf("miopen: %s=%q: want legacy, graph or auto", EnvConvAPI, s)
+	return 0, fmt.Errorf("miopen: convolution API %q: want legacy, graph or auto", s)
 }
 
 // SetConvAPI chooses the cuDNN API convolutions are planned with (default
-// ConvAPIAuto, or what EnvConvAPI says). Changing it forgets the cached
-// plans. PlanWith and Search use the legacy API whatever it is.
+// ConvAPIAuto). Changing it forgets the cached plans. PlanWith and Search
+// use the legacy API whatever it is.
 func (h *Handle) SetConvAPI(a ConvAPI) {
 	if h.convAPI != a {
 		h.convAPI = a

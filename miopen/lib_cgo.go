@@ -141,7 +141,6 @@ import "C"
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"unsafe"
@@ -283,14 +282,8 @@ func vendorType(d DType, v Vendor) C.int {
 }
 
 // NewHandle creates a handle on the current device, bound to stream (0 is
-// the default stream). On NVIDIA the environment variable
-// FRAMEPACK_CUDNN_CONV (EnvConvAPI: legacy, graph or auto) sets its
-// ConvAPI.
+// the default stream).
 func (l *Lib) NewHandle(stream uintptr) (*Handle, error) {
-	api, err := parseConvAPI(os.Getenv(EnvConvAPI))
-	if err != nil && l.vendor == NVIDIA {
-		return nil, err
-	}
 	var h C.uintptr_t
 	if l.vendor == AMD {
 		if err := l.check("miopenCreateWithStream", C.mi_create(&h, C.uintptr_t(stream))); err != nil {
@@ -301,7 +294,7 @@ func (l *Lib) NewHandle(stream uintptr) (*Handle, error) {
 	if err := l.check("cudnnCreate", C.cd_create(&h)); err != nil {
 		return nil, err
 	}
-	hd := &Handle{lib: l, h: uintptr(h), convAPI: api, plans: map[ConvDesc]*entry{}}
+	hd := &Handle{lib: l, h: uintptr(h), plans: map[ConvDesc]*entry{}}
 	if err := hd.SetStream(stream); err != nil {
 		hd.Close()
 		return nil, err

@@ -96,11 +96,11 @@ func TestLayoutPermutation(t *testing.T) {
 // FRAMEPACK_CUDNN_CONV takes the API's names; anything else is an error.
 func TestParseConvAPI(t *testing.T) {
 	for s, want := range map[string]ConvAPI{"": ConvAPIAuto, "auto": ConvAPIAuto, "legacy": ConvAPILegacy, "graph": ConvAPIGraph} {
-		if got, err := parseConvAPI(s); err != nil || got != want {
-			t.Errorf("parseConvAPI(%q) = %v, %v; want %v", s, got, err, want)
+		if got, err := ParseConvAPI(s); err != nil || got != want {
+			t.Errorf("ParseConvAPI(%q) = %v, %v; want %v", s, got, err, want)
 		}
 	}
-	if _, err := parseConvAPI("Graph"); err == nil || !strings.Contains(err.Error(), EnvConvAPI) {
-		t.Errorf("parseConvAPI(\"Graph\"): %v, want an error naming %s", err, EnvConvAPI)
+	if _, err := ParseConvAPI("Graph"); err == nil || !strings.Contains(err.Error(), `"Graph"`) {
+		t.Errorf("ParseConvAPI(\"Graph\"): %v, want an error naming the value", err)
 	}
 }

@@ -55,6 +55,10 @@ type Options struct {
 	// NoFusedAttention skips cuDNN's fused attention: framepack's own
 	// kernels run every attention (also FRAMEPACK_ATTN=kernel).
 	NoFusedAttention bool
+	// ConvAPI is the cuDNN API the conv3d chain's optimized tier plans
+	// with: "legacy", "graph" or "" (auto: the graph API, the legacy one
+	// where the graph has no engine; also FRAMEPACK_CUDNN_CONV).
+	ConvAPI string
 	// Lt runs Linear layers (bf16/f16, bias fused in the epilogue) through
 	// cuBLASLt / hipBLASLt when the library loads; off by default until it
 	// measures faster than the plain GEMM (also FRAMEPACK_BLAS=lt).
@@ -116,6 +120,14 @@ func New(o Options) (*Backend, error) {
 	o.GenericAttention = o.GenericAttention || env.GenericAttention
 	o.NoFusedAttention = o.NoFusedAttention || env.KernelAttention
 	o.Lt = o.Lt || env.Lt
+	if o.ConvAPI == "" {
+		o.ConvAPI = env.CUDNNConv
+		if _, err := miopen.ParseConvAPI(o.ConvAPI); err != nil {
+			return nil, fmt.Errorf("gpu: %s: %w", envconfig.CUDNNConv, err)
+		}
+	} else if _, err := miopen.ParseConvAPI(o.ConvAPI); err != nil {
+		return nil, fmt.Errorf("gpu: %w", err)
+	}
 	d, err := hip.Open(o.Device)
 	if err != nil {
 		return nil, err

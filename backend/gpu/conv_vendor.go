@@ -111,6 +111,8 @@ func openHandle(be *Backend) (*handle, error) {
 		return nil, err
 	}
 	h.SetWorkspaceLimit(workspaceLimit)
+	api, _ := miopen.ParseConvAPI(be.opts.ConvAPI) // checked by New
+	h.SetConvAPI(api)
 	return &handle{be: be, dev: dev, h: h, vendor: dev.Vendor, given: map[miopen.ConvDesc]bool{},
 		lk: &layoutKernels{b: be}}, nil
 }

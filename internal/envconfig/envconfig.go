@@ -17,6 +17,9 @@ const (
 	Attn    = "FRAMEPACK_ATTN"     // kernel: no cuDNN attention; generic: the portable kernel only
 	OpByOp  = "FRAMEPACK_OP_BY_OP" // 1: the fused kernels are not used
 	Faults  = "FRAMEPACK_FAULTS"   // fault injection (package convchain)
+	// CUDNNConv: legacy, graph or auto: the cuDNN API convolutions are
+	// planned with.
+	CUDNNConv = "FRAMEPACK_CUDNN_CONV"
 )
 
 // Config is the settings as read.
@@ -37,6 +40,9 @@ type Config struct {
 	OpByOp bool
 	// Faults is FRAMEPACK_FAULTS as it is (convchain.ParseFaults reads it).
 	Faults string
+	// CUDNNConv is FRAMEPACK_CUDNN_CONV as it is (miopen.ParseConvAPI reads
+	// it).
+	CUDNNConv string
 }
 
 // Read reads the settings now.
@@ -51,5 +57,6 @@ func Read() Config {
 		GenericAttention: attn == "generic",
 		OpByOp:           os.Getenv(OpByOp) == "1",
 		Faults:           os.Getenv(Faults),
+		CUDNNConv:        os.Getenv(CUDNNConv),
 	}
 }
