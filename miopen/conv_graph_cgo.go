@@ -64,10 +64,30 @@ func (h *Handle) chooseConv(d ConvDesc, e *entry) (Plan, error) {
 	return p, nil
 }
 
+// graphAlgoBase + i is the Algo (and the PlanWith id) of a graph-API plan
+// with the i-th engine configuration walkEngines offers: the heuristics'
+// order, mode A's list then the fallback list, among those the handle's
+// rules allow. 0 is the heuristics' choice; a search may choose another.
+const graphAlgoBase = 1 << 20
+
+// graphRank is the place in walkEngines' order of a graph-API plan's
+// Algo, or -1 for a legacy algorithm.
+func graphRank(algo int) int {
+	if algo < graphAlgoBase {
+		return -1
+	}
+	return algo - graphAlgoBase
+}
+
 // chooseGraph plans d with the first engine configuration that the graph
 // API's heuristics rank and the handle's rules allow, and keeps its
 // execution plan in e.
 func (h *Handle) chooseGraph(d ConvDesc, e *entry) (Plan, error) {
+	return h.chooseGraphAt(d, e, 0)
+}
+
+// chooseGraphAt is chooseGraph with the rank-th configuration offered.
+func (h *Handle) chooseGraphAt(d ConvDesc, e *entry, rank int) (Plan, error) {
 	if !h.lib.graph {
 		return Plan{}, fmt.Errorf("miopen: %v: %v lacks the graph API", d, h.lib)
 	}
@@ -77,10 +97,21 @@ func (h *Handle) chooseGraph(d ConvDesc, e *entry) (Plan, error) {
 	}
 	var skipped []string
 	var got *convCandidate
-	h.walkEngines(d, b, graph, &skipped, func(c convCandidate) bool { got = &c; return false })
+	offered := 0
+	h.walkEngines(d, b, graph, &skipped, func(c convCandidate) bool {
+		if offered == rank {
+			got = &c
+			return false
+		}
+		offered++
+		b.destroy(c.exec)
+		return true
+	})
 	switch {
 	case b.err != nil:
 		err = fmt.Errorf("miopen: %v: graph API: %w", d, b.err)
+	case got == nil && rank > 0:
+		err = fmt.Errorf("miopen: %v: the graph API offers %d engine configurations, not %d (%s)", d, offered, rank+1, summary(skipped, 8))
 	case got == nil:
 		err = fmt.Errorf("miopen: %v: no engine of the graph API usable (%s)", d, summary(skipped, 8))
 	}
@@ -88,6 +119,7 @@ func (h *Handle) chooseGraph(d ConvDesc, e *entry) (Plan, error) {
 		b.release()
 		return Plan{}, err
 	}
+	got.plan.Algo = graphAlgoBase + rank
 	e.exec, e.graph = got.exec, b.descs
 	// Tensors off the graph's alignment run the legacy API's choice: the
 	// plan's workspace covers both.
@@ -245,7 +277,7 @@ func (h *Handle) tryEngine(d ConvDesc, b *graphBuild, cfg uintptr) (convCandidat
 		return convCandidate{}, fmt.Sprintf("%s: workspace %d B over the limit %d B", name, ws, h.wsLimit)
 	}
 	return convCandidate{
-		plan: Plan{Desc: d, Algo: -1, Name: name, WorkspaceBytes: ws, TimeMs: -1, Source: "graph", AddsBias: fusesBias(d)},
+		plan: Plan{Desc: d, Algo: graphAlgoBase, Name: name, WorkspaceBytes: ws, TimeMs: -1, Source: "graph", AddsBias: fusesBias(d)},
 		exec: exec, cfg: cfg,
 	}, ""
 }
@@ -368,3 +400,36 @@ func int64s[T int | int32](v ...T) []int64 {
 	}
 	return out
 }
+
+// searchGraph times the first searchEngines engine configurations of the
+// graph API for d on the given buffers with the handle's timer and returns
+// their plans (Algo graphAlgoBase + rank, Source "search"); none without
+// a timer, the graph API or under ConvAPILegacy.
+func (h *Handle) searchGraph(d ConvDesc, x, w, y, workspace uintptr, wsBytes int64) ([]Plan, error) {
+	if h.timer == nil || !h.lib.graph || h.convAPI == ConvAPILegacy {
+		return nil, nil
+	}
+	ce, err := h.graphConvEngines(d, searchEngines)
+	if err != nil {
+		return nil, err
+	}
+	defer ce.free()
+	var plans []Plan
+	for i, c := range ce.list {
+		if c.plan.WorkspaceBytes > wsBytes {
+			continue
+		}
+		ms, err := h.timer(func() error { return ce.run(i, x, w, 0, y, workspace) })
+		if err != nil {
+			return nil, err
+		}
+		p := c.plan
+		p.Algo, p.Source, p.TimeMs = graphAlgoBase+i, "search", ms
+		plans = append(plans, p)
+	}
+	return plans, nil
+}
+
+// searchEngines is how many of the graph API's engine configurations a
+// search times.
+const searchEngines = 8

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/framepack-go/framepack/rocblas/gputest"
 )
@@ -279,27 +280,33 @@ func TestConv3dPlans(t *testing.T) {
 	run("heuristic", tolerance(F32, false))
 
 	// PlanWith takes what Plan chose: a MIOpen solution, a cuDNN legacy
-	// algorithm — for a graph-API engine, the legacy API's choice.
-	chosen, id := p1, p1.SolutionID
-	if h.lib.vendor == NVIDIA {
-		if p1.Source == "graph" {
-			api := h.convAPI
-			h.SetConvAPI(ConvAPILegacy)
-			if chosen, err = h.Plan(d); err != nil {
-				t.Fatalf("legacy plan: %v", err)
-			}
-			h.SetConvAPI(api)
+	// algorithm or graph-API plan; on NVIDIA the legacy API's choice too.
+	given := func(chosen Plan) {
+		t.Helper()
+		id := chosen.SolutionID
+		if h.lib.vendor == NVIDIA {
+			id = uint64(chosen.Algo)
 		}
-		id = uint64(chosen.Algo)
+		p, err := h.PlanWith(d, id)
+		if err != nil {
+			t.Fatalf("PlanWith(%v): %v", chosen, err)
+		}
+		if p.Source != "given" || p.Name != chosen.Name {
+			t.Errorf("PlanWith: %v, want %s given", p, chosen.Name)
+		}
+		run("given "+chosen.Name, tolerance(F32, false))
 	}
-	given, err := h.PlanWith(d, id)
-	if err != nil {
-		t.Fatalf("PlanWith(%v): %v", chosen, err)
+	given(p1)
+	if h.lib.vendor == NVIDIA && p1.Source == "graph" {
+		api := h.convAPI
+		h.SetConvAPI(ConvAPILegacy)
+		legacy, err := h.Plan(d)
+		if err != nil {
+			t.Fatalf("legacy plan: %v", err)
+		}
+		h.SetConvAPI(api)
+		given(legacy)
 	}
-	if given.Source != "given" || given.Name != chosen.Name {
-		t.Errorf("PlanWith: %v, want %s given", given, chosen.Name)
-	}
-	run("given", tolerance(F32, false))
 
 	h.SetWorkspaceLimit(1)
 	if p, err := h.Plan(d); err != nil {
@@ -316,14 +323,39 @@ func TestConv3dPlans(t *testing.T) {
 	run("fast f32", tolerance(F32, true))
 	h.SetFastF32(false)
 
+	// With a timer, a search on NVIDIA times the graph API's engines too;
+	// whichever is fastest becomes the plan, and PlanWith takes it again.
+	h.SetTimer(func(run func() error) (float32, error) {
+		if err := run(); err != nil {
+			return 0, err
+		}
+		dev.Sync(t)
+		start := time.Now()
+		err := run()
+		dev.Sync(t)
+		return float32(time.Since(start).Seconds() * 1e3), err
+	})
+	defer h.SetTimer(nil)
 	plans, err := h.Search(d, xp, wp, yp, wsp, 1<<30)
 	if err != nil {
 		t.Fatalf("Search: %v", err)
 	}
+	graph := 0
 	for _, p := range plans {
 		t.Logf("search: %v %.3f ms", p, p.TimeMs)
+		if graphRank(p.Algo) >= 0 {
+			graph++
+		}
+	}
+	if h.lib.vendor == NVIDIA && h.lib.graph && graph == 0 {
+		t.Error("the search timed no engine of the graph API")
 	}
 	run("search best", tolerance(F32, false))
+	if best, _ := h.Plan(d); best.Name != plans[0].Name {
+		t.Errorf("after the search the plan is %v, want the fastest, %v", best, plans[0])
+	} else {
+		given(best)
+	}
 }
 
 // VAE-sized convolutions: 512→512 channels, 3×3×3, five output frames from

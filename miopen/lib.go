@@ -39,6 +39,7 @@ type Handle struct {
 	fast    bool
 	wsLimit int64
 	convAPI ConvAPI
+	timer   Timer
 	plans   map[ConvDesc]*entry
 	attn    map[AttnDesc]*attnPlan
 	closed  bool
@@ -121,9 +122,19 @@ func ParseConvAPI(s string) (ConvAPI, error) {
 	return 0, fmt.Errorf("miopen: convolution API %q: want legacy, graph or auto", s)
 }
 
+// Timer times run on the handle's stream: the milliseconds one run takes,
+// the device synchronized around the runs it makes.
+type Timer func(run func() error) (ms float32, err error)
+
+// SetTimer gives Search a timer for the graph API's engines (cuDNN's own
+// search times only its legacy algorithms); without one Search times those
+// alone.
+func (h *Handle) SetTimer(t Timer) { h.timer = t }
+
 // SetConvAPI chooses the cuDNN API convolutions are planned with (default
-// ConvAPIAuto). Changing it forgets the cached plans. PlanWith and Search
-// use the legacy API whatever it is.
+// ConvAPIAuto). Changing it forgets the cached plans. PlanWith takes
+// legacy algorithms and graph plans alike; Search times the graph API's
+// engines too when the handle has a timer and the API is not legacy.
 func (h *Handle) SetConvAPI(a ConvAPI) {
 	if h.convAPI != a {
 		h.convAPI = a

@@ -140,6 +140,7 @@ static int cd_find(uintptr_t h, uintptr_t x, uintptr_t xp, uintptr_t w, uintptr_
 import "C"
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -629,8 +630,9 @@ func orNone(s []string) string {
 }
 
 // PlanWith makes and caches the plan for d with a given algorithm: a cuDNN
-// cudnnConvolutionFwdAlgo_t, or a MIOpen solution id — a choice remembered
-// from an earlier run or made by a Search in a child process.
+// cudnnConvolutionFwdAlgo_t or graph-API plan (a Plan's Algo), or a MIOpen
+// solution id — a choice remembered from an earlier run or made by a Search
+// in a child process.
 func (h *Handle) PlanWith(d ConvDesc, id uint64) (Plan, error) {
 	if h.closed {
 		return Plan{}, errClosed
@@ -649,6 +651,13 @@ func (h *Handle) PlanWith(d ConvDesc, id uint64) (Plan, error) {
 			if p, ok := h.tryCUDNN(d, e, int(id), int(h.mathFor(d)), "given", &skipped); ok {
 				return p, nil
 			}
+		} else if id >= graphAlgoBase && id < graphAlgoBase+searchEngines {
+			p, err := h.chooseGraphAt(d, e, int(id-graphAlgoBase))
+			if err == nil {
+				p.Source = "given"
+				return p, nil
+			}
+			skipped = append(skipped, err.Error())
 		} else {
 			skipped = append(skipped, fmt.Sprintf("cuDNN has no forward algorithm %d", id))
 		}
@@ -752,6 +761,14 @@ func (h *Handle) Search(d ConvDesc, x, w, y, workspace uintptr, wsBytes int64) (
 			return Plan{}, fmt.Errorf("miopen: %v: search found no usable algorithm", d)
 		}
 		best := plans[0]
+		if r := graphRank(best.Algo); h.lib.vendor == NVIDIA && r >= 0 {
+			p, err := h.chooseGraphAt(d, e, r)
+			if err != nil {
+				return Plan{}, err
+			}
+			p.Source, p.TimeMs = best.Source, best.TimeMs
+			return p, nil
+		}
 		if h.lib.vendor == NVIDIA {
 			if err := h.lib.check("cudnnSetConvolutionMathType", C.cd_set_math(C.uintptr_t(e.cd), C.int(best.mathType))); err != nil {
 				return Plan{}, err
@@ -785,6 +802,12 @@ func (h *Handle) searchCUDNN(d ConvDesc, e *entry, x, w, y, workspace uintptr, w
 			plans = append(plans, pl)
 		}
 	}
+	graph, err := h.searchGraph(d, x, w, y, workspace, wsBytes)
+	if err != nil {
+		return nil, err
+	}
+	plans = append(plans, graph...)
+	slices.SortStableFunc(plans, func(a, b Plan) int { return cmp.Compare(a.TimeMs, b.TimeMs) })
 	return plans, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/miopen"
@@ -105,6 +106,8 @@ func (t *optimized) search(d miopen.ConvDesc) (miopen.Plan, error) {
 		return miopen.Plan{}, err
 	}
 	defer unbind()
+	t.h.SetTimer(t.timer)
+	defer t.h.SetTimer(nil)
 	plans, err := t.h.Search(d, ptrs[0], ptrs[1], ptrs[2], ptrs[3], searchWorkspace)
 	if err != nil {
 		return miopen.Plan{}, err
@@ -115,4 +118,26 @@ func (t *optimized) search(d miopen.ConvDesc) (miopen.Plan, error) {
 		}
 	}
 	return miopen.Plan{}, fmt.Errorf("%v: the search found only the naive solver", d)
+}
+
+// timer times a library call for a search: one run to warm it, then the
+// mean of three between two waits for the device.
+func (t *optimized) timer(run func() error) (float32, error) {
+	if err := run(); err != nil {
+		return 0, err
+	}
+	if err := t.be.Sync(); err != nil {
+		return 0, err
+	}
+	const n = 3
+	start := time.Now()
+	for range n {
+		if err := run(); err != nil {
+			return 0, err
+		}
+	}
+	if err := t.be.Sync(); err != nil {
+		return 0, err
+	}
+	return float32(time.Since(start).Seconds() * 1e3 / n), nil
 }

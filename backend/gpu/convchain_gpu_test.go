@@ -508,4 +508,10 @@ func TestChannelsLastConvTiers(t *testing.T) {
 			}
 		})
 	}
+	// The optimized tier with its searched plans (on NVIDIA the graph API's
+	// engines timed beside the legacy algorithms).
+	t.Run("optimized searched", func(t *testing.T) {
+		be := wrapped(t, g, ConvOptions{Faults: only("optimized"), Search: SearchOn, SearchDeadline: time.Minute})
+		backendtest.Run(t, be, backendtest.Select("conv3d_last")...)
+	})
 }
