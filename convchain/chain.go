@@ -391,7 +391,7 @@ func (c *Chain) conv3d(k Key, cl *call) error {
 		if r := c.remembered[ks]; r != nil {
 			skips = append(slices.Clone(r.Skips), skips...)
 		}
-	} else if r := c.remembered[ks]; r != nil {
+	} else if r := c.remembered[ks]; r != nil && !c.searchesAgain(r) {
 		// A choice of an earlier run: its plan stands in for the search.
 		if i := slices.Index(c.Tiers(), r.Tier); i >= 0 {
 			plan, err := c.tiers[i].Plan(c.tierKey(i, k), r.Plan)
@@ -480,6 +480,11 @@ func (c *Chain) plan(i int, k Key) (*Plan, error) {
 	if plan == nil {
 		plan = &Plan{}
 	}
+	if searched != nil {
+		cp := *plan
+		cp.Searched = true
+		plan = &cp
+	}
 	if fault == FaultNaive {
 		cp := *plan
 		cp.Naive, cp.Algorithm = true, "naive solver (injected fault conv3d."+name+"=naive)"
@@ -528,6 +533,12 @@ func (c *Chain) run(i int, plan *Plan, trial bool, cl *call) error {
 	c.stats[i].convs++
 	c.stats[i].runTime += time.Since(start)
 	return nil
+}
+
+// searchesAgain: searches are on and r's tier has one, but r's plan was
+// not searched (it was remembered while searches were off).
+func (c *Chain) searchesAgain(r *Choice) bool {
+	return !c.opt.NoSearch && searchFor(r.Tier) != nil && (r.Plan == nil || !r.Plan.Searched)
 }
 
 // remember records a choice and writes it to disk, unless a tier before it

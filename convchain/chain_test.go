@@ -385,6 +385,39 @@ func TestRememberedChoice(t *testing.T) {
 	}
 }
 
+// A choice remembered while searches were off is searched again once they
+// are on; a searched one is not.
+func TestRememberedWithoutSearch(t *testing.T) {
+	f := newFixture(t)
+	f.tiers[0].search = false // plans without a search result
+	unsearched, err := New([]Tier{f.tiers[0], CPUTier(f.cpu)}, Options{Device: "test-device", CachePath: f.cache,
+		NoSearch: true, Log: slog.New(slog.NewTextHandler(f.log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.conv(t, unsearched); err != nil {
+		t.Fatal(err)
+	}
+	if ch, err := Remembered(f.cache); err != nil || len(ch) != 1 || ch[0].Plan.Searched {
+		t.Fatalf("remembered %+v %v, want one choice not searched", ch, err)
+	}
+	f.tiers[0].search = true
+	for i, want := range []int{1, 0} { // searched, then remembered as searched
+		c := f.chain(t, "", 20*time.Second)
+		got, err := f.conv(t, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.check(t, got)
+		if s := c.Summary()[0]; s.Searches != want {
+			t.Fatalf("run %d with searches on: %d searches, want %d", i+2, s.Searches, want)
+		}
+	}
+	if ch, err := Remembered(f.cache); err != nil || len(ch) != 1 || !ch[0].Plan.Searched {
+		t.Fatalf("remembered %+v %v, want the searched choice", ch, err)
+	}
+}
+
 // A choice that skipped tiers keeps the reasons, and the next run starts
 // at the chosen tier.
 func TestRememberedSkips(t *testing.T) {

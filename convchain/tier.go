@@ -78,6 +78,9 @@ type Plan struct {
 	Workspace int64 `json:"workspace,omitempty"`
 	// Data is tier-specific (a solution id, a serialized solution).
 	Data json.RawMessage `json:"data,omitempty"`
+	// Searched: the plan came from the tier's search. A choice remembered
+	// without one is planned again, searched, when searches are on.
+	Searched bool `json:"searched,omitempty"`
 
 	Live any `json:"-"`
 }
