@@ -290,9 +290,9 @@ func (c *causalConv) forwardNormed(s *tensor.Scope, f *featCache, n rmsNorm, x *
 
 // forwardTaps is forwardNormed for a one-frame chunk x by the temporal
 // taps: the first two over the ring's frames as they lie, then SiLU(n(x))
-// written over the older frame, which that convolution was its last use,
-// and the last tap over it, added. No frame is copied, and the input is
-// never three frames at once.
+// written over the older frame (that convolution was its last reader) and
+// the last tap over it, added. No frame is copied, and the input is never
+// three frames at once.
 func (c *causalConv) forwardTaps(s *tensor.Scope, f *featCache, sl *slot, n rmsNorm, x *tensor.Tensor, consume bool) *tensor.Tensor {
 	f.toRing(sl, x)
 	t := f.tapsOf(c)
