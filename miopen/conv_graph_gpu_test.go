@@ -38,28 +38,23 @@ func TestConv3dGraph(t *testing.T) {
 	engines := map[string]int{}
 	for _, fast := range []bool{false, true} {
 		h.SetFastF32(fast)
-		for _, base := range convCases() {
-			for _, dt := range []DType{F32, F16, BF16} {
-				if fast && dt != F32 {
-					continue
-				}
-				for _, l := range []Layout{NCDHW, NDHWC} {
-					d := base
-					d.DType, d.Layout = dt, l
-					p, e, ok := checkConv(t, dev, h, rng, d, 0)
-					if !ok {
-						continue
-					}
-					engines[p.Name]++
-					if p.Source != "graph" || graphRank(p.Algo) != 0 || !strings.HasPrefix(p.Name, "cuDNN engine ") {
-						t.Errorf("%v: plan %v (algo %d), want a graph engine; fallback: %s", d, p, p.Algo, p.Fallback)
-					}
-					if tol := tolerance(dt, fast); !(e <= tol) {
-						t.Errorf("%v (fast f32 %v): %v: rel L2 %.3g > %.3g", d, fast, p, e, tol)
-					}
-				}
-			}
+		dts := []DType{F32, F16, BF16}
+		if fast {
+			dts = []DType{F32}
 		}
+		eachConv(dts, func(d ConvDesc) {
+			p, e, ok := checkConv(t, dev, h, rng, d, 0)
+			if !ok {
+				return
+			}
+			engines[p.Name]++
+			if p.Source != "graph" || graphRank(p.Algo) != 0 || !strings.HasPrefix(p.Name, "cuDNN engine ") {
+				t.Errorf("%v: plan %v (algo %d), want a graph engine; fallback: %s", d, p, p.Algo, p.Fallback)
+			}
+			if tol := tolerance(d.DType, fast); !(e <= tol) {
+				t.Errorf("%v (fast f32 %v): %v: rel L2 %.3g > %.3g", d, fast, p, e, tol)
+			}
+		})
 	}
 	h.SetFastF32(false)
 	t.Logf("engines chosen: %v", engines)
@@ -83,24 +78,19 @@ func TestConv3dGraph(t *testing.T) {
 	// A bias as the graph's epilogue: added, and right, wherever an engine
 	// takes the fused graph (checkConv checks that "added" tells the truth).
 	fused := 0
-	for _, base := range convCases() {
-		for _, dt := range []DType{F32, F16, BF16} {
-			for _, l := range []Layout{NCDHW, NDHWC} {
-				d := base
-				d.DType, d.Layout, d.Bias = dt, l, true
-				p, e, ok := checkConv(t, dev, h, rng, d, 0)
-				if !ok {
-					continue
-				}
-				if p.AddsBias {
-					fused++
-				}
-				if tol := tolerance(dt, false); !(e <= tol) {
-					t.Errorf("%v: %v: rel L2 %.3g > %.3g", d, p, e, tol)
-				}
-			}
+	eachConv([]DType{F32, F16, BF16}, func(d ConvDesc) {
+		d.Bias = true
+		p, e, ok := checkConv(t, dev, h, rng, d, 0)
+		if !ok {
+			return
 		}
-	}
+		if p.AddsBias {
+			fused++
+		}
+		if tol := tolerance(d.DType, false); !(e <= tol) {
+			t.Errorf("%v: %v: rel L2 %.3g > %.3g", d, p, e, tol)
+		}
+	})
 	t.Logf("bias fused in %d of %d plans", fused, 6*len(convCases()))
 	if fused == 0 {
 		t.Error("no engine took a convolution with its bias")

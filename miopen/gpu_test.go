@@ -119,26 +119,20 @@ func TestConv3dAgainstFloat64(t *testing.T) {
 	dev, h := openGPU(t)
 	rng := rand.New(rand.NewPCG(11, 12))
 	worst := map[string]float64{}
-	for _, base := range convCases() {
-		for _, dt := range []DType{F32, F16, BF16} {
-			for _, l := range []Layout{NCDHW, NDHWC} {
-				d := base
-				d.DType, d.Layout = dt, l
-				p, e, ok := checkConv(t, dev, h, rng, d, 0)
-				if !ok {
-					continue
-				}
-				key := fmt.Sprintf("%v %v", dt, l)
-				worst[key] = max(worst[key], e)
-				if e > tolerance(dt, false) {
-					t.Errorf("%v: %v: rel L2 %.3g > %.3g", d, p, e, tolerance(dt, false))
-				}
-				if p.IsNaive {
-					t.Logf("%v: naive solver chosen", d)
-				}
-			}
+	eachConv([]DType{F32, F16, BF16}, func(d ConvDesc) {
+		p, e, ok := checkConv(t, dev, h, rng, d, 0)
+		if !ok {
+			return
 		}
-	}
+		key := fmt.Sprintf("%v %v", d.DType, d.Layout)
+		worst[key] = max(worst[key], e)
+		if e > tolerance(d.DType, false) {
+			t.Errorf("%v: %v: rel L2 %.3g > %.3g", d, p, e, tolerance(d.DType, false))
+		}
+		if p.IsNaive {
+			t.Logf("%v: naive solver chosen", d)
+		}
+	})
 	for k, v := range worst {
 		t.Logf("%s: worst rel L2 %.3g over %d shapes", k, v, len(convCases()))
 	}
@@ -157,21 +151,29 @@ func TestConv3dAccumulate(t *testing.T) {
 
 func accumulate(t *testing.T, dev *gputest.Device, h *Handle) {
 	rng := rand.New(rand.NewPCG(15, 16))
+	eachConv([]DType{F32, F16}, func(d ConvDesc) {
+		d.Accumulate = true
+		if h.Lib().Vendor() == AMD {
+			if _, err := h.Plan(d); err == nil {
+				t.Errorf("%v: MIOpen planned an accumulating convolution", d)
+			}
+			return
+		}
+		if p, e, ok := checkConv(t, dev, h, rng, d, 0); ok && e > tolerance(d.DType, false) {
+			t.Errorf("%v: %v: rel L2 %.3g > %.3g", d, p, e, tolerance(d.DType, false))
+		}
+	})
+}
+
+// eachConv calls fn with every case of convCases in each of dts and both
+// layouts.
+func eachConv(dts []DType, fn func(ConvDesc)) {
 	for _, base := range convCases() {
-		for _, dt := range []DType{F32, F16} {
+		for _, dt := range dts {
 			for _, l := range []Layout{NCDHW, NDHWC} {
 				d := base
-				d.DType, d.Layout, d.Accumulate = dt, l, true
-				if h.Lib().Vendor() == AMD {
-					if _, err := h.Plan(d); err == nil {
-						t.Fatalf("%v: MIOpen planned an accumulating convolution", d)
-					}
-					return
-				}
-				p, e, ok := checkConv(t, dev, h, rng, d, 0)
-				if ok && e > tolerance(dt, false) {
-					t.Errorf("%v: %v: rel L2 %.3g > %.3g", d, p, e, tolerance(dt, false))
-				}
+				d.DType, d.Layout = dt, l
+				fn(d)
 			}
 		}
 	}
