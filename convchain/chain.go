@@ -258,6 +258,7 @@ type call struct {
 	padded          *tensor.Tensor // the padded copy, once a tier needed it
 	last            bool           // x and dst channels-last
 	first           *tensor.Tensor // x moved channels-first, once a tier needed it
+	wFirst          *tensor.Tensor // a packed w moved channels-first, likewise
 }
 
 // backend is where the call's copies go.
@@ -312,6 +313,17 @@ func (cl *call) runLast(t Tier, plan *Plan) error {
 		}
 		cl.first = f
 	}
+	w := cl.w
+	if cl.p.WeightLast {
+		if cl.wFirst == nil {
+			f, err := permuted(be, cl.w, 0, 4, 1, 2, 3)
+			if err != nil {
+				return err
+			}
+			cl.wFirst = f
+		}
+		w = cl.wFirst
+	}
 	ds := cl.dst.Shape()
 	y, err := tensor.Alloc(be, cl.dst.DType(), ds[0], ds[4], ds[1], ds[2], ds[3])
 	if err != nil {
@@ -319,8 +331,8 @@ func (cl *call) runLast(t Tier, plan *Plan) error {
 	}
 	defer tensor.Release(y)
 	p := cl.p
-	p.Accumulate = false
-	if err := t.Run(plan, y, cl.first, cl.w, cl.bias, p); err != nil {
+	p.Accumulate, p.WeightLast = false, false
+	if err := t.Run(plan, y, cl.first, w, cl.bias, p); err != nil {
 		return err
 	}
 	if !cl.p.Accumulate {
@@ -369,6 +381,10 @@ func (cl *call) release() {
 	if cl.first != nil {
 		tensor.Release(cl.first)
 		cl.first = nil
+	}
+	if cl.wFirst != nil {
+		tensor.Release(cl.wFirst)
+		cl.wFirst = nil
 	}
 }
 

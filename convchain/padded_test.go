@@ -217,4 +217,19 @@ func TestConv3dLastOnChannelsFirstTier(t *testing.T) {
 			t.Fatalf("accumulated: element %d is %v, want %v", i, got.Float32s()[i], 2*v)
 		}
 	}
+	// A packed weight (Cout, kT, kH, kW, Cin) gives the same, under the
+	// same key.
+	p = tensor.ConvParams{Padding: [3]int{0, 1, 1}, WeightLast: true}
+	packed := tensor.New(tensor.F32, 1, 1, 4, 5, 4)
+	if err := Wrap(c, ch).Conv3dLast(packed, x, s.Permute(w, 0, 2, 3, 4, 1), b, p); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range want.Float32s() {
+		if d := packed.Float32s()[i] - v; d > 1e-4 || d < -1e-4 {
+			t.Fatalf("packed weight: element %d is %v, want %v", i, packed.Float32s()[i], v)
+		}
+	}
+	if k, kp := KeyOfLast("", x, w, b, tensor.ConvParams{Padding: p.Padding}), KeyOfLast("", x, s.Permute(w, 0, 2, 3, 4, 1), b, p); k.String() != kp.String() {
+		t.Errorf("key %s with a packed weight, want %s", kp, k)
+	}
 }

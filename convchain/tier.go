@@ -42,6 +42,9 @@ func KeyOfLast(device string, x, w, bias *tensor.Tensor, p tensor.ConvParams) Ke
 	k.Layout = "ndhwc"
 	xs := x.Shape()
 	k.X = [5]int{xs[0], xs[4], xs[1], xs[2], xs[3]}
+	if ws := w.Shape(); p.WeightLast { // (Cout, kT, kH, kW, Cin): the same key as checkpoints' order
+		k.W = [5]int{ws[0], ws[4], ws[1], ws[2], ws[3]}
+	}
 	return k
 }
 

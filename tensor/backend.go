@@ -180,6 +180,10 @@ type ConvParams struct {
 	// Accumulate adds the convolution (and bias) to what dst holds
 	// (ChannelsLastConv's Conv3dLast; Scope.Conv3dLastAdd).
 	Accumulate bool
+	// WeightLast: w is packed channels-last, (Cout, kT, kH, kW, Cin), the
+	// libraries' order (ChannelsLastConv's Conv3dLast;
+	// Scope.Conv3dLastPacked).
+	WeightLast bool
 }
 
 // AttnParams describe one attention call. At most one of the masks is used

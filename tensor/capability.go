@@ -58,8 +58,9 @@ type FusedKernels interface {
 
 // ChannelsLastConv convolves channels-last tensors: x (B, T, H, W, Cin)
 // into dst (B, To, Ho, Wo, Cout), w (Cout, Cin, kT, kH, kW) as checkpoints
-// hold it (the vendor libraries' fast layout, with no repacking of the
-// activations); with p.Accumulate, added to what dst holds.
+// hold it, or packed (Cout, kT, kH, kW, Cin) with p.WeightLast (the vendor
+// libraries' fast layout, with no repacking of the activations); with
+// p.Accumulate, added to what dst holds.
 type ChannelsLastConv interface {
 	Conv3dLast(dst, x, w, bias *Tensor, p ConvParams) error
 }

@@ -250,14 +250,19 @@ type lastConv struct {
 	*cpu.Backend
 	pads [][3]int
 	acc  []bool
+	last []bool
 }
 
 func (l *lastConv) Conv3dLast(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	l.pads = append(l.pads, p.Padding)
 	l.acc = append(l.acc, p.Accumulate)
+	l.last = append(l.last, p.WeightLast)
 	return tensor.Catch(func() {
 		s := tensor.NewScope(l.Backend)
 		defer s.Close()
+		if p.WeightLast {
+			w = s.Permute(w, 0, 4, 1, 2, 3)
+		}
 		y := s.Permute(s.Conv3d(s.Permute(x, 0, 4, 1, 2, 3), w, bias, p.Stride, p.Padding), 0, 2, 3, 4, 1)
 		d := dst.Float32s()
 		for i, v := range y.Float32s() {
@@ -331,9 +336,25 @@ func TestConv3dLast(t *testing.T) {
 		if err := tensor.Catch(func() { s.Conv3dLastAdd(s.Clone(y0).Reshape(b*oT, oH, oW, cout), x, w, bias, stride, pad) }); err == nil {
 			t.Errorf("%s: adding a convolution to a tensor of another shape went through", name)
 		}
+		// The weight packed channels-last gives the same, new or added.
+		wl := s.Permute(w, 0, 2, 3, 4, 1)
+		packed := s.Conv3dLastPacked(s.Clone(x), wl, bias, stride, pad, true)
+		y = s.Clone(y0)
+		s.Conv3dLastAddPacked(y, x, wl, bias, stride, pad)
+		for i, v := range packed.Float32s() {
+			e := want[i] + float64(y0.Float32s()[i])
+			if math.Abs(float64(v)-want[i]) > 1e-4*math.Max(1, math.Abs(want[i])) ||
+				math.Abs(float64(y.Float32s()[i])-e) > 1e-4*math.Max(1, math.Abs(e)) {
+				t.Fatalf("%s: packed weight: [%d] %v and added %v, want %v and %v", name, i, v, y.Float32s()[i], want[i], e)
+			}
+		}
+		if err := tensor.Catch(func() { s.Conv3dLastPacked(x, w.Reshape(cout, 9, 3, 1, cin), bias, stride, pad, false) }); err == nil {
+			t.Errorf("%s: a packed weight of a kernel larger than the input went through", name)
+		}
 		s.Close()
 	}
-	if !slices.Equal(lc.pads, [][3]int{{0, 1, 1}, {0, 1, 1}}) || !slices.Equal(lc.acc, []bool{false, true}) {
-		t.Errorf("the backend was asked for paddings %v, accumulating %v; want the symmetric [0 1 1] twice, the second added", lc.pads, lc.acc)
+	if !slices.Equal(lc.pads, [][3]int{{0, 1, 1}, {0, 1, 1}, {0, 1, 1}, {0, 1, 1}}) ||
+		!slices.Equal(lc.acc, []bool{false, true, false, true}) || !slices.Equal(lc.last, []bool{false, false, true, true}) {
+		t.Errorf("the backend was asked for paddings %v, accumulating %v, packed %v", lc.pads, lc.acc, lc.last)
 	}
 }

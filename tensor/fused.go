@@ -322,7 +322,7 @@ func (s *Scope) Conv3dPadded(x, w, bias *Tensor, stride [3]int, pad Padding, con
 // here. Other backends get x moved channels-first and back. With consume, x
 // is freed (when the scope owns it) as soon as it is no longer needed.
 func (s *Scope) Conv3dLast(x, w, bias *Tensor, stride [3]int, pad Padding, consume bool) *Tensor {
-	return s.conv3dLast(nil, x, w, bias, stride, pad, consume)
+	return s.conv3dLast(nil, x, w, false, bias, stride, pad, consume)
 }
 
 // Conv3dLastAdd adds Conv3dLast(x, w, bias, stride, pad) to y, whose shape
@@ -331,14 +331,37 @@ func (s *Scope) Conv3dLast(x, w, bias *Tensor, stride [3]int, pad Padding, consu
 // ChannelsLastConv backend adds it as it convolves.
 func (s *Scope) Conv3dLastAdd(y, x, w, bias *Tensor, stride [3]int, pad Padding) {
 	s.check("conv3d", x.dtype, y, x, w, bias)
-	s.conv3dLast(y, x, w, bias, stride, pad, false)
+	s.conv3dLast(y, x, w, false, bias, stride, pad, false)
 }
 
-// conv3dLast is Conv3dLast, into a new tensor (y nil) or added to y.
-func (s *Scope) conv3dLast(y, x, w, bias *Tensor, stride [3]int, pad Padding, consume bool) *Tensor {
+// Conv3dLastPacked is Conv3dLast with w packed channels-last, (Cout, kT,
+// kH, kW, Cin): the order the vendor libraries convolve channels-last
+// tensors with, so a model that keeps its weights so needs no packed copy
+// of them (backends without ChannelsLastConv get a channels-first copy).
+func (s *Scope) Conv3dLastPacked(x, w, bias *Tensor, stride [3]int, pad Padding, consume bool) *Tensor {
+	return s.conv3dLast(nil, x, w, true, bias, stride, pad, consume)
+}
+
+// Conv3dLastAddPacked is Conv3dLastAdd with w packed as in
+// Conv3dLastPacked.
+func (s *Scope) Conv3dLastAddPacked(y, x, w, bias *Tensor, stride [3]int, pad Padding) {
+	s.check("conv3d", x.dtype, y, x, w, bias)
+	s.conv3dLast(y, x, w, true, bias, stride, pad, false)
+}
+
+// conv3dLast is Conv3dLast, into a new tensor (y nil) or added to y, with w
+// as checkpoints hold it or packed.
+func (s *Scope) conv3dLast(y, x, w *Tensor, packed bool, bias *Tensor, stride [3]int, pad Padding, consume bool) *Tensor {
 	s.check("conv3d", x.dtype, x, w, bias)
-	if len(x.shape) != 5 || len(w.shape) != 5 || x.shape[4] != w.shape[1] {
+	if len(x.shape) != 5 || len(w.shape) != 5 {
 		s.failf("conv3d", "channels-last input %v %s for weight %v %s", x.shape, x.dtype, w.shape, w.dtype)
+	}
+	cin, kernel := w.shape[1], w.shape[2:5]
+	if packed {
+		cin, kernel = w.shape[4], w.shape[1:4]
+	}
+	if x.shape[4] != cin {
+		s.failf("conv3d", "channels-last input %v %s for weight %v %s (packed %v)", x.shape, x.dtype, w.shape, w.dtype, packed)
 	}
 	if bias != nil && bias.Numel() != w.shape[0] {
 		s.failf("conv3d", "bias %v for %d output channels", bias.shape, w.shape[0])
@@ -360,9 +383,9 @@ func (s *Scope) conv3dLast(y, x, w, bias *Tensor, stride [3]int, pad Padding, co
 	}
 	shape := []int{x.shape[0], 0, 0, 0, w.shape[0]}
 	for i := 0; i < 3; i++ {
-		n := x.shape[1+i] + pad.Before[i] + pad.After[i] - w.shape[2+i]
+		n := x.shape[1+i] + pad.Before[i] + pad.After[i] - kernel[i]
 		if n < 0 {
-			s.failf("conv3d", "kernel %v larger than padded input %v", w.shape[2:], x.shape[1:4])
+			s.failf("conv3d", "kernel %v larger than padded input %v", kernel, x.shape[1:4])
 		}
 		shape[1+i] = n/stride[i] + 1
 	}
@@ -376,7 +399,7 @@ func (s *Scope) conv3dLast(y, x, w, bias *Tensor, stride [3]int, pad Padding, co
 			s.Free(x)
 		}
 	}
-	p := ConvParams{Stride: stride, Padding: sym, Accumulate: y != nil}
+	p := ConvParams{Stride: stride, Padding: sym, Accumulate: y != nil, WeightLast: packed}
 	out := y
 	if cl, ok := As[ChannelsLastConv](s.be); ok {
 		if out == nil {
@@ -386,9 +409,16 @@ func (s *Scope) conv3dLast(y, x, w, bias *Tensor, stride [3]int, pad Padding, co
 			s.run("conv3d", func() Op { return convOp(out, w, p) }, func() error { return cl.Conv3dLast(out, in, w, bias, p) })
 		}
 	} else {
+		wf := w
+		if packed {
+			wf = s.Permute(w, 0, 4, 1, 2, 3)
+		}
 		first := s.Permute(in, 0, 4, 1, 2, 3)
-		c := s.Conv3d(first, w, bias, stride, sym)
+		c := s.Conv3d(first, wf, bias, stride, sym)
 		s.Free(first)
+		if wf != w {
+			s.Free(wf)
+		}
 		last := s.Permute(c, 0, 2, 3, 4, 1)
 		s.Free(c)
 		if out == nil {

@@ -634,7 +634,11 @@ func (p MatMulParams) op() Op {
 
 // convOp names a convolution by channels, kernel and stride for a Hook.
 func convOp(dst, w *Tensor, p ConvParams) Op {
-	class := fmt.Sprintf("conv3d %d→%d k%d", w.shape[1], w.shape[0], w.shape[2])
+	cin, kt := w.shape[1], w.shape[2]
+	if p.WeightLast {
+		cin, kt = w.shape[4], w.shape[1]
+	}
+	class := fmt.Sprintf("conv3d %d→%d k%d", cin, w.shape[0], kt)
 	if p.Stride != [3]int{1, 1, 1} && p.Stride != [3]int{} {
 		class += fmt.Sprintf(" s%v", p.Stride)
 	}

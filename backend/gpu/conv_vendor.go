@@ -397,7 +397,7 @@ func (t *optimized) RunLast(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor
 		// once more without keeping one.
 		for keep := true; ; keep = false {
 			var added bool
-			added, err = t.runLast(alloc, g, dt, p.Accumulate, lv, dst, x, w, bias, keep)
+			added, err = t.runLast(alloc, g, dt, p, lv, dst, x, w, bias, keep)
 			if added {
 				bias = nil // the library's epilogue added it
 			}
@@ -417,12 +417,16 @@ func (t *optimized) RunLast(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor
 
 // runLast runs the library on channels-last operands; on NVIDIA the plan
 // adds the bias as its epilogue where an engine takes it (added).
-func (t *optimized) runLast(alloc tensor.Backend, g geom, dt miopen.DType, acc bool, lv *live, dst, x, w, bias *tensor.Tensor, keep bool) (added bool, err error) {
-	wl, done, err := t.packedWeight(alloc, g, dst.DType(), w, keep)
-	if err != nil {
-		return false, err
+func (t *optimized) runLast(alloc tensor.Backend, g geom, dt miopen.DType, p tensor.ConvParams, lv *live, dst, x, w, bias *tensor.Tensor, keep bool) (added bool, err error) {
+	wl := w // packed already (p.WeightLast)
+	if !p.WeightLast {
+		var done func()
+		if wl, done, err = t.packedWeight(alloc, g, dst.DType(), w, keep); err != nil {
+			return false, err
+		}
+		defer done()
 	}
-	defer done()
+	acc := p.Accumulate
 	d := g.lastDesc(dt)
 	d.Accumulate = acc
 	var bp uintptr

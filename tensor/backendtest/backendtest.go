@@ -977,18 +977,25 @@ func ChannelsLastConv(e *Env) {
 			for i := 0; i < 3; i++ {
 				out[1+i] = (c.x[1+i]+2*c.pad[i]-c.w[2+i])/c.stride[i] + 1
 			}
-			// Into a new output, then added to one holding values.
-			for _, acc := range []bool{false, true} {
+			// Into a new output, then added to one holding values; the
+			// weight as checkpoints hold it, then packed channels-last.
+			for _, v := range []struct{ acc, packed bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+				acc := v.acc
 				o := e.Out(dt, out...)
 				name := "conv3d_last"
 				if acc {
 					o = e.Pair(e.Rand(dt, -1, 1, out...))
 					name += " accumulated"
 				}
-				p := tensor.ConvParams{Stride: c.stride, Padding: c.pad, Accumulate: acc}
+				wg := w[1]
+				if v.packed {
+					name += " packed"
+					wg = packed(e.Got, w[1])
+				}
+				p := tensor.ConvParams{Stride: c.stride, Padding: c.pad, Accumulate: acc, WeightLast: v.packed}
 				e.Run("conv3d_last", func(i int) error {
 					if i == 1 {
-						return cl.Conv3dLast(o[1], x[1], w[1], b[1], p)
+						return cl.Conv3dLast(o[1], x[1], wg, b[1], p)
 					}
 					return tensor.Catch(func() {
 						s := tensor.NewScope(e.Ref)
@@ -1007,9 +1014,27 @@ func ChannelsLastConv(e *Env) {
 					})
 				})
 				e.Compare(fmt.Sprintf("%s %s %s", name, c.name, dt), o, 20, 1)
+				if wg != w[1] {
+					tensor.Release(wg)
+				}
 			}
 		}
 	}
+}
+
+// packed is w (Cout, Cin, kT, kH, kW) packed channels-last, (Cout, kT, kH,
+// kW, Cin): a copy on be, for the caller to release.
+func packed(be tensor.Backend, w *tensor.Tensor) *tensor.Tensor {
+	var out *tensor.Tensor
+	if err := tensor.Catch(func() {
+		s := tensor.NewScope(be)
+		defer s.Close()
+		out = s.Permute(w, 0, 2, 3, 4, 1)
+		s.Keep(out)
+	}); err != nil {
+		panic(err)
+	}
+	return out
 }
 
 // FP8Compute checks the per-row E4M3 quantization (codes and scales equal

@@ -123,6 +123,9 @@ func TestGoldenWanDecodeThroughChain(t *testing.T) {
 		if _, ok := tensor.As[tensor.ChannelsLastConv](be); !ok {
 			t.Fatal("no Conv3dLast under the budget")
 		}
+		if !v.m.Dec.convIn.packed || !v.m.Dec.blocks[0].resnets[0].conv1.packed {
+			t.Fatal("the weights are not packed channels-last on a backend that convolves channels-last tensors")
+		}
 		c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}))
 		if n := ch.Summary()[0].Convs; n == 0 {
 			t.Error("no convolution went through the chain")

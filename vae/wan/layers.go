@@ -133,11 +133,15 @@ func (f *featCache) toRing(sl *slot, x *tensor.Tensor) {
 func (f *featCache) tapsOf(c *causalConv) taps {
 	t, ok := f.taps[c]
 	if !ok {
-		t.first = f.s.Slice(c.w, 2, 0, 2)
-		w0, w1 := f.s.Slice(c.w, 2, 0, 1), f.s.Slice(c.w, 2, 1, 2)
-		t.swapped = f.s.Concat(2, w1, w0)
+		ax := 2 // kT
+		if c.packed {
+			ax = 1
+		}
+		t.first = f.s.Slice(c.w, ax, 0, 2)
+		w0, w1 := f.s.Slice(c.w, ax, 0, 1), f.s.Slice(c.w, ax, 1, 2)
+		t.swapped = f.s.Concat(ax, w1, w0)
 		f.s.Free(w0, w1)
-		t.last = f.s.Slice(c.w, 2, 2, 3)
+		t.last = f.s.Slice(c.w, ax, 2, 3)
 		if f.taps == nil {
 			f.taps = map[*causalConv]taps{}
 		}
@@ -191,14 +195,19 @@ func (f *featCache) tail(sl *slot, x *tensor.Tensor) *tensor.Tensor {
 // conv is a convolution of channels-last x under a zero padding: the
 // library pads what is symmetric, a padded copy the rest (the front frames
 // of conv_in's and the time convolutions' first chunks, the downsamplers'
-// right and bottom edges).
+// right and bottom edges). On a backend that convolves channels-last
+// tensors the weight is packed at load, (Cout, kT, kH, kW, Cin), the
+// libraries' order, so no packed copy of it is kept beside it.
 type conv struct {
-	w, b   *tensor.Tensor // w (Cout, Cin, kT, kH, kW)
+	w, b   *tensor.Tensor // w (Cout, Cin, kT, kH, kW), or packed (Cout, kT, kH, kW, Cin)
+	packed bool
 	stride [3]int
 }
 
 func newConv(p *weights.Builder, name string, cout, cin, kt, kh, kw int, stride [3]int) *conv {
-	return &conv{w: p.Get(name+".weight", cout, cin, kt, kh, kw), b: p.Get(name+".bias", cout), stride: stride}
+	c := &conv{w: p.Get(name+".weight", cout, cin, kt, kh, kw), b: p.Get(name+".bias", cout), stride: stride}
+	c.pack(p, name)
+	return c
 }
 
 // newConv2d is an nn.Conv2d run on every frame: its (Cout, Cin, kH, kW)
@@ -208,12 +217,55 @@ func newConv2d(p *weights.Builder, name string, cout, cin, k int, stride int) *c
 	if w != nil {
 		w = w.Reshape(cout, cin, 1, k, k)
 	}
-	return &conv{w: w, b: p.Get(name+".bias", cout), stride: [3]int{1, stride, stride}}
+	c := &conv{w: w, b: p.Get(name+".bias", cout), stride: [3]int{1, stride, stride}}
+	c.pack(p, name)
+	return c
+}
+
+// pack replaces the weight by its packed copy when the backend convolves
+// channels-last tensors.
+func (c *conv) pack(p *weights.Builder, name string) {
+	if c.w == nil {
+		return
+	}
+	if _, ok := tensor.As[tensor.ChannelsLastConv](c.w.Backend()); !ok {
+		return
+	}
+	var out *tensor.Tensor
+	if err := tensor.Catch(func() {
+		s := tensor.NewScope(c.w.Backend())
+		defer s.Close()
+		out = s.Permute(c.w, 0, 2, 3, 4, 1)
+		s.Keep(out)
+	}); err != nil {
+		p.Fail("wan vae: %s.weight: packing it channels-last: %v", name, err)
+		return
+	}
+	p.Free(c.w)
+	c.w, c.packed = p.Adopt(out), true
 }
 
 // run convolves x (B, T, H, W, Cin) padded as pad says.
 func (c *conv) run(s *tensor.Scope, x *tensor.Tensor, pad tensor.Padding, consume bool) *tensor.Tensor {
-	return s.Conv3dLast(x, c.w, c.b, c.stride, pad, consume)
+	return c.with(s, x, c.w, c.b, pad, consume)
+}
+
+// with convolves x with w (c's weight or part of it, in c's layout) and
+// bias.
+func (c *conv) with(s *tensor.Scope, x, w, bias *tensor.Tensor, pad tensor.Padding, consume bool) *tensor.Tensor {
+	if c.packed {
+		return s.Conv3dLastPacked(x, w, bias, c.stride, pad, consume)
+	}
+	return s.Conv3dLast(x, w, bias, c.stride, pad, consume)
+}
+
+// add adds the convolution of x with w (as in with) to y.
+func (c *conv) add(s *tensor.Scope, y, x, w *tensor.Tensor, pad tensor.Padding) {
+	if c.packed {
+		s.Conv3dLastAddPacked(y, x, w, nil, c.stride, pad)
+	} else {
+		s.Conv3dLastAdd(y, x, w, nil, c.stride, pad)
+	}
 }
 
 // causalConv is WanCausalConv3d with kernel 3 and padding 1: two zero
@@ -302,13 +354,13 @@ func (c *causalConv) forwardTaps(s *tensor.Scope, f *featCache, sl *slot, n rmsN
 	if o == 1 {
 		w = t.swapped
 	}
-	y := s.Conv3dLast(sl.ring, w, c.b, c.stride, pad, false)
+	y := c.with(s, sl.ring, w, c.b, pad, false)
 	newest, _ := f.s.ViewRows(sl.ring, o, o+1)
 	s.ChannelsLastRMSNormInto(newest, x, n.gamma, n.eps, true)
 	if consume {
 		s.Free(x)
 	}
-	s.Conv3dLastAdd(y, newest, t.last, nil, c.stride, pad)
+	c.add(s, y, newest, t.last, pad)
 	sl.oldest = 1 - o
 	return y
 }
