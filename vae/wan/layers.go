@@ -259,12 +259,12 @@ func (c *conv) with(s *tensor.Scope, x, w, bias *tensor.Tensor, pad tensor.Paddi
 	return s.Conv3dLast(x, w, bias, c.stride, pad, consume)
 }
 
-// add adds the convolution of x with w (as in with) to y.
-func (c *conv) add(s *tensor.Scope, y, x, w *tensor.Tensor, pad tensor.Padding) {
+// add adds the convolution of x with w (as in with) and bias to y.
+func (c *conv) add(s *tensor.Scope, y, x, w, bias *tensor.Tensor, pad tensor.Padding) {
 	if c.packed {
-		s.Conv3dLastAddPacked(y, x, w, nil, c.stride, pad)
+		s.Conv3dLastAddPacked(y, x, w, bias, c.stride, pad)
 	} else {
-		s.Conv3dLastAdd(y, x, w, nil, c.stride, pad)
+		s.Conv3dLastAdd(y, x, w, bias, c.stride, pad)
 	}
 }
 
@@ -299,9 +299,16 @@ func (c *causalConv) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *t
 // slot's frames, so no concat copies it. With consume, x is freed (when the
 // scope owns it) once normed, before the convolution runs.
 func (c *causalConv) forwardNormed(s *tensor.Scope, f *featCache, n rmsNorm, x *tensor.Tensor, consume bool) *tensor.Tensor {
+	return c.forwardNormedInto(s, f, n, x, consume, nil)
+}
+
+// forwardNormedInto is forwardNormed added to into (a residual, which
+// becomes the result: no output of its own is made), or into a new tensor
+// when into is nil.
+func (c *causalConv) forwardNormedInto(s *tensor.Scope, f *featCache, n rmsNorm, x *tensor.Tensor, consume bool, into *tensor.Tensor) *tensor.Tensor {
 	sl := f.next()
 	if f.byTaps(c, x) {
-		return c.forwardTaps(s, f, sl, n, x, consume)
+		return c.forwardTaps(s, f, sl, n, x, consume, into)
 	}
 	f.join(sl)
 	f.dropTaps(c) // a first one-frame chunk made them; longer chunks follow
@@ -329,7 +336,12 @@ func (c *causalConv) forwardNormed(s *tensor.Scope, f *featCache, n rmsNorm, x *
 	if consume {
 		s.Free(x)
 	}
-	y := c.run(s, in, c.padding(front), false)
+	y := into
+	if y == nil {
+		y = c.run(s, in, c.padding(front), false)
+	} else {
+		c.add(s, y, in, c.w, c.b, c.padding(front))
+	}
 	// The cached frames are in the input now: they go before the new ones
 	// (the input's last cacheT frames) are copied out, so that the old and
 	// the new are never held beside the convolution's operands.
@@ -345,7 +357,7 @@ func (c *causalConv) forwardNormed(s *tensor.Scope, f *featCache, n rmsNorm, x *
 // written over the older frame (that convolution was its last reader) and
 // the last tap over it, added. No frame is copied, and the input is never
 // three frames at once.
-func (c *causalConv) forwardTaps(s *tensor.Scope, f *featCache, sl *slot, n rmsNorm, x *tensor.Tensor, consume bool) *tensor.Tensor {
+func (c *causalConv) forwardTaps(s *tensor.Scope, f *featCache, sl *slot, n rmsNorm, x *tensor.Tensor, consume bool, into *tensor.Tensor) *tensor.Tensor {
 	f.toRing(sl, x)
 	t := f.tapsOf(c)
 	pad := c.padding(0)
@@ -354,13 +366,18 @@ func (c *causalConv) forwardTaps(s *tensor.Scope, f *featCache, sl *slot, n rmsN
 	if o == 1 {
 		w = t.swapped
 	}
-	y := c.with(s, sl.ring, w, c.b, pad, false)
+	y := into
+	if y == nil {
+		y = c.with(s, sl.ring, w, c.b, pad, false)
+	} else {
+		c.add(s, y, sl.ring, w, c.b, pad)
+	}
 	newest, _ := f.s.ViewRows(sl.ring, o, o+1)
 	s.ChannelsLastRMSNormInto(newest, x, n.gamma, n.eps, true)
 	if consume {
 		s.Free(x)
 	}
-	c.add(s, y, newest, t.last, pad)
+	c.add(s, y, newest, t.last, nil, pad)
 	sl.oldest = 1 - o
 	return y
 }
@@ -419,10 +436,8 @@ func (r *resnet) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tenso
 		res = r.shortcut.run(s, x, tensor.Padding{}, false)
 	}
 	h := r.conv1.forwardNormed(s, f, r.norm1, x, res != x) // x is the residual, or gone once normed
-	g := r.conv2.forwardNormed(s, f, r.norm2, h, true)
-	out := s.Add(g, res)
-	s.Free(g, res)
-	return out
+	// conv2 adds to the residual, which becomes the output.
+	return r.conv2.forwardNormedInto(s, f, r.norm2, h, true, res)
 }
 
 // attention is WanAttentionBlock: single-head self-attention within each
@@ -500,14 +515,14 @@ func (m *midBlock) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *ten
 type resample struct {
 	up       bool
 	temporal bool
-	conv     *conv // resample.1
+	conv     *conv // resample.1; for up, its sub-pixel form (newSubpixel)
 	timeConv *conv
 }
 
 func newResample(p *weights.Builder, name string, dim int, up, temporal bool) *resample {
 	r := &resample{up: up, temporal: temporal}
 	if up {
-		r.conv = newConv2d(p, name+".resample.1", dim/2, dim, 3, 1)
+		r.conv = newSubpixel(p, name+".resample.1", dim/2, dim)
 		if temporal {
 			r.timeConv = newConv(p, name+".time_conv", 2*dim, dim, 3, 1, 1, [3]int{1, 1, 1})
 		}
@@ -536,10 +551,66 @@ func (r *resample) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *ten
 
 // spatial is an up resampler's per-frame half: nearest ×2 in H and W, then
 // the 3×3 conv to half the channels. It consumes x.
+//
+// It runs as newSubpixel's convolution of the small frame, then moves each
+// output pixel's four parities into place: the ×2 frame is never made.
 func (r *resample) spatial(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
-	u := s.UpsampleNearest(x, [3]int{2, 2, 1}) // H and W of (B, T, H, W, C)
-	s.Free(x)
-	return r.conv.run(s, u, tensor.Padding{Before: [3]int{0, 1, 1}, After: [3]int{0, 1, 1}}, true)
+	b, t, h, w := x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3)
+	y4 := r.conv.run(s, x, tensor.Padding{Before: [3]int{0, 1, 1}, After: [3]int{0, 1, 1}}, true) // (B, T, h, w, 4C)
+	c := y4.Dim(4) / 4
+	// Channels (a, b, C) at (i, j) are pixel (2i+a, 2j+b): (B·T·h, w, a, (b, C))
+	// → (B·T·h, a, w, (b, C)) is (B, T, 2h, 2w, C).
+	out := s.Permute(y4.Reshape(b*t*h, w, 2, 2*c), 0, 2, 1, 3)
+	s.Free(y4)
+	return out.Reshape(b, t, 2*h, 2*w, c)
+}
+
+// newSubpixel is nn.Upsample(scale 2, nearest) then nn.Conv2d(cin, cout, 3,
+// padding 1) on every frame, as one 3×3 convolution of the small frame to
+// 4·cout channels: output pixel (2i+a, 2j+b) reads small rows i−1, i (a = 0)
+// or i, i+1 (a = 1), so its kernel rows are (w0, w1+w2, 0) or (0, w0+w1, w2),
+// and the same for columns with b. The channels are in (a, b, cout) order;
+// the bias repeats.
+func newSubpixel(p *weights.Builder, name string, cout, cin int) *conv {
+	w, bias := p.Get(name+".weight", cout, cin, 3, 3), p.Get(name+".bias", cout)
+	c := &conv{stride: [3]int{1, 1, 1}}
+	if w == nil || bias == nil {
+		return c // a plan, or a failed load
+	}
+	var sw, sb *tensor.Tensor
+	if err := tensor.Catch(func() {
+		s := tensor.NewScope(w.Backend())
+		defer s.Close()
+		var parts []*tensor.Tensor
+		for a := range 2 {
+			rows := foldParity(s, w, 2, a)
+			for b := range 2 {
+				parts = append(parts, foldParity(s, rows, 3, b))
+			}
+		}
+		sw = s.Concat(0, parts...).Reshape(4*cout, cin, 1, 3, 3)
+		sb = s.Concat(0, bias, bias, bias, bias)
+		s.Keep(sw, sb)
+	}); err != nil {
+		p.Fail("wan vae: %s: the sub-pixel weights: %v", name, err)
+		return c
+	}
+	p.Free(w)
+	p.Free(bias)
+	c.w, c.b = p.Adopt(sw), p.Adopt(sb)
+	c.pack(p, name)
+	return c
+}
+
+// foldParity folds axis ax (a 3×3 kernel's row or column) of w for output
+// parity a: (w0, w1+w2, 0) for a = 0, (0, w0+w1, w2) for a = 1.
+func foldParity(s *tensor.Scope, w *tensor.Tensor, ax, a int) *tensor.Tensor {
+	t0, t1, t2 := s.Slice(w, ax, 0, 1), s.Slice(w, ax, 1, 2), s.Slice(w, ax, 2, 3)
+	z := s.Zeros(w.DType(), t0.Shape()...)
+	if a == 0 {
+		return s.Concat(ax, t0, s.Add(t1, t2), z)
+	}
+	return s.Concat(ax, z, s.Add(t0, t1), t2)
 }
 
 // timeUp doubles the frames: the first chunk passes through ("Rep"); later

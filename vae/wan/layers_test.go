@@ -12,11 +12,19 @@ import (
 )
 
 // hostSource hands out random host f32 weights, a new seed each.
-type hostSource struct{ seed uint64 }
+// hostSource makes random f32 weights on the CPU backend.
+type hostSource struct {
+	seed uint64
+	be   tensor.Backend
+}
 
 func (p *hostSource) Make(w weights.Weight) (*tensor.Tensor, error) {
 	p.seed++
-	return randn(p.seed, w.Shape...), nil
+	if p.be == nil {
+		p.be = cpu.New()
+	}
+	r := randn(p.seed, w.Shape...)
+	return tensor.Wrap(p.be, r.Buffer(), r.DType(), r.Shape()...), nil
 }
 
 // hostParams builds layers with random host weights.
@@ -306,6 +314,10 @@ func TestUpsampleF64(t *testing.T) {
 	const c, H, W = 4, 3, 2
 	p := hostParams()
 	r := newResample(p, "u", c, true, true)
+	// The checkpoint's conv, which newResample folded into its sub-pixel
+	// form: the same source draws the same values in the same order.
+	p0 := hostParams()
+	w0, b0 := p0.Get("u.resample.1.weight", c/2, c, 3, 3), p0.Get("u.resample.1.bias", c/2)
 	x0, x1 := randn(5, 1, c, 1, H, W), randn(6, 1, c, 1, H, W)
 	onCPUAndChain(t, func(t *testing.T, s *tensor.Scope) {
 		rr := &resample{up: true, temporal: true,
@@ -334,7 +346,7 @@ func TestUpsampleF64(t *testing.T) {
 				}
 			}
 			pu, pus := zeroPad(up, c, 1, 2*H, 2*W, [3]int{0, 1, 1}, [3]int{0, 1, 1})
-			o, _ := conv3dF64(pu, c, pus[0], pus[1], pus[2], f64(r.conv.w), f64(r.conv.b), c/2, 1, 3, 3, [3]int{1, 1, 1})
+			o, _ := conv3dF64(pu, c, pus[0], pus[1], pus[2], f64(w0), f64(b0), c/2, 1, 3, 3, [3]int{1, 1, 1})
 			want = append(want, o...)
 		}
 		// want is (frame, c/2, 2H, 2W); the output is (c/2, frame, 2H, 2W).
