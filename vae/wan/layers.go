@@ -129,24 +129,31 @@ func (f *featCache) toRing(sl *slot, x *tensor.Tensor) {
 	sl.x, sl.oldest = nil, 0
 }
 
-// tapsOf is c's taps, made on first use.
+// tapsOf is c's taps: those it keeps, or cut on first use.
 func (f *featCache) tapsOf(c *causalConv) taps {
+	if c.kept != nil {
+		return *c.kept
+	}
 	t, ok := f.taps[c]
 	if !ok {
 		ax := 2 // kT
 		if c.packed {
 			ax = 1
 		}
-		t.first = f.s.Slice(c.w, ax, 0, 2)
-		w0, w1 := f.s.Slice(c.w, ax, 0, 1), f.s.Slice(c.w, ax, 1, 2)
-		t.swapped = f.s.Concat(ax, w1, w0)
-		f.s.Free(w0, w1)
-		t.last = f.s.Slice(c.w, ax, 2, 3)
+		t = cutTaps(f.s, c.w, ax)
 		if f.taps == nil {
 			f.taps = map[*causalConv]taps{}
 		}
 		f.taps[c] = t
 	}
+	return t
+}
+
+// cutTaps cuts w's taps along its time axis ax.
+func cutTaps(s *tensor.Scope, w *tensor.Tensor, ax int) taps {
+	w0, w1 := s.Slice(w, ax, 0, 1), s.Slice(w, ax, 1, 2)
+	t := taps{first: s.Slice(w, ax, 0, 2), swapped: s.Concat(ax, w1, w0), last: s.Slice(w, ax, 2, 3)}
+	s.Free(w0, w1)
 	return t
 }
 
@@ -166,7 +173,7 @@ func (f *featCache) byTaps(c *causalConv, x *tensor.Tensor) bool {
 	if _, views := f.s.ViewRows(x, 0, 1); !views {
 		return false
 	}
-	return f.use == tapsAlways || x.Numel() > c.w.Numel()
+	return f.use == tapsAlways || x.Numel() > c.weightNumel()
 }
 
 // set replaces the slot's frames.
@@ -271,10 +278,55 @@ func (c *conv) add(s *tensor.Scope, y, x, w, bias *tensor.Tensor, pad tensor.Pad
 // causalConv is WanCausalConv3d with kernel 3 and padding 1: two zero
 // frames in front (fewer when cached frames stand in for them), one zero
 // pixel each side.
-type causalConv struct{ conv }
+type causalConv struct {
+	conv
+	// kept are the taps held in place of the weight (keepTaps), nil when
+	// the weight is held.
+	kept *taps
+}
 
 func newCausalConv(p *weights.Builder, name string, cin, cout int) *causalConv {
-	return &causalConv{*newConv(p, name, cout, cin, 3, 3, 3, [3]int{1, 1, 1})}
+	return &causalConv{conv: *newConv(p, name, cout, cin, 3, 3, 3, [3]int{1, 1, 1})}
+}
+
+// keepTaps holds the packed weight's taps in place of it, for a convolution
+// that runs one frame at a time (the decoder's tail): no decode cuts them
+// again, and the weight is made from them for the rare chunk of more frames.
+func (c *causalConv) keepTaps(p *weights.Builder, name string) {
+	if c.w == nil || !c.packed {
+		return
+	}
+	var t taps
+	if err := tensor.Catch(func() {
+		s := tensor.NewScope(c.w.Backend())
+		defer s.Close()
+		t = cutTaps(s, c.w, 1)
+		s.Keep(t.first, t.swapped, t.last)
+	}); err != nil {
+		p.Fail("wan vae: %s.weight: its taps: %v", name, err)
+		return
+	}
+	p.Free(c.w)
+	c.w = nil
+	t.first, t.swapped, t.last = p.Adopt(t.first), p.Adopt(t.swapped), p.Adopt(t.last)
+	c.kept = &t
+}
+
+// weight is the convolution's weight, made from the kept taps when it is
+// not held (temp: the caller frees it).
+func (c *causalConv) weight(s *tensor.Scope) (w *tensor.Tensor, temp bool) {
+	if c.kept == nil {
+		return c.w, false
+	}
+	return s.Concat(1, c.kept.first, c.kept.last), true
+}
+
+// weightNumel is the weight's number of values.
+func (c *causalConv) weightNumel() int {
+	if c.kept == nil {
+		return c.w.Numel()
+	}
+	return c.kept.first.Numel() + c.kept.last.Numel()
 }
 
 // forward runs the conv on x with the feature cache: the slot's frames go
@@ -290,7 +342,11 @@ func (c *causalConv) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *t
 		s.Free(x)
 		front -= sl.x.Dim(1)
 	}
-	y := c.run(s, in, c.padding(front), true)
+	w, temp := c.weight(s)
+	y := c.with(s, in, w, c.b, c.padding(front), true)
+	if temp {
+		s.Free(w)
+	}
 	f.set(sl, tail)
 	return y
 }
@@ -336,11 +392,15 @@ func (c *causalConv) forwardNormedInto(s *tensor.Scope, f *featCache, n rmsNorm,
 	if consume {
 		s.Free(x)
 	}
+	w, temp := c.weight(s)
 	y := into
 	if y == nil {
-		y = c.run(s, in, c.padding(front), false)
+		y = c.with(s, in, w, c.b, c.padding(front), false)
 	} else {
-		c.add(s, y, in, c.w, c.b, c.padding(front))
+		c.add(s, y, in, w, c.b, c.padding(front))
+	}
+	if temp {
+		s.Free(w)
 	}
 	// The cached frames are in the input now: they go before the new ones
 	// (the input's last cacheT frames) are copied out, so that the old and

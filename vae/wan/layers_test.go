@@ -226,7 +226,7 @@ func TestCausalConvCacheF64(t *testing.T) {
 	padded, ps := zeroPad(f64(x), cin, T, H, W, [3]int{2, 1, 1}, [3]int{0, 1, 1})
 	want, _ := conv3dF64(padded, cin, ps[0], ps[1], ps[2], f64(cv.w), f64(cv.b), cout, 3, 3, 3, [3]int{1, 1, 1})
 	onCPUAndChain(t, func(t *testing.T, s *tensor.Scope) {
-		c := &causalConv{conv{w: s.To(cv.w), b: s.To(cv.b), stride: cv.stride}}
+		c := &causalConv{conv: conv{w: s.To(cv.w), b: s.To(cv.b), stride: cv.stride}}
 		f := newFeatCache(s)
 		var outs []*tensor.Tensor
 		for _, r := range [][2]int{{0, 1}, {1, 5}, {5, 9}} {
@@ -266,7 +266,7 @@ func TestCausalConvNormedCacheF64(t *testing.T) {
 	padded, ps := zeroPad(normed, cin, T, H, W, [3]int{2, 1, 1}, [3]int{0, 1, 1})
 	want, _ := conv3dF64(padded, cin, ps[0], ps[1], ps[2], f64(cv.w), f64(cv.b), cout, 3, 3, 3, [3]int{1, 1, 1})
 	run := func(t *testing.T, s *tensor.Scope) {
-		c := &causalConv{conv{w: s.To(cv.w), b: s.To(cv.b), stride: cv.stride}}
+		c := &causalConv{conv: conv{w: s.To(cv.w), b: s.To(cv.b), stride: cv.stride}}
 		nn := rmsNorm{gamma: s.To(n.gamma), eps: n.eps}
 		f := newFeatCache(s)
 		var outs []*tensor.Tensor

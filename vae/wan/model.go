@@ -122,6 +122,17 @@ func newDecoder(p *weights.Builder, c *Config) *decoder {
 	}
 	d.normOut = newRMSNorm(p, "decoder.norm_out", dims[n], false)
 	d.convOut = newCausalConv(p, "decoder.conv_out", dims[n], c.OutChannels)
+	// The tail runs a frame at a time: its causal convs keep their taps.
+	if d.tailFrom > 0 {
+		for i := d.tailFrom; i < n; i++ {
+			for j, r := range d.blocks[i].resnets {
+				name := fmt.Sprintf("decoder.up_blocks.%d.resnets.%d", i, j)
+				r.conv1.keepTaps(p, name+".conv1")
+				r.conv2.keepTaps(p, name+".conv2")
+			}
+		}
+		d.convOut.keepTaps(p, "decoder.conv_out")
+	}
 	return d
 }
 
