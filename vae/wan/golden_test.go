@@ -126,7 +126,16 @@ func TestGoldenWanDecodeThroughChain(t *testing.T) {
 		if !v.m.Dec.convIn.packed || !v.m.Dec.blocks[0].resnets[0].conv1.packed {
 			t.Fatal("the weights are not packed channels-last on a backend that convolves channels-last tensors")
 		}
-		c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}))
+		if d := v.m.Dec; d.convOut.kept == nil || d.convOut.w != nil || d.blocks[d.tailFrom].resnets[0].conv2.kept == nil {
+			t.Fatal("the tail's convolutions do not keep their taps in place of their weights")
+		}
+		// Each tap mode: by the kept taps, and by weights made from them.
+		for _, m := range tapModes {
+			t.Run(m.name, func(t *testing.T) {
+				v.m.Dec.taps = m.use
+				c.Compare(t, "sample", decode(t, v, c.Tensor("z"), DecodeOptions{}))
+			})
+		}
 		if n := ch.Summary()[0].Convs; n == 0 {
 			t.Error("no convolution went through the chain")
 		}
