@@ -162,6 +162,10 @@ func (c *Chain) Tiers() []string {
 
 var errNaive = errors.New("resolved to the vendor's naive solver")
 
+// errPartSum marks a failed run that was adding to its output in place: the
+// output may hold part of the sum, so no other tier may add again.
+var errPartSum = errors.New("the output may hold part of the sum, so no other tier runs it")
+
 // Error is a convolution that no tier could run. It wraps every tier's
 // error, so errors.Is(err, tensor.ErrOutOfMemory) holds when one of them
 // ran out of memory.
@@ -176,7 +180,11 @@ func (e *Error) Error() string {
 	for i, s := range e.Skips {
 		parts[i] = s.Tier + ": " + s.Reason
 	}
-	return fmt.Sprintf("conv3d %s: every tier failed: %s", e.Key, strings.Join(parts, "; "))
+	what := "every tier failed"
+	if errors.Is(e, errPartSum) {
+		what = "failed while adding to its output"
+	}
+	return fmt.Sprintf("conv3d %s: %s: %s", e.Key, what, strings.Join(parts, "; "))
 }
 
 func (e *Error) Unwrap() []error { return e.errs }
@@ -296,6 +304,13 @@ func (cl *call) runOn(t Tier, plan *Plan) error {
 	return t.Run(plan, cl.dst, cl.padded, cl.w, cl.bias, cl.p)
 }
 
+// addsInPlace: t adds the call's convolution to its output itself (a
+// channels-last tier accumulating); the others add a finished result.
+func (cl *call) addsInPlace(t Tier) bool {
+	_, ok := t.(ChannelsLastTier)
+	return cl.last && cl.p.Accumulate && ok
+}
+
 // runLast runs a channels-last call on t: as it is on a ChannelsLastTier,
 // else channels-first on copies.
 func (cl *call) runLast(t Tier, plan *Plan) error {
@@ -403,6 +418,9 @@ func (c *Chain) conv3d(k Key, cl *call) error {
 		}
 		delete(c.live, ks)
 		skips, errs = c.skip(l.tier, k, err, skips, errs)
+		if errors.Is(err, errPartSum) {
+			return &Error{Key: k, Skips: skips, errs: errs}
+		}
 		start = l.tier + 1
 		if r := c.remembered[ks]; r != nil {
 			skips = append(slices.Clone(r.Skips), skips...)
@@ -422,6 +440,9 @@ func (c *Chain) conv3d(k Key, cl *call) error {
 				return nil
 			}
 			skips, errs = c.skip(i, k, fmt.Errorf("remembered choice failed: %w", err), slices.Clone(r.Skips), errs)
+			if errors.Is(err, errPartSum) {
+				return &Error{Key: k, Skips: skips, errs: errs}
+			}
 			start = i + 1
 		}
 	}
@@ -433,6 +454,9 @@ func (c *Chain) conv3d(k Key, cl *call) error {
 		}
 		if err != nil {
 			skips, errs = c.skip(i, k, err, skips, errs)
+			if errors.Is(err, errPartSum) {
+				break
+			}
 			continue
 		}
 		c.live[ks] = live{i, plan}
@@ -542,6 +566,11 @@ func (c *Chain) run(i int, plan *Plan, trial bool, cl *call) error {
 	}
 	if err == nil && trial && cl.dst.Backend() != nil {
 		err = cl.dst.Backend().Sync()
+	}
+	if err != nil && cl.addsInPlace(t) && !errors.Is(err, tensor.ErrOutOfMemory) {
+		// Out of memory is found before the output is written; any other
+		// failure may come after the library added to it.
+		err = fmt.Errorf("%w (%w)", err, errPartSum)
 	}
 	if err != nil {
 		return err
