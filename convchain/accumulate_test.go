@@ -15,7 +15,7 @@ import (
 
 // addingTier is a channels-last tier that adds to dst in place, as the
 // GPU's library tier does with β = 1, and then fails with err (before
-// adding, when before is set).
+// adding, when before is set; err wraps ErrPartSum when it comes after).
 type addingTier struct {
 	cpu    tensor.Backend
 	err    error
@@ -44,11 +44,10 @@ func (t *addingTier) RunLast(_ *Plan, dst, x, w, bias *tensor.Tensor, p tensor.C
 	return t.err
 }
 
-// TestAccumulateFailure: a tier that fails while adding to its output in
-// place ends the call with an error, since the output may hold part of the
-// sum and another tier would add again; one that runs out of memory (found
-// before anything is written) passes the call on, and the sum is added
-// once.
+// TestAccumulateFailure: a tier that fails after it began adding to its
+// output in place ends the call with an error, since the output may hold
+// part of the sum and another tier would add again; one that fails before
+// writing anything passes the call on, and the sum is added once.
 func TestAccumulateFailure(t *testing.T) {
 	c := cpu.New()
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -63,7 +62,8 @@ func TestAccumulateFailure(t *testing.T) {
 		tier   addingTier
 		failed bool
 	}{
-		{"error after adding", addingTier{err: errors.New("launch failed")}, true},
+		{"error after adding", addingTier{err: fmt.Errorf("bias: launch failed (%w)", ErrPartSum)}, true},
+		{"error before adding", addingTier{err: errors.New("no engine for this convolution"), before: true}, false},
 		{"out of memory before adding", addingTier{err: fmt.Errorf("workspace: %w", tensor.ErrOutOfMemory), before: true}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -162,9 +162,12 @@ func (c *Chain) Tiers() []string {
 
 var errNaive = errors.New("resolved to the vendor's naive solver")
 
-// errPartSum marks a failed run that was adding to its output in place: the
-// output may hold part of the sum, so no other tier may add again.
-var errPartSum = errors.New("the output may hold part of the sum, so no other tier runs it")
+// ErrPartSum marks a run that failed after it began adding to its output
+// (ConvParams.Accumulate): the output may hold part of the sum, so no
+// other tier may add it again. A tier wraps it around such a failure; a
+// failure before anything is written (an unsupported convolution, no
+// memory for a workspace) passes the call on to the next tier.
+var ErrPartSum = errors.New("the output may hold part of the sum, so no other tier runs it")
 
 // Error is a convolution that no tier could run. It wraps every tier's
 // error, so errors.Is(err, tensor.ErrOutOfMemory) holds when one of them
@@ -181,7 +184,7 @@ func (e *Error) Error() string {
 		parts[i] = s.Tier + ": " + s.Reason
 	}
 	what := "every tier failed"
-	if errors.Is(e, errPartSum) {
+	if errors.Is(e, ErrPartSum) {
 		what = "failed while adding to its output"
 	}
 	return fmt.Sprintf("conv3d %s: %s: %s", e.Key, what, strings.Join(parts, "; "))
@@ -304,13 +307,6 @@ func (cl *call) runOn(t Tier, plan *Plan) error {
 	return t.Run(plan, cl.dst, cl.padded, cl.w, cl.bias, cl.p)
 }
 
-// addsInPlace: t adds the call's convolution to its output itself (a
-// channels-last tier accumulating); the others add a finished result.
-func (cl *call) addsInPlace(t Tier) bool {
-	_, ok := t.(ChannelsLastTier)
-	return cl.last && cl.p.Accumulate && ok
-}
-
 // runLast runs a channels-last call on t: as it is on a ChannelsLastTier,
 // else channels-first on copies.
 func (cl *call) runLast(t Tier, plan *Plan) error {
@@ -363,7 +359,10 @@ func (cl *call) runLast(t Tier, plan *Plan) error {
 		return err
 	}
 	st := tensor.ContiguousStrides(ds)
-	return be.Binary(tensor.OpAdd, cl.dst, cl.dst, st, last, st)
+	if err := be.Binary(tensor.OpAdd, cl.dst, cl.dst, st, last, st); err != nil {
+		return fmt.Errorf("%w (%w)", err, ErrPartSum)
+	}
+	return nil
 }
 
 // permuted is x with its axes reordered (out axis i is x's axis perm[i]),
@@ -418,7 +417,7 @@ func (c *Chain) conv3d(k Key, cl *call) error {
 		}
 		delete(c.live, ks)
 		skips, errs = c.skip(l.tier, k, err, skips, errs)
-		if errors.Is(err, errPartSum) {
+		if errors.Is(err, ErrPartSum) {
 			return &Error{Key: k, Skips: skips, errs: errs}
 		}
 		start = l.tier + 1
@@ -440,7 +439,7 @@ func (c *Chain) conv3d(k Key, cl *call) error {
 				return nil
 			}
 			skips, errs = c.skip(i, k, fmt.Errorf("remembered choice failed: %w", err), slices.Clone(r.Skips), errs)
-			if errors.Is(err, errPartSum) {
+			if errors.Is(err, ErrPartSum) {
 				return &Error{Key: k, Skips: skips, errs: errs}
 			}
 			start = i + 1
@@ -454,7 +453,7 @@ func (c *Chain) conv3d(k Key, cl *call) error {
 		}
 		if err != nil {
 			skips, errs = c.skip(i, k, err, skips, errs)
-			if errors.Is(err, errPartSum) {
+			if errors.Is(err, ErrPartSum) {
 				break
 			}
 			continue
@@ -565,12 +564,10 @@ func (c *Chain) run(i int, plan *Plan, trial bool, cl *call) error {
 		err = cerr
 	}
 	if err == nil && trial && cl.dst.Backend() != nil {
-		err = cl.dst.Backend().Sync()
-	}
-	if err != nil && cl.addsInPlace(t) && !errors.Is(err, tensor.ErrOutOfMemory) {
-		// Out of memory is found before the output is written; any other
-		// failure may come after the library added to it.
-		err = fmt.Errorf("%w (%w)", err, errPartSum)
+		if err = cl.dst.Backend().Sync(); err != nil && cl.p.Accumulate {
+			// A fault found by the wait may have come after the sum began.
+			err = fmt.Errorf("%w (%w)", err, ErrPartSum)
+		}
 	}
 	if err != nil {
 		return err

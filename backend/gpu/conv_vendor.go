@@ -409,10 +409,15 @@ func (t *optimized) RunLast(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor
 	if err != nil || bias == nil {
 		return err
 	}
-	return t.o.Profile.time("conv3d.bias", t.be, 0, func() error {
+	err = t.o.Profile.time("conv3d.bias", t.be, 0, func() error {
 		y := dst.Reshape(rows, g.Cout)
 		return t.be.Binary(tensor.OpAdd, y, y, []int{g.Cout, 1}, bias, []int{0, 1})
 	})
+	if err != nil && p.Accumulate {
+		// The library added the convolution already.
+		err = fmt.Errorf("conv3d bias after the sum: %w (%w)", err, convchain.ErrPartSum)
+	}
+	return err
 }
 
 // runLast runs the library on channels-last operands; on NVIDIA the plan
@@ -453,7 +458,10 @@ func (t *optimized) runLastAdded(plan *convchain.Plan, alloc tensor.Backend, dst
 		return err
 	}
 	st := tensor.ContiguousStrides(dst.Shape())
-	return t.be.Binary(tensor.OpAdd, dst, dst, st, part, st)
+	if err := t.be.Binary(tensor.OpAdd, dst, dst, st, part, st); err != nil {
+		return fmt.Errorf("conv3d sum: %w (%w)", err, convchain.ErrPartSum)
+	}
+	return nil
 }
 
 func (t *optimized) Run(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
