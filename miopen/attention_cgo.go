@@ -284,6 +284,41 @@ type graphBuild struct {
 	err   error
 }
 
+// link is a tensor an operation takes or makes, by attribute.
+type link struct {
+	name   int
+	tensor uintptr
+}
+
+// op makes an operation (descriptor type opType) configured by a descriptor
+// of type cfgType with the enum attributes enums ({name, type, value}),
+// which it takes as cfgAttr, and the tensors of links (0: none), and
+// returns it.
+func (b *graphBuild) op(what string, cfgType int, enums [][3]int, opType, cfgAttr int, links ...link) uintptr {
+	cfg := b.create(cfgType)
+	for _, e := range enums {
+		b.setEnum(cfg, e[0], e[1], e[2])
+	}
+	b.finalize(cfg, what+" descriptor")
+	op := b.create(opType)
+	b.link(op, cfgAttr, cfg)
+	for _, l := range links {
+		if l.tensor != 0 {
+			b.link(op, l.name, l.tensor)
+		}
+	}
+	b.finalize(op, what)
+	return op
+}
+
+// pointwise is the operation y = mode(x, x2) (x2 0 for a unary mode), in
+// f32.
+func (b *graphBuild) pointwise(mode int, x, x2, y uintptr) uintptr {
+	return b.op(fmt.Sprintf("pointwise %d", mode), bePointwise,
+		[][3]int{{attrPointwiseMode, typePointwiseMode, mode}, {attrPointwiseMathPrec, typeDataType, cdFloat}},
+		beOpPointwise, attrOpPointwiseDesc, link{attrOpPointwiseX, x}, link{attrOpPointwiseB, x2}, link{attrOpPointwiseY, y})
+}
+
 func (b *graphBuild) check(what string, s C.int) {
 	if b.err == nil && s != 0 {
 		b.err = b.l.graphError(what, s)

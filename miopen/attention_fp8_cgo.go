@@ -43,50 +43,22 @@ func (g *fp8Graph) virtual(dt int, dims ...int64) uintptr {
 	return g.tensorND(99+g.next, dt, dims, st, true)
 }
 
-// link is a tensor an operation takes or makes, by attribute.
-type link struct {
-	name   int
-	tensor uintptr
-}
-
-// op adds an operation (descriptor type opType) configured by a descriptor
-// of type cfgType with the enum attributes enums ({name, type, value}),
-// which it takes as cfgAttr, and the tensors of links (0: none).
-func (g *fp8Graph) op(what string, cfgType int, enums [][3]int, opType, cfgAttr int, links ...link) {
-	cfg := g.create(cfgType)
-	for _, e := range enums {
-		g.setEnum(cfg, e[0], e[1], e[2])
-	}
-	g.finalize(cfg, what+" descriptor")
-	op := g.create(opType)
-	g.link(op, cfgAttr, cfg)
-	for _, l := range links {
-		if l.tensor != 0 {
-			g.link(op, l.name, l.tensor)
-		}
-	}
-	g.finalize(op, what)
-	g.ops = append(g.ops, op)
-}
-
 // pointwise adds y = mode(x, b) (b 0 for a unary mode).
 func (g *fp8Graph) pointwise(mode int, x, b, y uintptr) {
-	g.op(fmt.Sprintf("pointwise %d", mode), bePointwise,
-		[][3]int{{attrPointwiseMode, typePointwiseMode, mode}, {attrPointwiseMathPrec, typeDataType, cdFloat}},
-		beOpPointwise, attrOpPointwiseDesc, link{attrOpPointwiseX, x}, link{attrOpPointwiseB, b}, link{attrOpPointwiseY, y})
+	g.ops = append(g.ops, g.graphBuild.pointwise(mode, x, b, y))
 }
 
 // reduce adds y = op over the axes where y has extent 1.
 func (g *fp8Graph) reduce(mode int, x, y uintptr) {
-	g.op(fmt.Sprintf("reduction %d", mode), beReduction,
+	g.ops = append(g.ops, g.op(fmt.Sprintf("reduction %d", mode), beReduction,
 		[][3]int{{attrReductionOperator, typeReductionOp, mode}, {attrReductionCompType, typeDataType, cdFloat}},
-		beOpReduction, attrOpReductionDesc, link{attrOpReductionX, x}, link{attrOpReductionY, y})
+		beOpReduction, attrOpReductionDesc, link{attrOpReductionX, x}, link{attrOpReductionY, y}))
 }
 
 // matmul adds c = a·b over the last two axes, f32 accumulation.
 func (g *fp8Graph) matmul(a, b, c uintptr) {
-	g.op("matmul", beMatmul, [][3]int{{attrMatmulCompType, typeDataType, cdFloat}},
-		beOpMatmul, attrOpMatmulD, link{attrOpMatmulA, a}, link{attrOpMatmulB, b}, link{attrOpMatmulC, c})
+	g.ops = append(g.ops, g.op("matmul", beMatmul, [][3]int{{attrMatmulCompType, typeDataType, cdFloat}},
+		beOpMatmul, attrOpMatmulD, link{attrOpMatmulA, a}, link{attrOpMatmulB, b}, link{attrOpMatmulC, c}))
 }
 
 // pointwiseTo, reduceTo and matmulTo add the operation into a new f32

@@ -152,17 +152,7 @@ func (h *Handle) convGraph(d ConvDesc) (*graphBuild, uintptr, error) {
 		out = b.tensorND(uidConvOut, cdFloat, int64s(dims[:]...), int64s(strides[:]...), true)
 		bd, bs := dims5(1, d.K, 1, 1, 1, d.Layout)
 		bias := b.tensorND(uidBias, dt, int64s(bd[:]...), int64s(bs[:]...), false)
-		pw := b.create(bePointwise)
-		b.setEnum(pw, attrPointwiseMode, typePointwiseMode, pwAdd)
-		b.setEnum(pw, attrPointwiseMathPrec, typeDataType, cdFloat)
-		b.finalize(pw, "bias add")
-		add := b.create(beOpPointwise)
-		b.link(add, attrOpPointwiseDesc, pw)
-		b.link(add, attrOpPointwiseX, out)
-		b.link(add, attrOpPointwiseB, bias)
-		b.link(add, attrOpPointwiseY, y)
-		b.finalize(add, "bias add operation")
-		ops = append(ops, add)
+		ops = append(ops, b.pointwise(pwAdd, out, bias, y))
 	}
 
 	conv := b.create(beConvolution)

@@ -357,30 +357,48 @@ func (t *optimized) planLast(k convchain.Key, g geom, dt miopen.DType, searched 
 		Workspace: p.WorkspaceBytes, Data: t.remembered(p, miopen.NDHWC, lv.given), Live: lv}, nil
 }
 
+// prepared is what a run of key k needs before it convolves.
+type prepared struct {
+	plan  *convchain.Plan
+	g     geom
+	dt    miopen.DType
+	lv    *live
+	alloc tensor.Backend // where its scratch goes: dst's backend, else the tier's
+}
+
+// prepare readies a run of key k into dst: its geometry and library dtype,
+// and plan's live state, planned again where plan has none for this kind
+// of call (channels-last or not), as for a remembered plan.
+func (t *optimized) prepare(k convchain.Key, plan *convchain.Plan, dst *tensor.Tensor, last bool) (prepared, error) {
+	r := prepared{plan: plan, alloc: dst.Backend()}
+	var err error
+	if r.g, err = geomOf(k); err != nil {
+		return r, err
+	}
+	if r.dt, err = libDType(k.DType); err != nil {
+		return r, err
+	}
+	if r.lv, _ = plan.Live.(*live); r.lv == nil || r.lv.last != last {
+		if r.plan, err = t.Plan(k, plan); err != nil {
+			return r, err
+		}
+		r.lv = r.plan.Live.(*live)
+	}
+	if r.alloc == nil {
+		r.alloc = t.be
+	}
+	return r, nil
+}
+
 // RunLast convolves channels-last x into dst as they are: the library in
 // NDHWC with the packed weight, or one GEMM for a 1×1×1 convolution, then
 // the bias.
 func (t *optimized) RunLast(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
-	k := convchain.KeyOfLast("", x, w, bias, p)
-	g, err := geomOf(k)
+	r, err := t.prepare(convchain.KeyOfLast("", x, w, bias, p), plan, dst, true)
 	if err != nil {
 		return err
 	}
-	dt, err := libDType(k.DType)
-	if err != nil {
-		return err
-	}
-	lv, _ := plan.Live.(*live)
-	if lv == nil || !lv.last {
-		if plan, err = t.Plan(k, plan); err != nil {
-			return err
-		}
-		lv = plan.Live.(*live)
-	}
-	alloc := dst.Backend()
-	if alloc == nil {
-		alloc = t.be
-	}
+	plan, g, dt, lv, alloc := r.plan, r.g, r.dt, r.lv, r.alloc
 	if p.Accumulate && (lv.gemm || t.h.Lib().Vendor() == miopen.AMD) {
 		// The GEMM here and MIOpen cannot add to dst: convolve into
 		// scratch, then add.
@@ -479,25 +497,11 @@ func (t *optimized) run(plan *convchain.Plan, dst, x *tensor.Tensor, pad *tensor
 	if pad != nil {
 		copy(k.X[:], pad.Shape(x.Shape()))
 	}
-	g, err := geomOf(k)
+	r, err := t.prepare(k, plan, dst, false)
 	if err != nil {
 		return err
 	}
-	dt, err := libDType(k.DType)
-	if err != nil {
-		return err
-	}
-	lv, _ := plan.Live.(*live)
-	if lv == nil {
-		if plan, err = t.Plan(k, plan); err != nil {
-			return err
-		}
-		lv = plan.Live.(*live)
-	}
-	alloc := dst.Backend()
-	if alloc == nil {
-		alloc = t.be
-	}
+	g, dt, lv, alloc := r.g, r.dt, r.lv, r.alloc
 	if pad != nil && (lv.gemm || lv.layout == miopen.NCDHW) {
 		// Only the packing reads through a padding: pad a copy.
 		var px *tensor.Tensor
