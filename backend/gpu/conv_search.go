@@ -99,13 +99,11 @@ func (t *optimized) search(d miopen.ConvDesc) (miopen.Plan, error) {
 	if err := t.be.Sync(); err != nil {
 		return miopen.Plan{}, err
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	unbind, err := t.dev.Bind()
+	release, err := t.bind()
 	if err != nil {
 		return miopen.Plan{}, err
 	}
-	defer unbind()
+	defer release()
 	t.h.SetTimer(t.timer)
 	defer t.h.SetTimer(nil)
 	plans, err := t.h.Search(d, ptrs[0], ptrs[1], ptrs[2], ptrs[3], searchWorkspace)

@@ -43,6 +43,18 @@ type handle struct {
 	given  map[miopen.ConvDesc]bool // descs planned with a searched algorithm
 }
 
+// bind locks the handle and binds its device to this thread for a library
+// call; release undoes both.
+func (h *handle) bind() (release func(), err error) {
+	h.mu.Lock()
+	unbind, err := h.dev.Bind()
+	if err != nil {
+		h.mu.Unlock()
+		return nil, err
+	}
+	return func() { unbind(); h.mu.Unlock() }, nil
+}
+
 var (
 	handlesMu sync.Mutex
 	handles   = map[*Backend]*handle{}
@@ -289,13 +301,11 @@ func (t *optimized) Plan(k convchain.Key, searched *convchain.Plan) (*convchain.
 		}
 		order = []miopen.Layout{l}
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	unbind, err := t.dev.Bind()
+	release, err := t.bind()
 	if err != nil {
 		return nil, err
 	}
-	defer unbind()
+	defer release()
 	var errs []error
 	var naive *convchain.Plan
 	for _, l := range order {
@@ -341,13 +351,11 @@ func (t *optimized) planLast(k convchain.Key, g geom, dt miopen.DType, searched 
 			return nil, fmt.Errorf("gpu: conv3d %s: a remembered plan in layout %q", k, pd.Layout)
 		}
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	unbind, err := t.dev.Bind()
+	release, err := t.bind()
 	if err != nil {
 		return nil, err
 	}
-	defer unbind()
+	defer release()
 	lv := &live{layout: miopen.NDHWC, id: pd.ID, given: pd.Given, last: true}
 	p, err := t.libPlan(g.lastDesc(dt), lv.id, lv.given)
 	if err != nil {
@@ -599,15 +607,12 @@ func (t *optimized) forward(alloc tensor.Backend, d miopen.ConvDesc, lv *live, x
 // forwardBias is forward with d.Bias's bias, which the plan adds where it
 // can (added).
 func (t *optimized) forwardBias(alloc tensor.Backend, d miopen.ConvDesc, lv *live, x, w, bias, y uintptr) (added bool, err error) {
-	t.mu.Lock()
-	unbind, err := t.dev.Bind()
+	release, err := t.bind()
 	if err != nil {
-		t.mu.Unlock()
 		return false, err
 	}
 	p, err := t.libPlan(d, lv.id, lv.given)
-	unbind()
-	t.mu.Unlock()
+	release()
 	if err != nil {
 		return false, err
 	}
@@ -620,13 +625,10 @@ func (t *optimized) forwardBias(alloc tensor.Backend, d miopen.ConvDesc, lv *liv
 		defer tensor.Release(ws)
 		wsp = Ptr(ws)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	unbind, err = t.dev.Bind()
-	if err != nil {
+	if release, err = t.bind(); err != nil {
 		return false, err
 	}
-	defer unbind()
+	defer release()
 	return t.h.Conv3dForwardBias(d, x, w, bias, y, wsp)
 }
 
