@@ -399,25 +399,26 @@ func (t *optimized) prepare(k convchain.Key, plan *convchain.Plan, dst *tensor.T
 }
 
 // RunLast convolves channels-last x into dst as they are: the library in
-// NDHWC with the packed weight, or one GEMM for a 1×1×1 convolution, then
-// the bias.
+// NDHWC with the packed weight (then the bias, where its epilogue did not
+// add it), or one GEMM with the bias for a 1×1×1 convolution.
 func (t *optimized) RunLast(plan *convchain.Plan, dst, x, w, bias *tensor.Tensor, p tensor.ConvParams) error {
 	r, err := t.prepare(convchain.KeyOfLast("", x, w, bias, p), plan, dst, true)
 	if err != nil {
 		return err
 	}
 	plan, g, dt, lv, alloc := r.plan, r.g, r.dt, r.lv, r.alloc
-	if p.Accumulate && (lv.gemm || t.h.Lib().Vendor() == miopen.AMD) {
-		// The GEMM here and MIOpen cannot add to dst: convolve into
-		// scratch, then add.
+	if p.Accumulate && (lv.gemm || lv.given || t.h.Lib().Vendor() == miopen.AMD) {
+		// The GEMM here and MIOpen cannot add to dst, and a searched plan
+		// runs the convolution it timed (no β): convolve into scratch,
+		// then add.
 		return t.runLastAdded(plan, alloc, dst, x, w, bias, p)
 	}
 	rows := g.B * g.To * g.Ho * g.Wo
 	if lv.gemm {
 		err = t.o.Profile.time("conv3d.gemm", t.be, g.flops(g.To), func() error {
-			return t.be.MatMul(dst.Reshape(1, rows, g.Cout), x.Reshape(1, rows, g.Cin), w.Reshape(1, g.Cout, g.Cin),
-				tensor.MatMulParams{Batch: 1, M: rows, N: g.Cout, K: g.Cin, TransB: true, Alpha: 1})
+			return t.be.Linear(dst.Reshape(rows, g.Cout), x.Reshape(rows, g.Cin), w.Reshape(g.Cout, g.Cin), bias)
 		})
+		bias = nil // Linear added it
 	} else {
 		// Out of memory, the kept weight copies go first and the call runs
 		// once more without keeping one.
@@ -461,7 +462,9 @@ func (t *optimized) runLast(alloc tensor.Backend, g geom, dt miopen.DType, p ten
 	d := g.lastDesc(dt)
 	d.Accumulate = acc
 	var bp uintptr
-	if bias != nil && !acc && t.h.Lib().Vendor() == miopen.NVIDIA {
+	// A searched plan's engine is its place in the list of the graph it
+	// timed, which had no bias: that graph runs, the bias is added after.
+	if bias != nil && !acc && !lv.given && t.h.Lib().Vendor() == miopen.NVIDIA {
 		d.Bias, bp = true, Ptr(bias)
 	}
 	err = t.o.Profile.time("conv3d.library", t.be, g.flops(g.To), func() (err error) {
