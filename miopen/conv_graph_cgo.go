@@ -121,8 +121,12 @@ func (h *Handle) chooseGraphAt(d ConvDesc, e *entry, rank int) (Plan, error) {
 	}
 	got.plan.Algo = graphAlgoBase + rank
 	e.exec, e.graph = got.exec, b.descs
-	// Tensors off the graph's alignment run a legacy algorithm within this
-	// workspace, chosen when first needed (legacyFor).
+	// Tensors off the graph's alignment run the legacy API's choice: the
+	// plan's workspace covers both.
+	if lp, err := h.chooseCUDNN(d, e); err == nil {
+		e.legacy = &lp
+		got.plan.WorkspaceBytes = max(got.plan.WorkspaceBytes, lp.WorkspaceBytes)
+	}
 	return got.plan, nil
 }
 
@@ -297,7 +301,8 @@ func graphAligned(ptrs ...uintptr) bool {
 }
 
 // legacyFor is the legacy algorithm e's graph plan runs tensors off its
-// alignment with: _v7's first within the plan's workspace, chosen once.
+// alignment with: the one chosen beside the graph plan (its workspace is
+// the plan's), else _v7's first within the plan's workspace.
 func (h *Handle) legacyFor(d ConvDesc, e *entry) (Plan, error) {
 	if e.legacy == nil {
 		p, err := h.chooseCUDNNWithin(d, e, e.plan.WorkspaceBytes)

@@ -62,10 +62,7 @@ func TestConv3dGraph(t *testing.T) {
 	d := convCases()[1]
 	d.DType, d.Layout = F16, NDHWC
 	// Tensors 2 bytes off the graph's 16-byte alignment run a legacy
-	// algorithm, chosen then, in the graph plan's workspace.
-	if l := h.plans[d.norm()]; l != nil && l.legacy != nil {
-		t.Errorf("%v: a legacy algorithm chosen before any tensor was off the alignment", d)
-	}
+	// algorithm in the same workspace.
 	if p, e, ok := checkConv(t, dev, h, rng, d, 2); ok {
 		l := h.plans[d.norm()].legacy
 		switch {
