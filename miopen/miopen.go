@@ -207,9 +207,10 @@ func dims5(n, c, d, h, w int, l Layout) (dims, strides [5]int32) {
 // Plan is the algorithm chosen for one ConvDesc.
 type Plan struct {
 	Desc ConvDesc
-	// Algo is cuDNN's cudnnConvolutionFwdAlgo_t (-1 for a graph-API
-	// engine), or MIOpen's miopenConvAlgorithm_t family (0 GEMM, 1
-	// direct, 2 FFT, 3 Winograd, 5 implicit GEMM).
+	// Algo is cuDNN's cudnnConvolutionFwdAlgo_t (graphAlgoBase plus its
+	// place in the heuristics' list for a graph-API engine), or MIOpen's
+	// miopenConvAlgorithm_t family (0 GEMM, 1 direct, 2 FFT, 3 Winograd,
+	// 5 implicit GEMM).
 	Algo int
 	// SolutionID is MIOpen's solver id (0 on NVIDIA).
 	SolutionID uint64
