@@ -54,7 +54,9 @@ func newEncoder(p *weights.Builder, c *Config) *encoder {
 // quant_conv, channels-last between the two moves.
 func (e *encoder) forward(s *tensor.Scope, f *featCache, x *tensor.Tensor) *tensor.Tensor {
 	f.chunk()
-	x = e.convIn.forward(s, f, s.Permute(x, 0, 2, 3, 4, 1))
+	xl := s.Permute(x, 0, 2, 3, 4, 1)
+	s.Free(x) // the chunk's channels-first frames, when the scope made them
+	x = e.convIn.forward(s, f, xl)
 	for _, l := range e.down {
 		x = l.forward(s, f, x)
 	}

@@ -6,6 +6,7 @@
 package tiles
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -90,6 +91,11 @@ func (v *Video) Tensor() *tensor.Tensor {
 // SetFrames copies y (B, C, n, H, W), any dtype on any backend, into frames
 // t0 … t0+n−1.
 func (v *Video) SetFrames(t0 int, y *tensor.Tensor) {
+	if y.Rank() != 5 || y.Dim(0) != v.B || y.Dim(1) != v.C || y.Dim(3) != v.H || y.Dim(4) != v.W || t0 < 0 || t0+y.Dim(2) > v.T {
+		// Checked here: the device path downloads straight into v's memory.
+		panic(&tensor.OpError{Op: "set frames", Err: fmt.Errorf("frames %v at frame %d of a video (%d, %d, %d, %d, %d)",
+			y.Shape(), t0, v.B, v.C, v.T, v.H, v.W)})
+	}
 	n, hw := y.Dim(2), v.H*v.W
 	if be := y.Backend(); !y.OnHost() && y.DType() == tensor.F32 && be != nil {
 		// Each channel's frames straight into their place: no host copy.

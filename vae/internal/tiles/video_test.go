@@ -3,6 +3,7 @@ package tiles
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -81,6 +82,27 @@ func TestClampLong(t *testing.T) {
 			}
 		case x != min(max(float32(i%7)-3, -1), 1):
 			t.Fatalf("[%d] = %v", i, x)
+		}
+	}
+}
+
+// TestSetFramesChecksShape: frames that do not fit the video are an error
+// before anything is copied (the device path downloads straight into the
+// video's memory).
+func TestSetFramesChecksShape(t *testing.T) {
+	v := New(1, 3, 4, 2, 2)
+	for _, c := range []struct {
+		t0    int
+		shape []int
+	}{
+		{3, []int{1, 3, 2, 2, 2}},  // past the last frame
+		{-1, []int{1, 3, 1, 2, 2}}, // before the first
+		{0, []int{1, 4, 1, 2, 2}},  // channels
+		{0, []int{1, 3, 1, 1, 4}},  // the same pixels, another size
+	} {
+		err := tensor.Catch(func() { v.SetFrames(c.t0, tensor.New(tensor.F32, c.shape...)) })
+		if err == nil || !strings.Contains(err.Error(), "set frames") {
+			t.Errorf("frames %v at %d: %v, want a set frames error", c.shape, c.t0, err)
 		}
 	}
 }
