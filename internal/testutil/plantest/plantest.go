@@ -12,7 +12,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
 	"github.com/framepack-go/framepack/weights"
 )
 
