@@ -126,7 +126,7 @@ type Options struct {
 	GPU int
 	// Ranks joins this pipeline to the other processes of a multi-GPU
 	// run, one per GPU (parallel.go); Comm does the same with a
-	// communicator the caller made (parallel.Local's in-process ranks, say)
+	// communicator the caller made (localcomm.New's in-process ranks, say)
 	// and keeps. Every rank loads the same model and calls Generate with
 	// the same requests; rank 0 returns the frames.
 	Ranks *Ranks

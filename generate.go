@@ -180,14 +180,11 @@ func (j *job) run(img *section.RGB) error {
 	p.log.Info(fmt.Sprintf("text: %d prompt tokens encoded in %s", pos.Tokens, j.res.TextEncode.Round(time.Millisecond)))
 
 	// The start image, cropped to its bucket.
-	bh, bw, err := section.NearestBucket(img.H, img.W, req.Resolution)
-	if err != nil {
-		return err
-	}
-	crop, err := section.ResizeAndCenterCrop(img, bw, bh)
+	crop, err := section.CropToBucket(img, req.Resolution)
 	if err != nil {
 		return fmt.Errorf("framepack: cropping the image: %w", err)
 	}
+	bw, bh := crop.W, crop.H
 	j.res.Width, j.res.Height = bw, bh
 	p.log.Info(fmt.Sprintf("image: %d×%d → bucket %d×%d (resolution %d)", img.W, img.H, bw, bh, req.Resolution))
 	crops := []*section.RGB{crop}

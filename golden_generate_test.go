@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
 	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 )

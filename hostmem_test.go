@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/testdevice"
+	"github.com/framepack-go/framepack/internal/testutil/testdevice"
 	"github.com/framepack-go/framepack/memory"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/errtest"
+	"github.com/framepack-go/framepack/internal/testutil/errtest"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/weights"

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/numcmp"
-	"github.com/framepack-go/framepack/parallel"
+	"github.com/framepack-go/framepack/localcomm"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -16,7 +16,7 @@ import (
 func generateRanks(t *testing.T, n int, req Request) []*Result {
 	t.Helper()
 	res := make([]*Result, n)
-	errs := parallel.Run(parallel.Local(n), func(c tensor.Comm) error {
+	errs := localcomm.Run(localcomm.New(n), func(c tensor.Comm) error {
 		p, err := Load(tinyDir(t), Options{Device: DeviceCPU, Logger: quietLogger(t), Comm: c})
 		if err != nil {
 			return err

@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/errtest"
+	"github.com/framepack-go/framepack/internal/testutil/errtest"
 	"github.com/framepack-go/framepack/section"
 )
 

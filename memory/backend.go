@@ -39,7 +39,10 @@ func Budgeted(be tensor.Backend, b Budget) *Backend {
 	return &Backend{Backend: be, budget: b, live: map[tensor.Buffer]*allocation{}, owners: map[string]int64{}}
 }
 
-var _ tensor.Backend = (*Backend)(nil)
+var (
+	_ tensor.Backend  = (*Backend)(nil)
+	_ tensor.Budgeted = (*Backend)(nil)
+)
 
 // OOMError is a refused allocation. It wraps tensor.ErrOutOfMemory.
 type OOMError struct {

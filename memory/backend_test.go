@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/memory/memtest"
+	"github.com/framepack-go/framepack/internal/testutil/memtest"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/tensor/backendtest"
 )

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/framepack-go/framepack/memory/memtest"
+	"github.com/framepack-go/framepack/internal/testutil/memtest"
 )
 
 func TestHostBudgetFromMeminfo(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/framepack-go/framepack/memory/memtest"
+	"github.com/framepack-go/framepack/internal/testutil/memtest"
 	"github.com/framepack-go/framepack/tensor"
 )
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/framepack-go/framepack/rocblas/gputest"
+	"github.com/framepack-go/framepack/internal/testutil/gputest"
 )
 
 // openGraphGPU is openGPU on NVIDIA, skipping elsewhere; cuDNN 9 (the only

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/framepack-go/framepack/rocblas/gputest"
+	"github.com/framepack-go/framepack/internal/testutil/gputest"
 )
 
 // openGPU gives a device (skipping without one) and a handle on its stream

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/dynlib/dynlibtest"
-	"github.com/framepack-go/framepack/internal/errtest"
+	"github.com/framepack-go/framepack/internal/testutil/dynlibtest"
+	"github.com/framepack-go/framepack/internal/testutil/errtest"
 )
 
 func TestConvDescOutDims(t *testing.T) {

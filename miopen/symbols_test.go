@@ -3,7 +3,7 @@ package miopen
 import (
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/dynlib/dynlibtest"
+	"github.com/framepack-go/framepack/internal/testutil/dynlibtest"
 )
 
 // Every function the shim calls must be exported by each library version

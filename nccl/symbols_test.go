@@ -3,7 +3,7 @@ package nccl
 import (
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/dynlib/dynlibtest"
+	"github.com/framepack-go/framepack/internal/testutil/dynlibtest"
 )
 
 // Every function the shim calls must be exported by each NCCL and RCCL

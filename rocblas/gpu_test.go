@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/framepack-go/framepack/rocblas/gputest"
+	"github.com/framepack-go/framepack/internal/testutil/gputest"
 )
 
 // openGPU gives a device (skipping without one) and a handle on its stream

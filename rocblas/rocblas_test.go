@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/dynlib/dynlibtest"
-	"github.com/framepack-go/framepack/internal/errtest"
+	"github.com/framepack-go/framepack/internal/testutil/dynlibtest"
+	"github.com/framepack-go/framepack/internal/testutil/errtest"
 )
 
 // colMajorGemm is the column-major contract of Gemm on host arrays

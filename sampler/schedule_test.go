@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
 )
 
 // The spec's 25-step table (640 buckets: mu capped at ln 7): σ as torch

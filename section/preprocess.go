@@ -93,6 +93,17 @@ func ResizeAndCenterCrop(im *RGB, w, h int) (*RGB, error) {
 	return r.Crop(int(left), int(top), int(right), int(bottom)), nil
 }
 
+// CropToBucket is the start image as FramePack prepares it: resized and
+// centre-cropped (ResizeAndCenterCrop) to its nearest bucket of resolution
+// (NearestBucket).
+func CropToBucket(im *RGB, resolution int) (*RGB, error) {
+	bh, bw, err := NearestBucket(im.H, im.W, resolution)
+	if err != nil {
+		return nil, err
+	}
+	return ResizeAndCenterCrop(im, bw, bh)
+}
+
 // VAEPixels is the image as the VAE takes it: x/127.5 − 1, float32,
 // shape (1, 3, 1, H, W).
 func VAEPixels(im *RGB) *tensor.Tensor {

@@ -4,8 +4,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/internal/testdevice"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
+	"github.com/framepack-go/framepack/internal/testutil/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
 

@@ -5,8 +5,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/internal/testdevice"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
+	"github.com/framepack-go/framepack/internal/testutil/testdevice"
 	"github.com/framepack-go/framepack/model/hunyuan"
 	"github.com/framepack-go/framepack/sampler"
 	"github.com/framepack-go/framepack/tensor"

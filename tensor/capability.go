@@ -103,6 +103,10 @@ type QueuedUploader interface {
 // Trimmer returns a backend's pooled memory to the device.
 type Trimmer interface{ Trim() error }
 
+// Budgeted is a layer with a memory budget (what memory.Budgeted makes):
+// Available is the room it still has free, in bytes.
+type Budgeted interface{ Available() int64 }
+
 // QueueIdler is a device backend that measures how long its queue stood
 // empty because the host waited on it: from the end of the work a host
 // wait (a sync, a download) waited for to the next work queued. The figure

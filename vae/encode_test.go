@@ -4,10 +4,10 @@ import (
 	"math"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/internal/numcmp"
-	"github.com/framepack-go/framepack/internal/scopetest"
-	"github.com/framepack-go/framepack/internal/testdevice"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
+	"github.com/framepack-go/framepack/internal/testutil/scopetest"
+	"github.com/framepack-go/framepack/internal/testutil/testdevice"
 	"github.com/framepack-go/framepack/sampler"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae/internal/tiles"

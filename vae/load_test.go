@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/internal/errtest"
-	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/internal/plantest"
+	"github.com/framepack-go/framepack/internal/testutil/errtest"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
+	"github.com/framepack-go/framepack/internal/testutil/plantest"
 	"github.com/framepack-go/framepack/tensor"
 )
 

@@ -3,8 +3,8 @@ package vae
 import (
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/internal/plantest"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
+	"github.com/framepack-go/framepack/internal/testutil/plantest"
 )
 
 // The released hunyuanvideo-community vae/config.json loads through

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/errtest"
+	"github.com/framepack-go/framepack/internal/testutil/errtest"
 	"github.com/framepack-go/framepack/tensor"
 )
 

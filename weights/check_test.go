@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/errtest"
+	"github.com/framepack-go/framepack/internal/testutil/errtest"
 )
 
 // goodSpecs is what the shardedDir checkpoint holds.

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/testdevice"
+	"github.com/framepack-go/framepack/internal/testutil/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
 

@@ -113,7 +113,7 @@ func (p *Prefetch) make(w Weight) fetched {
 		t, err := p.src.Make(w)
 		return fetched{made: true, t: t, err: err}
 	}
-	if room, ok := tensor.As[interface{ Available() int64 }](p.be); ok {
+	if room, ok := tensor.As[tensor.Budgeted](p.be); ok {
 		// A budget without room for it now: wait for the constructor to
 		// take what is held ahead (it may free some of it, as LLaMA does
 		// with a weight it transforms), so that loading ahead never fails

@@ -11,7 +11,7 @@ import (
 // written plainly on host tensors with the GPU kernels' rounding, as llm.c
 // keeps a CPU reference beside each kernel. The CPU backend itself runs
 // these ops op by op (Scope's fallback); the CPU posing as a device
-// (internal/testdevice) has these, so the model's fused path runs and is
+// (internal/testutil/testdevice) has these, so the model's fused path runs and is
 // checked against the golden cases without a GPU, and the op suite
 // (tensor/backendtest) compares every backend's fused kernels with them.
 type Fused struct{}

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/framepack-go/framepack/rocblas/gputest"
+	"github.com/framepack-go/framepack/internal/testutil/gputest"
 	"github.com/framepack-go/framepack/tensor"
 )
 

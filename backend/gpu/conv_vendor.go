@@ -572,7 +572,7 @@ func (t *optimized) chunkLimit(alloc tensor.Backend) int64 {
 		return t.o.ChunkBytes
 	}
 	lim := int64(DefaultChunkBytes)
-	if av, ok := alloc.(interface{ Available() int64 }); ok {
+	if av, ok := alloc.(tensor.Budgeted); ok {
 		lim = max(lim, min(av.Available()/4, maxChunkBytes))
 	}
 	return lim

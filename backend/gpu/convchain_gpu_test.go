@@ -14,8 +14,8 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/convchain"
-	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/internal/numcmp"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/tensor/backendtest"
 	"github.com/framepack-go/framepack/vae"

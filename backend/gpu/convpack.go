@@ -105,6 +105,6 @@ func (t *optimized) packedWeight(alloc tensor.Backend, g geom, tdt tensor.DType,
 // roomToKeep reports whether alloc's budget, when it has one, still has a
 // chunk's scratch (the chain's chunk bound) free once bytes more are kept.
 func (t *optimized) roomToKeep(alloc tensor.Backend, bytes int64) bool {
-	av, ok := alloc.(interface{ Available() int64 })
+	av, ok := alloc.(tensor.Budgeted)
 	return !ok || av.Available()-bytes >= t.o.chunkBytes()
 }

@@ -10,7 +10,7 @@ generate_end_image (ComfyUI-FramePackWrapper's end_latent) likewise.
 
 writes $OUT/golden/generate_i2v/{case.json,io.safetensors} and
 $OUT/golden/generate_i2v_teacache/{case.json,io.safetensors} in the layout of
-testdata/golden (see internal/golden). Copy both folders into testdata/golden.
+testdata/golden (see internal/testutil/golden). Copy both folders into testdata/golden.
 
 Settings: 2 s at window 3 gives 5 sections (latent paddings [3, 2, 2, 1, 0],
 the worker's `> 4` trick), 8 steps each, resolution 128 (scene.png's

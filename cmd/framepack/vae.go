@@ -365,12 +365,8 @@ pipelines keep them instead: (z − latents_mean)/latents_std.`,
 				return usage(err)
 			}
 			if resolution > 0 {
-				bh, bw, err := section.NearestBucket(im.H, im.W, resolution)
-				if err != nil {
+				if im, err = section.CropToBucket(im, resolution); err != nil {
 					return usage(err)
-				}
-				if im, err = section.ResizeAndCenterCrop(im, bw, bh); err != nil {
-					return err
 				}
 			}
 			if im.W%8 != 0 || im.H%8 != 0 {

@@ -3,8 +3,8 @@ package clip
 import (
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/internal/loadtest"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
+	"github.com/framepack-go/framepack/internal/testutil/loadtest"
 	"github.com/framepack-go/framepack/tensor"
 )
 

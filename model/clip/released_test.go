@@ -3,8 +3,8 @@ package clip
 import (
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/internal/plantest"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
+	"github.com/framepack-go/framepack/internal/testutil/plantest"
 )
 
 // The released hunyuanvideo-community text_encoder_2/config.json (legacy

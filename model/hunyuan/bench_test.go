@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/numcmp"
-	"github.com/framepack-go/framepack/internal/testdevice"
+	"github.com/framepack-go/framepack/internal/testutil/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
 

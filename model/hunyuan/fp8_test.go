@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/internal/numcmp"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
 	"github.com/framepack-go/framepack/tensor"
 )
 

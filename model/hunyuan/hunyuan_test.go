@@ -4,9 +4,9 @@ import (
 	"math"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/internal/numcmp"
-	"github.com/framepack-go/framepack/internal/testdevice"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
+	"github.com/framepack-go/framepack/internal/testutil/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 )
 

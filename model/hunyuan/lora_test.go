@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
 	"github.com/framepack-go/framepack/internal/numcmp"
-	"github.com/framepack-go/framepack/internal/plantest"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
+	"github.com/framepack-go/framepack/internal/testutil/plantest"
 	"github.com/framepack-go/framepack/lora"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"

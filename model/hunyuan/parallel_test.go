@@ -8,8 +8,8 @@ import (
 
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/numcmp"
-	"github.com/framepack-go/framepack/internal/testdevice"
-	"github.com/framepack-go/framepack/parallel"
+	"github.com/framepack-go/framepack/internal/testutil/testdevice"
+	"github.com/framepack-go/framepack/localcomm"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -41,7 +41,7 @@ func runRanks(t *testing.T, n int, dt tensor.DType, fn func(m *Model) []*tensor.
 	t.Helper()
 	var exchanges atomic.Int64
 	outs := make([][]*tensor.Tensor, n)
-	errs := parallel.Run(parallel.Local(n), func(c tensor.Comm) error {
+	errs := localcomm.Run(localcomm.New(n), func(c tensor.Comm) error {
 		m, err := RandomModel(parallelConfig(), rankBackend(), Options{DType: dt}, 7)
 		if err != nil {
 			return err
@@ -187,7 +187,7 @@ func TestParallelHeadsMustDivide(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if err := m.SetSequenceParallel(parallel.Local(3)[0]); err == nil {
+	if err := m.SetSequenceParallel(localcomm.New(3)[0]); err == nil {
 		t.Error("4 heads over 3 ranks: want an error")
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/internal/plantest"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
+	"github.com/framepack-go/framepack/internal/testutil/plantest"
 	"github.com/framepack-go/framepack/weights"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
 	"github.com/framepack-go/framepack/sampler"
 	"github.com/framepack-go/framepack/tensor"
 )

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/internal/plantest"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
+	"github.com/framepack-go/framepack/internal/testutil/plantest"
 )
 
 var releasedDir = plantest.ReleasedDir("text_encoder")

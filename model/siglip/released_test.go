@@ -3,8 +3,8 @@ package siglip
 import (
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
-	"github.com/framepack-go/framepack/internal/plantest"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
+	"github.com/framepack-go/framepack/internal/testutil/plantest"
 )
 
 // The released flux_redux_bfl image_encoder/config.json loads through

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/internal/testdevice"
+	"github.com/framepack-go/framepack/internal/testutil/testdevice"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"

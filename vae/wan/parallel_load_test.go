@@ -3,7 +3,7 @@ package wan
 import (
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
 	"github.com/framepack-go/framepack/vae/internal/modeltest"
 )
 

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/plantest"
+	"github.com/framepack-go/framepack/internal/testutil/plantest"
 )
 
 // The released Wan 2.1 vae/config.json loads through ReadConfig, equals

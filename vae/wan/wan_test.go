@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
-	"github.com/framepack-go/framepack/internal/errtest"
+	"github.com/framepack-go/framepack/internal/testutil/errtest"
 	"github.com/framepack-go/framepack/tensor"
 )
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/loadtest"
+	"github.com/framepack-go/framepack/internal/testutil/loadtest"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae/internal/model"
 )

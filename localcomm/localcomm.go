@@ -1,8 +1,8 @@
-// Package parallel holds the in-process tensor.Comm: ranks that are
+// Package localcomm holds the in-process tensor.Comm: ranks that are
 // goroutines of one program, each with its own backend, exchanging through
 // host memory. It runs sequence- and CFG-parallel code without GPUs (the
 // tests), and is the reference the NCCL communicator is held to.
-package parallel
+package localcomm
 
 import (
 	"errors"
@@ -15,21 +15,21 @@ import (
 	"github.com/framepack-go/framepack/tensor"
 )
 
-// DefaultTimeout bounds every collective of a Local group: a rank that
+// DefaultTimeout bounds every collective of a group: a rank that
 // never arrives (a bug, or a rank that failed without closing) turns into
 // an error instead of a hang.
 const DefaultTimeout = 5 * time.Minute
 
-// Local returns the n ranks of one group; rank i is the i-th element. Each
+// New returns the n ranks of one group; rank i is the i-th element. Each
 // is used by one goroutine.
-func Local(n int) []tensor.Comm {
-	return LocalWithTimeout(n, DefaultTimeout)
+func New(n int) []tensor.Comm {
+	return NewWithTimeout(n, DefaultTimeout)
 }
 
-// LocalWithTimeout is Local with another bound on each collective's wait.
-func LocalWithTimeout(n int, timeout time.Duration) []tensor.Comm {
+// NewWithTimeout is New with another bound on each collective's wait.
+func NewWithTimeout(n int, timeout time.Duration) []tensor.Comm {
 	if n < 1 {
-		panic(fmt.Sprintf("parallel.Local: %d ranks", n))
+		panic(fmt.Sprintf("localcomm.New: %d ranks", n))
 	}
 	h := newHub(n, timeout)
 	out := make([]tensor.Comm, n)
@@ -86,7 +86,7 @@ func (l *local) Size() int { return l.h.n }
 // rank brought, once all have.
 func (l *local) exchange(kind string, in any) (*call, error) {
 	if l.closed {
-		return nil, fmt.Errorf("parallel: rank %d: %s on a closed communicator", l.rank, kind)
+		return nil, fmt.Errorf("localcomm: rank %d: %s on a closed communicator", l.rank, kind)
 	}
 	h := l.h
 	h.mu.Lock()
@@ -100,7 +100,7 @@ func (l *local) exchange(kind string, in any) (*call, error) {
 		h.calls[l.seq] = c
 	}
 	if c.kind != kind {
-		err := fmt.Errorf("parallel: collective %d is %s on one rank and %s on rank %d", l.seq, c.kind, kind, l.rank)
+		err := fmt.Errorf("localcomm: collective %d is %s on one rank and %s on rank %d", l.seq, c.kind, kind, l.rank)
 		h.fail(err)
 		h.mu.Unlock()
 		return nil, err
@@ -122,7 +122,7 @@ func (l *local) exchange(kind string, in any) (*call, error) {
 	case <-h.abort:
 	case <-timer.C:
 		h.mu.Lock()
-		h.fail(fmt.Errorf("parallel: %s: rank %d waited %v for the other ranks", kind, l.rank, h.timeout))
+		h.fail(fmt.Errorf("localcomm: %s: rank %d waited %v for the other ranks", kind, l.rank, h.timeout))
 		h.mu.Unlock()
 	}
 	select {
@@ -184,13 +184,13 @@ func (p piece) into(t *tensor.Tensor, what string) error {
 func (l *local) AllToAll(send, recv []*tensor.Tensor) error {
 	n := l.h.n
 	if len(send) != n || len(recv) != n {
-		return fmt.Errorf("parallel: all-to-all on rank %d: %d sends and %d receives for %d ranks", l.rank, len(send), len(recv), n)
+		return fmt.Errorf("localcomm: all-to-all on rank %d: %d sends and %d receives for %d ranks", l.rank, len(send), len(recv), n)
 	}
 	out := make([]piece, n)
 	for p, t := range send {
 		var err error
 		if out[p], err = pieceOf(t); err != nil {
-			return fmt.Errorf("parallel: all-to-all on rank %d, send to rank %d: %w", l.rank, p, err)
+			return fmt.Errorf("localcomm: all-to-all on rank %d, send to rank %d: %w", l.rank, p, err)
 		}
 	}
 	c, err := l.exchange("all-to-all", out)
@@ -199,7 +199,7 @@ func (l *local) AllToAll(send, recv []*tensor.Tensor) error {
 	}
 	for p := range recv {
 		in := c.in[p].([]piece)[l.rank]
-		if err := in.into(recv[p], fmt.Sprintf("parallel: all-to-all from rank %d to rank %d", p, l.rank)); err != nil {
+		if err := in.into(recv[p], fmt.Sprintf("localcomm: all-to-all from rank %d to rank %d", p, l.rank)); err != nil {
 			return err
 		}
 	}
@@ -211,7 +211,7 @@ func (l *local) AllToAll(send, recv []*tensor.Tensor) error {
 func (l *local) share(kind string, x *tensor.Tensor) (piece, *call, error) {
 	pc, err := pieceOf(x)
 	if err != nil {
-		return piece{}, nil, fmt.Errorf("parallel: %s on rank %d: %w", kind, l.rank, err)
+		return piece{}, nil, fmt.Errorf("localcomm: %s on rank %d: %w", kind, l.rank, err)
 	}
 	c, err := l.exchange(kind, pc)
 	return pc, c, err
@@ -219,7 +219,7 @@ func (l *local) share(kind string, x *tensor.Tensor) (piece, *call, error) {
 
 func (l *local) AllGather(x *tensor.Tensor, recv []*tensor.Tensor) error {
 	if len(recv) != l.h.n {
-		return fmt.Errorf("parallel: all-gather on rank %d: %d receives for %d ranks", l.rank, len(recv), l.h.n)
+		return fmt.Errorf("localcomm: all-gather on rank %d: %d receives for %d ranks", l.rank, len(recv), l.h.n)
 	}
 	pc, c, err := l.share("all-gather", x)
 	if err != nil {
@@ -228,9 +228,9 @@ func (l *local) AllGather(x *tensor.Tensor, recv []*tensor.Tensor) error {
 	for p := range recv {
 		in := c.in[p].(piece)
 		if in.numel != pc.numel || in.dt != pc.dt {
-			return fmt.Errorf("parallel: all-gather: rank %d has %d %s, rank %d %d %s", p, in.numel, in.dt, l.rank, pc.numel, pc.dt)
+			return fmt.Errorf("localcomm: all-gather: rank %d has %d %s, rank %d %d %s", p, in.numel, in.dt, l.rank, pc.numel, pc.dt)
 		}
-		if err := in.into(recv[p], fmt.Sprintf("parallel: all-gather from rank %d", p)); err != nil {
+		if err := in.into(recv[p], fmt.Sprintf("localcomm: all-gather from rank %d", p)); err != nil {
 			return err
 		}
 	}
@@ -240,7 +240,7 @@ func (l *local) AllGather(x *tensor.Tensor, recv []*tensor.Tensor) error {
 // AllReduceSum adds in rank order, so every rank gets the same bits.
 func (l *local) AllReduceSum(x *tensor.Tensor) error {
 	if x == nil || x.DType() != tensor.F32 {
-		return fmt.Errorf("parallel: all-reduce on rank %d: want an f32 tensor", l.rank)
+		return fmt.Errorf("localcomm: all-reduce on rank %d: want an f32 tensor", l.rank)
 	}
 	pc, c, err := l.share("all-reduce", x)
 	if err != nil {
@@ -250,13 +250,13 @@ func (l *local) AllReduceSum(x *tensor.Tensor) error {
 	for p := range c.in {
 		in := c.in[p].(piece)
 		if in.numel != pc.numel || in.dt != tensor.F32 {
-			return fmt.Errorf("parallel: all-reduce: rank %d has %d %s, rank %d %d f32", p, in.numel, in.dt, l.rank, pc.numel)
+			return fmt.Errorf("localcomm: all-reduce: rank %d has %d %s, rank %d %d f32", p, in.numel, in.dt, l.rank, pc.numel)
 		}
 		for i := range sum {
 			sum[i] += math.Float32frombits(uint32(in.b[4*i]) | uint32(in.b[4*i+1])<<8 | uint32(in.b[4*i+2])<<16 | uint32(in.b[4*i+3])<<24)
 		}
 	}
-	return piece{tensor.F32, len(sum), tensor.BytesOf(sum)}.into(x, "parallel: all-reduce")
+	return piece{tensor.F32, len(sum), tensor.BytesOf(sum)}.into(x, "localcomm: all-reduce")
 }
 
 type splitKey struct{ color, key int }
@@ -280,7 +280,7 @@ func (l *local) Split(color, key int) (tensor.Comm, error) {
 			return &local{h: h, rank: i}, nil
 		}
 	}
-	return nil, fmt.Errorf("parallel: split: rank %d is not in its own subgroup", l.rank)
+	return nil, fmt.Errorf("localcomm: split: rank %d is not in its own subgroup", l.rank)
 }
 
 // splitHubs makes one hub per color.
@@ -304,7 +304,7 @@ func (l *local) Close() error {
 	}
 	l.closed = true
 	l.h.mu.Lock()
-	l.h.fail(fmt.Errorf("parallel: rank %d closed the communicator", l.rank))
+	l.h.fail(fmt.Errorf("localcomm: rank %d closed the communicator", l.rank))
 	l.h.mu.Unlock()
 	return nil
 }
@@ -324,7 +324,7 @@ func Run(comms []tensor.Comm, fn func(c tensor.Comm) error) []error {
 			defer c.Close()
 			errs[r] = tensor.Catch(func() {
 				if err := fn(c); err != nil {
-					tensor.Fail("parallel", "rank %d: %v", r, err)
+					tensor.Fail("localcomm", "rank %d: %v", r, err)
 				}
 			})
 		}()

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/dynlib"
-	"github.com/framepack-go/framepack/internal/errtest"
+	"github.com/framepack-go/framepack/internal/testutil/errtest"
 )
 
 // Files finds l's library files on this machine: the override variable's

@@ -17,7 +17,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/errtest"
+	"github.com/framepack-go/framepack/internal/testutil/errtest"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/internal/hfmodel"
-	"github.com/framepack-go/framepack/internal/testdevice"
+	"github.com/framepack-go/framepack/internal/testutil/testdevice"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
 )
@@ -36,9 +38,7 @@ func Backends(t testing.TB) map[string]tensor.Backend {
 // shape and bytes.
 func Same(t testing.TB, got, want []*tensor.Tensor) {
 	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%d weights, want %d", len(got), len(want))
-	}
+	require.Len(t, got, len(want), "weights")
 	bad := 0
 	for i := range got {
 		g, w := got[i], want[i]
@@ -48,9 +48,8 @@ func Same(t testing.TB, got, want []*tensor.Tensor) {
 		if g == nil {
 			continue
 		}
-		if g.DType() != w.DType() || !slices.Equal(g.Shape(), w.Shape()) {
-			t.Fatalf("weight %d: %v, want %v", i, g, w)
-		}
+		require.Equal(t, w.DType(), g.DType(), "weight %d's dtype", i)
+		require.Equal(t, w.Shape(), g.Shape(), "weight %d's shape", i)
 		if !slices.Equal(Bytes(t, g), Bytes(t, w)) {
 			if bad++; bad <= 5 {
 				t.Errorf("weight %d (%v): bytes differ", i, g)

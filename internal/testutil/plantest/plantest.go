@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"testing"
 
-	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/framepack-go/framepack/internal/testutil/golden"
 	"github.com/framepack-go/framepack/weights"
 )
 
@@ -21,13 +23,9 @@ import (
 func Plan[C any](t testing.TB, dir string, read func(dir string) (C, error), plan func(C) ([]weights.Spec, error)) (C, []weights.Spec) {
 	t.Helper()
 	cfg, err := read(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "reading the config in %s", dir)
 	specs, err := plan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "planning the config in %s", dir)
 	return cfg, specs
 }
 
@@ -48,15 +46,11 @@ func Released[C any](t testing.TB, part string, read func(dir string) (C, error)
 }
 
 // SameConfig fails the test unless got (a config read from a released
-// config.json) equals want (the model's own defaults); both are shown as
-// JSON, which prints what their pointers hold.
+// config.json) equals want (the model's own defaults), showing the fields
+// that differ (what their pointers hold included).
 func SameConfig[C any](t testing.TB, got, want C) {
 	t.Helper()
-	if !reflect.DeepEqual(got, want) {
-		g, _ := json.Marshal(got)
-		w, _ := json.Marshal(want)
-		t.Errorf("config %s\nwant %s", g, w)
-	}
+	assert.Equal(t, want, got, "the released config against the model's defaults")
 }
 
 // Shapes fails the test for each name of want that specs do not hold at
@@ -86,13 +80,9 @@ func Checkpoint[C any](t testing.TB, dir string, read func(dir string) (C, error
 	t.Helper()
 	cfg, specs := Plan(t, dir, read, plan)
 	ck, err := weights.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { ck.Close() })
-	if err := ck.Check(specs); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ck.Check(specs), "the plan against the checkpoint in %s", dir)
 	return cfg, specs, ck
 }
 

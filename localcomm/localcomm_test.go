@@ -1,4 +1,4 @@
-package parallel
+package localcomm
 
 import (
 	"fmt"
@@ -10,10 +10,10 @@ import (
 	"github.com/framepack-go/framepack/tensor"
 )
 
-// ranks runs fn on each rank of a Local group in its own goroutine, each
+// ranks runs fn on each rank of a group in its own goroutine, each
 // with its own CPU backend, and returns their errors.
 func ranks(n int, timeout time.Duration, fn func(c tensor.Comm, s *tensor.Scope) error) []error {
-	return Run(LocalWithTimeout(n, timeout), func(c tensor.Comm) error {
+	return Run(NewWithTimeout(n, timeout), func(c tensor.Comm) error {
 		s := tensor.NewScope(cpu.New())
 		defer s.Close()
 		return fn(c, s)

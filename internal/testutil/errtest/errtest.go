@@ -3,22 +3,19 @@
 package errtest
 
 import (
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Mentions fails the test unless err (which must not be nil) contains
 // each of want.
 func Mentions(t testing.TB, err error, want ...string) {
 	t.Helper()
-	if err == nil {
-		t.Fatalf("no error; want one saying %q", want)
-		return
-	}
+	require.Error(t, err, "want one saying %q", want)
 	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not say %q", err, w)
-		}
+		assert.ErrorContains(t, err, w)
 	}
 }
 
@@ -26,9 +23,7 @@ func Mentions(t testing.TB, err error, want ...string) {
 // for what a test opens or builds.
 func Closing[M interface{ Close() }](t testing.TB, m M, err error) M {
 	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(m.Close)
 	return m
 }
@@ -45,15 +40,10 @@ type Edit[T any] struct {
 // made to a copy of ok, with an error that says the edit's Want.
 func Rejects[T any](t testing.TB, ok T, validate func(*T) error, edits []Edit[T]) {
 	t.Helper()
-	if err := validate(&ok); err != nil {
-		t.Fatalf("the valid value: %v", err)
-		return
-	}
+	require.NoError(t, validate(&ok), "the valid value")
 	for _, e := range edits {
 		v := ok
 		e.Edit(&v)
-		if err := validate(&v); err == nil || !strings.Contains(err.Error(), e.Want) {
-			t.Errorf("%s: error %v, want one saying %q", e.Name, err, e.Want)
-		}
+		assert.ErrorContains(t, validate(&v), e.Want, e.Name)
 	}
 }

@@ -12,8 +12,10 @@ type fake struct {
 }
 
 func (f *fake) Helper()               {}
+func (f *fake) Name() string          { return "fake" }
 func (f *fake) Errorf(string, ...any) { f.failed = true }
 func (f *fake) Fatalf(string, ...any) { f.failed, f.fatal = true, true }
+func (f *fake) FailNow()              { f.failed, f.fatal = true, true }
 
 func TestMentions(t *testing.T) {
 	for _, c := range []struct {
