@@ -102,7 +102,7 @@ func (t *CLIP) Encode(text string) ([]int64, error) {
 			for _, s := range bpe(sym, t.ranks, true) {
 				id, ok := t.vocab[s]
 				if !ok {
-					return nil, fmt.Errorf("tokenizer: symbol %q is not in the CLIP vocabulary", s)
+					return nil, unknownSymbol(strings.TrimSuffix(s, "</w>"), w, "CLIP vocabulary")
 				}
 				toks = append(toks, id)
 			}

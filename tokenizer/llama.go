@@ -331,7 +331,7 @@ func (t *Llama) word(w string) ([]int64, error) {
 	for _, s := range bpe(sym, t.ranks, false) {
 		id, ok := t.vocab[s]
 		if !ok {
-			return nil, fmt.Errorf("tokenizer: symbol %q is not in the vocabulary", s)
+			return nil, unknownSymbol(s, w, "vocabulary")
 		}
 		ids = append(ids, id)
 	}
