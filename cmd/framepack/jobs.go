@@ -138,7 +138,7 @@ func checkJobs(cmd *cobra.Command, f *generateFlags) ([]*jobSpec, error) {
 	}
 	tiny := modelFolder(f) == ""
 	outputs := map[string]int{} // resolved output → its line
-	var existing []*jobSpec     // jobs whose output exists
+	var existing []existingOutput
 	for _, js := range specs {
 		if js.err != nil {
 			continue
@@ -164,22 +164,29 @@ func checkJobs(cmd *cobra.Command, f *generateFlags) ([]*jobSpec, error) {
 	return specs, nil
 }
 
+// existingOutput is a checked job's output that exists already.
+type existingOutput struct {
+	st   os.FileInfo
+	line int
+	path string
+}
+
 // outputClash refuses a job whose output is an earlier line's: the later
 // job would replace the earlier one's video. Outputs are the same when
 // their resolved paths are, or, when they exist, their files.
-func outputClash(js *jobSpec, outputs map[string]int, existing *[]*jobSpec) error {
+func outputClash(js *jobSpec, outputs map[string]int, existing *[]existingOutput) error {
 	out := js.f.output.path
 	key := resolvePath(out)
 	if line, ok := outputs[key]; ok {
 		return usagef("-o %s is line %d's output too: each job needs its own", out, line)
 	}
 	if st, err := os.Stat(out); err == nil {
-		for _, other := range *existing {
-			if ost, err := os.Stat(other.f.output.path); err == nil && os.SameFile(st, ost) {
-				return usagef("-o %s is line %d's output (%s) too: each job needs its own", out, other.line, other.f.output.path)
+		for _, o := range *existing {
+			if os.SameFile(st, o.st) {
+				return usagef("-o %s is line %d's output (%s) too: each job needs its own", out, o.line, o.path)
 			}
 		}
-		*existing = append(*existing, js)
+		*existing = append(*existing, existingOutput{st, js.line, out})
 	}
 	outputs[key] = js.line
 	return nil

@@ -202,6 +202,21 @@ func TestJobsChecks(t *testing.T) {
 	if specs[2].err != nil {
 		t.Errorf("line 3 was decoded before its job ran: %v", specs[2].err)
 	}
+	// Two names of one existing file.
+	old := filepath.Join(dir, "old.mp4")
+	if err := os.WriteFile(old, []byte("an old video"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(old, filepath.Join(dir, "link.mp4")); err != nil {
+		t.Fatal(err)
+	}
+	write(line(img, old), line(img, filepath.Join(dir, "link.mp4")))
+	if specs, err = check(); err != nil || len(specs) != 2 || specs[0].err != nil || specs[1].err == nil ||
+		!strings.Contains(specs[1].err.Error(), "is line 1's output ("+old+") too") {
+		t.Errorf("hard links: %v, %+v", err, specs)
+	}
+	write(line(img, same), line(img, filepath.Join(dir, "sub", "..", "same.mp4")), line(cut, filepath.Join(dir, "cut.mp4")))
+
 	// The flags for every job: bad ones stop the command before any job.
 	for _, c := range []struct{ args []string }{{[]string{"--ram-limit", "garbage"}}, {[]string{"--vram-limit", "1M"}}, {[]string{"--lora", cut + ":NaN"}}} {
 		var ue *usageError
