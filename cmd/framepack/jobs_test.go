@@ -210,10 +210,16 @@ func TestJobsChecks(t *testing.T) {
 	if err := os.Link(old, filepath.Join(dir, "link.mp4")); err != nil {
 		t.Fatal(err)
 	}
-	write(line(img, old), line(img, filepath.Join(dir, "link.mp4")))
-	if specs, err = check(); err != nil || len(specs) != 2 || specs[0].err != nil || specs[1].err == nil ||
+	// A line whose output is its image (a PNG named in.mp4).
+	inMP4 := filepath.Join(dir, "in.mp4")
+	copyFile(t, img, inMP4)
+	write(line(img, old), line(img, filepath.Join(dir, "link.mp4")), line(inMP4, inMP4))
+	if specs, err = check(); err != nil || len(specs) != 3 || specs[0].err != nil || specs[1].err == nil ||
 		!strings.Contains(specs[1].err.Error(), "is line 1's output ("+old+") too") {
 		t.Errorf("hard links: %v, %+v", err, specs)
+	}
+	if specs[2].err == nil || !strings.Contains(specs[2].err.Error(), "is the --image input") {
+		t.Errorf("line 3, its output its image: %v", specs[2].err)
 	}
 	write(line(img, same), line(img, filepath.Join(dir, "sub", "..", "same.mp4")), line(cut, filepath.Join(dir, "cut.mp4")))
 
