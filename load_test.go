@@ -1,8 +1,10 @@
 package framepack
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -158,6 +160,30 @@ func TestLoadBadInput(t *testing.T) {
 			os.WriteFile(p, []byte(strings.Replace(string(raw), `"image_size": `, `"image_size": 1`, 1)), 0o644)
 			return ""
 		}, []string{"model part image_encoder", "position_embedding", "has shape"}},
+		{"text encoder config with a million layers", func(dir string, _ *[2]map[string]*tensor.Tensor) string {
+			setLayers(t, dir, 1000000)
+			return ""
+		}, []string{"model part text_encoder", filepath.Join(PartTextEncoder, "config.json"), "num_hidden_layers 1000000", "at most 1000"}},
+		{"text encoder config with more layers than its weights", func(dir string, _ *[2]map[string]*tensor.Tensor) string {
+			setLayers(t, dir, 900)
+			return ""
+		}, []string{"model part text_encoder", "no tensor", "more problems", "config.json does not fit these weights"}},
+	}
+	// A config file that holds null (or anything but an object) names the
+	// file, rather than reading as every default.
+	for _, f := range []string{filepath.Join(PartTransformer, "config.json"), filepath.Join(PartVAE, "config.json"),
+		filepath.Join(PartTextEncoder, "config.json"), filepath.Join(PartTextEncoder2, "config.json"), filepath.Join(PartImageEncoder, "config.json"),
+		filepath.Join(PartTokenizer, "tokenizer.json"), filepath.Join(PartTokenizer, "tokenizer_config.json"), filepath.Join(PartTokenizer2, "vocab.json")} {
+		rows = append(rows, struct {
+			name string
+			edit func(dir string, s *[2]map[string]*tensor.Tensor) string
+			want []string
+		}{strings.ReplaceAll(f, "/", " ") + " of null", func(dir string, _ *[2]map[string]*tensor.Tensor) string {
+			if err := os.WriteFile(filepath.Join(dir, f), []byte("null\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return ""
+		}, []string{f, "holds null, not a JSON object"}})
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
@@ -173,5 +199,21 @@ func TestLoadBadInput(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// setLayers sets the text encoder's num_hidden_layers in dir.
+func setLayers(t *testing.T, dir string, n int) {
+	p := filepath.Join(dir, PartTextEncoder, "config.json")
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`"num_hidden_layers": *[0-9]+`)
+	if !re.Match(raw) {
+		t.Fatalf("%s has no num_hidden_layers", p)
+	}
+	if err := os.WriteFile(p, re.ReplaceAll(raw, []byte(fmt.Sprintf(`"num_hidden_layers": %d`, n))), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -19,6 +19,10 @@ func (j *job) promptSchedule() ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("framepack: %w", err)
 	}
+	spans, past := section.PastTheEnd(spans, req.Seconds)
+	for _, sp := range past {
+		j.p.log.Warn(fmt.Sprintf("timed prompt: %q starts at %gs, at or after the end of the %gs video: left out", sp.Prompt, sp.Start, req.Seconds))
+	}
 	j.sched, err = section.PromptSchedule(spans, req.Seconds, req.LatentWindowSize, plan.Sections, req.PromptBlend)
 	if err != nil {
 		return nil, fmt.Errorf("framepack: %w", err)

@@ -301,47 +301,68 @@ func (r *Request) validate() (*section.RGB, error) {
 	case img == nil:
 		return nil, fmt.Errorf("request: no start image")
 	}
-	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-	switch {
-	case !finite(r.Seconds) || r.Seconds <= 0 || r.Seconds > MaxSeconds:
-		return nil, fmt.Errorf("request: seconds must be in (0, %d], have %v", MaxSeconds, r.Seconds)
-	case r.LatentWindowSize < 1 || r.LatentWindowSize > MaxLatentWindowSize:
-		return nil, fmt.Errorf("request: latent window size must be in 1–%d, have %d", MaxLatentWindowSize, r.LatentWindowSize)
-	case r.Steps < 1 || r.Steps > MaxSteps:
-		return nil, fmt.Errorf("request: steps must be in 1–%d, have %d", MaxSteps, r.Steps)
-	case !finite(r.CFG) || r.CFG < 1 || r.CFG > 32:
-		return nil, fmt.Errorf("request: CFG must be in 1–32, have %v", r.CFG)
-	case !finite(r.GS) || r.GS < 1 || r.GS > 32:
-		return nil, fmt.Errorf("request: distilled guidance (gs) must be in 1–32, have %v", r.GS)
-	case !finite(r.RS) || r.RS < 0 || r.RS > 1:
-		return nil, fmt.Errorf("request: CFG rescale (rs) must be in 0–1, have %v", r.RS)
-	case r.PromptBlend < 0 || r.PromptBlend > 100:
-		return nil, fmt.Errorf("request: prompt blend must be in 0–100 sections, have %d", r.PromptBlend)
-	case r.Model != "" && r.Model != ModelFramePack && r.Model != ModelF1:
-		return nil, fmt.Errorf("request: model must be %q or %q, have %q", ModelFramePack, ModelF1, r.Model)
-	case r.EmbedInterpolation != "" && r.EmbedInterpolation != EmbedDisabled && r.EmbedInterpolation != EmbedLinear && r.EmbedInterpolation != EmbedWeighted:
-		return nil, fmt.Errorf("request: embed interpolation must be %q, %q or %q, have %q", EmbedDisabled, EmbedLinear, EmbedWeighted, r.EmbedInterpolation)
-	case !finite(r.StartEmbedStrength) || r.StartEmbedStrength < 0 || r.StartEmbedStrength > 1:
-		return nil, fmt.Errorf("request: start embed strength must be in 0–1, have %v", r.StartEmbedStrength)
-	}
-	if _, err := section.ParseTimedPrompt(r.Prompt); err != nil {
-		return nil, fmt.Errorf("request: %w", err)
-	}
 	end, err := r.endFrame()
 	if err != nil {
 		return nil, err
 	}
-	if end != nil && r.forward() {
-		return nil, fmt.Errorf("request: an end image needs FramePack's backward sections, not %s", ModelF1)
+	return img, r.validateFor(img.W, img.H, end != nil)
+}
+
+// ValidateSize is Validate for a request whose images are not decoded yet:
+// the start image has w×h pixels, and hasEnd says an end image will be
+// given (the images themselves are not looked at). A batch checks its jobs
+// so, decoding each image only when its job runs.
+func (r *Request) ValidateSize(w, h int, hasEnd bool) error {
+	if w <= 0 || h <= 0 {
+		return fmt.Errorf("request: the image has no pixels (%d×%d)", w, h)
 	}
-	bh, bw, err := section.NearestBucket(img.H, img.W, r.Resolution)
+	return r.validateFor(w, h, hasEnd)
+}
+
+// validateFor checks everything but the images, for a start image of w×h
+// pixels and, when hasEnd, an end image.
+func (r *Request) validateFor(w, h int, hasEnd bool) error {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case !finite(r.Seconds) || r.Seconds <= 0 || r.Seconds > MaxSeconds:
+		return fmt.Errorf("request: seconds must be in (0, %d], have %v", MaxSeconds, r.Seconds)
+	case r.LatentWindowSize < 1 || r.LatentWindowSize > MaxLatentWindowSize:
+		return fmt.Errorf("request: latent window size must be in 1–%d, have %d", MaxLatentWindowSize, r.LatentWindowSize)
+	case r.Steps < 1 || r.Steps > MaxSteps:
+		return fmt.Errorf("request: steps must be in 1–%d, have %d", MaxSteps, r.Steps)
+	case !finite(r.CFG) || r.CFG < 1 || r.CFG > 32:
+		return fmt.Errorf("request: CFG must be in 1–32, have %v", r.CFG)
+	case !finite(r.GS) || r.GS < 1 || r.GS > 32:
+		return fmt.Errorf("request: distilled guidance (gs) must be in 1–32, have %v", r.GS)
+	case !finite(r.RS) || r.RS < 0 || r.RS > 1:
+		return fmt.Errorf("request: CFG rescale (rs) must be in 0–1, have %v", r.RS)
+	case r.PromptBlend < 0 || r.PromptBlend > 100:
+		return fmt.Errorf("request: prompt blend must be in 0–100 sections, have %d", r.PromptBlend)
+	case r.Model != "" && r.Model != ModelFramePack && r.Model != ModelF1:
+		return fmt.Errorf("request: model must be %q or %q, have %q", ModelFramePack, ModelF1, r.Model)
+	case r.EmbedInterpolation != "" && r.EmbedInterpolation != EmbedDisabled && r.EmbedInterpolation != EmbedLinear && r.EmbedInterpolation != EmbedWeighted:
+		return fmt.Errorf("request: embed interpolation must be %q, %q or %q, have %q", EmbedDisabled, EmbedLinear, EmbedWeighted, r.EmbedInterpolation)
+	case !finite(r.StartEmbedStrength) || r.StartEmbedStrength < 0 || r.StartEmbedStrength > 1:
+		return fmt.Errorf("request: start embed strength must be in 0–1, have %v", r.StartEmbedStrength)
+	}
+	spans, err := section.ParseTimedPrompt(r.Prompt)
 	if err != nil {
-		return nil, fmt.Errorf("request: %w", err)
+		return fmt.Errorf("request: %w", err)
+	}
+	if within, _ := section.PastTheEnd(spans, r.Seconds); spans != nil && within == nil {
+		return fmt.Errorf("request: timed prompt: every part starts at or after the end of the %gs video", r.Seconds)
+	}
+	if hasEnd && r.forward() {
+		return fmt.Errorf("request: an end image needs FramePack's backward sections, not %s", ModelF1)
+	}
+	bh, bw, err := section.NearestBucket(h, w, r.Resolution)
+	if err != nil {
+		return fmt.Errorf("request: %w", err)
 	}
 	// The crop resizes the image to cover the bucket; a very thin image
 	// would be blown up to a huge intermediate first.
-	if s := max(float64(bw)/float64(img.W), float64(bh)/float64(img.H)); float64(img.W)*s*float64(img.H)*s > 64*float64(bw*bh) {
-		return nil, fmt.Errorf("request: a %d×%d image is too far from the %d×%d bucket's aspect ratio to crop", img.W, img.H, bw, bh)
+	if s := max(float64(bw)/float64(w), float64(bh)/float64(h)); float64(w)*s*float64(h)*s > 64*float64(bw*bh) {
+		return fmt.Errorf("request: a %d×%d image is too far from the %d×%d bucket's aspect ratio to crop", w, h, bw, bh)
 	}
-	return img, nil
+	return nil
 }

@@ -32,3 +32,30 @@ func TestRequestValidate(t *testing.T) {
 		{Name: "resolution", Edit: func(r *Request) { r.Resolution = 10 }, Want: "resolution"},
 	})
 }
+
+// TestRequestValidateSize: the checks of Validate for images known only by
+// their size.
+func TestRequestValidateSize(t *testing.T) {
+	r := DefaultRequest()
+	if err := r.ValidateSize(64, 48, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		w, h   int
+		hasEnd bool
+		edit   func(*Request)
+		want   string
+	}{
+		{0, 48, false, nil, "no pixels"},
+		{4000, 1, false, nil, "aspect ratio"},
+		{64, 48, false, func(r *Request) { r.Steps = 0 }, "steps"},
+		{64, 48, true, func(r *Request) { r.Model = ModelF1 }, "an end image needs"},
+		{64, 48, false, func(r *Request) { r.Prompt = "[9s: late]"; r.Seconds = 2 }, "every part starts at or after the end"},
+	} {
+		r := DefaultRequest()
+		if c.edit != nil {
+			c.edit(&r)
+		}
+		errtest.Mentions(t, r.ValidateSize(c.w, c.h, c.hasEnd), c.want)
+	}
+}

@@ -6,6 +6,8 @@ package lora
 
 import (
 	"fmt"
+	"math"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,13 +22,24 @@ type File struct {
 }
 
 // ParseArg reads a --lora argument, "file.safetensors[:scale]" (scale 1
-// when absent).
+// when absent). An argument that names an existing file as it is, colons
+// and all, is that file at scale 1; where it could also be a file and a
+// scale, it is ambiguous and refused (give the scale). A scale must be
+// a finite number.
 func ParseArg(s string) (File, error) {
 	f := File{Path: s, Scale: 1}
-	if i := strings.LastIndexByte(s, ':'); i >= 0 && !strings.ContainsAny(s[i+1:], `/\`) {
+	i := strings.LastIndexByte(s, ':')
+	whole := isFile(s)
+	if i >= 0 && whole && isNumber(s[i+1:]) && isFile(s[:i]) {
+		return f, fmt.Errorf("lora %q: both %s and %s are files; add the scale (%s:1 for the first)", s, s, s[:i], s)
+	}
+	if i >= 0 && !whole && !strings.ContainsAny(s[i+1:], `/\`) {
 		v, err := strconv.ParseFloat(s[i+1:], 64)
 		if err != nil {
 			return f, fmt.Errorf("lora %q: scale %q is not a number", s, s[i+1:])
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return f, fmt.Errorf("lora %q: scale %q is not a finite number", s, s[i+1:])
 		}
 		f.Path, f.Scale = s[:i], v
 	}
@@ -34,6 +47,17 @@ func ParseArg(s string) (File, error) {
 		return f, fmt.Errorf("lora %q: no file", s)
 	}
 	return f, nil
+}
+
+func isNumber(s string) bool {
+	_, err := strconv.ParseFloat(s, 64)
+	return err == nil
+}
+
+// isFile reports whether path names an existing file (not a folder).
+func isFile(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir()
 }
 
 // Pair is one adapted module's low-rank factors as read from a file: down

@@ -3,6 +3,7 @@ package lora
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,6 +27,10 @@ func TestParseArg(t *testing.T) {
 		{"/m/a.safetensors:-1.5", "/m/a.safetensors", -1.5, false},
 		{"a.safetensors:strong", "", 0, true},
 		{":0.5", "", 0, true},
+		// A scale that is no finite number stops the command, naming the LoRA.
+		{"a.safetensors:NaN", "", 0, true},
+		{"a.safetensors:Inf", "", 0, true},
+		{"a.safetensors:-infinity", "", 0, true},
 	} {
 		f, err := ParseArg(c.in)
 		if c.bad {
@@ -37,6 +42,35 @@ func TestParseArg(t *testing.T) {
 		if err != nil || f.Path != c.path || f.Scale != c.scale {
 			t.Errorf("ParseArg(%q) = %+v, %v; want %s:%v", c.in, f, err, c.path, c.scale)
 		}
+	}
+}
+
+// TestParseArgExistingFile: an existing file's path is taken as it is,
+// colons and all; one that could also be a file and a scale is refused.
+func TestParseArgExistingFile(t *testing.T) {
+	dir := t.TempDir()
+	touch := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	colon := touch("style:v2.safetensors")
+	if f, err := ParseArg(colon); err != nil || f.Path != colon || f.Scale != 1 {
+		t.Errorf("ParseArg(%q) = %+v, %v; want the file at scale 1", colon, f, err)
+	}
+	if f, err := ParseArg(colon + ":0.5"); err != nil || f.Path != colon || f.Scale != 0.5 {
+		t.Errorf("ParseArg(%q) = %+v, %v; want the file at scale 0.5", colon+":0.5", f, err)
+	}
+	// "b.safetensors:0.5" is a file, and so is "b.safetensors".
+	touch("b.safetensors")
+	both := touch("b.safetensors:0.5")
+	if f, err := ParseArg(both); err == nil || !strings.Contains(err.Error(), "both") {
+		t.Errorf("ParseArg(%q) = %+v, %v; want an error naming the ambiguity", both, f, err)
+	}
+	if f, err := ParseArg(both + ":1"); err != nil || f.Path != both || f.Scale != 1 {
+		t.Errorf("ParseArg(%q) = %+v, %v", both+":1", f, err)
 	}
 }
 
@@ -234,6 +268,12 @@ func TestResolveErrors(t *testing.T) {
 		map[string][]int{"transformer_blocks.0.attn.to_q.lora_A.weight": {1, 5}, "transformer_blocks.0.attn.to_q.lora_B.weight": {4, 1}})
 	if _, err := Resolve([]File{{path, 1}}, tinyPlan()); err == nil || !strings.Contains(err.Error(), "5 inputs") {
 		t.Errorf("misshapen LoRA: %v", err)
+	}
+	// A scale that is no finite number, given through the library.
+	for _, sc := range []float64{math.NaN(), math.Inf(1)} {
+		if _, err := Resolve([]File{{path, sc}}, tinyPlan()); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "not a finite number") {
+			t.Errorf("scale %v: %v", sc, err)
+		}
 	}
 	// A key that is no LoRA factor.
 	save(t, path, map[string][]float32{"transformer_blocks.0.attn.to_q.weight": make([]float32, 16)}, map[string][]int{"transformer_blocks.0.attn.to_q.weight": {4, 4}})

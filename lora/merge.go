@@ -2,6 +2,7 @@ package lora
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -55,6 +56,9 @@ func Resolve(files []File, plan []weights.Spec) (*Set, error) {
 	tg := newTargets(plan)
 	s := &Set{deltas: map[string][]delta{}}
 	for _, f := range files {
+		if math.IsNaN(f.Scale) || math.IsInf(f.Scale, 0) {
+			return nil, fmt.Errorf("lora %s: scale %v is not a finite number", f.Path, f.Scale)
+		}
 		pairs, err := Read(f.Path)
 		if err != nil {
 			return nil, err

@@ -1,6 +1,7 @@
 package section
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -83,24 +84,53 @@ func DecodeImage(r io.Reader) (*RGB, error) {
 	if len(data) > MaxImageBytes {
 		return nil, fmt.Errorf("file larger than %d MB", MaxImageBytes>>20)
 	}
-	cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
+	_, _, format, err := decodeHeader(bytes.NewReader(data))
 	if err != nil {
-		if errors.Is(err, image.ErrFormat) {
-			return nil, fmt.Errorf("not a PNG, JPEG or WebP image")
-		}
-		return nil, fmt.Errorf("reading the image header: %w", err)
-	}
-	if cfg.Width <= 0 || cfg.Height <= 0 {
-		return nil, fmt.Errorf("%s image has no pixels (%d×%d)", format, cfg.Width, cfg.Height)
-	}
-	if int64(cfg.Width)*int64(cfg.Height) > MaxImagePixels {
-		return nil, fmt.Errorf("%s image of %d×%d pixels is too large (limit %d megapixels)", format, cfg.Width, cfg.Height, MaxImagePixels/1000000)
+		return nil, err
 	}
 	src, _, err := image.Decode(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("decoding the %s image: %w", format, err)
 	}
 	return FromImage(src), nil
+}
+
+// decodeHeader reads an image's header and checks its size against
+// MaxImagePixels.
+func decodeHeader(r io.Reader) (w, h int, format string, err error) {
+	cfg, format, err := image.DecodeConfig(r)
+	if err != nil {
+		if errors.Is(err, image.ErrFormat) {
+			return 0, 0, "", fmt.Errorf("not a PNG, JPEG or WebP image")
+		}
+		return 0, 0, "", fmt.Errorf("reading the image header: %w", err)
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 {
+		return 0, 0, "", fmt.Errorf("%s image has no pixels (%d×%d)", format, cfg.Width, cfg.Height)
+	}
+	if int64(cfg.Width)*int64(cfg.Height) > MaxImagePixels {
+		return 0, 0, "", fmt.Errorf("%s image of %d×%d pixels is too large (limit %d megapixels)", format, cfg.Width, cfg.Height, MaxImagePixels/1000000)
+	}
+	return cfg.Width, cfg.Height, format, nil
+}
+
+// ImageSize reads an image file's header only, with LoadImage's checks of
+// it, and returns the image's size: a batch checks its images so and
+// decodes each when it is needed.
+func ImageSize(path string) (w, h int, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, fmt.Errorf("image %s: %w", path, err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > MaxImageBytes {
+		return 0, 0, fmt.Errorf("image %s: file larger than %d MB", path, MaxImageBytes>>20)
+	}
+	w, h, _, err = decodeHeader(bufio.NewReader(f))
+	if err != nil {
+		return 0, 0, fmt.Errorf("image %s: %w", path, err)
+	}
+	return w, h, nil
 }
 
 // FromImage converts any image.Image to RGB (alpha dropped).

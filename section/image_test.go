@@ -82,6 +82,38 @@ func TestDecodeImageErrors(t *testing.T) {
 	}
 }
 
+// TestImageSize: the size from the header alone, with LoadImage's checks
+// of it.
+func TestImageSize(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// The header of a 640×360 PNG without its pixels: the size is read, the
+	// pixels are not.
+	if w, h, err := ImageSize(write("header.png", pngHeader(640, 360))); err != nil || w != 640 || h != 360 {
+		t.Errorf("ImageSize = %d×%d, %v; want 640×360", w, h, err)
+	}
+	for name, c := range map[string]struct {
+		data []byte
+		want string
+	}{
+		"garbage.png": {[]byte("this is not an image at all"), "not a PNG, JPEG or WebP"},
+		"huge.png":    {pngHeader(100000, 100000), "too large"},
+	} {
+		if _, _, err := ImageSize(write(name, c.data)); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v, want an error naming the file and %q", name, err, c.want)
+		}
+	}
+	if _, _, err := ImageSize(filepath.Join(dir, "missing.png")); err == nil || !strings.Contains(err.Error(), "missing.png") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
 func gradient(w, h int) *RGB {
 	im := NewRGB(w, h)
 	for y := 0; y < h; y++ {

@@ -8,6 +8,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/framepack-go/framepack/internal/jsonobj"
 )
 
 // siglipProcessor is the part of preprocessor_config.json that SigLIPPixels
@@ -42,6 +44,9 @@ func ReadSigLIPProcessor(dir string) (int, error) {
 		return 0, err
 	}
 	var c siglipProcessor
+	if err := jsonobj.Check(raw); err != nil {
+		return 0, fmt.Errorf("%s %v", p, err)
+	}
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return 0, fmt.Errorf("%s: %v", p, err)
 	}

@@ -27,6 +27,8 @@ func TestBadSigLIPProcessor(t *testing.T) {
 		{`{"image_mean": [0.48, 0.45, 0.4]}`, "image_mean"},
 		{`{"do_normalize": false}`, "do_normalize"},
 		{`{"size": `, "preprocessor_config.json"},
+		{`null`, "holds null, not a JSON object"},
+		{`[]`, "holds an array, not a JSON object"},
 	} {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "preprocessor_config.json"), []byte(c.text), 0o644); err != nil {

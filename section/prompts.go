@@ -85,6 +85,22 @@ func ParseTimedPrompt(text string) ([]PromptSpan, error) {
 	return spans, nil
 }
 
+// PastTheEnd splits spans into those that start before a video of the
+// given length ends and those that start at or after its end, which no
+// section shows. Studio keeps the latter in its list, where its blending
+// by list index can still mix one into a section; framepack leaves them
+// out (and says so).
+func PastTheEnd(spans []PromptSpan, seconds float64) (within, past []PromptSpan) {
+	for _, sp := range spans {
+		if sp.Start >= seconds {
+			past = append(past, sp)
+		} else {
+			within = append(within, sp)
+		}
+	}
+	return within, past
+}
+
 // nextTag is the offset of the next bracket in s (a tag, or an error the
 // caller reports), len(s) when none.
 func nextTag(s string) int {

@@ -115,3 +115,21 @@ func TestBlend(t *testing.T) {
 		t.Errorf("pooled %v mask %v, want 3 and a's mask", m.Pooled.Float32s(), m.Mask.Float32s())
 	}
 }
+
+func TestPastTheEnd(t *testing.T) {
+	spans, err := ParseTimedPrompt("[0s: a cat] [0.5s: a dog] [1s: a bird] [30s: a fish] outside")
+	if err != nil {
+		t.Fatal(err)
+	}
+	within, past := PastTheEnd(spans, 1)
+	var in, out []string
+	for _, s := range within {
+		in = append(in, s.Prompt)
+	}
+	for _, s := range past {
+		out = append(out, s.Prompt)
+	}
+	if strings.Join(in, "|") != "a cat|a dog|outside" || strings.Join(out, "|") != "a bird|a fish" {
+		t.Errorf("within %q, past %q", in, out)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 )
 
 // bpe merges the symbols of one pre-token by rank, lowest first; ranks maps
@@ -64,6 +65,40 @@ var byteToRune = func() [256]rune {
 // ByteRune is the printable rune that byte-level BPE vocabularies (GPT-2's,
 // LLaMA-3's, CLIP's) spell byte b with.
 func ByteRune(b byte) rune { return byteToRune[b] }
+
+// runeToByte inverts byteToRune.
+var runeToByte = func() map[rune]byte {
+	m := make(map[rune]byte, 256)
+	for b := 0; b < 256; b++ {
+		m[byteToRune[b]] = byte(b)
+	}
+	return m
+}()
+
+// byteText is the text a byte-level symbol spells: its runes mapped back to
+// the bytes they stand for (a rune outside the map is kept). An error shows
+// this, not the symbol, whose runes for a UTF-8 byte read as Latin-1 ('ä'
+// is spelt "Ã¤").
+func byteText(sym string) string {
+	var b []byte
+	for _, r := range sym {
+		if c, ok := runeToByte[r]; ok {
+			b = append(b, c)
+		} else {
+			b = utf8.AppendRune(b, r)
+		}
+	}
+	return string(b)
+}
+
+// unknownSymbol is the error for symbol sym of the prompt's word that the
+// vocabulary (what) lacks, naming the text as typed.
+func unknownSymbol(sym, word, what string) error {
+	if t := byteText(sym); utf8.ValidString(t) {
+		return fmt.Errorf("tokenizer: %q of the prompt's %q is not in the %s", t, word, what)
+	}
+	return fmt.Errorf("tokenizer: a character of the prompt's %q is not in the %s", word, what)
+}
 
 // SplitSpecial drops the special tokens from text and returns the pieces
 // between them, none empty: the text a vocabulary is learnt from.

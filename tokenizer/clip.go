@@ -10,6 +10,8 @@ import (
 	"unicode"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/framepack-go/framepack/internal/jsonobj"
 )
 
 // CLIP is transformers' slow CLIPTokenizer without ftfy (what FramePack
@@ -47,6 +49,9 @@ func LoadCLIP(dir string) (*CLIP, error) {
 		return nil, fileProblem(dir, "CLIP", err, "vocab.json", "merges.txt")
 	}
 	t := &CLIP{ranks: map[string]int{}, MaxLength: 77}
+	if err := jsonobj.Check(raw); err != nil {
+		return nil, fmt.Errorf("tokenizer: %s %v", vpath, err)
+	}
 	if err := json.Unmarshal(raw, &t.vocab); err != nil {
 		return nil, fmt.Errorf("tokenizer: %s: %w", vpath, err)
 	}
@@ -102,7 +107,7 @@ func (t *CLIP) Encode(text string) ([]int64, error) {
 			for _, s := range bpe(sym, t.ranks, true) {
 				id, ok := t.vocab[s]
 				if !ok {
-					return nil, fmt.Errorf("tokenizer: symbol %q is not in the CLIP vocabulary", s)
+					return nil, unknownSymbol(strings.TrimSuffix(s, "</w>"), w, "CLIP vocabulary")
 				}
 				toks = append(toks, id)
 			}

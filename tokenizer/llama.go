@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/dlclark/regexp2"
+
+	"github.com/framepack-go/framepack/internal/jsonobj"
 )
 
 // LlamaPattern is LLaMA-3's pre-tokenizer regex, as its tokenizer.json's
@@ -61,6 +63,9 @@ func LoadLlama(dir string) (*Llama, error) {
 		return nil, fileProblem(dir, "LLaMA", err, "tokenizer.json")
 	}
 	var hf hfTokenizer
+	if err := jsonobj.Check(raw); err != nil {
+		return nil, fmt.Errorf("tokenizer: %s %v", path, err)
+	}
 	if err := json.Unmarshal(raw, &hf); err != nil {
 		return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
 	}
@@ -145,6 +150,9 @@ func (t *Llama) specialsFromConfig(dir string) error {
 			continue
 		}
 		if err == nil {
+			if err = jsonobj.Check(raw); err != nil {
+				return fmt.Errorf("tokenizer: %s %v", path, err)
+			}
 			err = json.Unmarshal(raw, &cfg)
 		}
 		if err != nil {
@@ -331,7 +339,7 @@ func (t *Llama) word(w string) ([]int64, error) {
 	for _, s := range bpe(sym, t.ranks, false) {
 		id, ok := t.vocab[s]
 		if !ok {
-			return nil, fmt.Errorf("tokenizer: symbol %q is not in the vocabulary", s)
+			return nil, unknownSymbol(s, w, "vocabulary")
 		}
 		ids = append(ids, id)
 	}

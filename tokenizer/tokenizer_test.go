@@ -306,3 +306,28 @@ func TestSplitSpecial(t *testing.T) {
 		t.Errorf("SplitSpecial = %q", got)
 	}
 }
+
+// TestUnknownSymbolError: a prompt's text the vocabulary lacks is named as
+// typed, not as its byte-level symbols, which spell a UTF-8 'ä' as the
+// Latin-1 "Ã¤".
+func TestUnknownSymbolError(t *testing.T) {
+	llama, err := LoadLlama(writeLlama(t, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(llama.vocab, string(byteToRune[0xC3])) // the first byte of 'ä'
+	clip, err := LoadCLIP(writeCLIP(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(clip.vocab, string(byteToRune[0xC3]))
+	for name, encode := range map[string]func(string) ([]int64, error){"llama": llama.Encode, "clip": clip.Encode} {
+		_, err := encode("ein Bär")
+		if err == nil || !strings.Contains(err.Error(), "ä") || strings.Contains(err.Error(), "Ã") {
+			t.Errorf("%s: %v, want an error naming the word with its 'ä'", name, err)
+		}
+	}
+	if got := byteText(string([]rune{byteToRune[0xC3], byteToRune[0xA4]}) + "x"); got != "äx" {
+		t.Errorf("byteText = %q, want \"äx\"", got)
+	}
+}

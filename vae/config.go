@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+
+	"github.com/framepack-go/framepack/weights"
 )
 
 // Config is the model's config.json. Missing keys take diffusers' class
@@ -64,6 +66,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("in_channels %d, out_channels %d, latent_channels %d must be positive", c.InChannels, c.OutChannels, c.LatentChannels)
 	case c.LayersPerBlock <= 0:
 		return fmt.Errorf("layers_per_block %d must be positive", c.LayersPerBlock)
+	case c.LayersPerBlock > weights.MaxLayers || n > weights.MaxLayers:
+		return fmt.Errorf("layers_per_block %d, %d blocks: more than any checkpoint holds (at most %d)", c.LayersPerBlock, n, weights.MaxLayers)
 	case c.ActFn != "silu" && c.ActFn != "swish":
 		return fmt.Errorf("act_fn %q is not supported (only silu)", c.ActFn)
 	case c.TemporalCompressionRatio != 4:

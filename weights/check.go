@@ -27,27 +27,55 @@ func (s Spec) Numel() int64 {
 	return n
 }
 
+// MaxLayers is the most layers (blocks) of one kind a model's config may
+// ask for: far more than any checkpoint here holds (HunyuanVideo's
+// transformer has 40 single blocks, LLaMA-3 8B 32 layers). A config asking
+// for more is refused before its plan lists millions of weights.
+const MaxLayers = 1000
+
+// maxProblems bounds the weights Check examines once that many have
+// problems: a config whose sizes do not fit the checkpoint can ask for
+// millions of tensors it lacks.
+const maxProblems = 1000
+
 // Check verifies, from the file headers only, that the checkpoint can give
 // every weight of specs: each is present, with its shape, in a
 // floating-point dtype (F32, F16, BF16, F64), and no tensor is stored in two
 // files of a sharded checkpoint. Every file's header is read (no tensor
-// data). The error names the file and the first problem, and counts the
-// others.
+// data). The error names the file and the first problem (a missing tensor
+// with the names closest to it), and counts the others; when the specs ask
+// for more tensors than the checkpoint holds, it says the config does not
+// fit the weights. Past maxProblems problems only missing tensors are
+// counted, and names are compared only for the first.
 func (c *Checkpoint) Check(specs []Spec) error {
-	var first string
-	more := 0
-	fail := func(format string, args ...any) {
-		if first == "" {
-			first = fmt.Sprintf(format, args...)
-		} else {
-			more++
-		}
-	}
 	if err := c.checkShards(); err != nil {
 		return err
 	}
+	var first string
+	problems, missing, required := 0, 0, 0
+	fail := func(format string, args ...any) {
+		if problems == 0 {
+			first = fmt.Sprintf(format, args...)
+		}
+		problems++
+	}
 	for _, sp := range specs {
-		if sp.Optional && !c.Has(sp.Name) {
+		_, present := c.resolve(sp.Name)
+		if sp.Optional && !present {
+			continue
+		}
+		required++
+		if !present {
+			missing++
+			if problems == 0 {
+				_, _, _, err := c.entry(sp.Name) // the error with the closest names
+				fail("%s", strings.TrimPrefix(err.Error(), "weights: "))
+			} else {
+				problems++
+			}
+			continue
+		}
+		if problems >= maxProblems {
 			continue
 		}
 		e, sh, _, err := c.entry(sp.Name)
@@ -62,14 +90,21 @@ func (c *Checkpoint) Check(specs []Spec) error {
 			fail("%s: tensor %q has shape %v, want %v", sh.path, e.name, e.shape, sp.Shape)
 		}
 	}
-	if first == "" {
+	if problems == 0 {
 		return nil
+	}
+	more, atLeast := problems-1, ""
+	if problems > maxProblems {
+		atLeast = "at least "
 	}
 	switch {
 	case more == 1:
 		first += " (and 1 more problem)"
 	case more > 1:
-		first += fmt.Sprintf(" (and %d more problems)", more)
+		first += fmt.Sprintf(" (and %s%d more problems)", atLeast, more)
+	}
+	if missing > 0 && required > len(c.names) {
+		first += fmt.Sprintf("; the config asks for %d tensors and the checkpoint holds %d: its config.json does not fit these weights", required, len(c.names))
 	}
 	return fmt.Errorf("weights: %s", first)
 }

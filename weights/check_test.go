@@ -1,6 +1,7 @@
 package weights
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -34,6 +35,9 @@ func TestCheck(t *testing.T) {
 		{"shard truncated", secondShard(`{"b":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}}`, 4), goodSpecs, []string{"model-00002-of-00002.safetensors", "truncated"}},
 		{"missing tensor", func(t *testing.T) string { return shardedDir(t, goodIndex) },
 			append(goodSpecs[:3:3], Spec{Name: "c", Shape: []int{1}}, Spec{Name: "d", Shape: []int{1}}), []string{`no tensor "c"`, "(and 1 more problem)"}},
+		{"config asking for far more tensors than the checkpoint holds", func(t *testing.T) string { return shardedDir(t, goodIndex) },
+			append(goodSpecs[:3:3], manyMissing(200000)...), []string{`no tensor "layers.0.w"`, "(and at least 199999 more problems)",
+				"the config asks for 200003 tensors and the checkpoint holds 3: its config.json does not fit these weights"}},
 		{"wrong shape", func(t *testing.T) string { return shardedDir(t, goodIndex) },
 			[]Spec{{Name: "b", Shape: []int{2, 2}}}, []string{"model-00002-of-00002.safetensors", `"b" has shape [4], want [2 2]`}},
 		{"index points to a missing shard", func(t *testing.T) string {
@@ -59,4 +63,13 @@ func checkDir(t *testing.T, dir string, specs []Spec) error {
 	}
 	defer c.Close()
 	return c.Check(specs)
+}
+
+// manyMissing is n specs that no checkpoint here holds.
+func manyMissing(n int) []Spec {
+	out := make([]Spec, n)
+	for i := range out {
+		out[i] = Spec{Name: fmt.Sprintf("layers.%d.w", i), Shape: []int{4}}
+	}
+	return out
 }

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/framepack-go/framepack/internal/jsonobj"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -294,6 +295,9 @@ func ReadConfig(dir string, v any) error {
 			return fmt.Errorf("weights: %s does not exist", p)
 		}
 		return fmt.Errorf("weights: %v", err)
+	}
+	if err := jsonobj.Check(raw); err != nil {
+		return fmt.Errorf("weights: %s %v", p, err)
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
 		return fmt.Errorf("weights: %s: %s", p, jsonProblem(raw, v, err))

@@ -49,6 +49,7 @@ type generateFlags struct {
 	json                    bool
 	loras                   []string
 	promptsFile             string
+	promptsPath             string // --prompts-file, once read into prompt
 	promptBlend             int
 	model                   string
 	endImage, embedInterp   string
@@ -86,7 +87,8 @@ in .mp4, .mov or .mkv picks the container; a name without extension is a folder 
 settings file, the output's name plus .json (out.mp4.json): prompt, seed, every setting, the
 model folders with their config hashes, the stage timings and the version; the same settings
 are in the video's comment tag. An existing output is replaced only when it is a regular file
-(or a folder of frame_*.png); symbolic links, devices and other folders are refused.
+(or a folder of frame_*.png) and no input of the job (an existing settings file only when
+framepack wrote it); symbolic links, devices and other folders are refused.
 
 The model folder (--models, or $FRAMEPACK_MODELS) has the Hugging Face layout FramePack uses:
 transformer/ (lllyasviel/FramePackI2V_HY, or lllyasviel/FramePack_F1_I2V_HY_20250503 with
@@ -174,11 +176,64 @@ does, each time replacing it whole; the last write is the full video.`,
 // so bad input fails at once with one clear error: a usage error (exit
 // status 2).
 func (f *generateFlags) check() (*section.RGB, error) {
-	img, err := f.checkFlags()
+	if err := f.checkLoad(); err != nil {
+		return nil, usage(err)
+	}
+	img, err := f.checkJob(f, "", true)
 	return img, usage(err)
 }
 
-func (f *generateFlags) checkFlags() (*section.RGB, error) {
+// checkLoad checks the flags that choose the models, the device and the
+// memory: in --jobs, those of every job.
+func (f *generateFlags) checkLoad() error {
+	f.loraFiles = nil
+	for _, a := range f.loras {
+		lf, err := lora.ParseArg(a)
+		if err != nil {
+			return fmt.Errorf("--lora: %w", err)
+		}
+		if st, err := os.Stat(lf.Path); err != nil || st.IsDir() {
+			return fmt.Errorf("--lora: %s is not a file", lf.Path)
+		}
+		f.loraFiles = append(f.loraFiles, lf)
+	}
+	if _, err := device.ParseChoice(f.device); err != nil {
+		return err
+	}
+	if f.dtype != "" {
+		if _, err := tensor.ParseDType(f.dtype); err != nil {
+			return fmt.Errorf("--dtype: %w", err)
+		}
+	}
+	if f.weightsMode != "" && f.weightsMode != "fp8" {
+		return fmt.Errorf("--weights %q: want fp8 or nothing", f.weightsMode)
+	}
+	if _, err := framepack.ParseFP8Compute(f.fp8Compute); err != nil {
+		return fmt.Errorf("--fp8-compute: %w", err)
+	}
+	if f.vaeTile != 0 && (f.vaeTile < 32 || f.vaeTile%32 != 0) {
+		return fmt.Errorf("--vae-tile %d: want a multiple of 32, at least 32", f.vaeTile)
+	}
+	if err := checkSizes(f.vramLimit, f.preserve); err != nil {
+		return err
+	}
+	if err := checkRAMLimit(f.ramLimit); err != nil {
+		return err
+	}
+	if f.models != "" {
+		if st, err := os.Stat(f.models); err != nil || !st.IsDir() {
+			return fmt.Errorf("--models %s: the folder does not exist", f.models)
+		}
+	}
+	return nil
+}
+
+// checkJob checks one job's flags; load holds the flags checkLoad checked
+// (f itself, or in --jobs the command line's, whose file is jobsFile).
+// With decode the images are decoded and the start image returned;
+// without, only their headers are read (a batch decodes each when its job
+// runs).
+func (f *generateFlags) checkJob(load *generateFlags, jobsFile string, decode bool) (*section.RGB, error) {
 	if f.image == "" {
 		return nil, errors.New("--image is required")
 	}
@@ -195,71 +250,100 @@ func (f *generateFlags) checkFlags() (*section.RGB, error) {
 			return nil, fmt.Errorf("--prompts-file: %w", err)
 		}
 		f.prompt = strings.Join(strings.Fields(strings.ReplaceAll(string(b), "\r", "")), " ")
-		f.promptsFile = ""
+		f.promptsPath, f.promptsFile = f.promptsFile, ""
 	}
 	if _, err := section.ParseTimedPrompt(f.prompt); err != nil {
 		return nil, fmt.Errorf("--prompt: %w", err)
 	}
-	f.loraFiles = nil
-	for _, a := range f.loras {
-		lf, err := lora.ParseArg(a)
-		if err != nil {
-			return nil, fmt.Errorf("--lora: %w", err)
+	var img *section.RGB
+	if decode {
+		if img, err = f.loadImages(); err != nil {
+			return nil, err
 		}
-		if st, err := os.Stat(lf.Path); err != nil || st.IsDir() {
-			return nil, fmt.Errorf("--lora: %s is not a file", lf.Path)
-		}
-		f.loraFiles = append(f.loraFiles, lf)
+		err = f.validate(img)
+	} else {
+		err = f.validateHeaders()
 	}
-	img, err := section.LoadImage(f.image)
 	if err != nil {
 		return nil, err
-	}
-	if f.endImage != "" {
-		if f.endRGB, err = section.LoadImage(f.endImage); err != nil {
-			return nil, fmt.Errorf("--end-image: %w", err)
-		}
-	}
-	req := f.request(img)
-	if err := req.Validate(); err != nil {
-		return nil, errors.New(flagNames.Replace(strings.TrimPrefix(err.Error(), "request: ")))
-	}
-	if _, err := device.ParseChoice(f.device); err != nil {
-		return nil, err
-	}
-	if f.dtype != "" {
-		if _, err := tensor.ParseDType(f.dtype); err != nil {
-			return nil, fmt.Errorf("--dtype: %w", err)
-		}
-	}
-	if f.weightsMode != "" && f.weightsMode != "fp8" {
-		return nil, fmt.Errorf("--weights %q: want fp8 or nothing", f.weightsMode)
-	}
-	if _, err := framepack.ParseFP8Compute(f.fp8Compute); err != nil {
-		return nil, fmt.Errorf("--fp8-compute: %w", err)
 	}
 	if f.crf < 0 || f.crf > 51 {
 		return nil, fmt.Errorf("--crf %d: want 0–51", f.crf)
 	}
-	if f.vaeTile != 0 && (f.vaeTile < 32 || f.vaeTile%32 != 0) {
-		return nil, fmt.Errorf("--vae-tile %d: want a multiple of 32, at least 32", f.vaeTile)
-	}
-	if err := checkSizes(f.vramLimit, f.preserve); err != nil {
+	if f.output, err = checkVideoOutput(f.out, true); err != nil {
 		return nil, err
 	}
-	if f.models != "" {
-		if st, err := os.Stat(f.models); err != nil || !st.IsDir() {
-			return nil, fmt.Errorf("--models %s: the folder does not exist", f.models)
-		}
-	}
-	if f.output, err = checkVideoOutput(f.out, true); err != nil {
+	if err := checkNotInput(f.output, true, f.inputs(load, jobsFile)); err != nil {
 		return nil, err
 	}
 	return img, nil
 }
 
-// checkSizes checks --vram-limit's and --preserve's syntax (whether they
-// fit the device is known once it is open).
+// loadImages decodes the start image, and the end image when given.
+func (f *generateFlags) loadImages() (*section.RGB, error) {
+	img, err := section.LoadImage(f.image)
+	if err != nil {
+		return nil, err
+	}
+	f.endRGB = nil
+	if f.endImage != "" {
+		if f.endRGB, err = section.LoadImage(f.endImage); err != nil {
+			return nil, fmt.Errorf("--end-image: %w", err)
+		}
+	}
+	return img, nil
+}
+
+// validate checks the request the flags make with the start image img.
+func (f *generateFlags) validate(img *section.RGB) error {
+	req := f.request(img)
+	return requestError(req.Validate())
+}
+
+// validateHeaders is validate for images not decoded: their headers are
+// read for their sizes.
+func (f *generateFlags) validateHeaders() error {
+	w, h, err := section.ImageSize(f.image)
+	if err != nil {
+		return err
+	}
+	if f.endImage != "" {
+		if _, _, err := section.ImageSize(f.endImage); err != nil {
+			return fmt.Errorf("--end-image: %w", err)
+		}
+	}
+	req := f.request(nil)
+	return requestError(req.ValidateSize(w, h, f.endImage != ""))
+}
+
+// requestError is a Request's error with the flags' names.
+func requestError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errors.New(flagNames.Replace(strings.TrimPrefix(err.Error(), "request: ")))
+}
+
+// inputs are the files and folders a job reads, each named by its flag:
+// the images, the prompts file, the model folders, the LoRAs and the jobs
+// file (from load, the flags that apply to every job).
+func (f *generateFlags) inputs(load *generateFlags, jobsFile string) []input {
+	in := []input{{"--image", f.image}, {"--end-image", f.endImage}, {"--prompts-file", f.promptsPath}, {"--jobs", jobsFile}}
+	if dir := modelFolder(load); dir != "" {
+		in = append(in, input{"--models", dir})
+	}
+	for part, p := range load.parts {
+		in = append(in, input{"--" + strings.ReplaceAll(part, "_", "-"), *p})
+	}
+	for _, lf := range load.loraFiles {
+		in = append(in, input{"--lora", lf.Path})
+	}
+	return in
+}
+
+// checkSizes checks --vram-limit's and --preserve's syntax, and that a
+// --vram-limit in bytes is not below the least the engine needs (whether
+// the sizes fit the device is known once it is open).
 func checkSizes(vramLimit, preserve string) error {
 	for _, fl := range []struct{ name, v string }{{"--vram-limit", vramLimit}, {"--preserve", preserve}} {
 		if fl.v == "" {
@@ -270,7 +354,38 @@ func checkSizes(vramLimit, preserve string) error {
 			return fmt.Errorf("%s: %w", fl.name, err)
 		}
 	}
+	if v, ok := fixedSize(vramLimit); ok && v < memory.MinCap {
+		return fmt.Errorf("--vram-limit %s (%s) is below the %s the engine needs at least", vramLimit, memory.FormatBytes(v), memory.FormatBytes(memory.MinCap))
+	}
 	return nil
+}
+
+// checkRAMLimit checks --ram-limit's syntax, and that it is above 0.
+func checkRAMLimit(ramLimit string) error {
+	if ramLimit == "" {
+		return nil
+	}
+	if _, err := memory.ParseSize(ramLimit, memory.GiB); err != nil {
+		return fmt.Errorf("--ram-limit: %w", err)
+	}
+	if v, ok := fixedSize(ramLimit); ok && v <= 0 {
+		return fmt.Errorf("--ram-limit %s: the host budget must be above 0", ramLimit)
+	}
+	return nil
+}
+
+// fixedSize is a size flag's bytes when they do not depend on the memory's
+// total (ok false for a fraction or a bad value).
+func fixedSize(v string) (int64, bool) {
+	if v == "" {
+		return 0, false
+	}
+	a, err := memory.ParseSize(v, memory.GiB)
+	if err != nil {
+		return 0, false
+	}
+	b, err := memory.ParseSize(v, 2*memory.GiB)
+	return a, err == nil && a == b
 }
 
 // parseSeed reads --seed: a whole number 0–2⁶⁴−1, or "random" or -1 for a

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"hash/crc32"
 	"image"
 	"image/png"
@@ -12,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -237,4 +240,121 @@ func TestGenerateF1AndEndImage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGenerateRefusesBeforeWork: bad values and outputs that would replace
+// what is not the run's own are usage errors (exit status 2), refused
+// before any work, naming the problem; every file stays as it was.
+func TestGenerateRefusesBeforeWork(t *testing.T) {
+	tinyEnv(t)
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	scene, err := os.ReadFile(sceneImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := write("scene.png", scene)
+	inMP4 := write("in.mp4", scene) // a PNG, whatever the name says
+	frame := write("clip/frame_00000.png", scene)
+	prompts := write("prompts.mp4", []byte("a cat"))
+	hard := filepath.Join(dir, "hard.mp4")
+	if err := os.Link(img, hard); err != nil {
+		t.Fatal(err)
+	}
+	// A model folder whose vae/config.json the settings file of -o
+	// models/vae/config would replace, and a user's own clip2.json.
+	modelCfg := write("models/vae/config.json", []byte(`{"_class_name": "AutoencoderKLHunyuanVideo"}`))
+	userJSON := write("clip2.json", []byte(`{"mine": true}`))
+	nullJSON := write("empty.mp4.json", []byte("null"))
+	// A LoRA for another model whose name has a colon: it is read (and
+	// refused for its modules), not taken for a file and a scale.
+	other := filepath.Join(dir, "style:v2.safetensors")
+	if err := weights.Save(other, map[string]*tensor.Tensor{
+		"lora_te_text_model_encoder_layers_0_mlp_fc1.lora_down.weight": tensor.New(tensor.F32, 1, 4),
+		"lora_te_text_model_encoder_layers_0_mlp_fc1.lora_up.weight":   tensor.New(tensor.F32, 4, 1),
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, dir)
+
+	out := filepath.Join(dir, "out.mp4")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		// Sizes: bad values are usage errors, as the docs say.
+		{[]string{"--ram-limit", "garbage"}, "--ram-limit: memory size \"garbage\""},
+		{[]string{"--ram-limit", "0"}, "--ram-limit 0: the host budget must be above 0"},
+		{[]string{"--vram-limit", "32M"}, "--vram-limit 32M (32.0 MiB) is below the 64.0 MiB the engine needs"},
+		{[]string{"--vram-limit", "0"}, "is below the 64.0 MiB"},
+		// A LoRA scale that is no number stops the command, naming the LoRA.
+		{[]string{"--lora", other + ":NaN"}, `--lora: lora "` + other + `:NaN": scale "NaN" is not a finite number`},
+		{[]string{"--lora", other + ":-Inf"}, "is not a finite number"},
+		// An output that is an input, or holds one.
+		{[]string{"-o", inMP4, "--image", inMP4}, inMP4 + " is the --image input"},
+		{[]string{"-o", hard}, hard + " is the --image input"},
+		{[]string{"-o", filepath.Join(dir, "clip"), "--image", frame}, "the --image input " + frame + " is in the folder the frames would replace"},
+		{[]string{"-o", inMP4, "--end-image", inMP4}, "is the --end-image input"},
+		{[]string{"-o", prompts, "--prompts-file", prompts}, "is the --prompts-file input"},
+		// The settings file replaces only a settings file of ours.
+		{[]string{"-o", filepath.Join(dir, "models", "vae", "config")}, modelCfg + ", which is not a framepack settings file"},
+		{[]string{"-o", filepath.Join(dir, "clip2")}, userJSON + ", which is not a framepack settings file"},
+		{[]string{"-o", filepath.Join(dir, "empty.mp4")}, nullJSON + ", which is not a framepack settings file"},
+		// A FIFO where PNG frames would go is named for what it is.
+		{[]string{"-o", fifo}, "-o " + fifo + " exists and is not a regular file (a named pipe)"},
+	} {
+		args := append(append([]string{"generate", "--image", img, "-o", out}, quick...), c.args...)
+		_, err := runCLI(t, context.Background(), args...)
+		var ue *usageError
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &ue) {
+			t.Errorf("%v: error %v, want a usage error containing %q", c.args, err, c.want)
+		}
+	}
+	// A LoRA file whose name has a colon is that file.
+	if _, err := runCLI(t, context.Background(), "generate", "--image", img, "-o", out, "--lora", other); err == nil ||
+		!strings.Contains(err.Error(), "1 of 1 modules match no weight of the transformer") {
+		t.Errorf("--lora %s: %v, want the LoRA read (and refused for its modules)", other, err)
+	}
+	if after := snapshot(t, dir); after != before {
+		t.Errorf("the folder changed:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// snapshot lists dir's files with their sizes and contents' sums.
+func snapshot(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %v", strings.TrimPrefix(p, dir), info.Mode().Type())
+		if info.Mode().IsRegular() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, " %x", crc32.ChecksumIEEE(data))
+		}
+		b.WriteString("; ")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

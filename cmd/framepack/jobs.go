@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/framepack-go/framepack"
-	"github.com/framepack-go/framepack/section"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -29,7 +28,6 @@ var loadFlags = []string{"models", "device", "dtype", "vram-limit", "preserve", 
 type jobSpec struct {
 	line int
 	f    *generateFlags
-	img  *section.RGB
 	err  error
 }
 
@@ -38,30 +36,12 @@ type jobSpec struct {
 // line fails only its own job.
 func runJobs(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *events) error {
 	log := slog.Default()
-	specs, err := readJobs(cmd, f.jobs)
+	specs, err := checkJobs(cmd, f)
 	if err != nil {
-		return usage(err)
+		return err
 	}
 	dir := modelFolder(f)
 	tiny := dir == ""
-	for _, js := range specs {
-		if js.err != nil {
-			continue
-		}
-		if tiny && !js.f.changedResolution {
-			js.f.resolution = tinyResolution
-		}
-		if js.img, js.err = js.f.check(); js.err == nil && tiny {
-			js.err = js.f.checkTinyPrompts()
-		}
-		if js.err == nil && js.f.seedRandom && f.gpus != "" {
-			// Each rank reads the file: a seed drawn by each would differ.
-			js.err = errors.New("a random seed cannot be shared by the processes of --gpus: give the seed")
-		}
-		if js.err != nil {
-			js.err = fmt.Errorf("%s line %d: %s", f.jobs, js.line, errorText(js.err))
-		}
-	}
 	if supervised, err := superviseGPUs(ctx, cmd, f.gpus); supervised {
 		return err
 	}
@@ -108,11 +88,18 @@ func runJobs(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *even
 			defer p.Close()
 			load = time.Since(began)
 		}
-		set, err := js.f.settings(dir, tiny)
+		img, err := js.f.loadImages()
+		if err == nil {
+			err = js.f.validate(img)
+		}
+		var set *settings
+		if err == nil {
+			set, err = js.f.settings(dir, tiny)
+		}
 		if err == nil {
 			ev.emit("start", map[string]any{"line": js.line, "settings": set})
 			var res *framepack.Result
-			res, err = generateOne(ctx, cmd, p, js.f, js.img, set, began, load, ev, map[string]any{"line": js.line})
+			res, err = generateOne(ctx, cmd, p, js.f, img, set, began, load, ev, map[string]any{"line": js.line})
 			if err == nil {
 				done++
 				load = 0
@@ -133,6 +120,75 @@ func runJobs(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *even
 	if failed > 0 {
 		return fmt.Errorf("%d of %d jobs in %s failed", failed, len(specs), f.jobs)
 	}
+	return nil
+}
+
+// checkJobs reads the jobs file of f and checks the flags that apply to
+// every job, then each line's job as a single job's are, but for its
+// images only their headers (each job decodes its images when it runs, so
+// a long file holds one image at a time), and that no two jobs have one
+// output. A line that fails gets its error in its jobSpec.
+func checkJobs(cmd *cobra.Command, f *generateFlags) ([]*jobSpec, error) {
+	if err := f.checkLoad(); err != nil {
+		return nil, usage(err)
+	}
+	specs, err := readJobs(cmd, f.jobs)
+	if err != nil {
+		return nil, usage(err)
+	}
+	tiny := modelFolder(f) == ""
+	outputs := map[string]int{} // resolved output → its line
+	var existing []existingOutput
+	for _, js := range specs {
+		if js.err != nil {
+			continue
+		}
+		if tiny && !js.f.changedResolution {
+			js.f.resolution = tinyResolution
+		}
+		js.f.loraFiles, js.f.parts = f.loraFiles, f.parts // for the settings file
+		if _, js.err = js.f.checkJob(f, f.jobs, false); js.err == nil && tiny {
+			js.err = js.f.checkTinyPrompts()
+		}
+		if js.err == nil && js.f.seedRandom && f.gpus != "" {
+			// Each rank reads the file: a seed drawn by each would differ.
+			js.err = errors.New("a random seed cannot be shared by the processes of --gpus: give the seed")
+		}
+		if js.err == nil {
+			js.err = outputClash(js, outputs, &existing)
+		}
+		if js.err != nil {
+			js.err = fmt.Errorf("%s line %d: %s", f.jobs, js.line, errorText(js.err))
+		}
+	}
+	return specs, nil
+}
+
+// existingOutput is a checked job's output that exists already.
+type existingOutput struct {
+	st   os.FileInfo
+	line int
+	path string
+}
+
+// outputClash refuses a job whose output is an earlier line's: the later
+// job would replace the earlier one's video. Outputs are the same when
+// their resolved paths are, or, when they exist, their files.
+func outputClash(js *jobSpec, outputs map[string]int, existing *[]existingOutput) error {
+	out := js.f.output.path
+	key := resolvePath(out)
+	if line, ok := outputs[key]; ok {
+		return usagef("-o %s is line %d's output too: each job needs its own", out, line)
+	}
+	if st, err := os.Stat(out); err == nil {
+		for _, o := range *existing {
+			if os.SameFile(st, o.st) {
+				return usagef("-o %s is line %d's output (%s) too: each job needs its own", out, o.line, o.path)
+			}
+		}
+		*existing = append(*existing, existingOutput{st, js.line, out})
+	}
+	outputs[key] = js.line
 	return nil
 }
 
@@ -169,8 +225,8 @@ func readJobs(cmd *cobra.Command, path string) ([]*jobSpec, error) {
 	return specs, nil
 }
 
-// jobFlags are one job line's flags: the command line's per-job flags,
-// then the line's keys (long flag names, or a one-letter shorthand such as
+// jobFlags are one job line's flags: the command line's flags (but --jobs,
+// and --lora, whose files runJobs gives each job), then the line's keys (long flag names, or a one-letter shorthand such as
 // "o").
 func jobFlags(cmd *cobra.Command, line string) (*generateFlags, error) {
 	var kv map[string]json.RawMessage
@@ -186,7 +242,8 @@ func jobFlags(cmd *cobra.Command, line string) (*generateFlags, error) {
 	fs := jc.Flags()
 	var err error
 	cmd.Flags().Visit(func(fl *pflag.Flag) {
-		if err == nil && !slices.Contains(loadFlags, fl.Name) && fs.Lookup(fl.Name) != nil {
+		// The load flags too, so that the job's settings file records them.
+		if err == nil && fl.Name != "jobs" && fl.Name != "lora" && fs.Lookup(fl.Name) != nil {
 			err = fs.Set(fl.Name, fl.Value.String())
 		}
 	})

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"image"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,5 +148,99 @@ func TestCLIWriteSections(t *testing.T) {
 	verifyMP4(t, out)
 	if n := probeFrames(t, out); n >= 0 && n != int(frames) {
 		t.Errorf("the final video has %d frames, the result %v", n, frames)
+	}
+}
+
+// TestJobsChecks: the checks before the first job. Two lines with one
+// output (however spelt) are refused, the later one; the images are only
+// looked at, not decoded, until their job runs; the flags for every job
+// are checked as a single job's are.
+func TestJobsChecks(t *testing.T) {
+	tinyEnv(t)
+	dir := t.TempDir()
+	img := abs(t, sceneImage)
+	// A PNG whose header is whole and whose pixels are cut off: its size
+	// can be read, it cannot be decoded.
+	var full bytes.Buffer
+	if err := png.Encode(&full, image.NewGray(image.Rect(0, 0, 96, 64))); err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(dir, "cut.png")
+	if err := os.WriteFile(cut, full.Bytes()[:33], 0o644); err != nil { // signature and IHDR
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	line := func(image, out string) string {
+		return `{"image":` + strconv.Quote(image) + `,"seconds":0.2,"steps":2,"o":` + strconv.Quote(out) + `}`
+	}
+	jobs := filepath.Join(dir, "jobs.jsonl")
+	write := func(lines ...string) {
+		t.Helper()
+		if err := os.WriteFile(jobs, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	same := filepath.Join(dir, "same.mp4")
+	write(line(img, same), line(img, filepath.Join(dir, "sub", "..", "same.mp4")), line(cut, filepath.Join(dir, "cut.mp4")))
+	check := func(args ...string) ([]*jobSpec, error) {
+		t.Helper()
+		cmd, f := newGenerateCmd()
+		if err := cmd.ParseFlags(append([]string{"--jobs", jobs, "--resolution", "64", "--window", "3"}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		return checkJobs(cmd, f)
+	}
+	specs, err := check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(specs) != 3 || specs[0].err != nil || specs[1].err == nil || !strings.Contains(specs[1].err.Error(), "is line 1's output too") {
+		t.Fatalf("specs %+v, want line 2 refused for line 1's output", specs)
+	}
+	if specs[2].err != nil {
+		t.Errorf("line 3 was decoded before its job ran: %v", specs[2].err)
+	}
+	// Two names of one existing file.
+	old := filepath.Join(dir, "old.mp4")
+	if err := os.WriteFile(old, []byte("an old video"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(old, filepath.Join(dir, "link.mp4")); err != nil {
+		t.Fatal(err)
+	}
+	// A line whose output is its image (a PNG named in.mp4).
+	inMP4 := filepath.Join(dir, "in.mp4")
+	copyFile(t, img, inMP4)
+	write(line(img, old), line(img, filepath.Join(dir, "link.mp4")), line(inMP4, inMP4))
+	if specs, err = check(); err != nil || len(specs) != 3 || specs[0].err != nil || specs[1].err == nil ||
+		!strings.Contains(specs[1].err.Error(), "is line 1's output ("+old+") too") {
+		t.Errorf("hard links: %v, %+v", err, specs)
+	}
+	if specs[2].err == nil || !strings.Contains(specs[2].err.Error(), "is the --image input") {
+		t.Errorf("line 3, its output its image: %v", specs[2].err)
+	}
+	write(line(img, same), line(img, filepath.Join(dir, "sub", "..", "same.mp4")), line(cut, filepath.Join(dir, "cut.mp4")))
+
+	// The flags for every job: bad ones stop the command before any job.
+	for _, c := range []struct{ args []string }{{[]string{"--ram-limit", "garbage"}}, {[]string{"--vram-limit", "1M"}}, {[]string{"--lora", cut + ":NaN"}}} {
+		var ue *usageError
+		if _, err := check(c.args...); err == nil || !errors.As(err, &ue) {
+			t.Errorf("%v: %v, want a usage error", c.args, err)
+		}
+	}
+
+	// Run: line 1 writes same.mp4; line 2 is refused; line 3 fails when its
+	// image is decoded.
+	_, err = runCLI(t, context.Background(), "generate", "--jobs", jobs, "--resolution", "64", "--window", "3", "-q")
+	if err == nil || !strings.Contains(err.Error(), "2 of 3 jobs") {
+		t.Errorf("error %v, want 2 of 3 jobs failed", err)
+	}
+	if _, err := os.Stat(same); err != nil {
+		t.Errorf("line 1's video: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cut.mp4")); !os.IsNotExist(err) {
+		t.Errorf("line 3 wrote a video: %v", err)
 	}
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -77,11 +79,109 @@ func checkVideoOutput(path string, settings bool) (videoOutput, error) {
 		return videoOutput{}, err
 	}
 	if settings {
-		if err := checkReplaceable(settingsPath(out.path), false); err != nil {
+		sp := settingsPath(out.path)
+		if err := checkReplaceable(sp, false); err != nil {
+			return videoOutput{}, err
+		}
+		if err := checkOurSettings(sp); err != nil {
 			return videoOutput{}, err
 		}
 	}
 	return out, checkWritable(out.path)
+}
+
+// maxSettingsBytes bounds the file checkOurSettings reads: ours are a few
+// kilobytes.
+const maxSettingsBytes = 1 << 20
+
+// checkOurSettings refuses to let the settings file written beside a video
+// replace a file at path that is not plainly a settings file framepack
+// wrote before (-o M/vae/config would otherwise replace the model's
+// config.json, -o clip a user's clip.json): a JSON object with the
+// framepack build, the image, the models and the output.
+func checkOurSettings(path string) error {
+	fh, err := os.Open(path)
+	if os.IsNotExist(err) || errors.Is(err, syscall.ENOTDIR) {
+		return nil
+	}
+	if err != nil {
+		return usagef("-o: the settings file %s: %v", path, unwrapPath(err))
+	}
+	defer fh.Close()
+	raw, err := io.ReadAll(io.LimitReader(fh, maxSettingsBytes+1))
+	if err != nil {
+		return usagef("-o: the settings file %s: %v", path, unwrapPath(err))
+	}
+	var set struct {
+		Framepack *struct {
+			Module string `json:"module"`
+		} `json:"framepack"`
+		Image  *fileRef            `json:"image"`
+		Models map[string]modelRef `json:"models"`
+		Output *string             `json:"output"`
+	}
+	ours := len(raw) <= maxSettingsBytes && json.Unmarshal(raw, &set) == nil &&
+		set.Framepack != nil && set.Framepack.Module != "" && set.Image != nil && set.Models != nil && set.Output != nil
+	if !ours {
+		return usagef("-o: the settings file would replace %s, which is not a framepack settings file; give another -o, or move the file", path)
+	}
+	return nil
+}
+
+// input is a file or folder a job reads, named by its flag.
+type input struct{ flag, path string }
+
+// checkNotInput refuses an output that would replace an input: the video
+// (or other output file) or, with settings, the settings file beside it
+// being one, or a frames folder holding one. Paths are compared resolved
+// (absolute, links followed), and existing ones also by device and inode.
+func checkNotInput(out videoOutput, settings bool, inputs []input) error {
+	type output struct {
+		path   string
+		holder bool // a folder whose contents are replaced
+	}
+	outs := []output{{out.path, out.kind == kindFrames}}
+	if settings {
+		outs = append(outs, output{settingsPath(out.path), false})
+	}
+	for _, in := range inputs {
+		if in.path == "" {
+			continue
+		}
+		ip := resolvePath(in.path)
+		ist, ierr := os.Stat(in.path)
+		for _, o := range outs {
+			op := resolvePath(o.path)
+			same := ip == op
+			if ost, err := os.Stat(o.path); err == nil && ierr == nil && os.SameFile(ist, ost) {
+				same = true
+			}
+			switch {
+			case same:
+				return usagef("-o %s: %s is the %s input; the output would replace it", out.requested, o.path, in.flag)
+			case o.holder && strings.HasPrefix(ip, op+string(filepath.Separator)):
+				return usagef("-o %s: the %s input %s is in the folder the frames would replace", out.requested, in.flag, in.path)
+			}
+		}
+	}
+	return nil
+}
+
+// resolvePath is path absolute, with its links followed as far as it
+// exists (an output that does not exist yet is its folder's, resolved,
+// joined with its name).
+func resolvePath(path string) string {
+	p, err := filepath.Abs(path)
+	if err != nil {
+		return filepath.Clean(path)
+	}
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(p)); err == nil {
+		return filepath.Join(dir, filepath.Base(p))
+	}
+	return p
 }
 
 // write writes frames to o: PNG frames, or a container through ffmpeg.
@@ -117,10 +217,10 @@ func checkReplaceable(path string, frames bool) error {
 		return nil
 	case m.IsDir():
 		return usagef("-o %s is a folder", path)
-	case frames:
-		return usagef("-o %s is a file; PNG frames go into a folder", path)
 	case !m.IsRegular():
 		return usagef("-o %s exists and is not a regular file (%s); refusing to replace it", path, fileType(m))
+	case frames:
+		return usagef("-o %s is a file; PNG frames go into a folder", path)
 	}
 	return nil
 }

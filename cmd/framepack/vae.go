@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/framepack-go/framepack"
@@ -146,6 +148,57 @@ func writeFrames(cmd *cobra.Command, log *slog.Logger, what string, px *tensor.T
 	return nil
 }
 
+// encodedFinite refuses latents holding NaN or Inf, as generate refuses
+// them at every stage: a VAE whose weights hold them (in dir) encodes every
+// image so, and such latents are no use to anything.
+func encodedFinite(dir string, lat *tensor.Tensor) error {
+	if err := tensor.NonFiniteError("vae encode produced non-finite latents", lat); err != nil {
+		return fmt.Errorf("%w; are the weights in %s whole?", err, dir)
+	}
+	return nil
+}
+
+// maxLatent bounds the latents a VAE decodes, once unscaled: real ones are
+// within a few tens, and 1e30 decodes to a flat grey video.
+const maxLatent = 1e4
+
+// checkLatentScale refuses latents (of the file path) whose values, as
+// the VAE in dir would take them (unscaled: as they are), reach beyond
+// maxLatent: no VAE makes sense of them, and they decode to a flat video.
+func checkLatentScale(path, dir string, z *tensor.Tensor, unscaled bool) error {
+	peak := func(t *tensor.Tensor) float64 {
+		var m float64
+		for _, x := range t.Float32s() {
+			m = max(m, math.Abs(float64(x)))
+		}
+		return m
+	}
+	p, how := peak(z), "as the file holds them (--unscaled)"
+	if !unscaled {
+		class, err := vaeClass(dir)
+		if err != nil {
+			return err
+		}
+		if class == wan.ClassName {
+			cfg, err := wan.ReadConfig(dir)
+			if err != nil {
+				return err
+			}
+			p, how = peak(cfg.Denormalize(z)), "mapped from the normalized scale Wan's pipelines keep"
+		} else {
+			cfg, err := vae.ReadConfig(dir)
+			if err != nil {
+				return err
+			}
+			p, how = p/float64(cfg.ScalingFactor), fmt.Sprintf("divided by the scaling factor %g", cfg.ScalingFactor)
+		}
+	}
+	if p > maxLatent {
+		return fmt.Errorf("%s: the latents reach %.3g %s, beyond the %g a VAE takes: not latents of this VAE (or scaled twice?)", path, p, how, float64(maxLatent))
+	}
+	return nil
+}
+
 // saveLatents logs an encode that started at start (its activations: the
 // device's peak less the weights) and writes lat as the tensor "latents" of
 // path.
@@ -213,12 +266,18 @@ none decodes in one piece.`,
 			if out, err = checkVideoOutput(f.out, false); err != nil {
 				return err
 			}
+			if err := checkNotInput(out, false, []input{{"--latents", latents}, {"--vae", f.vaeDir}}); err != nil {
+				return err
+			}
 			z, err := readLatents(latents, "")
 			if err != nil {
 				return usage(err)
 			}
 			if z.Rank() != 5 || z.Dim(0) != 1 {
 				return usagef("%s: latents are %v, want (1, channels, frames, height, width)", latents, z.Shape())
+			}
+			if err := checkLatentScale(latents, f.vaeDir, z, unscaled); err != nil {
+				return usage(err)
 			}
 			if crf == 0 {
 				crf = video.CRFZero
@@ -360,6 +419,10 @@ pipelines keep them instead: (z − latents_mean)/latents_std.`,
 			if err := checkFileOutput(f.out); err != nil {
 				return err
 			}
+			out := videoOutput{requested: f.out, path: filepath.Clean(f.out)}
+			if err := checkNotInput(out, false, []input{{"--image", image}, {"--vae", f.vaeDir}}); err != nil {
+				return err
+			}
 			im, err := section.LoadImage(image)
 			if err != nil {
 				return usage(err)
@@ -406,6 +469,9 @@ func runVAEEncode(f *vaeFlags, im *section.RGB, sample bool, seed uint64) error 
 		err := tensor.Catch(func() { out = section.VAEEncode(s, v, im, vae.DefaultTiling(), rng) })
 		if err != nil {
 			return fmt.Errorf("vae encode: %w", err)
+		}
+		if err := encodedFinite(f.vaeDir, out); err != nil {
+			return err
 		}
 		return saveLatents(log, "vae encode", d, start, v.WeightBytes(), f.out, out)
 	})

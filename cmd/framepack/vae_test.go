@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,6 +100,25 @@ func TestVAEBadInput(t *testing.T) {
 	if err := weights.Save(flat, map[string]*tensor.Tensor{"latents": tensor.New(tensor.F32, 16, 2, 2)}, nil); err != nil {
 		t.Fatal(err)
 	}
+	huge := filepath.Join(dir, "huge.safetensors")
+	big := tensor.New(tensor.F32, 1, 16, 1, 8, 8)
+	for i := range big.Float32s() {
+		big.Float32s()[i] = 1e30
+	}
+	if err := weights.Save(huge, map[string]*tensor.Tensor{"latents": big}, nil); err != nil {
+		t.Fatal(err)
+	}
+	scene := filepath.Join(dir, "scene.png")
+	copyFile(t, sceneImage, scene)
+	latentsMP4 := filepath.Join(dir, "latents.mp4") // latents, whatever the name says
+	if err := weights.Save(latentsMP4, map[string]*tensor.Tensor{"latents": tensor.New(tensor.F32, 1, 16, 1, 8, 8)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	inputs := map[string][]byte{}
+	for _, p := range []string{scene, latentsMP4} {
+		b, _ := os.ReadFile(p)
+		inputs[p] = b
+	}
 	garbage := filepath.Join(dir, "garbage.png")
 	os.WriteFile(garbage, []byte("not an image"), 0o644)
 	out := filepath.Join(dir, "out.mp4")
@@ -120,6 +140,12 @@ func TestVAEBadInput(t *testing.T) {
 		{[]string{"vae", "encode", "--vae", goldenVAE, "-o", out}, "--image is required"},
 		{[]string{"vae", "encode", "--vae", goldenVAE, "--image", garbage, "-o", out}, "garbage.png"},
 		{[]string{"vae", "encode", "--vae", goldenVAE, "--image", sceneImage, "--resolution", "-5", "-o", out}, "--resolution"},
+		// An output that would replace an input.
+		{[]string{"vae", "encode", "--vae", goldenVAE, "--image", scene, "-o", scene}, "is the --image input"},
+		{[]string{"vae", "decode", "--vae", goldenVAE, "--latents", latentsMP4, "-o", latentsMP4}, "is the --latents input"},
+		// Latents far beyond any VAE's range decode to a flat grey video.
+		{[]string{"vae", "decode", "--vae", goldenVAE, "--latents", huge, "-o", out}, huge + ": the latents reach 2.1e+30 divided by the scaling factor"},
+		{[]string{"vae", "decode", "--vae", goldenVAE, "--latents", huge, "--unscaled", "-o", out}, "reach 1e+30 as the file holds them"},
 	} {
 		_, err := runCLI(t, context.Background(), tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -131,6 +157,66 @@ func TestVAEBadInput(t *testing.T) {
 		if _, serr := os.Stat(video.PNGDir(out)); serr == nil {
 			t.Fatalf("%v wrote %s", tc.args, video.PNGDir(out))
 		}
+	}
+	for p, b := range inputs {
+		if now, _ := os.ReadFile(p); string(now) != string(b) {
+			t.Errorf("the input %s was replaced", p)
+		}
+	}
+}
+
+// TestVAEEncodeNonFinite: an encoder whose weights hold NaN makes NaN
+// latents; vae encode refuses them, naming the VAE folder, and writes
+// nothing.
+func TestVAEEncodeNonFinite(t *testing.T) {
+	tinyEnv(t)
+	dir := t.TempDir()
+	vdir := filepath.Join(dir, "vae")
+	if err := os.Mkdir(vdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, filepath.Join(goldenVAE, "config.json"), filepath.Join(vdir, "config.json"))
+	ck, err := weights.Open(goldenVAE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := map[string]*tensor.Tensor{}
+	for _, n := range ck.Names() {
+		h, err := ck.Host(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := tensor.New(tensor.F32, h.Shape()...)
+		copy(c.Float32s(), h.ToFloat32())
+		if n == "encoder.conv_in.conv.weight" {
+			for i := range c.Float32s() {
+				c.Float32s()[i] = float32(math.NaN())
+			}
+		}
+		ts[n] = c
+	}
+	ck.Close()
+	if err := weights.Save(filepath.Join(vdir, "diffusion_pytorch_model.safetensors"), ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "lat.safetensors")
+	_, err = runCLI(t, context.Background(), "vae", "encode", "--vae", vdir, "--image", sceneImage, "--resolution", "64", "-o", out)
+	if err == nil || !strings.Contains(err.Error(), "non-finite latents") || !strings.Contains(err.Error(), vdir) {
+		t.Errorf("error %v, want one saying the latents are not finite and naming %s", err, vdir)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("%s written", out)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

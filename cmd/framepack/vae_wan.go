@@ -116,6 +116,9 @@ func runWanEncode(f *vaeFlags, im *section.RGB, sample bool, seed uint64) error 
 		if err != nil {
 			return fmt.Errorf("vae encode: %w", err)
 		}
+		if err := encodedFinite(f.vaeDir, lat); err != nil {
+			return err
+		}
 		out := cfg.Normalize(lat) // the scale Wan's pipelines keep latents in
 		return saveLatents(log, "wan vae encode", d, start, v.WeightBytes(), f.out, out)
 	})

@@ -43,6 +43,8 @@ func ReadConfig(dir string) (Config, error) {
 // Validate reports a config this implementation cannot run, naming the key.
 func (c Config) Validate() error {
 	switch {
+	case c.NumHiddenLayers > weights.MaxLayers:
+		return fmt.Errorf("num_hidden_layers %d is more than any checkpoint holds (at most %d)", c.NumHiddenLayers, weights.MaxLayers)
 	case c.HiddenSize <= 0 || c.IntermediateSize <= 0 || c.VocabSize <= 0 || c.MaxPositionEmbeddings <= 0 || c.NumHiddenLayers < 0:
 		return fmt.Errorf("hidden_size %d, intermediate_size %d, vocab_size %d, max_position_embeddings %d, num_hidden_layers %d must be positive",
 			c.HiddenSize, c.IntermediateSize, c.VocabSize, c.MaxPositionEmbeddings, c.NumHiddenLayers)

@@ -24,6 +24,8 @@ package hunyuan
 
 import (
 	"fmt"
+
+	"github.com/framepack-go/framepack/weights"
 )
 
 // Config is the model's config.json. Absent keys take the reference
@@ -88,6 +90,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("in_channels %d and out_channels %d must be positive", c.InChannels, c.OutChannels)
 	case c.NumLayers < 0 || c.NumSingleLayers < 0 || c.NumRefinerLayers < 0:
 		return fmt.Errorf("negative layer count (%d double, %d single, %d refiner)", c.NumLayers, c.NumSingleLayers, c.NumRefinerLayers)
+	case max(c.NumLayers, c.NumSingleLayers, c.NumRefinerLayers) > weights.MaxLayers:
+		return fmt.Errorf("num_layers %d, num_single_layers %d, num_refiner_layers %d: more than any checkpoint holds (at most %d each)",
+			c.NumLayers, c.NumSingleLayers, c.NumRefinerLayers, weights.MaxLayers)
 	case c.PatchSize != 2 || c.PatchSizeT != 1:
 		// The clean-latent embedders and the 2x/4x RoPE pooling are written
 		// for this patching in the reference.

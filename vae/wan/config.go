@@ -7,6 +7,8 @@ package wan
 
 import (
 	"fmt"
+
+	"github.com/framepack-go/framepack/weights"
 )
 
 // Config is the model's config.json. Missing keys take diffusers' class
@@ -67,6 +69,8 @@ func (c *Config) Validate() error {
 	case c.BaseDim <= 0 || c.ZDim <= 0 || c.InChannels <= 0 || c.OutChannels <= 0 || c.NumResBlocks <= 0:
 		return fmt.Errorf("base_dim %d, z_dim %d, in_channels %d, out_channels %d, num_res_blocks %d must be positive",
 			c.BaseDim, c.ZDim, c.InChannels, c.OutChannels, c.NumResBlocks)
+	case c.NumResBlocks > weights.MaxLayers || n > weights.MaxLayers:
+		return fmt.Errorf("num_res_blocks %d, %d dim_mult entries: more than any checkpoint holds (at most %d)", c.NumResBlocks, n, weights.MaxLayers)
 	case c.DecoderBaseDim != nil && *c.DecoderBaseDim <= 0:
 		return fmt.Errorf("decoder_base_dim %d must be positive", *c.DecoderBaseDim)
 	case len(c.TemperalDownsample) != n-1:
