@@ -200,23 +200,8 @@ func (c *Chain) searches(i int) bool {
 // Bind makes ctx stop the chain's searches: while it is bound, a search
 // running when ctx is done is killed at once and its convolution fails
 // with an error wrapping ctx.Err(), and no new search starts. The returned
-// function unbinds it. Pipeline.Generate binds its context; a command
-// binds the one its signals cancel.
-func (c *Chain) Bind(ctx context.Context) (unbind func()) {
-	c.ctxMu.Lock()
-	c.ctxs = append(c.ctxs, ctx)
-	c.ctxMu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			c.ctxMu.Lock()
-			defer c.ctxMu.Unlock()
-			if i := slices.Index(c.ctxs, ctx); i >= 0 {
-				c.ctxs = slices.Delete(c.ctxs, i, i+1)
-			}
-		})
-	}
-}
+// function unbinds it. Pipeline.Generate binds its context.
+func (c *Chain) Bind(ctx context.Context) (unbind func()) { return bind(&c.ctxMu, &c.ctxs, ctx) }
 
 // Bind binds ctx to the chain in be's layers (see Chain.Bind); a backend
 // without one needs nothing.
@@ -227,11 +212,39 @@ func Bind(be tensor.Backend, ctx context.Context) (unbind func()) {
 	return func() {}
 }
 
+// BindAll binds ctx to every chain of the process, those made later
+// included: a command binds the context its signals cancel.
+func BindAll(ctx context.Context) (unbind func()) { return bind(&allMu, &all, ctx) }
+
+var (
+	allMu sync.Mutex
+	all   []context.Context // bound by BindAll
+)
+
+func bind(mu *sync.Mutex, ctxs *[]context.Context, ctx context.Context) func() {
+	mu.Lock()
+	*ctxs = append(*ctxs, ctx)
+	mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if i := slices.Index(*ctxs, ctx); i >= 0 {
+				*ctxs = slices.Delete(*ctxs, i, i+1)
+			}
+		})
+	}
+}
+
 // context is done when any bound context is done.
 func (c *Chain) context() (context.Context, context.CancelFunc) {
 	c.ctxMu.Lock()
 	ctxs := slices.Clone(c.ctxs)
 	c.ctxMu.Unlock()
+	allMu.Lock()
+	ctxs = append(ctxs, all...)
+	allMu.Unlock()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	var stops []func() bool
 	for _, b := range ctxs {
@@ -551,7 +564,7 @@ func (c *Chain) conv3d(k Key, cl *call) error {
 		plan, err := c.plan(i, k)
 		if errors.Is(err, errCancelled) {
 			// Nothing was learnt about the tier: no skip, nothing kept.
-			return fmt.Errorf("conv3d %s: %w", k, err)
+			return fmt.Errorf("%s: %w", k, err)
 		}
 		if err == nil {
 			err = c.run(i, plan, true, cl)

@@ -256,4 +256,18 @@ func TestBindCancelsSearch(t *testing.T) {
 	if s := c.Summary()[0]; s.Searches != 2 || !s.SearchTimedOut {
 		t.Fatalf("unbound: %+v", s)
 	}
+
+	// A context bound to every chain (a command's signals) stops a chain
+	// made after it too.
+	all, cancelAll := context.WithCancel(context.Background())
+	defer BindAll(all)()
+	cancelAll()
+	f.cache = t.TempDir() + "/other.json"
+	c2, err := New(append(tiers, CPUTier(f.cpu)), Options{Device: "dev", CachePath: f.cache, Faults: &Faults{}, Log: c.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.conv(t, c2); !errors.Is(err, context.Canceled) {
+		t.Fatalf("BindAll: %v", err)
+	}
 }
