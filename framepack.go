@@ -347,6 +347,13 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 		memory.FormatBytes(p.bytes[PartTextEncoder]), memory.FormatBytes(p.bytes[PartTextEncoder2]), p.dt.text,
 		memory.FormatBytes(p.bytes[PartImageEncoder]), p.dt.image,
 		memory.FormatBytes(p.bytes[PartVAE]), p.dt.vae, p.cropStart))
+	// A budget that the smallest plan does not fit is refused now, not
+	// after the encoders ran.
+	if err := p.checkBudgets(); err != nil {
+		p.closeRanks()
+		p.dev.Close()
+		return nil, err
+	}
 	return p, nil
 }
 

@@ -18,7 +18,7 @@ import (
 // parts fit together.
 func TestReleasedLayoutLoads(t *testing.T) {
 	dir := t.TempDir()
-	sum, err := Write(context.Background(), dir, Options{Size: Released, headersOnly: true})
+	sum, err := Write(context.Background(), dir, Options{Size: Released, HeadersOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

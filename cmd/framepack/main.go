@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/atomicfile"
 )
@@ -112,6 +113,7 @@ func exitCode(w io.Writer, err error, sig os.Signal) int {
 		return 0
 	}
 	var ue *usageError
+	var be *framepack.BudgetError // a budget below the least plan: a bad value, refused before any work
 	s, ok := sig.(syscall.Signal)
 	if ok && errors.Is(err, context.Canceled) {
 		fmt.Fprintf(w, "framepack: stopped by %s: %s\n", signalName(s), errorText(err))
@@ -121,7 +123,7 @@ func exitCode(w io.Writer, err error, sig os.Signal) int {
 	switch {
 	case errors.Is(err, context.Canceled):
 		return 128 + int(syscall.SIGINT)
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.As(err, &be):
 		return exitUsage
 	}
 	return exitFailure
