@@ -16,7 +16,7 @@ func TestCLIBudgetRefused(t *testing.T) {
 	if r.code != exitUsage || !strings.HasPrefix(last, "framepack: --ram-limit 2M (2.0 MiB) is below the ") || !strings.Contains(last, "; give --ram-limit ") {
 		t.Fatalf("exit %d, want %d and the least named:\n%s", r.code, exitUsage, r.stderr)
 	}
-	if strings.Contains(r.stderr, "weights: ") {
+	if strings.Contains(r.stderr, "msg=\"weights: ") {
 		t.Errorf("a model was loaded before the refusal:\n%s", r.stderr)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
