@@ -22,8 +22,9 @@ type BudgetError struct {
 	Flag string
 	// Value is the flag as given ("" when the budget is the default).
 	Value string
-	// Have is the budget; Need the least that would run.
-	Have, Need int64
+	// Have is the budget; Need the least that would run; Total what the
+	// device (--vram-limit) or the machine (--ram-limit) has, 0 if unknown.
+	Have, Need, Total int64
 	// Device is the compute device's name.
 	Device string
 	// Why lists what the least is made of.
@@ -35,12 +36,20 @@ func (e *BudgetError) Error() string {
 	if e.Flag == "--ram-limit" {
 		what = "the host budget"
 	}
-	given := fmt.Sprintf("%s %s (%s)", e.Flag, e.Value, memory.FormatBytes(e.Have))
-	if e.Value == "" {
-		given = fmt.Sprintf("%s of %s (the default; %s sets it)", what, memory.FormatBytes(e.Have), e.Flag)
+	have, need := memory.FormatBytes(e.Have), memory.FormatBytes(e.Need)
+	if have == need { // a near miss: the bytes tell them apart
+		have, need = fmt.Sprintf("%d bytes", e.Have), fmt.Sprintf("%d bytes", e.Need)
 	}
-	return fmt.Sprintf("%s is below the %s the smallest run of these models needs on %s: %s; give %s %s or more",
-		given, memory.FormatBytes(e.Need), e.Device, e.Why, e.Flag, sizeFlag(e.Need))
+	given := fmt.Sprintf("%s %s (%s)", e.Flag, e.Value, have)
+	if e.Value == "" {
+		given = fmt.Sprintf("%s of %s (the default; %s sets it)", what, have, e.Flag)
+	}
+	advice := fmt.Sprintf("give %s %s or more", e.Flag, sizeFlag(e.Need))
+	if e.Total > 0 && e.Need > e.Total {
+		advice = fmt.Sprintf("that is more than the %s there is, so these models cannot run here", memory.FormatBytes(e.Total))
+	}
+	return fmt.Sprintf("%s is below the %s the smallest run of these models needs on %s: %s; %s",
+		given, need, e.Device, e.Why, advice)
 }
 
 // sizeFlag writes n as a size flag, rounded up to a tenth of a GiB (whole
@@ -191,19 +200,20 @@ func (p *Pipeline) checkBudgets() error {
 	}
 	b := p.be.Budget()
 	name := p.dev.Name
+	hostTotal := p.ram.Stats().Total
 	if b.Cap < dev.bytes {
-		flag, value := "--vram-limit", p.opts.VRAMLimit
+		flag, value, total := "--vram-limit", p.opts.VRAMLimit, b.Total
 		if lim := p.ram.Limit(); p.ram.Unified() && lim > 0 && lim <= b.Cap {
-			flag, value = "--ram-limit", p.opts.RAMLimit
+			flag, value, total = "--ram-limit", p.opts.RAMLimit, hostTotal
 		}
-		return &BudgetError{Flag: flag, Value: value, Have: b.Cap, Need: dev.bytes, Device: name, Why: dev.what}
+		return &BudgetError{Flag: flag, Value: value, Have: b.Cap, Need: dev.bytes, Total: total, Device: name, Why: dev.what}
 	}
 	if !p.gpu || p.ram.Unified() {
 		return nil // one pool: the cap's check covers it
 	}
 	if lim := p.ram.Limit(); lim > 0 {
 		if host := p.leastHost(b.Cap); lim < host.bytes {
-			return &BudgetError{Flag: "--ram-limit", Value: p.opts.RAMLimit, Have: lim, Need: host.bytes, Device: name, Why: host.what}
+			return &BudgetError{Flag: "--ram-limit", Value: p.opts.RAMLimit, Have: lim, Need: host.bytes, Total: hostTotal, Device: name, Why: host.what}
 		}
 	}
 	return nil

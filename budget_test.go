@@ -40,7 +40,7 @@ func TestBudgetRefusedTiny(t *testing.T) {
 	if !errors.As(err, &be) || be.Flag != "--ram-limit" || be.Need != least.bytes || be.Have != least.bytes-1 {
 		t.Fatalf("want a --ram-limit BudgetError needing %d bytes, got %v", least.bytes, err)
 	}
-	for _, want := range []string{"--ram-limit ", "is below the " + memory.FormatBytes(least.bytes), "give --ram-limit " + sizeFlag(least.bytes) + " or more"} {
+	for _, want := range []string{"--ram-limit ", fmt.Sprintf("is below the %d bytes", least.bytes), "give --ram-limit " + sizeFlag(least.bytes) + " or more"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q lacks %q", err, want)
 		}
