@@ -39,6 +39,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/lora"
 	"github.com/framepack-go/framepack/memory"
@@ -405,9 +406,8 @@ func (p *Pipeline) Close() {
 		if err := p.unloadAll(); err != nil {
 			p.log.Warn("closing: " + err.Error())
 		}
-		if p.dev.Conv != nil {
-			p.dev.Conv.Chain().LogSummary()
-		}
+		// The GPU's chain, or the CPU's when conv3d faults are injected.
+		convchain.LogSummary(p.be)
 		p.closeRanks()
 		p.dev.Close()
 		p.closed.Store(true)
