@@ -39,6 +39,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/lora"
 	"github.com/framepack-go/framepack/memory"
@@ -347,6 +348,13 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 		memory.FormatBytes(p.bytes[PartTextEncoder]), memory.FormatBytes(p.bytes[PartTextEncoder2]), p.dt.text,
 		memory.FormatBytes(p.bytes[PartImageEncoder]), p.dt.image,
 		memory.FormatBytes(p.bytes[PartVAE]), p.dt.vae, p.cropStart))
+	// A budget that the smallest plan does not fit is refused now, not
+	// after the encoders ran.
+	if err := p.checkBudgets(); err != nil {
+		p.closeRanks()
+		p.dev.Close()
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -398,9 +406,8 @@ func (p *Pipeline) Close() {
 		if err := p.unloadAll(); err != nil {
 			p.log.Warn("closing: " + err.Error())
 		}
-		if p.dev.Conv != nil {
-			p.dev.Conv.Chain().LogSummary()
-		}
+		// The GPU's chain, or the CPU's when conv3d faults are injected.
+		convchain.LogSummary(p.be)
 		p.closeRanks()
 		p.dev.Close()
 		p.closed.Store(true)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/model/clip"
 	"github.com/framepack-go/framepack/model/hunyuan"
@@ -26,8 +27,9 @@ import (
 // so far. With Request.Model ModelF1 the sections run forward, as
 // FramePack-F1's worker() does: appended to the history, soft-appended
 // after the video. An end image conditions the first section generated.
-// Cancelling ctx stops before the next sampler step or stage and
-// returns an error wrapping ctx.Err(); after a failure nothing is kept loaded. A NaN or
+// Cancelling ctx stops before the next sampler step, decode tile or stage,
+// and kills a conv3d algorithm search at once, and returns an error
+// wrapping ctx.Err(); after a failure nothing is kept loaded. A NaN or
 // Inf in what a stage hands on (embeddings, latents, pixels) fails the job
 // with an error naming that stage, rather than making a black video.
 //
@@ -55,6 +57,8 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (res *Result, err 
 	}
 	j := p.newJob(ctx, req)
 	p.job = j
+	// Cancelling ctx kills a conv3d algorithm search at once.
+	defer convchain.Bind(p.be, ctx)()
 	defer func() {
 		// A background load ends before anything is unloaded.
 		if jerr := j.joinEarly(); jerr != nil && err == nil {

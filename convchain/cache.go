@@ -37,6 +37,44 @@ type Choice struct {
 type cacheFile struct {
 	Version int                `json:"version"`
 	Choices map[string]*Choice `json:"choices"`
+	// SearchTimeouts are the tiers whose search overran its deadline on
+	// a device, by SearchTimeout.id: those tiers plan without searching
+	// there until the record is forgotten (ForgetSearchTimeouts).
+	SearchTimeouts map[string]*SearchTimeout `json:"search_timeouts,omitempty"`
+}
+
+// SearchTimeout records that a tier's search overran its deadline on a
+// device: a driver whose search hangs hangs for every shape, so the tier
+// then plans from its heuristics without searching, on that device, in
+// this run and later ones, until the record is forgotten.
+type SearchTimeout struct {
+	Device string `json:"device"`
+	Tier   string `json:"tier"`
+	// Key is the convolution whose search timed out.
+	Key Key `json:"key"`
+	// Deadline is the deadline it overran, in seconds.
+	Deadline float64 `json:"deadline_s"`
+	// Exhaustive: the search was exhaustive; the record then keeps only
+	// exhaustive searches from running.
+	Exhaustive bool      `json:"exhaustive,omitempty"`
+	Updated    time.Time `json:"updated"`
+}
+
+func (t *SearchTimeout) id() string {
+	id := t.Device + "|" + t.Tier
+	if t.Exhaustive {
+		id += "|exhaustive"
+	}
+	return id
+}
+
+func (t SearchTimeout) String() string {
+	what := "search"
+	if t.Exhaustive {
+		what = "exhaustive search"
+	}
+	return fmt.Sprintf("%s: tier %s's %s of %s overran its %.0f s deadline on %s",
+		t.Device, t.Tier, what, t.Key, t.Deadline, t.Updated.Format(time.DateOnly))
 }
 
 // DefaultCachePath is where choices are remembered:
@@ -52,26 +90,40 @@ func DefaultCachePath() (string, error) {
 // readCache reads the choices at path. A missing file is no choices; an
 // unreadable one is reported (the caller ignores it and rewrites it).
 func readCache(path string) (map[string]*Choice, error) {
+	f, err := readCacheFile(path)
+	return f.Choices, err
+}
+
+// readCacheFile reads the file at path: a missing file is an empty one; an
+// unreadable one is reported, with an empty one.
+func readCacheFile(path string) (*cacheFile, error) {
+	empty := &cacheFile{Version: cacheVersion, Choices: map[string]*Choice{}, SearchTimeouts: map[string]*SearchTimeout{}}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return map[string]*Choice{}, nil
+		return empty, nil
 	}
 	if err != nil {
-		return map[string]*Choice{}, err
+		return empty, err
 	}
 	var f cacheFile
 	if err := json.Unmarshal(b, &f); err != nil {
-		return map[string]*Choice{}, fmt.Errorf("not valid JSON: %w", err)
+		return empty, fmt.Errorf("not valid JSON: %w", err)
 	}
 	if f.Version != cacheVersion {
-		return map[string]*Choice{}, fmt.Errorf("version %d, want %d", f.Version, cacheVersion)
+		return empty, fmt.Errorf("version %d, want %d", f.Version, cacheVersion)
 	}
-	out := map[string]*Choice{}
+	out := &cacheFile{Version: cacheVersion, Choices: map[string]*Choice{}, SearchTimeouts: map[string]*SearchTimeout{}}
 	for k, c := range f.Choices {
 		if c == nil || c.Tier == "" || c.Key.String() != k {
-			return map[string]*Choice{}, fmt.Errorf("entry %q is malformed", k)
+			return empty, fmt.Errorf("entry %q is malformed", k)
 		}
-		out[k] = c
+		out.Choices[k] = c
+	}
+	for k, t := range f.SearchTimeouts {
+		if t == nil || t.Tier == "" || t.id() != k {
+			return empty, fmt.Errorf("search timeout %q is malformed", k)
+		}
+		out.SearchTimeouts[k] = t
 	}
 	return out, nil
 }
@@ -80,11 +132,22 @@ func readCache(path string) (map[string]*Choice, error) {
 // processes and devices stay) and replaces it atomically: a temporary file
 // in the same directory, synced, then renamed over it.
 func writeCache(path string, choices map[string]*Choice) error {
-	merged, _ := readCache(path) // an unreadable file is replaced
-	for k, c := range choices {
-		merged[k] = c
+	return updateCache(path, func(f *cacheFile) {
+		for k, c := range choices {
+			f.Choices[k] = c
+		}
+	})
+}
+
+// updateCache changes the file at path with change and replaces it
+// atomically (an unreadable file is replaced).
+func updateCache(path string, change func(f *cacheFile)) error {
+	f, _ := readCacheFile(path)
+	change(f)
+	if len(f.SearchTimeouts) == 0 {
+		f.SearchTimeouts = nil
 	}
-	b, err := json.MarshalIndent(cacheFile{Version: cacheVersion, Choices: merged}, "", "  ")
+	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -94,15 +157,62 @@ func writeCache(path string, choices map[string]*Choice) error {
 	return atomicfile.WriteFile(path, append(b, '\n'), 0o600)
 }
 
+// orDefault is path, or DefaultCachePath for "".
+func orDefault(path string) (string, error) {
+	if path != "" {
+		return path, nil
+	}
+	return DefaultCachePath()
+}
+
+// SearchTimeouts lists the search timeouts remembered at path ("" for
+// DefaultCachePath), for `framepack doctor`.
+func SearchTimeouts(path string) ([]SearchTimeout, error) {
+	path, err := orDefault(path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := readCacheFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var out []SearchTimeout
+	for _, t := range f.SearchTimeouts {
+		out = append(out, *t)
+	}
+	slices.SortFunc(out, func(a, b SearchTimeout) int { return strings.Compare(a.id(), b.id()) })
+	return out, nil
+}
+
+// ForgetSearchTimeouts removes the search timeouts remembered at path (""
+// for DefaultCachePath), so that the tiers search again, and the shapes
+// they planned without a search are searched again too; the choices stay.
+// It returns how many were removed.
+func ForgetSearchTimeouts(path string) (int, error) {
+	path, err := orDefault(path)
+	if err != nil {
+		return 0, err
+	}
+	f, err := readCacheFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	n := len(f.SearchTimeouts)
+	if n == 0 {
+		return 0, nil
+	}
+	if err := updateCache(path, func(f *cacheFile) { clear(f.SearchTimeouts) }); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return n, nil
+}
+
 // Remembered lists the choices remembered at path ("" for
 // DefaultCachePath), sorted by device and key, for `framepack doctor`.
 func Remembered(path string) ([]Choice, error) {
-	if path == "" {
-		p, err := DefaultCachePath()
-		if err != nil {
-			return nil, err
-		}
-		path = p
+	path, err := orDefault(path)
+	if err != nil {
+		return nil, err
 	}
 	m, err := readCache(path)
 	if err != nil {

@@ -14,6 +14,14 @@
 // deadline (work queued on a device cannot be abandoned safely); the first
 // run of each plan waits for the device, so that its failure skips the tier.
 //
+// A search that overruns its deadline turns that tier's searches off on
+// the device: the shape, and every shape after it, plans the tier from its
+// heuristics (as with searches off) without waiting again, since a driver
+// whose search hangs hangs for every shape. That is remembered on disk
+// beside the choices, until ForgetSearchTimeouts (`framepack doctor
+// --retry-searches`). A cancelled context (Bind) kills a running search at
+// once and fails its convolution, remembering nothing.
+//
 // A choice made after a tier ran out of memory is kept for this process
 // only, since it depends on what else held the device; a later run tries
 // that tier again. Other skips (errors, timeouts, naive solvers) are
@@ -23,6 +31,7 @@
 package convchain
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,6 +82,12 @@ type Chain struct {
 	live       map[string]live    // ready plans of this process
 	stats      []tierStats
 	warnedSave bool
+	// timedOut is, per tier, the search timeout that turned its searches
+	// off on this device (from this run or remembered); nil: searches on.
+	timedOut []*SearchTimeout
+
+	ctxMu sync.Mutex
+	ctxs  []context.Context // bound by Bind; searches stop when one is done
 }
 
 type live struct {
@@ -86,6 +101,10 @@ type tierStats struct {
 	searches   int
 	searchTime time.Duration
 	skips      map[string]int // by kind
+	// timedOutHere: a search of this tier timed out in this process;
+	// unwaited counts the shapes planned without a search since.
+	timedOutHere bool
+	unwaited     int
 }
 
 // New builds a chain of tiers, in order of preference.
@@ -101,7 +120,8 @@ func New(tiers []Tier, o Options) (*Chain, error) {
 		names = append(names, t.Name())
 	}
 	c := &Chain{tiers: tiers, opt: o, log: o.Log, faults: o.Faults,
-		remembered: map[string]*Choice{}, live: map[string]live{}, stats: make([]tierStats, len(tiers))}
+		remembered: map[string]*Choice{}, live: map[string]live{}, stats: make([]tierStats, len(tiers)),
+		timedOut: make([]*SearchTimeout, len(tiers))}
 	for i := range c.stats {
 		c.stats[i].skips = map[string]int{}
 	}
@@ -142,14 +162,108 @@ func New(tiers []Tier, o Options) (*Chain, error) {
 			path = p
 		}
 		c.cachePath = path
-		m, err := readCache(path)
+		f, err := readCacheFile(path)
 		if err != nil {
 			c.log.Warn(fmt.Sprintf("conv3d: ignoring the remembered choices in %s (%v); the file will be rewritten", path, err), "path", path)
 		}
-		c.remembered = m
+		c.remembered = f.Choices
+		c.useTimeouts(f.SearchTimeouts)
 	}
 	return c, nil
 }
+
+// useTimeouts turns off the searches of the tiers whose search timed out
+// on this device in an earlier run.
+func (c *Chain) useTimeouts(m map[string]*SearchTimeout) {
+	for i, t := range c.tiers {
+		for _, rec := range m {
+			if rec.Device != c.opt.Device || rec.Tier != t.Name() || (rec.Exhaustive && !c.opt.Exhaustive) {
+				continue
+			}
+			c.timedOut[i] = rec
+			if c.searches(i) {
+				c.log.Info(fmt.Sprintf("conv3d: tier %s's search overran its deadline on this device on %s; the tier plans from its heuristics without searching (`framepack doctor --retry-searches` searches again)",
+					t.Name(), rec.Updated.Format(time.DateOnly)), "tier", t.Name())
+			}
+			break
+		}
+	}
+}
+
+// searches reports whether tier i plans through a search in a child
+// process: it registered one and searches are on, or a hang is injected.
+func (c *Chain) searches(i int) bool {
+	name := c.tiers[i].Name()
+	return c.faults.Conv3d[name] == FaultHang || (!c.opt.NoSearch && searchFor(name) != nil)
+}
+
+// Bind makes ctx stop the chain's searches: while it is bound, a search
+// running when ctx is done is killed at once and its convolution fails
+// with an error wrapping ctx.Err(), and no new search starts. The returned
+// function unbinds it. Pipeline.Generate binds its context.
+func (c *Chain) Bind(ctx context.Context) (unbind func()) { return bind(&c.ctxMu, &c.ctxs, ctx) }
+
+// Bind binds ctx to the chain in be's layers (see Chain.Bind); a backend
+// without one needs nothing.
+func Bind(be tensor.Backend, ctx context.Context) (unbind func()) {
+	if c := ChainOf(be); c != nil {
+		return c.Bind(ctx)
+	}
+	return func() {}
+}
+
+// BindAll binds ctx to every chain of the process, those made later
+// included: a command binds the context its signals cancel.
+func BindAll(ctx context.Context) (unbind func()) { return bind(&allMu, &all, ctx) }
+
+var (
+	allMu sync.Mutex
+	all   []context.Context // bound by BindAll
+)
+
+func bind(mu *sync.Mutex, ctxs *[]context.Context, ctx context.Context) func() {
+	mu.Lock()
+	*ctxs = append(*ctxs, ctx)
+	mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if i := slices.Index(*ctxs, ctx); i >= 0 {
+				*ctxs = slices.Delete(*ctxs, i, i+1)
+			}
+		})
+	}
+}
+
+// context is done when any bound context is done.
+func (c *Chain) context() (context.Context, context.CancelFunc) {
+	c.ctxMu.Lock()
+	ctxs := slices.Clone(c.ctxs)
+	c.ctxMu.Unlock()
+	allMu.Lock()
+	ctxs = append(ctxs, all...)
+	allMu.Unlock()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	var stops []func() bool
+	for _, b := range ctxs {
+		if b.Err() != nil {
+			cancel(context.Cause(b))
+			break
+		}
+		stops = append(stops, context.AfterFunc(b, func() { cancel(context.Cause(b)) }))
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel(nil)
+	}
+}
+
+// errCancelled is wrapped when a bound context stopped a search.
+var errCancelled = errors.New("search stopped: cancelled")
 
 // Tiers names the tiers in order.
 func (c *Chain) Tiers() []string {
@@ -448,6 +562,10 @@ func (c *Chain) conv3d(k Key, cl *call) error {
 
 	for i := start; i < len(c.tiers); i++ {
 		plan, err := c.plan(i, k)
+		if errors.Is(err, errCancelled) {
+			// Nothing was learnt about the tier: no skip, nothing kept.
+			return fmt.Errorf("%s: %w", k, err)
+		}
 		if err == nil {
 			err = c.run(i, plan, true, cl)
 		}
@@ -491,27 +609,74 @@ func classify(err error) string {
 }
 
 // plan readies tier i for k: its search in a child process when it has
-// one (or when a hang is injected), then its in-process Plan.
+// one (or when a hang is injected), then its in-process Plan. After a
+// search of the tier timed out on this device, the tier plans from its
+// heuristics without one.
 func (c *Chain) plan(i int, k Key) (*Plan, error) {
 	t := c.tiers[i]
 	name := t.Name()
-	fault := c.faults.Conv3d[name]
 	k = c.tierKey(i, k)
-	var searched *Plan
-	if fault == FaultHang || (!c.opt.NoSearch && searchFor(name) != nil) {
-		req := SearchRequest{Tier: name, Key: k, Exhaustive: c.opt.Exhaustive}
-		if fault == FaultHang {
-			req.Fault = FaultHang
-		}
-		start := time.Now()
-		res, err := searchInChild(req, c.opt.SearchDeadline)
-		c.stats[i].searches++
-		c.stats[i].searchTime += time.Since(start)
-		if err != nil {
-			return nil, err
-		}
-		searched = res
+	if !c.searches(i) {
+		return c.planWith(i, k, nil)
 	}
+	if c.timedOut[i] != nil {
+		c.stats[i].unwaited++
+		return c.planWith(i, k, nil)
+	}
+	req := SearchRequest{Tier: name, Key: k, Exhaustive: c.opt.Exhaustive}
+	if c.faults.Conv3d[name] == FaultHang {
+		req.Fault = FaultHang
+	}
+	ctx, stop := c.context()
+	defer stop()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%w before the search of tier %s: %w", errCancelled, name, context.Cause(ctx))
+	}
+	c.log.Debug(fmt.Sprintf("conv3d: searching tier %s for %s in a child process (deadline %v)", name, k, c.opt.SearchDeadline), "tier", name)
+	start := time.Now()
+	res, err := searchInChild(ctx, req, c.opt.SearchDeadline)
+	c.stats[i].searches++
+	c.stats[i].searchTime += time.Since(start)
+	if errors.Is(err, ErrDeadline) {
+		c.searchTimedOut(i, k)
+		plan, perr := c.planWith(i, k, nil)
+		if perr != nil {
+			return nil, fmt.Errorf("%w; without a search: %w", err, perr)
+		}
+		return plan, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c.planWith(i, k, res)
+}
+
+// searchTimedOut turns tier i's searches off on this device, in this run
+// and, through the choices file, later ones.
+func (c *Chain) searchTimedOut(i int, k Key) {
+	name := c.tiers[i].Name()
+	rec := &SearchTimeout{Device: c.opt.Device, Tier: name, Key: k, Deadline: c.opt.SearchDeadline.Seconds(),
+		Exhaustive: c.opt.Exhaustive, Updated: time.Now().UTC()}
+	c.timedOut[i] = rec
+	c.stats[i].timedOutHere = true
+	kept := "; in this process only (faults are injected or choices are not kept)"
+	if c.cachePath != "" {
+		kept = "; remembered in " + c.cachePath + " (`framepack doctor --retry-searches` searches again)"
+		if err := updateCache(c.cachePath, func(f *cacheFile) { f.SearchTimeouts[rec.id()] = rec }); err != nil && !c.warnedSave {
+			c.warnedSave = true
+			c.log.Warn("conv3d: cannot remember choices", "path", c.cachePath, "err", err)
+		}
+	}
+	c.log.Warn(fmt.Sprintf("conv3d: tier %s's search of %s overran its %v deadline; no other shape waits on it: the tier plans from its heuristics without searching on %s%s",
+		name, k, c.opt.SearchDeadline, c.opt.Device, kept), "tier", name)
+}
+
+// planWith is tier i's in-process Plan for k, with the search's result
+// when there was one, and the chain's checks of the plan.
+func (c *Chain) planWith(i int, k Key, searched *Plan) (*Plan, error) {
+	t := c.tiers[i]
+	name := t.Name()
+	fault := c.faults.Conv3d[name]
 	plan, err := t.Plan(k, searched)
 	if err != nil {
 		return nil, err
@@ -578,9 +743,11 @@ func (c *Chain) run(i int, plan *Plan, trial bool, cl *call) error {
 }
 
 // searchesAgain: searches are on and r's tier has one, but r's plan was
-// not searched (it was remembered while searches were off).
+// not searched (it was remembered while searches were off, or after the
+// tier's search timed out, which is forgotten since).
 func (c *Chain) searchesAgain(r *Choice) bool {
-	return !c.opt.NoSearch && searchFor(r.Tier) != nil && (r.Plan == nil || !r.Plan.Searched)
+	i := slices.Index(c.Tiers(), r.Tier)
+	return !c.opt.NoSearch && searchFor(r.Tier) != nil && (r.Plan == nil || !r.Plan.Searched) && (i < 0 || c.timedOut[i] == nil)
 }
 
 // remember records a choice and writes it to disk, unless a tier before it
@@ -605,6 +772,24 @@ type TierSummary struct {
 	Searches   int
 	SearchTime time.Duration
 	Skips      map[string]int // by kind
+	// SearchTimedOut: a search of the tier timed out in this run, and
+	// Unwaited shapes were planned without a search after it.
+	SearchTimedOut bool
+	Unwaited       int
+}
+
+// TimeoutString is the line for a tier whose search timed out in this run
+// ("" otherwise): how many shapes did not wait, and the time its searches
+// took in all.
+func (s TierSummary) TimeoutString() string {
+	if !s.SearchTimedOut {
+		return ""
+	}
+	shapes := "shapes"
+	if s.Unwaited == 1 {
+		shapes = "shape"
+	}
+	return fmt.Sprintf("conv3d: tier %s search timed out once; %d other %s did not wait (%.1f s in all)", s.Tier, s.Unwaited, shapes, s.SearchTime.Seconds())
 }
 
 func (s TierSummary) String() string {
@@ -633,14 +818,19 @@ func (c *Chain) Summary() []TierSummary {
 	out := make([]TierSummary, len(c.tiers))
 	for i, t := range c.tiers {
 		s := c.stats[i]
-		out[i] = TierSummary{Tier: t.Name(), Convs: s.convs, RunTime: s.runTime, Searches: s.searches, SearchTime: s.searchTime, Skips: maps.Clone(s.skips)}
+		out[i] = TierSummary{Tier: t.Name(), Convs: s.convs, RunTime: s.runTime, Searches: s.searches, SearchTime: s.searchTime, Skips: maps.Clone(s.skips),
+			SearchTimedOut: s.timedOutHere, Unwaited: s.unwaited}
 	}
 	return out
 }
 
-// LogSummary logs one line per tier; call it at the end of a run.
+// LogSummary logs one line per tier, and one for each tier whose search
+// timed out; call it at the end of a run.
 func (c *Chain) LogSummary() {
 	for _, s := range c.Summary() {
 		c.log.Info(s.String(), "tier", s.Tier, "convs", s.Convs, "seconds", s.RunTime.Seconds())
+		if line := s.TimeoutString(); line != "" {
+			c.log.Info(line, "tier", s.Tier, "unwaited", s.Unwaited, "search_seconds", s.SearchTime.Seconds())
+		}
 	}
 }

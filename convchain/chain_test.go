@@ -258,13 +258,16 @@ func TestHungSearch(t *testing.T) {
 }
 
 // A hang injected into a tier without a search still goes through a child
-// killed at the deadline.
+// killed at the deadline; the tier then runs its plan made without one.
 func TestHangWithoutSearch(t *testing.T) {
 	f := newFixture(t)
 	c := f.chain(t, "conv3d.optimized=error,conv3d.gemm=hang", time.Second)
 	f.convOK(t, c)
-	if r := f.runs(); r[2] != 1 || r[1] != 0 {
-		t.Fatalf("runs %v: want the naive tier", r)
+	if r := f.runs(); r[1] != 1 || r[2] != 0 {
+		t.Fatalf("runs %v: want the gemm tier, planned without its search", r)
+	}
+	if s := c.Summary()[1]; !s.SearchTimedOut || s.Searches != 1 || s.Skips["timeout"] != 0 {
+		t.Fatalf("gemm summary %+v", s)
 	}
 }
 

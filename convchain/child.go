@@ -93,8 +93,8 @@ var errChild = errors.New("search child failed")
 var errNoChild = errors.New("no search child")
 
 // searchInChild runs req in a fresh start of this binary and kills it (and
-// anything it started) at the deadline.
-func searchInChild(req SearchRequest, deadline time.Duration) (*Plan, error) {
+// anything it started) at the deadline, or at once when parent is done.
+func searchInChild(parent context.Context, req SearchRequest, deadline time.Duration) (*Plan, error) {
 	if !hooked.Load() {
 		return nil, fmt.Errorf("%w: this binary does not call convchain.MaybeRunChild first in main (or TestMain), so a search cannot run in a child process", errNoChild)
 	}
@@ -106,7 +106,7 @@ func searchInChild(req SearchRequest, deadline time.Duration) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(parent, deadline)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Env = append(childEnviron(), childEnv+"="+string(reqJSON))
@@ -125,6 +125,9 @@ func searchInChild(req SearchRequest, deadline time.Duration) (*Plan, error) {
 		pid := 0
 		if cmd.Process != nil {
 			pid = cmd.Process.Pid
+		}
+		if parent.Err() != nil {
+			return nil, fmt.Errorf("%w: search of tier %s killed after %v (pid %d): %w", errCancelled, req.Tier, elapsed.Round(time.Millisecond), pid, context.Cause(parent))
 		}
 		if ctx.Err() == context.DeadlineExceeded {
 			return nil, fmt.Errorf("%w: search of tier %s killed after %v (pid %d)", ErrDeadline, req.Tier, deadline, pid)

@@ -49,10 +49,10 @@ type Options struct {
 	// weights written so far and the total.
 	Progress func(written, total int64)
 
-	// headersOnly writes each weight file's header and leaves its data a
+	// HeadersOnly writes each weight file's header and leaves its data a
 	// hole (a sparse file of the right size): the tests load a
 	// released-size folder's configs and headers without 42 GB of disk.
-	headersOnly bool
+	HeadersOnly bool
 }
 
 // Summary describes a written folder.
@@ -179,7 +179,7 @@ func Write(ctx context.Context, dir string, opts Options) (Summary, error) {
 		total := sum.WeightBytes
 		progress = func(n int64) { opts.Progress(written.Add(n), total) }
 	}
-	if opts.headersOnly {
+	if opts.HeadersOnly {
 		for _, f := range files {
 			f.tensors, f.offsets = nil, nil // no chunks to write
 		}

@@ -192,6 +192,7 @@ func extractAtomically(dir string) error {
 	if err != nil {
 		return err
 	}
+	defer atomicfile.Track(tmp)()
 	if err := Extract(tmp); err != nil {
 		os.RemoveAll(tmp)
 		return err

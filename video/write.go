@@ -188,6 +188,7 @@ func WritePNGs(ctx context.Context, dir string, f Frames) error {
 	if err != nil {
 		return fmt.Errorf("video: %w", err)
 	}
+	defer atomicfile.Track(tmp)()
 	ok := false
 	defer func() {
 		if !ok {
@@ -201,17 +202,28 @@ func WritePNGs(ctx context.Context, dir string, f Frames) error {
 		return fmt.Errorf("video: %w", err)
 	}
 	var old string
-	if _, err := os.Lstat(dir); err == nil {
-		old = tmp + ".old"
-		if err := os.Rename(dir, old); err != nil {
-			return fmt.Errorf("video: replacing %s: %w", dir, err)
+	// The two renames are one step for a process removing its temporaries
+	// on the way out (atomicfile.RemoveTracked).
+	err = atomicfile.Commit(func() error {
+		if _, err := os.Stat(tmp); err != nil {
+			return fmt.Errorf("video: %w", err)
 		}
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		if old != "" {
-			os.Rename(old, dir)
+		if _, err := os.Lstat(dir); err == nil {
+			old = tmp + ".old"
+			if err := os.Rename(dir, old); err != nil {
+				return fmt.Errorf("video: replacing %s: %w", dir, err)
+			}
 		}
-		return fmt.Errorf("video: %w", err)
+		if err := os.Rename(tmp, dir); err != nil {
+			if old != "" {
+				os.Rename(old, dir)
+			}
+			return fmt.Errorf("video: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	ok = true
 	if old != "" {

@@ -220,11 +220,11 @@ func TestFaultsOnRealTiers(t *testing.T) {
 		want   string // the tier that must run
 	}{
 		{"", "optimized"},
-		{"conv3d.optimized=hang", "gemm"},
+		{"conv3d.optimized=hang", "optimized"}, // planned without its search after the timeout
 		{"conv3d.optimized=error", "gemm"},
 		{"conv3d.optimized=oom", "gemm"},
 		{"conv3d.optimized=naive", "gemm"},
-		{"conv3d.optimized=error,conv3d.gemm=hang", "naive"},
+		{"conv3d.optimized=error,conv3d.gemm=hang", "gemm"},
 		{"conv3d.optimized=oom,conv3d.gemm=oom", "naive"},
 		{"conv3d.optimized=error,conv3d.gemm=error,conv3d.naive=error", "cpu"},
 		{"alloc.nth=5", "optimized"}, // its first scratch tensor: the chunk shrinks
@@ -259,6 +259,52 @@ func TestFaultsOnRealTiers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHungSearchManyShapes: with the search of every real tier hanging,
+// every VAE-like shape in every layout runs (the optimized tier, from its
+// heuristics) and the whole costs one search deadline, plus the work, not
+// one per shape.
+func TestHungSearchManyShapes(t *testing.T) {
+	g := newGPU(t, Options{Log: quiet})
+	const deadline = 3 * time.Second
+	f, err := convchain.ParseFaults("conv3d.optimized=hang,conv3d.gemm=hang,conv3d.naive=hang,conv3d.cpu=hang")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	be := wrapped(t, g, ConvOptions{Faults: f, SearchDeadline: deadline, Log: slog.New(slog.NewTextHandler(&log, nil))})
+	// The same work on a chain without faults (no search on NVIDIA) is
+	// the baseline: the hangs may add one deadline to it, plus 1 s.
+	all := func(be tensor.Backend) (time.Duration, int) {
+		start, n := time.Now(), 0
+		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+			for i, c := range vaeLike {
+				if e := newConvRun(t, c, dt, uint64(i)).run(t, be); !(e <= limit(dt)) {
+					t.Errorf("%s %s: rel_l2 %.3e", c.name, dt, e)
+				}
+				n++
+			}
+		}
+		return time.Since(start), n
+	}
+	all(wrapped(t, g, ConvOptions{Search: SearchOff})) // warms the kernels and the library
+	plain, _ := all(wrapped(t, g, ConvOptions{Search: SearchOff}))
+	el, n := all(be)
+	if el > deadline+plain+time.Second {
+		t.Errorf("%d shapes with every search hanging took %v, want at most one %v deadline plus 1 s beyond the %v they take without faults", n, el, deadline, plain)
+	}
+	be.Chain().LogSummary()
+	s := be.Chain().Summary()[0]
+	if s.Tier != "optimized" || !s.SearchTimedOut || s.Searches != 1 || s.Convs != n {
+		t.Fatalf("optimized tier: %+v", s)
+	}
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, "search timed out once") {
+			t.Logf("%s", line)
+		}
+	}
+	t.Logf("%d shapes in %v with every search hanging (deadline %v; %v without faults)", n, el.Round(time.Millisecond), deadline, plain.Round(time.Millisecond))
 }
 
 func caseTiling(c *golden.Case) vae.Tiling {

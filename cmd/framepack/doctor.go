@@ -14,14 +14,26 @@ import (
 )
 
 func newDoctor() *cobra.Command {
-	return &cobra.Command{
+	var retry bool
+	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Report what this machine offers: CPU backend and BLAS, GPU libraries, devices, memory",
-		Args:  cobra.NoArgs,
+		Long: `Report what this machine offers: CPU backend and BLAS, GPU libraries, devices, memory, and the
+conv3d choices remembered for each convolution shape and device.
+
+A conv3d algorithm search that overran its deadline turns that tier's searches off on the device: its
+shapes are planned from the library's heuristics, in later runs too. --retry-searches forgets those
+timeouts (the choices stay), so the next run searches again, shapes planned without a search included.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if retry {
+				return retrySearches(cmd.OutOrStdout())
+			}
 			return doctor(cmd.OutOrStdout())
 		},
 	}
+	cmd.Flags().BoolVar(&retry, "retry-searches", false, "forget the conv3d search timeouts remembered, so that the next run searches again")
+	return cmd
 }
 
 // doctorSection adds lines to the report; sections are registered by the

@@ -117,6 +117,11 @@ func doctorAttention(d *hip.Device) string {
 }
 
 func doctorConv3d(w io.Writer) error {
+	if tos, err := convchain.SearchTimeouts(""); err == nil {
+		for _, to := range tos {
+			fmt.Fprintf(w, "  search off: %s (planned from its heuristics; `framepack doctor --retry-searches` searches again)\n", to)
+		}
+	}
 	choices, err := convchain.Remembered("")
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -135,5 +140,19 @@ func doctorConv3d(w io.Writer) error {
 		}
 		fmt.Fprintln(w)
 	}
+	return nil
+}
+
+// retrySearches forgets the conv3d search timeouts remembered.
+func retrySearches(w io.Writer) error {
+	n, err := convchain.ForgetSearchTimeouts("")
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		fmt.Fprintln(w, "no conv3d search timeouts remembered")
+		return nil
+	}
+	fmt.Fprintf(w, "forgot %d conv3d search timeouts: the next run searches again\n", n)
 	return nil
 }

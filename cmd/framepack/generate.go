@@ -16,6 +16,7 @@ import (
 	"unicode"
 
 	"github.com/framepack-go/framepack"
+	"github.com/framepack-go/framepack/internal/atomicfile"
 	"github.com/framepack-go/framepack/internal/device"
 	"github.com/framepack-go/framepack/lora"
 	"github.com/framepack-go/framepack/memory"
@@ -510,7 +511,11 @@ func tinyModel(log *slog.Logger, at string) (dir string, cleanup func(), err err
 	}
 	log.Info("no --models and no FRAMEPACK_MODELS: using the built-in tiny model" + at + " (random weights: every stage runs, the video is noise)")
 	if temporary {
-		return tdir, func() { os.RemoveAll(tdir) }, nil
+		untrack := atomicfile.Track(tdir)
+		return tdir, func() {
+			os.RemoveAll(tdir)
+			untrack()
+		}, nil
 	}
 	return tdir, func() {}, nil
 }

@@ -56,6 +56,9 @@ func superviseGPUs(ctx context.Context, cmd *cobra.Command, gpus string, extra .
 		return true, fmt.Errorf("finding this program to start a process per GPU: %w", err)
 	}
 	slog.Default().Info(fmt.Sprintf("starting %d processes, one on each of GPUs %v", len(list), list))
+	// The processes stop within their own grace after a signal; this one
+	// waits for them a little longer before it exits regardless.
+	stopGrace.Store(int64(1900 * time.Millisecond))
 	err = launch.Run(ctx, launch.Spec{
 		Path: self, Args: append(append([]string(nil), os.Args[1:]...), extra...), GPUs: list,
 		Env:    framepack.RankEnv(),

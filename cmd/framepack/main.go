@@ -11,11 +11,16 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/convchain"
+	"github.com/framepack-go/framepack/internal/atomicfile"
 )
 
 // Exit statuses: 1 a failure, 2 a command line that cannot run (nothing
@@ -32,14 +37,31 @@ func main() {
 	convchain.MaybeRunChild()
 
 	ctx, caught := signalContext()
+	convchain.BindAll(ctx) // a signal kills a conv3d search at once
 	err := newRoot().ExecuteContext(ctx)
+	exiting.Lock()
 	os.Exit(exitCode(os.Stderr, err, caught()))
 }
 
+// stopGrace is how long the work gets to stop after the first signal
+// before the process removes its temporary files and exits anyway: the
+// engine stops at its next step, tile or stage, but a model load, a GPU
+// kernel or a CPU op under way cannot be cut short, and at real size one
+// can take minutes. A supervisor of one process per GPU waits a little
+// longer, for its processes to stop first.
+var stopGrace atomic.Int64
+
+func init() { stopGrace.Store(int64(1500 * time.Millisecond)) }
+
+// exiting is held by whoever ends the process: main once the command
+// returned, or the signal's deadline.
+var exiting sync.Mutex
+
 // signalContext is cancelled by the first SIGINT or SIGTERM, so the job
-// stops and removes its temporary files; a second one kills the process
-// at once (the signal's default action). caught returns the signal that
-// cancelled the context, or nil.
+// stops and removes its temporary files, and the process exits within
+// stopGrace whatever it was doing; a second one kills the process at once
+// (the signal's default action). caught returns the signal that cancelled
+// the context, or nil.
 func signalContext() (context.Context, func() os.Signal) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 1)
@@ -50,6 +72,8 @@ func signalContext() (context.Context, func() os.Signal) {
 		signal.Reset(os.Interrupt, syscall.SIGTERM)
 		got <- s
 		cancel()
+		grace := time.Duration(stopGrace.Load())
+		time.AfterFunc(grace, func() { forceExit(os.Stderr, s, grace) })
 	}()
 	return ctx, func() os.Signal {
 		select {
@@ -61,6 +85,27 @@ func signalContext() (context.Context, func() os.Signal) {
 	}
 }
 
+// forceExit ends a process whose work did not stop within grace of signal
+// s: it removes the temporary files being written (nothing it would
+// replace is touched) and exits 128+s, as a stopped job does. A search
+// child dies with it (convchain starts it so).
+func forceExit(w io.Writer, s os.Signal, grace time.Duration) {
+	if !exiting.TryLock() {
+		return // main is printing its result and exiting
+	}
+	atomicfile.RemoveTracked()
+	sig, _ := s.(syscall.Signal)
+	fmt.Fprintf(w, "framepack: stopped by %s: cancelled; the work under way did not stop within %v, so the process exits now, its temporary files removed\n", signalName(sig), grace)
+	os.Exit(128 + int(sig))
+}
+
+func signalName(s syscall.Signal) string {
+	if name, ok := map[syscall.Signal]string{syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM"}[s]; ok {
+		return name
+	}
+	return s.String()
+}
+
 // exitCode prints err (with one "framepack:" prefix) and returns the
 // process's exit status.
 func exitCode(w io.Writer, err error, sig os.Signal) int {
@@ -68,17 +113,17 @@ func exitCode(w io.Writer, err error, sig os.Signal) int {
 		return 0
 	}
 	var ue *usageError
+	var be *framepack.BudgetError // a budget below the least plan: a bad value, refused before any work
 	s, ok := sig.(syscall.Signal)
 	if ok && errors.Is(err, context.Canceled) {
-		name := map[syscall.Signal]string{syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM"}[s]
-		fmt.Fprintf(w, "framepack: stopped by %s: %s\n", name, errorText(err))
+		fmt.Fprintf(w, "framepack: stopped by %s: %s\n", signalName(s), errorText(err))
 		return 128 + int(s)
 	}
 	fmt.Fprintln(w, "framepack: "+errorText(err))
 	switch {
 	case errors.Is(err, context.Canceled):
 		return 128 + int(syscall.SIGINT)
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.As(err, &be):
 		return exitUsage
 	}
 	return exitFailure

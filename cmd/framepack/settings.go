@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/framepack-go/framepack"
+	"github.com/framepack-go/framepack/internal/atomicfile"
 	"github.com/framepack-go/framepack/lora"
 )
 
@@ -165,6 +166,7 @@ func fileSHA256(path string) (string, error) {
 // fails leaves neither, one that succeeds both.
 type settingsFile struct {
 	path, tmp string
+	untrack   func() // atomicfile.Track's, until committed or discarded
 }
 
 func createSettings(path string, s *settings) (*settingsFile, error) {
@@ -176,7 +178,7 @@ func createSettings(path string, s *settings) (*settingsFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("settings %s: %w", path, err)
 	}
-	sf := &settingsFile{path: path, tmp: fh.Name()}
+	sf := &settingsFile{path: path, tmp: fh.Name(), untrack: atomicfile.Track(fh.Name())}
 	_, err = fh.Write(append(b, '\n'))
 	if err == nil {
 		err = fh.Sync()
@@ -194,12 +196,16 @@ func createSettings(path string, s *settings) (*settingsFile, error) {
 	return sf, nil
 }
 
-func (sf *settingsFile) discard() { os.Remove(sf.tmp) }
+func (sf *settingsFile) discard() {
+	os.Remove(sf.tmp)
+	sf.untrack()
+}
 
 func (sf *settingsFile) commit() error {
 	if err := os.Rename(sf.tmp, sf.path); err != nil {
 		sf.discard()
 		return fmt.Errorf("settings %s: %w", sf.path, err)
 	}
+	sf.untrack()
 	return nil
 }

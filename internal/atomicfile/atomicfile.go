@@ -21,6 +21,7 @@ func Write(path string, perm fs.FileMode, write func(f *os.File) error) (err err
 	if err != nil {
 		return err
 	}
+	defer Track(f.Name())()
 	defer func() {
 		if err != nil {
 			f.Close()

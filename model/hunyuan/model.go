@@ -251,6 +251,39 @@ func WeightBytes(cfg Config, opts Options) (int64, error) {
 	return n, nil
 }
 
+// StreamBytes is what a model of cfg loaded with opts holds on its backend
+// at least, with every block streamed (Options.HostBlocks, nothing kept):
+// its global weights, and the largest block's weights, of which a forward
+// holds two at once (the block computing and the next one's copy). For
+// planning memory before loading.
+func StreamBytes(cfg Config, opts Options) (global, block int64, err error) {
+	if err := cfg.Validate(); err != nil {
+		return 0, 0, err
+	}
+	m := &Model{cfg: cfg, opts: opts, dt: opts.DType, blocks: make([]doubleBlock, cfg.NumLayers), singleBlocks: make([]singleBlock, cfg.NumSingleLayers)}
+	g := weights.NewPlanIn(opts.DType)
+	m.loadGlobals(g)
+	for _, w := range g.Weights() {
+		global += int64(tensor.Numel(w.Shape)) * int64(w.DType.Size())
+	}
+	for i := range m.numBlocks() {
+		p := weights.NewPlanIn(opts.DType)
+		m.loadBlock(p, i, m.block(i))
+		block = max(block, newArena(p.Weights()).size)
+	}
+	return global, block, nil
+}
+
+// ActivationBytes is about the most a block's forward holds at once for a
+// joint sequence of tokens (image and text) in dtype dt: its input and
+// output, the fused projections' outputs (q, k, v and the MLP's input),
+// the attention's output and the MLP's activation and concatenation. For
+// planning memory before running.
+func ActivationBytes(cfg Config, tokens int, dt tensor.DType) int64 {
+	d, m := int64(cfg.Inner()), int64(cfg.MLPDim())
+	return int64(tokens) * (7*d + 2*m) * int64(dt.Size())
+}
+
 // plan runs the model's constructor on a plan builder.
 func plan(cfg Config, opts Options) (*weights.Builder, error) {
 	if err := cfg.Validate(); err != nil {
