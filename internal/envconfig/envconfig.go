@@ -20,6 +20,9 @@ const (
 	// CUDNNConv: legacy, graph or auto: the cuDNN API convolutions are
 	// planned with.
 	CUDNNConv = "FRAMEPACK_CUDNN_CONV"
+	// Conv3d: the conv3d chain's tier order, comma separated ("conv2d",
+	// "optimized,conv2d,gemm,naive,cpu"), or auto: the architecture's.
+	Conv3d = "FRAMEPACK_CONV3D"
 )
 
 // Config is the settings as read.
@@ -43,6 +46,8 @@ type Config struct {
 	// CUDNNConv is FRAMEPACK_CUDNN_CONV as it is (miopen.ParseConvAPI reads
 	// it).
 	CUDNNConv string
+	// Conv3d is FRAMEPACK_CONV3D as it is (convchain.ParseOrder reads it).
+	Conv3d string
 }
 
 // Read reads the settings now.
@@ -58,5 +63,6 @@ func Read() Config {
 		OpByOp:           os.Getenv(OpByOp) == "1",
 		Faults:           os.Getenv(Faults),
 		CUDNNConv:        os.Getenv(CUDNNConv),
+		Conv3d:           os.Getenv(Conv3d),
 	}
 }

@@ -1,0 +1,92 @@
+package convchain_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/convchain"
+	"github.com/framepack-go/framepack/internal/testdevice"
+	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/tensor/backendtest"
+)
+
+// Taps covers exactly the (output frame, tap) pairs whose input frame lies
+// inside the input, and puts a tap covering every output frame first.
+func TestTaps(t *testing.T) {
+	for T := 1; T <= 7; T++ {
+		for kT := 1; kT <= 4; kT++ {
+			for s := 1; s <= 3; s++ {
+				for pad := 0; pad <= kT; pad++ {
+					if T+2*pad < kT {
+						continue
+					}
+					To := (T+2*pad-kT)/s + 1
+					taps, full := convchain.Taps(T, To, kT, s, pad)
+					name := fmt.Sprintf("T %d kT %d s %d pad %d", T, kT, s, pad)
+					got := map[[2]int]bool{}
+					for i, tp := range taps {
+						if tp.Frames() <= 0 {
+							t.Errorf("%s: tap %+v reads nothing", name, tp)
+						}
+						if i > 1 && taps[i-1].K > tp.K {
+							t.Errorf("%s: taps after the first out of order: %+v", name, taps)
+						}
+						for o := tp.Lo; o < tp.Hi; o++ {
+							if f := tp.In0 + (o-tp.Lo)*s; f != o*s+tp.K-pad {
+								t.Errorf("%s: tap %+v: output %d reads %d", name, tp, o, f)
+							}
+							got[[2]int{o, tp.K}] = true
+						}
+					}
+					anyFull := false
+					for k := 0; k < kT; k++ {
+						n := 0
+						for o := 0; o < To; o++ {
+							f := o*s + k - pad
+							if want := f >= 0 && f < T; want != got[[2]int{o, k}] {
+								t.Errorf("%s: output %d tap %d: covered %v, want %v", name, o, k, got[[2]int{o, k}], want)
+							} else if want {
+								n++
+							}
+						}
+						anyFull = anyFull || n == To
+					}
+					if full != anyFull || (full && (taps[0].Lo != 0 || taps[0].Hi != To)) {
+						t.Errorf("%s: full %v, first %+v (a full tap exists: %v)", name, full, taps, anyFull)
+					}
+				}
+			}
+		}
+	}
+}
+
+// conv2dOnly is be behind a chain of the conv2d tier alone: a convolution
+// it cannot run fails.
+func conv2dOnly(t *testing.T, be convchain.Conv2dBackend) (tensor.Backend, *convchain.Chain) {
+	t.Helper()
+	ch, err := convchain.New([]convchain.Tier{convchain.Conv2dTier(be)}, convchain.Options{CachePath: "off", Faults: &convchain.Faults{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return convchain.Wrap(be, ch), ch
+}
+
+// The conv2d tier on the CPU and on the simulated device: the conv3d
+// cases against float64 math, and the op suite's convolutions (plain,
+// through a padding, channels-last) against the CPU backend.
+func TestConv2dTier(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		be   convchain.Conv2dBackend
+	}{{"cpu", cpu.New()}, {"fake", testdevice.NewFake()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			be, ch := conv2dOnly(t, tc.be)
+			backendtest.ConvAgainstFloat64(t, be, "conv3d as conv2d: "+tc.name)
+			backendtest.Run(t, be, backendtest.Select("conv3d", "conv3d_padded", "conv3d_last")...)
+			if s := ch.Summary()[0]; s.Tier != "conv2d" || s.Convs == 0 {
+				t.Errorf("the conv2d tier ran no convolution: %v", s)
+			}
+		})
+	}
+}
