@@ -31,7 +31,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // only makes every tier but keep fail with an error.
 func only(keep string) *convchain.Faults {
 	f := &convchain.Faults{Conv3d: map[string]convchain.Fault{}}
-	for _, n := range []string{"optimized", "gemm", "naive", "cpu"} {
+	for _, n := range convchain.TierNames {
 		if n != keep {
 			f.Conv3d[n] = convchain.FaultError
 		}
@@ -45,6 +45,9 @@ func wrapped(t testing.TB, g *Backend, o ConvOptions) *convchain.Backend {
 		o.Log = quiet
 	}
 	o.CachePath = "off"
+	if o.Faults != nil && o.Order == nil {
+		o.Order = convchain.TierNames // every tier, so that faults may name any
+	}
 	b, err := g.WithConvChain(cpu.New(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -514,4 +517,36 @@ func TestChannelsLastConvTiers(t *testing.T) {
 		be := wrapped(t, g, ConvOptions{Faults: only("optimized"), Search: SearchOn, SearchDeadline: time.Minute})
 		backendtest.Run(t, be, backendtest.Select("conv3d_last")...)
 	})
+}
+
+// TestConv2dTier runs the conv2d tier alone (3-D convolutions as the
+// library's 2-D ones, one a temporal tap) in NHWC and NCHW: the conv3d
+// cases and the VAEs' against float64 math, then the op suite's
+// convolutions (through a padding, channels-last, adding to the output)
+// against the CPU backend; also with MIOpen's way of summing the taps
+// (scratch and one add, no β) and with chunks and pieces of few frames.
+func TestConv2dTier(t *testing.T) {
+	g := newGPU(t, Options{Log: quiet})
+	for _, c := range []struct {
+		name string
+		o    ConvOptions
+	}{
+		{"nhwc", ConvOptions{Layout: LayoutNDHWC}},
+		{"nchw", ConvOptions{Layout: LayoutNCDHW}},
+		{"nhwc_added", ConvOptions{Layout: LayoutNDHWC, conv2dAdds: true}},
+		{"nchw_added_small_chunks", ConvOptions{Layout: LayoutNCDHW, conv2dAdds: true, ChunkBytes: 16 << 10}},
+		{"nhwc_small_chunks", ConvOptions{Layout: LayoutNDHWC, ChunkBytes: 16 << 10}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := c.o
+			o.Order = []string{convchain.Conv2dTierName}
+			be := wrapped(t, g, o)
+			backendtest.ConvAgainstFloat64(t, be, "conv3d as conv2d: gpu "+c.name)
+			backendtest.Run(t, be, backendtest.Select("conv3d", "conv3d_padded", "conv3d_last")...)
+			s := convchain.ChainOf(be).Summary()
+			if len(s) != 1 || s[0].Tier != convchain.Conv2dTierName || s[0].Convs == 0 {
+				t.Errorf("the conv2d tier did not run alone: %v", s)
+			}
+		})
+	}
 }
