@@ -2,6 +2,7 @@ package convchain_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
@@ -88,5 +89,42 @@ func TestConv2dTier(t *testing.T) {
 				t.Errorf("the conv2d tier ran no convolution: %v", s)
 			}
 		})
+	}
+}
+
+// The tier order by architecture: conv2d first and no library 3-D tier on
+// RDNA3/3.5 unless searches are asked for (then it comes first, searched);
+// the library first elsewhere; a setting overrides, checked.
+func TestDefaultOrder(t *testing.T) {
+	conv2d, lib := "conv2d → gemm → naive → cpu", "optimized → gemm → naive → cpu"
+	for _, c := range []struct {
+		arch   string
+		search bool
+		want   string
+	}{
+		{"gfx1100", false, conv2d}, {"gfx1101", false, conv2d}, {"gfx1103", false, conv2d},
+		{"gfx1150", false, conv2d}, {"gfx1151", false, conv2d}, {"gfx1151:xnack-", false, conv2d},
+		{"gfx1100", true, "optimized → " + conv2d}, {"gfx1151", true, "optimized → " + conv2d},
+		{"gfx1200", false, lib}, {"gfx1201", true, lib}, {"gfx90a", false, lib}, {"gfx942", false, lib},
+		{"gfx1030", false, lib}, {"sm_90", false, lib}, {"", false, lib},
+	} {
+		o := convchain.DefaultOrder(c.arch, c.search)
+		if o.String() != c.want || o.Why == "" || o.SearchFirst != convchain.RDNA3(c.arch) {
+			t.Errorf("%s search %v: %s (%s), search first %v; want %s", c.arch, c.search, o, o.Why, o.SearchFirst, c.want)
+		}
+	}
+	if o := convchain.OrderFor("gfx1151", []string{"optimized", "conv2d"}, false); o.String() != "optimized → conv2d" || !o.SearchFirst {
+		t.Errorf("a set order on gfx1151: %+v", o)
+	}
+	for s, want := range map[string]string{"": "", "auto": "", " Conv2d , cpu": "conv2d,cpu", "optimized,conv2d,gemm,naive,cpu": "optimized,conv2d,gemm,naive,cpu"} {
+		got, err := convchain.ParseOrder(s)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(strings.Split(want, ",")) && want != "" || (want == "" && got != nil) {
+			t.Errorf("ParseOrder(%q): %v, %v", s, got, err)
+		}
+	}
+	for _, bad := range []string{"conv3", "conv2d,conv2d", "conv2d,,cpu"} {
+		if _, err := convchain.ParseOrder(bad); err == nil {
+			t.Errorf("ParseOrder(%q) took it", bad)
+		}
 	}
 }

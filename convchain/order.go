@@ -62,10 +62,14 @@ func archBase(arch string) string {
 //     first, until measurements say otherwise.
 func DefaultOrder(arch string, search bool) Order {
 	if RDNA3(arch) {
+		a, gen, find := archBase(arch), "RDNA3", "can hang the run"
+		if strings.HasPrefix(a, "gfx115") {
+			gen, find = "RDNA3.5", "can lock the GPU up (TheRock#5581) and large 3-D tiles abort (TheRock#5845)"
+		}
 		o := Order{Tiers: slices.Clone(conv2dFirst), SearchFirst: true,
-			Why: archBase(arch) + " (RDNA3): 3-D convolutions run as 2-D ones, MIOpen's tuned path; MIOpen has no tuned 3-D solvers here " +
-				"(rocm-libraries#1329, TheRock#2591) and its find can lock the GPU (TheRock#5581), so its 3-D convolution runs only with " +
-				"--conv-search on or FRAMEPACK_CONV3D, from a search under the deadline"}
+			Why: a + " (" + gen + "): 3-D convolutions run as 2-D ones, MIOpen's tuned path; MIOpen has no tuned 3-D solvers here " +
+				"(rocm-libraries#1329) and skips its naive ones since 3.5.2 (TheRock#2591); its find " + find +
+				"; so its 3-D convolution runs only with --conv-search on or FRAMEPACK_CONV3D, from a search under the deadline"}
 		if search {
 			o.Tiers = append([]string{"optimized"}, o.Tiers...)
 			o.Why += "; --conv-search on: MIOpen's 3-D convolution first, searched under the deadline"

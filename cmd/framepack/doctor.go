@@ -14,14 +14,20 @@ import (
 )
 
 func newDoctor() *cobra.Command {
-	return &cobra.Command{
+	var arch string
+	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Report what this machine offers: CPU backend and BLAS, GPU libraries, devices, memory",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if arch != "" {
+				return doctorArch(cmd.OutOrStdout(), arch)
+			}
 			return doctor(cmd.OutOrStdout())
 		},
 	}
+	cmd.Flags().StringVar(&arch, "arch", "", "report only what a GPU of this architecture runs (gfx1100, gfx1151, gfx1201, sm_90 …): its conv3d tier order and GEMM library, and why")
+	return cmd
 }
 
 // doctorSection adds lines to the report; sections are registered by the

@@ -12,7 +12,7 @@ import (
 // The variables (docs/architecture.md lists them for users).
 const (
 	GPU     = "FRAMEPACK_GPU"      // hip, cuda or none: which GPU platform to try
-	BLAS    = "FRAMEPACK_BLAS"     // gonum: do not load OpenBLAS; lt: GPU Linear through cuBLASLt / hipBLASLt
+	BLAS    = "FRAMEPACK_BLAS"     // gonum: do not load OpenBLAS; lt: GPU Linear through cuBLASLt / hipBLASLt; plain: never (rocBLAS / cuBLAS)
 	Kernels = "FRAMEPACK_KERNELS"  // compile: compile every kernel module at run time
 	Attn    = "FRAMEPACK_ATTN"     // kernel: no cuDNN attention; generic: the portable kernel only
 	OpByOp  = "FRAMEPACK_OP_BY_OP" // 1: the fused kernels are not used
@@ -31,8 +31,9 @@ type Config struct {
 	GPU string
 	// GonumBLAS: FRAMEPACK_BLAS=gonum.
 	GonumBLAS bool
-	// Lt: FRAMEPACK_BLAS=lt.
-	Lt bool
+	// Lt: FRAMEPACK_BLAS=lt; PlainBLAS: FRAMEPACK_BLAS=plain (no Lt
+	// library where the architecture's table would use one).
+	Lt, PlainBLAS bool
 	// RuntimeCompile: FRAMEPACK_KERNELS=compile.
 	RuntimeCompile bool
 	// KernelAttention: FRAMEPACK_ATTN=kernel or generic (framepack's
@@ -57,6 +58,7 @@ func Read() Config {
 		GPU:              strings.ToLower(os.Getenv(GPU)),
 		GonumBLAS:        strings.ToLower(os.Getenv(BLAS)) == "gonum",
 		Lt:               strings.ToLower(os.Getenv(BLAS)) == "lt",
+		PlainBLAS:        strings.ToLower(os.Getenv(BLAS)) == "plain",
 		RuntimeCompile:   os.Getenv(Kernels) == "compile",
 		KernelAttention:  attn == "kernel" || attn == "generic",
 		GenericAttention: attn == "generic",
