@@ -382,6 +382,7 @@ func runBenchDecode(cmd *cobra.Command, f *benchVAEFlags, d *benchDevice, m *ben
 			lines = append(lines, s.String())
 		}
 		res["conv3d"] = lines
+		res["conv3d_tiers"] = c.Tiers()
 	}
 	if err := printResult(cmd.OutOrStdout(), res); err != nil {
 		return err
