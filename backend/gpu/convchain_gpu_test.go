@@ -495,7 +495,13 @@ func TestPaddedConv(t *testing.T) {
 // the CPU backend.
 func TestChainOps(t *testing.T) {
 	g := newGPU(t, Options{Log: quiet})
-	backendtest.Run(t, wrapped(t, g, ConvOptions{}), backendtest.Select("conv3d", "conv3d_padded", "conv3d_last")...)
+	be := wrapped(t, g, ConvOptions{})
+	backendtest.Run(t, be, backendtest.Select("conv3d", "conv3d_padded", "conv3d_last")...)
+	if tiers := be.Chain().Tiers(); slices.Contains(tiers, convchain.Conv2dTierName) {
+		// An order that holds the conv2d tier (FRAMEPACK_CONV3D=conv2d): the
+		// conv3d cases against float64 too.
+		backendtest.ConvAgainstFloat64(t, be, "conv3d as conv2d: gpu "+strings.Join(tiers, ","))
+	}
 }
 
 // TestChannelsLastConvTiers runs the op suite's channels-last convolutions

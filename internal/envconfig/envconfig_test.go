@@ -14,6 +14,10 @@ func TestRead(t *testing.T) {
 	if c.GPU != "cuda" || !c.GonumBLAS || !c.RuntimeCompile || !c.KernelAttention || c.GenericAttention || !c.OpByOp || c.Faults != "conv3d.cpu=error" || c.Conv3d != "conv2d,cpu" {
 		t.Errorf("%+v", c)
 	}
+	t.Setenv(BLAS, "plain")
+	if c := Read(); !c.PlainBLAS || c.Lt || c.GonumBLAS {
+		t.Errorf("FRAMEPACK_BLAS=plain: %+v", c)
+	}
 	t.Setenv(Attn, "generic")
 	t.Setenv(OpByOp, "0")
 	if c := Read(); !c.KernelAttention || !c.GenericAttention || c.OpByOp {
