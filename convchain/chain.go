@@ -39,6 +39,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/framepack-go/framepack/tensor"
@@ -739,8 +740,23 @@ func (c *Chain) run(i int, plan *Plan, trial bool, cl *call) error {
 	}
 	c.stats[i].convs++
 	c.stats[i].runTime += time.Since(start)
+	counter(t.Name()).Add(1)
 	return nil
 }
+
+// tierConvs counts the convolutions each tier name ran in this process,
+// over every chain.
+var tierConvs sync.Map // tier name → *atomic.Int64
+
+func counter(tier string) *atomic.Int64 {
+	c, _ := tierConvs.LoadOrStore(tier, new(atomic.Int64))
+	return c.(*atomic.Int64)
+}
+
+// TierConvs is the number of convolutions the tiers named tier have run
+// in this process, over every chain (for tests and logs that ask which
+// path ran).
+func TierConvs(tier string) int64 { return counter(tier).Load() }
 
 // searchesAgain: searches are on and r's tier has one, but r's plan was
 // not searched (it was remembered while searches were off, or after the

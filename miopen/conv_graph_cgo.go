@@ -137,8 +137,8 @@ func (h *Handle) convGraph(d ConvDesc) (*graphBuild, uintptr, error) {
 	b := &graphBuild{l: h.lib}
 	dt := int(vendorType(d.DType, NVIDIA))
 	tensor := func(uid int64, n, c, dd, hh, ww int) uintptr {
-		dims, strides := dims5(n, c, dd, hh, ww, d.Layout)
-		return b.tensorND(uid, dt, int64s(dims[:]...), int64s(strides[:]...), false)
+		dims, strides := d.tensorDims(n, c, dd, hh, ww)
+		return b.tensorND(uid, dt, int64s(dims...), int64s(strides...), false)
 	}
 	do, ho, wo := d.OutDims()
 	x := tensor(uidX, d.N, d.C, d.D, d.H, d.W)
@@ -148,21 +148,21 @@ func (h *Handle) convGraph(d ConvDesc) (*graphBuild, uintptr, error) {
 	out := y
 	if fusesBias(d) {
 		// conv → f32 intermediate → + bias (1, K, 1, 1, 1) → y.
-		dims, strides := dims5(d.N, d.K, do, ho, wo, d.Layout)
-		out = b.tensorND(uidConvOut, cdFloat, int64s(dims[:]...), int64s(strides[:]...), true)
-		bd, bs := dims5(1, d.K, 1, 1, 1, d.Layout)
-		bias := b.tensorND(uidBias, dt, int64s(bd[:]...), int64s(bs[:]...), false)
+		dims, strides := d.tensorDims(d.N, d.K, do, ho, wo)
+		out = b.tensorND(uidConvOut, cdFloat, int64s(dims...), int64s(strides...), true)
+		bd, bs := d.tensorDims(1, d.K, 1, 1, 1)
+		bias := b.tensorND(uidBias, dt, int64s(bd...), int64s(bs...), false)
 		ops = append(ops, b.pointwise(pwAdd, out, bias, y))
 	}
 
 	conv := b.create(beConvolution)
 	b.setEnum(conv, attrConvCompType, typeDataType, cdFloat) // f32 accumulation for every dtype
 	b.setEnum(conv, attrConvMode, typeConvMode, cdCrossCorrelation)
-	b.setInt64s(conv, attrConvSpatialDims, 3)
-	b.setInt64s(conv, attrConvDilations, int64s(d.Dilation[:]...)...)
-	b.setInt64s(conv, attrConvFilterStrides, int64s(d.Stride[:]...)...)
-	b.setInt64s(conv, attrConvPrePaddings, int64s(d.Pad[:]...)...)
-	b.setInt64s(conv, attrConvPostPaddings, int64s(d.Pad[:]...)...)
+	b.setInt64s(conv, attrConvSpatialDims, int64(len(d.spatial(d.Pad))))
+	b.setInt64s(conv, attrConvDilations, int64s(d.spatial(d.Dilation)...)...)
+	b.setInt64s(conv, attrConvFilterStrides, int64s(d.spatial(d.Stride)...)...)
+	b.setInt64s(conv, attrConvPrePaddings, int64s(d.spatial(d.Pad)...)...)
+	b.setInt64s(conv, attrConvPostPaddings, int64s(d.spatial(d.Pad)...)...)
 	b.finalize(conv, "convolution")
 
 	op := b.create(beOpConvForward)

@@ -407,3 +407,36 @@ func BenchmarkConv3dVAE(b *testing.B) {
 		}
 	}
 }
+
+// TestConv2dAgainstFloat64: the 2-D path (TwoD: 4-d descriptors, a 2-d
+// convolution) on the cases' frames, in NCHW and NHWC, every dtype, and
+// adding to y on NVIDIA (cuDNN's β = 1; MIOpen refuses it), against
+// float64 math.
+func TestConv2dAgainstFloat64(t *testing.T) {
+	dev, h := openGPU(t)
+	rng := rand.New(rand.NewPCG(17, 18))
+	worst := map[string]float64{}
+	for _, acc := range []bool{false, true} {
+		eachConv([]DType{F32, F16, BF16}, func(d ConvDesc) {
+			d.TwoD, d.D, d.KD, d.Stride[0], d.Pad[0], d.Accumulate = true, 1, 1, 1, 0, acc
+			if acc && h.Lib().Vendor() == AMD {
+				if _, err := h.Plan(d); err == nil {
+					t.Errorf("%v: MIOpen planned an accumulating convolution", d)
+				}
+				return
+			}
+			p, e, ok := checkConv(t, dev, h, rng, d, 0)
+			if !ok {
+				return
+			}
+			key := fmt.Sprintf("%v %v accumulate %v", d.DType, d.Layout, acc)
+			worst[key] = max(worst[key], e)
+			if e > tolerance(d.DType, false) {
+				t.Errorf("%v: %v: rel L2 %.3g > %.3g", d, p, e, tolerance(d.DType, false))
+			}
+		})
+	}
+	for k, v := range worst {
+		t.Logf("conv2d %s: worst rel L2 %.3g over %d shapes", k, v, len(convCases()))
+	}
+}

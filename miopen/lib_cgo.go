@@ -44,21 +44,22 @@ static int dnn_made(int v, int i, P p, int r, uintptr_t* out) {
 	*out = (uintptr_t)p;
 	return 0;
 }
-static int dnn_tensor(int v, uintptr_t* d, int dt, const int* dims, const int* strides) {
+static int dnn_tensor(int v, uintptr_t* d, int dt, int nd, const int* dims, const int* strides) {
 	int r;
 	P p = dnn_new(v, DNN_CREATE_T, &r);
 	if (r) return r;
-	r = FN(v, DNN_SET_T, int (*)(P, int, int, const int*, const int*))(p, dt, 5, dims, strides);
+	r = FN(v, DNN_SET_T, int (*)(P, int, int, const int*, const int*))(p, dt, nd, dims, strides);
 	return dnn_made(v, DNN_DESTROY_T, p, r, d);
 }
-static int dnn_conv(int v, uintptr_t* c, const int* pad, const int* stride, const int* dil) {
+// dnn_conv makes a convolution descriptor of ns spatial dimensions.
+static int dnn_conv(int v, uintptr_t* c, int ns, const int* pad, const int* stride, const int* dil) {
 	int r;
 	P p = dnn_new(v, DNN_CREATE_C, &r);
 	if (r) return r;
 	if (v == 0)
-		r = MI(MI_INIT_C, int (*)(P, int, const int*, const int*, const int*, int))(p, 3, pad, stride, dil, 0);
+		r = MI(MI_INIT_C, int (*)(P, int, const int*, const int*, const int*, int))(p, ns, pad, stride, dil, 0);
 	else // CROSS_CORRELATION (1), f32 compute (CUDNN_DATA_FLOAT 0) for every dtype.
-		r = CD(CD_SET_C, int (*)(P, int, const int*, const int*, const int*, int, int))(p, 3, pad, stride, dil, 1, 0);
+		r = CD(CD_SET_C, int (*)(P, int, const int*, const int*, const int*, int, int))(p, ns, pad, stride, dil, 1, 0);
 	return dnn_made(v, DNN_DESTROY_C, p, r, c);
 }
 
@@ -73,9 +74,8 @@ static int mi_set_find_mode(uintptr_t c, int mode) {
 	if (!fp[0][MI_FIND_MODE]) return -1;
 	return MI(MI_FIND_MODE, int (*)(P, int))((P)c, mode);
 }
-static int mi_outdim(uintptr_t c, uintptr_t x, uintptr_t w, int* out) {
-	int n = 5;
-	return MI(MI_OUTDIM, int (*)(P, P, P, int*, int*))((P)c, (P)x, (P)w, &n, out);
+static int mi_outdim(uintptr_t c, uintptr_t x, uintptr_t w, int* n, int* out) {
+	return MI(MI_OUTDIM, int (*)(P, P, P, int*, int*))((P)c, (P)x, (P)w, n, out);
 }
 static int mi_solutions(uintptr_t h, uintptr_t w, uintptr_t x, uintptr_t c, uintptr_t y, mi_sol* out, size_t max, size_t* n) {
 	return MI(MI_SOL, int (*)(P, P, P, P, P, size_t, size_t*, mi_sol*))((P)h, (P)w, (P)x, (P)c, (P)y, max, n, out);
@@ -108,16 +108,16 @@ typedef struct { int algo; int status; float time; size_t memory; int determinis
 
 static int cd_create(uintptr_t* h) { P p = 0; int r = CD(CD_CREATE, int (*)(P*))(&p); *h = (uintptr_t)p; return r; }
 static size_t cd_version(void) { return CD(CD_VERSION, size_t (*)(void))(); }
-static int cd_filter(uintptr_t* d, int dt, int format, const int* dims) {
+static int cd_filter(uintptr_t* d, int dt, int format, int nd, const int* dims) {
 	int r;
 	P p = dnn_new(1, CD_CREATE_F, &r);
 	if (r) return r;
-	r = CD(CD_SET_F, int (*)(P, int, int, int, const int*))(p, dt, format, 5, dims);
+	r = CD(CD_SET_F, int (*)(P, int, int, int, const int*))(p, dt, format, nd, dims);
 	return dnn_made(1, CD_DESTROY_F, p, r, d);
 }
 static int cd_set_math(uintptr_t c, int m) { return CD(CD_SET_MATH, int (*)(P, int))((P)c, m); }
-static int cd_outdim(uintptr_t c, uintptr_t x, uintptr_t w, int* out) {
-	return CD(CD_OUTDIM, int (*)(P, P, P, int, int*))((P)c, (P)x, (P)w, 5, out);
+static int cd_outdim(uintptr_t c, uintptr_t x, uintptr_t w, int n, int* out) {
+	return CD(CD_OUTDIM, int (*)(P, P, P, int, int*))((P)c, (P)x, (P)w, n, out);
 }
 static int cd_algos(uintptr_t h, uintptr_t x, uintptr_t w, uintptr_t c, uintptr_t y, int req, int* ret, cd_perf* perf) {
 	return CD(CD_GET_ALGO, int (*)(P, P, P, P, P, int, int*, cd_perf*))((P)h, (P)x, (P)w, (P)c, (P)y, req, ret, perf);
@@ -349,8 +349,15 @@ func (h *Handle) release(e *entry) {
 	}
 }
 
-func cints(v [5]int32) *C.int  { return (*C.int)(unsafe.Pointer(&v[0])) }
-func cints3(v [3]int) [3]C.int { return [3]C.int{C.int(v[0]), C.int(v[1]), C.int(v[2])} }
+func cints(v []int32) *C.int { return (*C.int)(unsafe.Pointer(&v[0])) }
+
+func cintsOf(v []int) []C.int {
+	out := make([]C.int, len(v))
+	for i, x := range v {
+		out[i] = C.int(x)
+	}
+	return out
+}
 
 // describe makes the library descriptors for d (normalised and valid) and
 // checks that the library agrees on the output size.
@@ -359,10 +366,11 @@ func (h *Handle) describe(d ConvDesc) (*entry, error) {
 	v := l.vendor
 	dt := vendorType(d.DType, v)
 	do, ho, wo := d.OutDims()
-	xDims, xStr := dims5(d.N, d.C, d.D, d.H, d.W, d.Layout)
-	wDims, wStr := dims5(d.K, d.C, d.KD, d.KH, d.KW, d.Layout)
-	yDims, yStr := dims5(d.N, d.K, do, ho, wo, d.Layout)
-	pad, stride, dil := cints3(d.Pad), cints3(d.Stride), cints3(d.Dilation)
+	xDims, xStr := d.tensorDims(d.N, d.C, d.D, d.H, d.W)
+	wDims, wStr := d.tensorDims(d.K, d.C, d.KD, d.KH, d.KW)
+	yDims, yStr := d.tensorDims(d.N, d.K, do, ho, wo)
+	pad, stride, dil := cintsOf(d.spatial(d.Pad)), cintsOf(d.spatial(d.Stride)), cintsOf(d.spatial(d.Dilation))
+	nd, ns := C.int(d.nd()), C.int(len(pad))
 	e := &entry{}
 	// The library writes each new descriptor straight into the entry.
 	xd, wd := (*C.uintptr_t)(unsafe.Pointer(&e.xd)), (*C.uintptr_t)(unsafe.Pointer(&e.wd))
@@ -372,20 +380,20 @@ func (h *Handle) describe(d ConvDesc) (*entry, error) {
 	if v == AMD {
 		// MIOpen has no filter type: the weight is a tensor whose strides
 		// give its layout, like the data tensors.
-		wErr = l.check(setT+"(w)", C.dnn_tensor(cv, wd, dt, cints(wDims), cints(wStr)))
-		convErr = l.check(l.fn(C.MI_INIT_C), C.dnn_conv(cv, cd, &pad[0], &stride[0], &dil[0]))
+		wErr = l.check(setT+"(w)", C.dnn_tensor(cv, wd, dt, nd, cints(wDims), cints(wStr)))
+		convErr = l.check(l.fn(C.MI_INIT_C), C.dnn_conv(cv, cd, ns, &pad[0], &stride[0], &dil[0]))
 	} else {
 		format := C.int(cdFormatNCHW)
 		if d.Layout == NDHWC {
 			format = cdFormatNHWC
 		}
-		wErr = l.check(l.fn(C.CD_SET_F), C.cd_filter(wd, dt, format, cints(wDims)))
-		convErr = l.check(l.fn(C.CD_SET_C), C.dnn_conv(cv, cd, &pad[0], &stride[0], &dil[0]))
+		wErr = l.check(l.fn(C.CD_SET_F), C.cd_filter(wd, dt, format, nd, cints(wDims)))
+		convErr = l.check(l.fn(C.CD_SET_C), C.dnn_conv(cv, cd, ns, &pad[0], &stride[0], &dil[0]))
 	}
 	err := firstErr(
-		l.check(setT+"(x)", C.dnn_tensor(cv, xd, dt, cints(xDims), cints(xStr))),
+		l.check(setT+"(x)", C.dnn_tensor(cv, xd, dt, nd, cints(xDims), cints(xStr))),
 		wErr,
-		l.check(setT+"(y)", C.dnn_tensor(cv, yd, dt, cints(yDims), cints(yStr))),
+		l.check(setT+"(y)", C.dnn_tensor(cv, yd, dt, nd, cints(yDims), cints(yStr))),
 		convErr)
 	switch {
 	case err != nil:
@@ -403,13 +411,20 @@ func (h *Handle) describe(d ConvDesc) (*entry, error) {
 		return nil, fmt.Errorf("%v: %w", d, err)
 	}
 	var out [5]C.int
+	n := nd
 	if v == AMD {
-		err = l.check("miopenGetConvolutionNdForwardOutputDim", C.mi_outdim(*cd, *xd, *wd, &out[0]))
+		err = l.check("miopenGetConvolutionNdForwardOutputDim", C.mi_outdim(*cd, *xd, *wd, &n, &out[0]))
 	} else {
-		err = l.check("cudnnGetConvolutionNdForwardOutputDim", C.cd_outdim(*cd, *xd, *wd, &out[0]))
+		err = l.check("cudnnGetConvolutionNdForwardOutputDim", C.cd_outdim(*cd, *xd, *wd, nd, &out[0]))
 	}
-	if err == nil && [5]int{int(out[0]), int(out[1]), int(out[2]), int(out[3]), int(out[4])} != [5]int{d.N, d.K, do, ho, wo} {
-		err = fmt.Errorf("library output shape %v, want %v", out, [5]int{d.N, d.K, do, ho, wo})
+	if err == nil {
+		got := make([]int32, n)
+		for i := range got {
+			got[i] = int32(out[i])
+		}
+		if want, _ := d.tensorDims(d.N, d.K, do, ho, wo); !slices.Equal(got, want) {
+			err = fmt.Errorf("library output shape %v, want %v", got, want)
+		}
 	}
 	if err != nil {
 		h.release(e)

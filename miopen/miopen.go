@@ -80,7 +80,8 @@ func (l Layout) String() string {
 
 // ConvDesc is one 3-D cross-correlation (PyTorch's conv3d), groups 1,
 // without bias: the caller adds bias. Spatial triples are in (D, H, W)
-// order; zero strides and dilations mean 1.
+// order; zero strides and dilations mean 1. With TwoD it is a 2-D one
+// (conv2d) through the libraries' 2-D path.
 type ConvDesc struct {
 	N, C, D, H, W int // input
 	K             int // output channels
@@ -97,12 +98,28 @@ type ConvDesc struct {
 	// epilogue (the graph API, without Accumulate); Plan.AddsBias says
 	// whether it does, and Conv3dForwardBias whether a call did.
 	Bias bool
+	// TwoD makes it a 2-D convolution: x (N, C, H, W), w (K, C, kH, kW),
+	// y (N, K, Ho, Wo), in NCHW or (Layout NDHWC) NHWC, described to the
+	// library as 4-d tensors and a 2-d convolution, so that only its 2-D
+	// solvers (the well-tuned ones on RDNA) are asked. D, KD and the depth
+	// entries of Stride, Pad and Dilation are ignored (taken as 1, 1, 1, 0, 1).
+	TwoD bool
 }
 
 func (d ConvDesc) String() string {
 	d = d.norm()
-	s := fmt.Sprintf("conv3d %v %v x(%d,%d,%d,%d,%d) k=%d kernel %dx%dx%d stride %v pad %v",
-		d.DType, d.Layout, d.N, d.C, d.D, d.H, d.W, d.K, d.KD, d.KH, d.KW, d.Stride, d.Pad)
+	var s string
+	if d.TwoD {
+		l := "NCHW"
+		if d.Layout == NDHWC {
+			l = "NHWC"
+		}
+		s = fmt.Sprintf("conv2d %v %s x(%d,%d,%d,%d) k=%d kernel %dx%d stride %v pad %v",
+			d.DType, l, d.N, d.C, d.H, d.W, d.K, d.KH, d.KW, d.Stride[1:], d.Pad[1:])
+	} else {
+		s = fmt.Sprintf("conv3d %v %v x(%d,%d,%d,%d,%d) k=%d kernel %dx%dx%d stride %v pad %v",
+			d.DType, d.Layout, d.N, d.C, d.D, d.H, d.W, d.K, d.KD, d.KH, d.KW, d.Stride, d.Pad)
+	}
 	if d.Dilation != [3]int{1, 1, 1} {
 		s += fmt.Sprintf(" dilation %v", d.Dilation)
 	}
@@ -125,6 +142,9 @@ func (d ConvDesc) norm() ConvDesc {
 			d.Dilation[i] = 1
 		}
 	}
+	if d.TwoD {
+		d.D, d.KD, d.Stride[0], d.Pad[0], d.Dilation[0] = 1, 1, 1, 0, 1
+	}
 	return d
 }
 
@@ -142,9 +162,11 @@ func (d ConvDesc) OutDims() (do, ho, wo int) {
 
 // Elements of input, weight and output.
 func (d ConvDesc) XElems() int64 {
+	d = d.norm()
 	return int64(d.N) * int64(d.C) * int64(d.D) * int64(d.H) * int64(d.W)
 }
 func (d ConvDesc) WElems() int64 {
+	d = d.norm()
 	return int64(d.K) * int64(d.C) * int64(d.KD) * int64(d.KH) * int64(d.KW)
 }
 func (d ConvDesc) YElems() int64 {
@@ -202,6 +224,33 @@ func dims5(n, c, d, h, w int, l Layout) (dims, strides [5]int32) {
 		strides = [5]int32{int32(c * d * h * w), int32(d * h * w), int32(h * w), int32(w), 1}
 	}
 	return
+}
+
+// nd is the rank of d's tensors: 4 for a 2-D convolution, else 5.
+func (d ConvDesc) nd() int {
+	if d.TwoD {
+		return 4
+	}
+	return 5
+}
+
+// tensorDims is a tensor of d in (N, C, D, H, W) sizes as the library
+// takes it: dims5's, less the depth for a 2-D convolution.
+func (d ConvDesc) tensorDims(n, c, dd, h, w int) (dims, strides []int32) {
+	dm, st := dims5(n, c, dd, h, w, d.Layout)
+	if d.TwoD {
+		return []int32{dm[0], dm[1], dm[3], dm[4]}, []int32{st[0], st[1], st[3], st[4]}
+	}
+	return dm[:], st[:]
+}
+
+// spatial is a (D, H, W) triple as the convolution descriptor takes it:
+// (H, W) for a 2-D convolution.
+func (d ConvDesc) spatial(v [3]int) []int {
+	if d.TwoD {
+		return v[1:]
+	}
+	return v[:]
 }
 
 // Plan is the algorithm chosen for one ConvDesc.

@@ -1,6 +1,7 @@
 package miopen
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -52,6 +53,36 @@ func TestDims5(t *testing.T) {
 	_, str = dims5(2, 3, 4, 5, 6, NDHWC)
 	if str != [5]int32{360, 1, 90, 18, 3} {
 		t.Errorf("NDHWC strides %v", str)
+	}
+}
+
+// A 2-D convolution is described with 4-d tensors (the depth dropped) and
+// its (H, W) pairs; its depth fields are ignored.
+func TestConv2dDesc(t *testing.T) {
+	d := ConvDesc{N: 2, C: 3, D: 9, H: 5, W: 6, K: 4, KD: 3, KH: 3, KW: 3, Stride: [3]int{2, 1, 2}, Pad: [3]int{4, 1, 0}, DType: F16, TwoD: true}
+	n := d.norm()
+	if n.D != 1 || n.KD != 1 || n.Stride != [3]int{1, 1, 2} || n.Pad != [3]int{0, 1, 0} {
+		t.Errorf("norm: %+v", n)
+	}
+	dims, str := n.tensorDims(2, 3, 1, 5, 6)
+	if !slices.Equal(dims, []int32{2, 3, 5, 6}) || !slices.Equal(str, []int32{90, 30, 6, 1}) {
+		t.Errorf("NCHW: %v %v", dims, str)
+	}
+	n.Layout = NDHWC
+	if _, str = n.tensorDims(2, 3, 1, 5, 6); !slices.Equal(str, []int32{90, 1, 18, 3}) {
+		t.Errorf("NHWC strides %v", str)
+	}
+	if s := n.spatial(n.Stride); !slices.Equal(s, []int{1, 2}) {
+		t.Errorf("spatial %v", s)
+	}
+	if got, want := d.String(), "conv2d f16 NCHW x(2,3,5,6) k=4 kernel 3x3 stride [1 2] pad [1 0]"; got != want {
+		t.Errorf("String %q, want %q", got, want)
+	}
+	if err := d.Validate(); err != nil {
+		t.Error(err)
+	}
+	if d.XElems() != 2*3*5*6 || d.WElems() != 4*3*3*3 || d.YElems() != 2*4*5*2 {
+		t.Errorf("elements %d %d %d", d.XElems(), d.WElems(), d.YElems())
 	}
 }
 

@@ -227,3 +227,29 @@ func (be *Backend) padInput(xp, x []float32, g *convGeom) {
 		}
 	})
 }
+
+// Conv2d is the 2-D cross-correlation of frames, the conv3d chain's conv2d
+// tier's one primitive: dst (N, Cout, Ho, Wo) = x (N, Cin, H, W) ⋆ w (Cout,
+// Cin, kH, kW) + bias, zero padding and stride (H, W); with accumulate it
+// is added to what dst holds (through a temporary and one add: the
+// product is rounded once, then the sum). It is conv3d's kernel on frames
+// of depth one.
+func (be *Backend) Conv2d(dst, x, w, bias *tensor.Tensor, stride, pad [2]int, accumulate bool) error {
+	if x.Rank() != 4 || w.Rank() != 4 || dst.Rank() != 4 {
+		return fmt.Errorf("cpu: conv2d wants 4-D x, w, dst; have %v, %v, %v", x, w, dst)
+	}
+	as5 := func(t *tensor.Tensor) *tensor.Tensor {
+		s := t.Shape()
+		return t.Reshape(s[0], s[1], 1, s[2], s[3])
+	}
+	p := tensor.ConvParams{Stride: [3]int{1, stride[0], stride[1]}, Padding: [3]int{0, pad[0], pad[1]}}
+	if !accumulate {
+		return be.Conv3d(as5(dst), as5(x), as5(w), bias, p)
+	}
+	tmp := tensor.New(dst.DType(), dst.Shape()...)
+	if err := be.Conv3d(as5(tmp), as5(x), as5(w), bias, p); err != nil {
+		return err
+	}
+	st := tensor.ContiguousStrides(dst.Shape())
+	return be.Binary(tensor.OpAdd, dst, dst, st, tmp, st)
+}

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -160,6 +161,46 @@ func convRef(x []float32, xs []int, w []float32, ws []int, bias []float32, st, p
 		}
 	}
 	return want, scale, os
+}
+
+// Conv2d, the conv2d tier's primitive, writes and adds to dst, against
+// float64 math, in every dtype.
+func TestConv2dFrames(t *testing.T) {
+	be := backend(t)
+	r := rng(15)
+	xs, ws := []int{3, 5, 9, 8}, []int{4, 5, 3, 3}
+	for _, dt := range floatTypes {
+		for _, acc := range []bool{false, true} {
+			xv, wv := randVals(r, dt, tensor.Numel(xs), -1, 1), randVals(r, dt, tensor.Numel(ws), -1, 1)
+			bv := randVals(r, dt, ws[0], -1, 1)
+			want, scale, os := convRef(xv, []int{3, 5, 1, 9, 8}, wv, []int{4, 5, 1, 3, 3}, bv, [3]int{1, 2, 1}, [3]int{0, 1, 1})
+			ys := []int{os[0], os[1], os[3], os[4]}
+			y0 := randVals(r, dt, tensor.Numel(ys), -1, 1)
+			y := tensor.FromFloat32(append([]float32(nil), y0...), ys...)
+			if acc {
+				for i := range want {
+					want[i] += float64(y0[i])
+					scale[i] += math.Abs(float64(y0[i]))
+				}
+			}
+			var got []float32
+			must(t, func() {
+				s := tensor.NewScope(be)
+				defer s.Close()
+				yd := s.Cast(y, dt)
+				if err := be.Conv2d(yd, input(s, dt, xv, xs...), input(s, dt, wv, ws...), input(s, dt, bv, ws[0]), [2]int{2, 1}, [2]int{1, 1}, acc); err != nil {
+					t.Fatal(err)
+				}
+				got = values(s, yd)
+			})
+			// Adding rounds the product once more before the sum.
+			tl := within(dt, scale)
+			if acc {
+				tl.rel *= 2
+			}
+			compare(t, fmt.Sprintf("conv2d %s accumulate %v", dt, acc), got, want, tl)
+		}
+	}
 }
 
 func TestConv3d(t *testing.T) {

@@ -60,9 +60,12 @@ type Options struct {
 	// where the graph has no engine; also FRAMEPACK_CUDNN_CONV).
 	ConvAPI string
 	// Lt runs Linear layers (bf16/f16, bias fused in the epilogue) through
-	// cuBLASLt / hipBLASLt when the library loads; off by default until it
-	// measures faster than the plain GEMM (also FRAMEPACK_BLAS=lt).
-	Lt bool
+	// cuBLASLt / hipBLASLt when the library loads (also FRAMEPACK_BLAS=lt);
+	// by default where the architecture's table says (BLASFor: RDNA3,
+	// RDNA3.5, RDNA4), and not elsewhere until it measures faster than the
+	// plain GEMM. NoLt keeps the plain BLAS everywhere (also
+	// FRAMEPACK_BLAS=plain).
+	Lt, NoLt bool
 	// Log receives one-line notes (library choices, compile times); nil
 	// means slog.Default().
 	Log *slog.Logger
@@ -89,8 +92,10 @@ type Backend struct {
 	blasMu  sync.Mutex
 	lt      *rocblas.LtHandle // cuBLASLt / hipBLASLt (under blasMu): Linear with Options.Lt, FP8 compute
 	ltWork  *Buffer
-	fp8Once sync.Once
-	fp8     bool // NativeFP8
+	// ltRefusedOnce logs the first Linear the Lt library refused.
+	ltRefusedOnce sync.Once
+	fp8Once       sync.Once
+	fp8           bool // NativeFP8
 
 	// cuDNN for fused attention, opened on first use (attention.go).
 	dnn        *miopen.Handle
@@ -120,6 +125,7 @@ func New(o Options) (*Backend, error) {
 	o.GenericAttention = o.GenericAttention || env.GenericAttention
 	o.NoFusedAttention = o.NoFusedAttention || env.KernelAttention
 	o.Lt = o.Lt || env.Lt
+	o.NoLt = (o.NoLt || env.PlainBLAS) && !o.Lt
 	if o.ConvAPI == "" {
 		o.ConvAPI = env.CUDNNConv
 		if _, err := miopen.ParseConvAPI(o.ConvAPI); err != nil {
@@ -153,7 +159,11 @@ func New(o Options) (*Backend, error) {
 	}
 	if !o.NoBLAS {
 		b.openBLAS()
-		if o.Lt {
+		if c := BLASFor(d.Arch); !o.Lt && !o.NoLt && c.Lt {
+			b.log.Info("gpu: " + c.Why)
+			b.opts.Lt = true
+		}
+		if b.opts.Lt {
 			b.openLt()
 		}
 	}

@@ -22,11 +22,13 @@ package gpu
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/envconfig"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -85,8 +87,16 @@ type ConvOptions struct {
 	Faults *convchain.Faults
 	// Log receives the chain's lines (nil: slog.Default()).
 	Log *slog.Logger
-	// Profile, when set, times the optimized tier's phases.
+	// Profile, when set, times the optimized and conv2d tiers' phases.
 	Profile *Profile
+	// Order is the chain's tiers, in order (convchain.ParseOrder's names);
+	// nil reads FRAMEPACK_CONV3D, and without it the architecture's order
+	// (convchain.DefaultOrder).
+	Order []string
+
+	// conv2dAdds makes the conv2d tier sum its taps as on AMD (scratch and
+	// one add, no β), to test that path on NVIDIA.
+	conv2dAdds bool
 }
 
 func (o *ConvOptions) chunkBytes() int64 {
@@ -114,27 +124,73 @@ func (be *Backend) WithConvChain(cpu tensor.Backend, o ConvOptions) (*convchain.
 	if _, err := ParseLayout(string(o.Layout)); err != nil {
 		return nil, err
 	}
+	order, err := ConvOrder(be.Device().Arch, o)
+	if err != nil {
+		return nil, err
+	}
 	search, err := searchOn(o.Search, be.Device().Vendor)
 	if err != nil {
 		return nil, err
 	}
-	opt := &o
-	var tiers []convchain.Tier
-	device := be.Device().Name + " " + be.Device().Arch
-	if t, err := newOptimized(be, opt); err == nil {
-		tiers = append(tiers, t)
-		device += " " + t.h.Lib().Name() + " " + t.h.Lib().Version()
-	} else {
-		o.Log.Info("conv3d: no vendor convolution library; the chain starts at the GEMM tier", "why", err)
+	if order.SearchFirst && slices.Contains(order.Tiers, "optimized") {
+		// Here the library's 3-D convolution plans only from its search,
+		// in a child process under the deadline.
+		search = true
 	}
-	tiers = append(tiers, be.ConvTiers()...)
-	tiers = append(tiers, convchain.CPUTier(cpu))
+	opt := &o
+	device := be.Device().Name + " " + be.Device().Arch
+	avail := map[string]convchain.Tier{}
+	why := map[string]string{}
+	if t, err := newOptimized(be, opt); err == nil {
+		avail["optimized"] = t
+		device += " " + t.h.Lib().Name() + " " + t.h.Lib().Version()
+		if ct, err := newConv2dTier(be, opt); err == nil {
+			avail[convchain.Conv2dTierName] = ct
+		}
+	} else {
+		why["optimized"], why[convchain.Conv2dTierName] = "no vendor convolution library: "+err.Error(), "no vendor convolution library"
+	}
+	for _, t := range be.ConvTiers() {
+		avail[t.Name()] = t
+	}
+	if be.blas == nil {
+		why["gemm"] = "no vendor BLAS"
+	}
+	avail["cpu"] = convchain.CPUTier(cpu)
+	var tiers []convchain.Tier
+	for _, name := range order.Tiers {
+		if t, ok := avail[name]; ok {
+			tiers = append(tiers, t)
+		} else {
+			o.Log.Info(fmt.Sprintf("conv3d: tier %s is not available here (%s)", name, why[name]))
+		}
+	}
+	if len(tiers) == 0 {
+		return nil, fmt.Errorf("conv3d tier order %s: none of its tiers is available here", order)
+	}
+	o.Log.Info(fmt.Sprintf("conv3d: tiers %s: %s", order, order.Why))
 	chain, err := convchain.New(tiers, convchain.Options{Device: device, CachePath: o.CachePath,
 		SearchDeadline: o.SearchDeadline, Exhaustive: o.Exhaustive, NoSearch: !search, Faults: faults, Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
 	return convchain.Wrap(faults.WrapBackend(be), chain), nil
+}
+
+// ConvOrder is the conv3d chain's tier order on a GPU of architecture
+// arch: o.Order, else FRAMEPACK_CONV3D, else the architecture's
+// (convchain.DefaultOrder), with the library's 3-D tier first on gfx11
+// when o.Search is on.
+func ConvOrder(arch string, o ConvOptions) (convchain.Order, error) {
+	tiers := o.Order
+	if tiers == nil {
+		t, err := convchain.ParseOrder(envconfig.Read().Conv3d)
+		if err != nil {
+			return convchain.Order{}, fmt.Errorf("%s: %w", envconfig.Conv3d, err)
+		}
+		tiers = t
+	}
+	return convchain.OrderFor(arch, tiers, o.Search == SearchOn), nil
 }
 
 func searchOn(mode string, v hip.Vendor) (bool, error) {

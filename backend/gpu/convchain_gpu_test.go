@@ -28,10 +28,13 @@ func TestMain(m *testing.M) {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// libraryFirst is the chain's order on NVIDIA, which the fault tests name.
+var libraryFirst = []string{"optimized", "gemm", "naive", "cpu"}
+
 // only makes every tier but keep fail with an error.
 func only(keep string) *convchain.Faults {
 	f := &convchain.Faults{Conv3d: map[string]convchain.Fault{}}
-	for _, n := range []string{"optimized", "gemm", "naive", "cpu"} {
+	for _, n := range libraryFirst {
 		if n != keep {
 			f.Conv3d[n] = convchain.FaultError
 		}
@@ -45,6 +48,9 @@ func wrapped(t testing.TB, g *Backend, o ConvOptions) *convchain.Backend {
 		o.Log = quiet
 	}
 	o.CachePath = "off"
+	if o.Faults != nil && o.Order == nil {
+		o.Order = libraryFirst // the tiers faults name, whatever the GPU
+	}
 	b, err := g.WithConvChain(cpu.New(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -535,7 +541,13 @@ func TestPaddedConv(t *testing.T) {
 // the CPU backend.
 func TestChainOps(t *testing.T) {
 	g := newGPU(t, Options{Log: quiet})
-	backendtest.Run(t, wrapped(t, g, ConvOptions{}), backendtest.Select("conv3d", "conv3d_padded", "conv3d_last")...)
+	be := wrapped(t, g, ConvOptions{})
+	backendtest.Run(t, be, backendtest.Select("conv3d", "conv3d_padded", "conv3d_last")...)
+	if tiers := be.Chain().Tiers(); slices.Contains(tiers, convchain.Conv2dTierName) {
+		// An order that holds the conv2d tier (FRAMEPACK_CONV3D=conv2d): the
+		// conv3d cases against float64 too.
+		backendtest.ConvAgainstFloat64(t, be, "conv3d as conv2d: gpu "+strings.Join(tiers, ","))
+	}
 }
 
 // TestChannelsLastConvTiers runs the op suite's channels-last convolutions
@@ -560,4 +572,36 @@ func TestChannelsLastConvTiers(t *testing.T) {
 		be := wrapped(t, g, ConvOptions{Faults: only("optimized"), Search: SearchOn, SearchDeadline: time.Minute})
 		backendtest.Run(t, be, backendtest.Select("conv3d_last")...)
 	})
+}
+
+// TestConv2dTier runs the conv2d tier alone (3-D convolutions as the
+// library's 2-D ones, one a temporal tap) in NHWC and NCHW: the conv3d
+// cases and the VAEs' against float64 math, then the op suite's
+// convolutions (through a padding, channels-last, adding to the output)
+// against the CPU backend; also with MIOpen's way of summing the taps
+// (scratch and one add, no β) and with chunks and pieces of few frames.
+func TestConv2dTier(t *testing.T) {
+	g := newGPU(t, Options{Log: quiet})
+	for _, c := range []struct {
+		name string
+		o    ConvOptions
+	}{
+		{"nhwc", ConvOptions{Layout: LayoutNDHWC}},
+		{"nchw", ConvOptions{Layout: LayoutNCDHW}},
+		{"nhwc_added", ConvOptions{Layout: LayoutNDHWC, conv2dAdds: true}},
+		{"nchw_added_small_chunks", ConvOptions{Layout: LayoutNCDHW, conv2dAdds: true, ChunkBytes: 16 << 10}},
+		{"nhwc_small_chunks", ConvOptions{Layout: LayoutNDHWC, ChunkBytes: 16 << 10}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := c.o
+			o.Order = []string{convchain.Conv2dTierName}
+			be := wrapped(t, g, o)
+			backendtest.ConvAgainstFloat64(t, be, "conv3d as conv2d: gpu "+c.name)
+			backendtest.Run(t, be, backendtest.Select("conv3d", "conv3d_padded", "conv3d_last")...)
+			s := convchain.ChainOf(be).Summary()
+			if len(s) != 1 || s[0].Tier != convchain.Conv2dTierName || s[0].Convs == 0 {
+				t.Errorf("the conv2d tier did not run alone: %v", s)
+			}
+		})
+	}
 }

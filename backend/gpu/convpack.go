@@ -30,7 +30,19 @@ type packKey struct {
 	off   int64   // the weight's byte offset in buf
 	shape [5]int
 	dt    tensor.DType
+	form  packForm
 }
+
+// packForm is what a kept copy holds.
+type packForm uint8
+
+const (
+	packedLast   packForm = iota // (K, kT, kH, kW, C): the optimized tier's
+	tapsNHWC                     // (kT, K, kH, kW, C): the conv2d tier's taps in NHWC
+	tapsNCHW                     // (kT, K, C, kH, kW): in NCHW
+	tapsNHWCLast                 // tapsNHWC made from a weight packed channels-last
+	tapsNCHWLast                 // tapsNCHW likewise
+)
 
 type packCache = packcache.Cache[packKey, *tensor.Tensor]
 

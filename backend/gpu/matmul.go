@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -134,7 +135,15 @@ func (b *Backend) Linear(dst, x, w, bias *tensor.Tensor) error {
 		return b.linearNoK(dst, bias, M, N)
 	}
 	if b.opts.Lt && b.lt != nil && (dt == tensor.BF16 || dt == tensor.F16) {
-		return b.ltLinear(dt, ps[0], ps[1], ps[2], ps[3], M, N, K)
+		err := b.ltLinear(dt, ps[0], ps[1], ps[2], ps[3], M, N, K)
+		if err == nil || b.blas == nil || errors.Is(err, tensor.ErrOutOfMemory) {
+			return err
+		}
+		// The Lt library refused the product (no kernel for this GPU or
+		// shape): the plain BLAS runs it, and this one only.
+		b.ltRefusedOnce.Do(func() {
+			b.log.Warn("gpu: the Lt library refused a Linear; those it refuses run on "+b.BLAS(), "err", err)
+		})
 	}
 	return b.gemm(dt, ps[0], ps[1], ps[2], ps[3], 1, M, N, K, false, true, false, false, 1)
 }

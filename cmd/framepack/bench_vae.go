@@ -71,7 +71,7 @@ against sample; use it with --vae pointing at the same weights.`,
 	fl.StringVar(&f.vramLimit, "vram-limit", "", `device memory budget ("4.2G", "50%"); default: the device's`)
 	fl.StringVar(&f.reference, "reference", "", "safetensors file with z and sample to decode and compare against")
 	fl.StringVar(&f.device, "device", "auto", "auto, gpu or cpu")
-	fl.StringVar(&f.layout, "conv-layout", "auto", "conv3d layout of the vendor library: auto, ndhwc or ncdhw")
+	fl.StringVar(&f.layout, "conv-layout", "auto", "conv3d layout of the vendor library tiers (optimized, conv2d): auto, ndhwc or ncdhw")
 	fl.StringVar(&f.search, "conv-search", "auto", "benchmark the vendor library's conv3d algorithms for each new shape (in a child process, remembered): auto (on AMD), on or off")
 	fl.IntVar(&f.iters, "iters", 3, "timed decodes (after one warm-up)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random weights and latent")
@@ -382,6 +382,7 @@ func runBenchDecode(cmd *cobra.Command, f *benchVAEFlags, d *benchDevice, m *ben
 			lines = append(lines, s.String())
 		}
 		res["conv3d"] = lines
+		res["conv3d_tiers"] = c.Tiers()
 	}
 	if err := printResult(cmd.OutOrStdout(), res); err != nil {
 		return err

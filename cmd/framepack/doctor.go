@@ -15,6 +15,7 @@ import (
 
 func newDoctor() *cobra.Command {
 	var retry bool
+	var arch string
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Report what this machine offers: CPU backend and BLAS, GPU libraries, devices, memory",
@@ -29,10 +30,14 @@ timeouts (the choices stay), so the next run searches again, shapes planned with
 			if retry {
 				return retrySearches(cmd.OutOrStdout())
 			}
+			if arch != "" {
+				return doctorArch(cmd.OutOrStdout(), arch)
+			}
 			return doctor(cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().BoolVar(&retry, "retry-searches", false, "forget the conv3d search timeouts remembered, so that the next run searches again")
+	cmd.Flags().StringVar(&arch, "arch", "", "report only what a GPU of this architecture runs (gfx1100, gfx1151, gfx1201, sm_90 …): its conv3d tier order and GEMM library, and why")
 	return cmd
 }
 

@@ -7,8 +7,10 @@ import (
 	"os"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/envconfig"
 	"github.com/framepack-go/framepack/kernels"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/miopen"
@@ -76,6 +78,34 @@ func doctorGPU(w io.Writer) error {
 		fmt.Fprintf(w, "  lt:      %s\n", lt)
 	}
 	fmt.Fprintf(w, "  attention: %s\n", doctorAttention(d))
+	return doctorPaths(w, d.Arch)
+}
+
+// doctorArch is doctor --arch: the paths a GPU of architecture arch takes.
+func doctorArch(w io.Writer, arch string) error {
+	fmt.Fprintf(w, "as %s:\n", arch)
+	return doctorPaths(w, arch)
+}
+
+// doctorPaths prints the conv3d chain's tier order and the GEMM library
+// for arch, and why (FRAMEPACK_CONV3D and FRAMEPACK_BLAS applied).
+func doctorPaths(w io.Writer, arch string) error {
+	o, err := gpu.ConvOrder(arch, gpu.ConvOptions{})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "  conv3d tiers: %s\n", o)
+	fmt.Fprintf(w, "    why: %s\n", o.Why)
+	env := envconfig.Read()
+	c := gpu.BLASFor(arch)
+	switch {
+	case env.Lt:
+		fmt.Fprintf(w, "  gemm: Lt library for bf16/f16 Linear layers (FRAMEPACK_BLAS=lt); the plain BLAS for the rest\n")
+	case env.PlainBLAS:
+		fmt.Fprintf(w, "  gemm: the plain BLAS (FRAMEPACK_BLAS=plain)\n")
+	default:
+		fmt.Fprintf(w, "  gemm: %s\n", c.Why)
+	}
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/internal/testutil/errtest"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/weights"
@@ -76,6 +77,11 @@ type Case struct {
 	once sync.Once
 	io   *weights.Checkpoint
 	err  error
+
+	// conv2dBase is the conv2d tier's convolutions in this process when
+	// the case was read: a comparison after more also logs "conv3d as
+	// conv2d: …".
+	conv2dBase int64
 }
 
 // Dir is the folder of golden cases: $FRAMEPACK_GOLDEN_DIR, or testdata/golden
@@ -165,7 +171,7 @@ func load(root, name string) (*Case, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Case{Name: name, Dir: dir}
+	c := &Case{Name: name, Dir: dir, conv2dBase: convchain.TierConvs(convchain.Conv2dTierName)}
 	if err := json.Unmarshal(raw, &c.Raw); err != nil {
 		return nil, fmt.Errorf("%s: %v", p, err)
 	}
@@ -377,6 +383,9 @@ func (c *Case) compareRef(t testing.TB, name string, got, ref *tensor.Tensor, li
 		}
 	}
 	t.Logf("golden %s: %s rel_l2=%.3g", c.Name, name, rel)
+	if convchain.TierConvs(convchain.Conv2dTierName) > c.conv2dBase {
+		t.Logf("conv3d as conv2d: golden %s %s rel_l2 %.3g", c.Name, name, rel)
+	}
 	if lim.HasMaxAbs {
 		t.Logf("golden %s: %s max_abs=%.3g", c.Name, name, maxAbs)
 	}

@@ -10,6 +10,7 @@ package testdevice
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/framepack-go/framepack/backend/cpu"
 	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/convchain"
+	"github.com/framepack-go/framepack/internal/envconfig"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -51,24 +53,64 @@ func GPU() (*gpu.Backend, error) {
 }
 
 // Backend returns the chosen device's backend; for "gpu" without a GPU it
-// skips the test with the reason.
+// skips the test with the reason. With a conv3d tier order set
+// (FRAMEPACK_CONV3D=conv2d, say) its convolutions go through a chain of
+// those tiers alone, so that a forced tier is the one that runs: on the
+// CPU and the simulated device the tiers they have (conv2d and cpu).
 func Backend(t testing.TB) tensor.Backend {
 	t.Helper()
+	order, err := convchain.ParseOrder(envconfig.Read().Conv3d)
+	if err != nil {
+		t.Fatalf("%s: %v", envconfig.Conv3d, err)
+	}
 	switch n := Name(); n {
 	case "cpu":
-		return cpu.New()
+		return withOrder(t, cpu.New(), order)
 	case "fake":
-		return NewFake()
+		return withOrder(t, NewFake(), order)
 	case "gpu", "gpu-noblas":
 		be, err := GPU()
 		if err != nil {
 			t.Skipf("%s=gpu: no GPU: %v", Env, err)
+		}
+		if order != nil {
+			ch, err := be.WithConvChain(cpu.New(), gpu.ConvOptions{Order: order, CachePath: "off"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ch
 		}
 		return be
 	default:
 		t.Fatalf("%s=%q: want cpu, gpu, gpu-noblas or fake", Env, n)
 		return nil
 	}
+}
+
+// withOrder is be behind a chain of the tiers of order it has (conv2d on
+// its own 2-D convolution, cpu), or be itself without an order.
+func withOrder(t testing.TB, be convchain.Conv2dBackend, order []string) tensor.Backend {
+	t.Helper()
+	if order == nil {
+		return be
+	}
+	var tiers []convchain.Tier
+	for _, name := range order {
+		switch name {
+		case convchain.Conv2dTierName:
+			tiers = append(tiers, convchain.Conv2dTier(be))
+		case "cpu":
+			tiers = append(tiers, convchain.CPUTier(cpu.New()))
+		}
+	}
+	if len(tiers) == 0 {
+		t.Fatalf("%s=%s: none of these conv3d tiers runs on %s (conv2d and cpu do)", envconfig.Conv3d, strings.Join(order, ","), be.Name())
+	}
+	ch, err := convchain.New(tiers, convchain.Options{Device: be.Name(), CachePath: "off", Faults: &convchain.Faults{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return convchain.Wrap(be, ch)
 }
 
 // Fake is the CPU backend presented as a device: its buffers are not
