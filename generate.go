@@ -607,7 +607,8 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 	p.log.Info(fmt.Sprintf("sections: %d of %d latent frames for %.2f s → %d frames at %d fps; %s",
 		plan.Sections, plan.WindowSize, req.Seconds, plan.VideoFrames(), FPS, order))
 
-	seq, pair, err := p.groups(req.CFG != 1, req.TeaCache)
+	cache := req.CacheChoice()
+	seq, pair, err := p.groups(req.CFG != 1, cache != CacheNone)
 	if err != nil {
 		return fmt.Errorf("framepack: %w", err)
 	}
@@ -624,8 +625,9 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 		opts: section.SampleOptions{
 			Config: sampler.Config{Steps: req.Steps, Guidance: sampler.Guidance{
 				CFG: req.CFG, Rescale: req.RS, Distilled: req.GS, BF16: p.dt.transformer == tensor.BF16}},
-			TeaCache:       req.TeaCache,
-			TeaCacheThresh: p.opts.TeaCacheThreshold,
+			TeaCache:       cache == CacheTeaCache,
+			TeaCacheThresh: req.teaCacheThreshold(p.opts.TeaCacheThreshold),
+			MagCache:       req.magCache(),
 		},
 		rnd:     sampler.NewTorchGenerator(req.Seed),
 		history: history,
@@ -776,9 +778,10 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 	if idle, ok := tensor.QueueIdle(p.be); ok {
 		st.SampleIdle = idle - idle0
 	}
-	if j.req.TeaCache {
+	if j.req.CacheChoice() == CacheTeaCache {
 		st.TeaCacheComputed, st.TeaCacheSkipped = model.TeaCacheStats()
 	}
+	st.TransformerCalls, st.CacheSkipped = model.CacheCalls()
 	if !l.keep {
 		return j.unload(PartTransformer)
 	}
@@ -986,8 +989,11 @@ func (j *job) finishDecode(l *sectionLoop, d *decodeJob) error {
 			Latents: d.latents, Pixels: l.pixels})
 	}
 	tc := ""
-	if j.req.TeaCache {
+	switch j.req.CacheChoice() {
+	case CacheTeaCache:
 		tc = fmt.Sprintf(" (TeaCache: %d computed, %d skipped)", st.TeaCacheComputed, st.TeaCacheSkipped)
+	case CacheMagCache:
+		tc = fmt.Sprintf(" (MagCache: %d computed, %d skipped)", st.TransformerCalls-len(st.CacheSkipped), len(st.CacheSkipped))
 	}
 	how := ""
 	if st.DecodeOverlapped {

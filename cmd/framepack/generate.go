@@ -35,6 +35,10 @@ type generateFlags struct {
 	steps, window           int
 	cfg, gs, rs             float64
 	teacache                bool
+	cache                   string
+	cacheThreshold          float64
+	magCacheK               int
+	magCacheRetention       float64
 	resolution, crf         int
 	models, out             string
 	device, dtype           string
@@ -142,7 +146,11 @@ does, each time replacing it whole; the last write is the full video.`,
 	fl.Float64Var(&f.cfg, "cfg", def.CFG, "real CFG scale (1: off)")
 	fl.Float64Var(&f.gs, "gs", def.GS, "distilled guidance scale")
 	fl.Float64Var(&f.rs, "rs", def.RS, "CFG rescale (0–1)")
-	fl.BoolVar(&f.teacache, "teacache", def.TeaCache, "TeaCache: skip transformer blocks on steps that barely change (faster, slightly different)")
+	fl.BoolVar(&f.teacache, "teacache", def.TeaCache, "TeaCache: skip transformer blocks on steps that barely change (faster, slightly different); the older switch for --cache teacache (--teacache=false: --cache none)")
+	fl.StringVar(&f.cache, "cache", "", "step cache, reusing the transformer's last residual on some steps: teacache (FramePack's TeaCache), magcache (MagCache4FramePack's MagCache) or none; default teacache, or as --teacache says")
+	fl.Float64Var(&f.cacheThreshold, "cache-threshold", 0, "the step cache's threshold, in (0, 1]; higher skips more (0: the cache's default, 0.15 for teacache, 0.1 for magcache)")
+	fl.IntVar(&f.magCacheK, "magcache-k", def.MagCacheK, fmt.Sprintf("magcache: at most this many steps in a row reuse the residual (1–%d)", framepack.MaxMagCacheK))
+	fl.Float64Var(&f.magCacheRetention, "magcache-retention", def.MagCacheRetention, "magcache: the share of each section's first steps that always run the transformer (0–1)")
 	fl.IntVar(&f.resolution, "resolution", def.Resolution, fmt.Sprintf("bucket resolution (FramePack's 640, %d–%d; the built-in tiny model defaults to %d)", framepack.MinResolution, framepack.MaxResolution, tinyResolution))
 	fl.BoolVar(&f.posteriorMean, "posterior-mean", false, "start latent = the VAE posterior's mean instead of a seeded sample")
 	fl.IntVar(&f.crf, "crf", video.DefaultCRF, "x264 CRF of the MP4 (0–51, lower is better)")
@@ -291,7 +299,8 @@ func parseSeed(s string) (seed uint64, random bool, err error) {
 var flagNames = strings.NewReplacer("latent window size", "--window", "distilled guidance (gs)", "--gs",
 	"CFG rescale (rs)", "--rs", "CFG must", "--cfg must", "seconds must", "--seconds must", "steps must", "--steps must",
 	"resolution", "--resolution", "model must", "--model must", "embed interpolation", "--embed-interpolation",
-	"start embed strength", "--start-embed-strength")
+	"start embed strength", "--start-embed-strength", "cache must", "--cache must", "cache threshold", "--cache-threshold",
+	"MagCache K", "--magcache-k", "MagCache retention ratio", "--magcache-retention")
 
 func (f *generateFlags) request(img *section.RGB) framepack.Request {
 	r := framepack.DefaultRequest()
@@ -299,6 +308,7 @@ func (f *generateFlags) request(img *section.RGB) framepack.Request {
 	r.Prompt, r.NegativePrompt = f.prompt, f.negative
 	r.Seed, r.Seconds, r.Steps, r.LatentWindowSize = f.seedValue, f.seconds, f.steps, f.window
 	r.CFG, r.GS, r.RS, r.TeaCache = f.cfg, f.gs, f.rs, f.teacache
+	r.Cache, r.CacheThreshold, r.MagCacheK, r.MagCacheRetention = f.cache, f.cacheThreshold, f.magCacheK, f.magCacheRetention
 	r.PromptBlend = f.promptBlend
 	r.Resolution, r.PosteriorMean = f.resolution, f.posteriorMean
 	r.Model, r.EndRGB, r.EmbedInterpolation, r.StartEmbedStrength = f.model, f.endRGB, f.embedInterp, f.startEmbed
@@ -522,12 +532,30 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 			return nil, err
 		}
 	}
-	return &settings{Framepack: readBuildVersion(), Image: img, EndImage: end, Prompt: f.prompt, Negative: f.negative,
+	set := &settings{Framepack: readBuildVersion(), Image: img, EndImage: end, Prompt: f.prompt, Negative: f.negative,
 		Seed: f.seedValue, SeedRandom: f.seedRandom, Seconds: f.seconds, Steps: f.steps, Window: f.window,
 		Model: f.model, EmbedInterpolation: f.embedInterp, StartEmbedStrength: f.startEmbed,
-		CFG: f.cfg, GS: f.gs, RS: f.rs, TeaCache: f.teacache, Resolution: f.resolution, PosteriorMean: f.posteriorMean,
+		CFG: f.cfg, GS: f.gs, RS: f.rs, TeaCache: f.cacheChoice() == framepack.CacheTeaCache, Cache: f.cacheChoice(),
+		CacheThreshold: f.cacheThreshold, Resolution: f.resolution, PosteriorMean: f.posteriorMean,
 		CRF: f.crf, Device: f.device, DType: f.dtype, Weights: f.weightsMode, FP8Compute: fp8ComputeSetting(f), FP8Attention: f.fp8Attention, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
-		TinyModel: tiny, Models: models, Output: f.output.path}, nil
+		TinyModel: tiny, Models: models, Output: f.output.path}
+	f.magCacheSettings(set)
+	return set, nil
+}
+
+// cacheChoice is the step cache the run uses (--cache, else --teacache).
+func (f *generateFlags) cacheChoice() string {
+	r := f.request(nil)
+	return r.CacheChoice()
+}
+
+// magCacheSettings are the MagCache knobs for the settings file: set only
+// with --cache magcache.
+func (f *generateFlags) magCacheSettings(set *settings) {
+	if f.cacheChoice() == framepack.CacheMagCache {
+		k, ret := f.magCacheK, f.magCacheRetention
+		set.MagCacheK, set.MagCacheRetention = &k, &ret
+	}
 }
 
 // summary prints the result in a few lines.
