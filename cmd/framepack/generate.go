@@ -59,6 +59,7 @@ type generateFlags struct {
 	startEmbed              float64
 	jobs                    string
 	writeSections           bool
+	preview                 string
 	gpus                    string
 
 	// Resolved by check.
@@ -174,6 +175,7 @@ does, each time replacing it whole; the last write is the full video.`,
 	}
 	fl.StringVar(&f.jobs, "jobs", "", "run the jobs of a JSON-lines file (one object a line, keys are long flag names) with the models loaded once")
 	fl.StringVar(&f.gpus, "gpus", "", gpusUsage)
+	fl.StringVar(&f.preview, "preview", "", "write the latent preview (as FramePack's demo shows it) to this PNG after every sampler step, replacing it whole each time")
 	fl.BoolVar(&f.writeSections, "write-sections", false, "write the video so far to the output after every section (replaced each time; the last write is the whole video)")
 	return cmd, f
 }
@@ -261,6 +263,9 @@ func (f *generateFlags) checkFlags() (*section.RGB, error) {
 		}
 	}
 	if f.output, err = checkVideoOutput(f.out, true); err != nil {
+		return nil, err
+	}
+	if err := checkPreview(f.preview); err != nil {
 		return nil, err
 	}
 	return img, nil
@@ -448,9 +453,18 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 	var sw *sectionWriter
 	if f.writeSections && !isFollower() {
 		sw = newSectionWriter(ctx, f.output, video.Options{FPS: framepack.FPS, CRF: crf, Log: log}, log)
+		report := req.Progress
 		req.Progress = func(pr framepack.Progress) {
-			prog.report(pr)
+			report(pr)
 			sw.report(pr)
+		}
+	}
+	if f.preview != "" && !isFollower() {
+		pw := newPreviewWriter(f.preview, log)
+		report := req.Progress
+		req.Progress = func(pr framepack.Progress) {
+			report(pr)
+			pw.report(pr)
 		}
 	}
 	res, err := p.Generate(ctx, req)

@@ -69,6 +69,9 @@ func TestGenerateBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	pngDir := filepath.Join(t.TempDir(), "d.png")
+	os.Mkdir(pngDir, 0o755)
+
 	out := filepath.Join(dir, "out.mp4")
 	for _, c := range []struct {
 		args []string
@@ -108,6 +111,9 @@ func TestGenerateBadInput(t *testing.T) {
 		{[]string{"--image", sceneImage, "--end-image", sceneImage, "--model", "f1"}, "an end image needs"},
 		{[]string{"--image", sceneImage, "--end-image", sceneImage, "--embed-interpolation", "cubic"}, "--embed-interpolation must be"},
 		{[]string{"--image", sceneImage, "--start-embed-strength", "2"}, "--start-embed-strength must be"},
+		{[]string{"--image", sceneImage, "--preview", filepath.Join(dir, "live.jpg")}, "ending in .png"},
+		{[]string{"--image", sceneImage, "--preview", filepath.Join(dir, "nowhere", "live.png")}, "does not exist"},
+		{[]string{"--image", sceneImage, "--preview", pngDir}, "is a folder"},
 		{[]string{"--image", sceneImage, "--cache", "deepcache"}, "--cache must be"},
 		{[]string{"--image", sceneImage, "--cache-threshold", "1.5"}, "--cache-threshold must be"},
 		{[]string{"--image", sceneImage, "--cache", "magcache", "--cache-threshold", "-0.1"}, "--cache-threshold must be"},
