@@ -189,6 +189,9 @@ func (j *job) run(img *section.RGB) error {
 		return fmt.Errorf("framepack: cropping the image: %w", err)
 	}
 	j.res.Width, j.res.Height = bw, bh
+	if len(req.Video) > 0 {
+		return j.runVideo(pos, neg, bh, bw)
+	}
 	p.log.Info(fmt.Sprintf("image: %d×%d → bucket %d×%d (resolution %d)", img.W, img.H, bw, bh, req.Resolution))
 	crops := []*section.RGB{crop}
 	if end, _ := req.endFrame(); end != nil {
@@ -231,6 +234,9 @@ func (j *job) encodeStage(stage string, d *time.Duration, encode func(...*sectio
 type images struct {
 	start, image  *tensor.Tensor // VAE latent, SigLIP embedding
 	end, endImage *tensor.Tensor // nil without an end image
+	// video is the latents of a video to extend (start is its last);
+	// nil for an image.
+	video *tensor.Tensor
 }
 
 func at(ts []*tensor.Tensor, i int) *tensor.Tensor {
@@ -589,7 +595,15 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 	if req.forward() {
 		newPlan = section.NewForwardPlan
 		var err error
-		if history, err = section.NewForwardHistory(im.start); err != nil {
+		if im.video == nil {
+			if history, err = section.NewForwardHistory(im.start); err != nil {
+				return fmt.Errorf("framepack: %w", err)
+			}
+		}
+	}
+	if im.video != nil {
+		var err error
+		if history, err = section.NewVideoHistory(im.video, req.forward(), req.VideoContextFrames); err != nil {
 			return fmt.Errorf("framepack: %w", err)
 		}
 	}
@@ -597,6 +611,7 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 	if err != nil {
 		return fmt.Errorf("framepack: %w", err)
 	}
+	plan.Video = im.video != nil
 	order := fmt.Sprintf("paddings %v", plan.Paddings)
 	if plan.Forward {
 		order = "forward (F1)"
@@ -604,8 +619,13 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 	if im.end != nil {
 		order += ", end image"
 	}
+	frames := plan.VideoFrames()
+	if plan.Video {
+		frames = section.PixelFrames(plan.WindowSize * plan.Sections)
+		order += fmt.Sprintf(", after %d latent frames of video", im.video.Dim(2))
+	}
 	p.log.Info(fmt.Sprintf("sections: %d of %d latent frames for %.2f s → %d frames at %d fps; %s",
-		plan.Sections, plan.WindowSize, req.Seconds, plan.VideoFrames(), FPS, order))
+		plan.Sections, plan.WindowSize, req.Seconds, frames, FPS, order))
 
 	cache := req.CacheChoice()
 	seq, pair, err := p.groups(req.CFG != 1, cache != CacheNone)
@@ -700,11 +720,18 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 	if err := j.ctx.Err(); err != nil {
 		return fmt.Errorf("framepack: cancelled before section %d: %w", st.Index, err)
 	}
-	clean, clean2x, clean4x, err := l.history.Context(l.start)
+	var clean, clean2x, clean4x *tensor.Tensor
+	var err error
+	if l.plan.Video {
+		// The layout depends on what the video and the sections so far hold.
+		sec, clean, clean2x, clean4x, err = l.history.VideoContext(l.plan, sec.Index, l.end)
+	} else {
+		clean, clean2x, clean4x, err = l.history.Context(l.start)
+	}
 	if err != nil {
 		return fmt.Errorf("framepack: section %d: %w", st.Index, err)
 	}
-	if l.end != nil && sec.Index == 0 {
+	if l.end != nil && sec.Index == 0 && !l.plan.Video {
 		// The end latent stands for the 1x history frame (clean_latents_post).
 		clean = section.Concat(tensor.ToHost(l.start), l.end)
 	}

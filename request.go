@@ -17,9 +17,28 @@ import (
 // Request is one generation job. Start from DefaultRequest: its values are
 // FramePack's defaults, and Generate takes every field as given.
 type Request struct {
-	// The start frame: Image, or RGB (exactly one).
+	// The start frame: Image, or RGB (exactly one), unless Video is set.
 	Image image.Image
 	RGB   *section.RGB
+
+	// Video, set in place of the start frame, is a video to extend, as
+	// FramePack Studio's "Video" (ModelFramePack: backward sections) and
+	// "Video F1" (ModelF1: forward sections) generators do: its frames in
+	// time order, all one size, each cropped to the bucket as an image is.
+	// Its last frames (up to section.VideoEncodeFrames, a multiple of 4)
+	// are VAE-encoded 16 at a time into the history the sections continue
+	// from; the first of them conditions the sections through SigLIP. It
+	// needs MinVideoFrames frames at least. An end image's latent ends the
+	// generated part (ModelFramePack only); the embedding options do not
+	// apply. Seconds is the length of the new part.
+	Video []*section.RGB
+	// VideoContextFrames is Studio's num_cleaned_frames (2–10; 5): how many
+	// latent frames of the video's end, and of the new part, condition each
+	// section at full resolution (more follows the video more closely).
+	VideoContextFrames int
+	// VideoNewOnly makes the result the new frames alone; otherwise it is
+	// the whole input video, cropped, followed by them.
+	VideoNewOnly bool
 
 	// Prompt conditions both text encoders (LLaMA through the template,
 	// CLIP raw); NegativePrompt is encoded only when CFG ≠ 1. A prompt with
@@ -106,7 +125,8 @@ type Request struct {
 // MagCache4FramePack's K and retention ratio for Cache CacheMagCache.
 func DefaultRequest() Request {
 	return Request{Seed: 31337, Seconds: 5, LatentWindowSize: 9, Steps: 25, CFG: 1, GS: 10, RS: 0, TeaCache: true, Resolution: 640,
-		PromptBlend: 4, StartEmbedStrength: 1, MagCacheK: hunyuan.MagCacheK, MagCacheRetention: hunyuan.MagCacheRetention}
+		PromptBlend: 4, StartEmbedStrength: 1, MagCacheK: hunyuan.MagCacheK, MagCacheRetention: hunyuan.MagCacheRetention,
+		VideoContextFrames: section.DefaultVideoContextFrames}
 }
 
 // Step caches (Request.Cache).
@@ -304,9 +324,12 @@ type Result struct {
 	Width, Height int
 	// Latents are every generated latent frame in time order, start latent
 	// first: (1, 16, lws·S + 1, H/8, W/8), f32 on the host (with either
-	// model).
+	// model). Extending a video, the new latents alone (lws·S).
 	Latents  *tensor.Tensor
 	Sections []SectionStats
+	// InputFrames is how many of the frames are the input video's (0
+	// unless extending a video without VideoNewOnly): they come first.
+	InputFrames int
 	// Stage times before the section loop, and in total.
 	TextEncode, VAEEncode, ImageEncode, Total time.Duration
 	// PeakBytes is the compute device's peak use during the job.
@@ -377,6 +400,12 @@ func (r *Request) validate() (*section.RGB, error) {
 	switch {
 	case err != nil:
 		return nil, err
+	case img != nil && len(r.Video) > 0:
+		return nil, fmt.Errorf("request: set a start image or a video, not both")
+	case len(r.Video) > 0:
+		if img, err = r.checkVideo(); err != nil {
+			return nil, err
+		}
 	case img == nil:
 		return nil, fmt.Errorf("request: no start image")
 	}
