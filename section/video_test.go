@@ -52,7 +52,7 @@ func TestVideoContextBackward(t *testing.T) {
 		t.Fatal(err)
 	}
 	type want struct {
-		clean, clean2x, clean4x       []float32
+		clean, clean2x, clean4x        []float32
 		cleanIdx, latIdx, idx2x, idx4x []int64
 	}
 	cat := func(xs ...[]int64) []int64 { return slices.Concat(xs...) }
