@@ -39,7 +39,7 @@ func (r *Request) checkVideo() (*section.RGB, error) {
 		return nil, fmt.Errorf("request: embed interpolation is for an image, not a video (FramePack Studio's Video generator uses the end image's latent only)")
 	}
 	if need := MinVideoFrames(r.VideoContextFrames, r.LatentWindowSize, r.forward()); len(r.Video) < need {
-		return nil, fmt.Errorf("request: the video is too short: %d frames; extending it with %d context frames and window %d needs at least %d",
+		return nil, fmt.Errorf("request: the video is too short: %d frames; with video context frames %d and latent window size %d it needs at least %d",
 			len(r.Video), r.VideoContextFrames, r.LatentWindowSize, need)
 	}
 	return r.Video[0], nil

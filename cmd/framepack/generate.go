@@ -60,6 +60,9 @@ type generateFlags struct {
 	jobs                    string
 	writeSections           bool
 	preview                 string
+	video                   string
+	videoContextFrames      int
+	newOnly                 bool
 	gpus                    string
 
 	// Resolved by check.
@@ -69,6 +72,8 @@ type generateFlags struct {
 	output            videoOutput
 	endRGB            *section.RGB
 	changedResolution bool // --resolution given (in --jobs, on the command line or the job's line)
+	// --video's frames, cropped to their bucket.
+	videoFrames []*section.RGB
 }
 
 func newGenerate() *cobra.Command {
@@ -132,6 +137,9 @@ does, each time replacing it whole; the last write is the full video.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.image, "image", "", "start image (PNG, JPEG or WebP)")
+	fl.StringVar(&f.video, "video", "", "extend this video instead of animating an image: a video file ffmpeg reads, or a folder of frames (PNG, JPEG or WebP, in name order)")
+	fl.IntVar(&f.videoContextFrames, "video-context-frames", def.VideoContextFrames, fmt.Sprintf("with --video: latent frames of its end (and of the new part) each section sees at full resolution (%d–%d; more follows the video more closely)", section.MinVideoContextFrames, section.MaxVideoContextFrames))
+	fl.BoolVar(&f.newOnly, "new-only", false, "with --video: write only the new frames, not the input video before them")
 	fl.StringVar(&f.prompt, "prompt", "", `what happens in the video; timed parts as FramePack Studio writes them, "[0s: a cat sits] [2s: the cat jumps]", or "[0s] a cat sits [2s] the cat jumps"`)
 	fl.StringVar(&f.promptsFile, "prompts-file", "", "read the (timed) prompt from this file, its lines joined by spaces")
 	fl.IntVar(&f.promptBlend, "prompt-blend", def.PromptBlend, "timed prompts: blend the two prompts at a change over this many sections, as FramePack Studio's blend_sections (0: off)")
@@ -189,8 +197,11 @@ func (f *generateFlags) check() (*section.RGB, error) {
 }
 
 func (f *generateFlags) checkFlags() (*section.RGB, error) {
-	if f.image == "" {
-		return nil, errors.New("--image is required")
+	switch {
+	case f.image == "" && f.video == "":
+		return nil, errors.New("--image (or --video) is required")
+	case f.image != "" && f.video != "":
+		return nil, errors.New("--image and --video: give one")
 	}
 	var err error
 	if f.seedValue, f.seedRandom, err = parseSeed(f.seed); err != nil {
@@ -221,8 +232,14 @@ func (f *generateFlags) checkFlags() (*section.RGB, error) {
 		}
 		f.loraFiles = append(f.loraFiles, lf)
 	}
-	img, err := section.LoadImage(f.image)
-	if err != nil {
+	var img *section.RGB
+	if f.video != "" {
+		// Read now, before any model loads: an unreadable or too short
+		// video fails at once.
+		if f.videoFrames, err = readVideoInput(context.Background(), f.video, f.resolution, f.newOnly, slog.Default()); err != nil {
+			return nil, err
+		}
+	} else if img, err = section.LoadImage(f.image); err != nil {
 		return nil, err
 	}
 	if f.endImage != "" {
@@ -305,7 +322,8 @@ var flagNames = strings.NewReplacer("latent window size", "--window", "distilled
 	"CFG rescale (rs)", "--rs", "CFG must", "--cfg must", "seconds must", "--seconds must", "steps must", "--steps must",
 	"resolution", "--resolution", "model must", "--model must", "embed interpolation", "--embed-interpolation",
 	"start embed strength", "--start-embed-strength", "cache must", "--cache must", "cache threshold", "--cache-threshold",
-	"MagCache K", "--magcache-k", "MagCache retention ratio", "--magcache-retention")
+	"MagCache K", "--magcache-k", "MagCache retention ratio", "--magcache-retention",
+	"video context frames", "--video-context-frames", "the video is", "--video is")
 
 func (f *generateFlags) request(img *section.RGB) framepack.Request {
 	r := framepack.DefaultRequest()
@@ -314,6 +332,10 @@ func (f *generateFlags) request(img *section.RGB) framepack.Request {
 	r.Seed, r.Seconds, r.Steps, r.LatentWindowSize = f.seedValue, f.seconds, f.steps, f.window
 	r.CFG, r.GS, r.RS, r.TeaCache = f.cfg, f.gs, f.rs, f.teacache
 	r.Cache, r.CacheThreshold, r.MagCacheK, r.MagCacheRetention = f.cache, f.cacheThreshold, f.magCacheK, f.magCacheRetention
+	if f.video != "" {
+		r.RGB, r.Video = nil, f.videoFrames
+	}
+	r.VideoContextFrames, r.VideoNewOnly = f.videoContextFrames, f.newOnly
 	r.PromptBlend = f.promptBlend
 	r.Resolution, r.PosteriorMean = f.resolution, f.posteriorMean
 	r.Model, r.EndRGB, r.EmbedInterpolation, r.StartEmbedStrength = f.model, f.endRGB, f.embedInterp, f.startEmbed
@@ -486,6 +508,7 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 		return res, nil
 	}
 	set.Frames, set.FPS, set.Width, set.Height = res.T, res.FPS, res.W, res.H
+	set.InputFrames = res.InputFrames
 	set.Timings = newTimings(time.Since(began), load, res)
 
 	// The settings go in the video's comment tag (without the timings:
@@ -514,7 +537,7 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 	write := time.Since(t)
 	fields := map[string]any{"output": f.output.path, "settings_file": sf.path, "seed": set.Seed,
 		"frames": res.T, "fps": res.FPS, "width": res.W, "height": res.H, "timings": set.Timings, "write": secs(write),
-		"peak_bytes": res.PeakBytes, "loads": len(res.Loads)}
+		"peak_bytes": res.PeakBytes, "loads": len(res.Loads), "input_frames": res.InputFrames}
 	for k, v := range extra {
 		fields[k] = v
 	}
@@ -536,7 +559,15 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 		return nil, err
 	}
 	img := fileRef{Path: f.image}
-	if img.SHA256, err = fileSHA256(f.image); err != nil {
+	var vid *fileRef
+	if f.video != "" {
+		vid = &fileRef{Path: f.video}
+		if st, err := os.Stat(f.video); err == nil && !st.IsDir() {
+			if vid.SHA256, err = fileSHA256(f.video); err != nil {
+				return nil, err
+			}
+		}
+	} else if img.SHA256, err = fileSHA256(f.image); err != nil {
 		return nil, err
 	}
 	var end *fileRef
@@ -554,6 +585,9 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 		CRF: f.crf, Device: f.device, DType: f.dtype, Weights: f.weightsMode, FP8Compute: fp8ComputeSetting(f), FP8Attention: f.fp8Attention, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
 		TinyModel: tiny, Models: models, Output: f.output.path}
 	f.magCacheSettings(set)
+	if vid != nil {
+		set.Video, set.VideoContextFrames, set.NewOnly = vid, f.videoContextFrames, f.newOnly
+	}
 	return set, nil
 }
 
@@ -580,6 +614,9 @@ func summary(w io.Writer, res *framepack.Result, wrote string) {
 		decode += s.Decode
 	}
 	fmt.Fprintf(w, "wrote %s: %d frames (%.2f s at %d fps), %d×%d\n", wrote, res.T, float64(res.T)/float64(res.FPS), res.FPS, res.W, res.H)
+	if res.InputFrames > 0 {
+		fmt.Fprintf(w, "the input video's %d frames, then %d new ones\n", res.InputFrames, res.T-res.InputFrames)
+	}
 	sections := "sections"
 	if len(res.Sections) == 1 {
 		sections = "section"
