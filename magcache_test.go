@@ -18,15 +18,16 @@ func TestGenerateMagCache(t *testing.T) {
 	for _, c := range []struct {
 		model   string
 		cfg     float64
-		seconds float64 // 0.8: two sections, 0.2: one
+		seconds float64
 		curve   []float64
 	}{
-		{ModelFramePack, 1, 0.8, hunyuan.MagRatiosFramePack},
-		{ModelF1, 1, 0.2, hunyuan.MagRatiosF1},
-		{ModelFramePack, 2, 0.2, hunyuan.MagRatiosFramePack},
+		{ModelFramePack, 1, 0.2, hunyuan.MagRatiosFramePack},
+		{ModelF1, 1, 0.1, hunyuan.MagRatiosF1},
+		{ModelFramePack, 2, 0.1, hunyuan.MagRatiosFramePack},
 	} {
 		req := smallRequest(img)
 		req.Seconds, req.Steps, req.Model, req.CFG, req.Cache = c.seconds, 8, c.model, c.cfg, CacheMagCache
+		req.LatentWindowSize = 1 // 0.2 s: two sections, 0.1 s: one
 		res := generateQuiet(t, p, req)
 		calls := 8
 		if c.cfg != 1 {
@@ -53,7 +54,7 @@ func TestGenerateMagCache(t *testing.T) {
 
 	// --cache none: every call runs the blocks.
 	req := smallRequest(img)
-	req.Seconds, req.Cache = 0.2, CacheNone
+	req.Seconds, req.LatentWindowSize, req.Cache = 0.1, 1, CacheNone
 	for _, s := range generateQuiet(t, p, req).Sections {
 		if s.TransformerCalls != req.Steps || len(s.CacheSkipped) != 0 {
 			t.Errorf("no cache: section %d: %d calls, skipped %v", s.Index, s.TransformerCalls, s.CacheSkipped)

@@ -41,6 +41,8 @@ type benchGenFlags struct {
 	cfg                                          float64
 	weightsMode, fp8Compute                      string
 	fp8Attention                                 bool
+	cacheThreshold, magCacheRetention            float64
+	magCacheK                                    int
 
 	// The child's run (hidden flags): one mode, model and cache.
 	child    bool
@@ -120,6 +122,9 @@ of the 8-bit frames, all frames together; vs_none_identical_frames instead when 
 	fl.StringVar(&f.teacache, "teacache", "on", "comma-separated TeaCache settings: on, off (--cache teacache, none)")
 	fl.StringVar(&f.caches, "cache", "", "comma-separated step caches: none, teacache, magcache (default: as --teacache says)")
 	fl.StringVar(&f.models_, "model", framepack.ModelFramePack, "comma-separated model variants: framepack, f1 (random weights stand in for either)")
+	fl.Float64Var(&f.cacheThreshold, "cache-threshold", 0, "the step caches' threshold (as generate --cache-threshold; 0: each cache's default)")
+	fl.IntVar(&f.magCacheK, "magcache-k", def.MagCacheK, "MagCache's K (as generate --magcache-k)")
+	fl.Float64Var(&f.magCacheRetention, "magcache-retention", def.MagCacheRetention, "MagCache's retention ratio (as generate --magcache-retention)")
 	fl.StringVar(&f.device, "device", framepack.DeviceAuto, "auto, cpu or gpu")
 	fl.StringVar(&f.preserve, "preserve", "", "--preserve for every run (default: the engine's)")
 	fl.StringVarP(&f.out, "out", "o", "", "folder for the videos (default: a temporary folder, removed after)")
@@ -206,6 +211,14 @@ func (f *benchGenFlags) runs() ([]benchRun, error) {
 	if err != nil {
 		return nil, err
 	}
+	switch th := f.cacheThreshold; {
+	case !(th >= 0 && th <= 1):
+		return nil, fmt.Errorf("--cache-threshold %v: want (0, 1], or 0 for each cache's default", th)
+	case f.magCacheK < 1 || f.magCacheK > framepack.MaxMagCacheK:
+		return nil, fmt.Errorf("--magcache-k %d: want 1–%d", f.magCacheK, framepack.MaxMagCacheK)
+	case !(f.magCacheRetention >= 0 && f.magCacheRetention <= 1):
+		return nil, fmt.Errorf("--magcache-retention %v: want 0–1", f.magCacheRetention)
+	}
 	if len(modes) == 0 || len(caches) == 0 {
 		return nil, errors.New("--modes and --cache (or --teacache) each need at least one value")
 	}
@@ -291,7 +304,9 @@ func runBenchGenParent(ctx context.Context, cmd *cobra.Command, f *benchGenFlags
 			"--seconds", strconv.FormatFloat(f.seconds, 'g', -1, 64), "--resolution", strconv.Itoa(f.resolution),
 			"--steps", strconv.Itoa(f.steps), "--window", strconv.Itoa(f.window), "--seed", strconv.FormatUint(f.seed, 10),
 			"--device", f.device, "--cfg", strconv.FormatFloat(f.cfg, 'g', -1, 64),
-			"--weights", f.weightsMode, "--fp8-compute", f.fp8Compute, "--fp8-attention=" + strconv.FormatBool(f.fp8Attention)}
+			"--weights", f.weightsMode, "--fp8-compute", f.fp8Compute, "--fp8-attention=" + strconv.FormatBool(f.fp8Attention),
+			"--cache-threshold", strconv.FormatFloat(f.cacheThreshold, 'g', -1, 64), "--magcache-k", strconv.Itoa(f.magCacheK),
+			"--magcache-retention", strconv.FormatFloat(f.magCacheRetention, 'g', -1, 64)}
 		if f.gpus != "" {
 			args = append(args, "--gpus", f.gpus)
 		}
@@ -479,6 +494,7 @@ func runBenchGenChild(ctx context.Context, cmd *cobra.Command, f *benchGenFlags)
 	req.Seconds, req.Resolution, req.Steps, req.LatentWindowSize, req.Seed = f.seconds, f.resolution, f.steps, f.window, f.seed
 	req.TeaCache = f.tcOn
 	req.Cache, req.Model = f.runCache, f.runModel
+	req.CacheThreshold, req.MagCacheK, req.MagCacheRetention = f.cacheThreshold, f.magCacheK, f.magCacheRetention
 	req.CFG = f.cfg
 	if err := req.Validate(); err != nil {
 		return fmt.Errorf("bench generate: %w", err)
@@ -506,6 +522,12 @@ func runBenchGenChild(ctx context.Context, cmd *cobra.Command, f *benchGenFlags)
 	r := benchGenResult(res, f.steps, loadPipeline, write)
 	r["mode"], r["teacache"], r["cfg"] = f.mode, req.CacheChoice() == framepack.CacheTeaCache, f.cfg
 	r["cache"], r["model"] = req.CacheChoice(), req.Model
+	if req.CacheChoice() != framepack.CacheNone {
+		r["cache_threshold"] = req.CacheThreshold // 0: the cache's default
+	}
+	if req.CacheChoice() == framepack.CacheMagCache {
+		r["magcache_k"], r["magcache_retention"] = req.MagCacheK, req.MagCacheRetention
+	}
 	r["weights"], r["fp8_compute"], r["fp8_attention"] = f.weightsMode, p.FP8Compute(), f.fp8Attention
 	r["seconds"], r["steps"] = f.seconds, f.steps
 	r["total_s"] = end.Sub(start).Seconds()

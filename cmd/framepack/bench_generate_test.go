@@ -128,6 +128,8 @@ func TestBenchGenerateBadFlags(t *testing.T) {
 		{[]string{"bench", "generate", "--models", t.TempDir(), "--image", sceneImage, "--teacache", "maybe"}, `--teacache "maybe"`},
 		{[]string{"bench", "generate", "--models", t.TempDir(), "--image", sceneImage, "--cache", "none,fast"}, `--cache "fast"`},
 		{[]string{"bench", "generate", "--models", t.TempDir(), "--image", sceneImage, "--model", "f2"}, `--model "f2"`},
+		{[]string{"bench", "generate", "--models", t.TempDir(), "--image", sceneImage, "--magcache-k", "9"}, `--magcache-k 9`},
+		{[]string{"bench", "generate", "--models", t.TempDir(), "--image", sceneImage, "--cache-threshold", "2"}, `--cache-threshold 2`},
 	} {
 		if _, err := runCLI(t, context.Background(), c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want one naming %s", c.args, err, c.want)
@@ -138,7 +140,7 @@ func TestBenchGenerateBadFlags(t *testing.T) {
 // TestBenchGenerateRuns: every mode × model × cache, the uncached run of
 // each mode and model first.
 func TestBenchGenerateRuns(t *testing.T) {
-	f := &benchGenFlags{modes: "nocap,20G", caches: "magcache,none,teacache", models_: "framepack,f1"}
+	f := &benchGenFlags{modes: "nocap,20G", caches: "magcache,none,teacache", models_: "framepack,f1", magCacheK: 3}
 	runs, err := f.runs()
 	if err != nil {
 		t.Fatal(err)

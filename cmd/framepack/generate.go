@@ -199,7 +199,7 @@ func (f *generateFlags) check() (*section.RGB, error) {
 func (f *generateFlags) checkFlags() (*section.RGB, error) {
 	switch {
 	case f.image == "" && f.video == "":
-		return nil, errors.New("--image (or --video) is required")
+		return nil, errors.New("--image is required (or --video, to extend a video)")
 	case f.image != "" && f.video != "":
 		return nil, errors.New("--image and --video: give one")
 	}
