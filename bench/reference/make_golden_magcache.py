@@ -33,7 +33,8 @@ and on its first block. case.json also holds magcache_ratios (the
 interpolated ratios initialize_magcache set for the case's steps) and
 magcache_schedules: for other step counts and knobs, the ratios
 initialize_magcache sets and the calls magcache_framepack_forward skips over
-one cycle, run on the tiny transformer with small inputs.
+one cycle, run on the tiny transformer with small inputs. The final pixels are
+not kept (the decode is generate_i2v's and generate_f1's own).
 """
 
 import argparse
@@ -177,6 +178,9 @@ def magcache_case(a, work, name, variant, settings, extra_argv, about):
     ratios = [float(v) for v in np.asarray(run.transformer.mag_ratios)]
     sched = schedules(run, variant)
     framepack_worker.save_record(args, rec, info)
+    # The decode is generate_i2v's and generate_f1's own; MagCache changes
+    # the latents. Without pixels a case is a tenth of the size.
+    del rec["pixels"]
     extra = {"cache": "magcache", "magcache_threshold": th, "magcache_k": k, "magcache_retention": r,
              "magcache_ratios": ratios, "magcache_schedules": sched,
              "magcache_reference": "MagCache4FramePack/" + DEMOS[variant]}
@@ -219,13 +223,15 @@ def main():
         magcache_case(a, work, "generate_magcache", "framepack", dict(mgg.SMALL, steps=8), [],
                       about=("MagCache4FramePack's magcache_demo_gradio.py MagCache in FramePack's demo_gradio.py "
                              "worker() run headless by bench/reference/framepack_worker.py on the tiny model named by "
-                             "model, " + common + "generate_i2v."))
+                             "model, " + common + "generate_i2v, without pixels (the decode is generate_i2v's own; "
+                             "the MagCache run differs in the latents)."))
     if "generate_f1_magcache" in cases:
         magcache_case(a, work, "generate_f1_magcache", "f1", mgg.SMALL, ["--variant", "f1"],
                       about=("MagCache4FramePack's magcache_demo_gradio_f1.py MagCache (F1's ratios) in FramePack-F1's "
                              "demo_gradio_f1.py worker() run headless by bench/reference/framepack_worker.py --variant "
                              "f1 on the tiny model named by model (its weights stand in for F1's), " + common +
-                             "generate_f1."))
+                             "generate_f1, without pixels (the decode is generate_f1's own; the MagCache run differs "
+                             "in the latents)."))
     shutil.rmtree(work, ignore_errors=True)
 
 
