@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/device"
+	"github.com/framepack-go/framepack/internal/testutil/memtest"
 	"github.com/framepack-go/framepack/memory"
-	"github.com/framepack-go/framepack/memory/memtest"
 	"github.com/framepack-go/framepack/randmodel"
 )
 

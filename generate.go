@@ -190,6 +190,9 @@ func (j *job) run(img *section.RGB) error {
 	}
 	bw, bh := crop.W, crop.H
 	j.res.Width, j.res.Height = bw, bh
+	if len(req.Video) > 0 {
+		return j.runVideo(pos, neg, bh, bw)
+	}
 	p.log.Info(fmt.Sprintf("image: %d×%d → bucket %d×%d (resolution %d)", img.W, img.H, bw, bh, req.Resolution))
 	crops := []*section.RGB{crop}
 	if end, _ := req.endFrame(); end != nil {
@@ -232,6 +235,9 @@ func (j *job) encodeStage(stage string, d *time.Duration, encode func(...*sectio
 type images struct {
 	start, image  *tensor.Tensor // VAE latent, SigLIP embedding
 	end, endImage *tensor.Tensor // nil without an end image
+	// video is the latents of a video to extend (start is its last);
+	// nil for an image.
+	video *tensor.Tensor
 }
 
 func at(ts []*tensor.Tensor, i int) *tensor.Tensor {
@@ -590,7 +596,15 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 	if req.forward() {
 		newPlan = section.NewForwardPlan
 		var err error
-		if history, err = section.NewForwardHistory(im.start); err != nil {
+		if im.video == nil {
+			if history, err = section.NewForwardHistory(im.start); err != nil {
+				return fmt.Errorf("framepack: %w", err)
+			}
+		}
+	}
+	if im.video != nil {
+		var err error
+		if history, err = section.NewVideoHistory(im.video, req.forward(), req.VideoContextFrames); err != nil {
 			return fmt.Errorf("framepack: %w", err)
 		}
 	}
@@ -598,6 +612,7 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 	if err != nil {
 		return fmt.Errorf("framepack: %w", err)
 	}
+	plan.Video = im.video != nil
 	order := fmt.Sprintf("paddings %v", plan.Paddings)
 	if plan.Forward {
 		order = "forward (F1)"
@@ -605,10 +620,16 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 	if im.end != nil {
 		order += ", end image"
 	}
+	frames := plan.VideoFrames()
+	if plan.Video {
+		frames = section.PixelFrames(plan.WindowSize * plan.Sections)
+		order += fmt.Sprintf(", after %d latent frames of video", im.video.Dim(2))
+	}
 	p.log.Info(fmt.Sprintf("sections: %d of %d latent frames for %.2f s → %d frames at %d fps; %s",
-		plan.Sections, plan.WindowSize, req.Seconds, plan.VideoFrames(), FPS, order))
+		plan.Sections, plan.WindowSize, req.Seconds, frames, FPS, order))
 
-	seq, pair, err := p.groups(req.CFG != 1, req.TeaCache)
+	cache := req.CacheChoice()
+	seq, pair, err := p.groups(req.CFG != 1, cache != CacheNone)
 	if err != nil {
 		return fmt.Errorf("framepack: %w", err)
 	}
@@ -625,8 +646,9 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 		opts: section.SampleOptions{
 			Config: sampler.Config{Steps: req.Steps, Guidance: sampler.Guidance{
 				CFG: req.CFG, Rescale: req.RS, Distilled: req.GS, BF16: p.dt.transformer == tensor.BF16}},
-			TeaCache:       req.TeaCache,
-			TeaCacheThresh: p.opts.TeaCacheThreshold,
+			TeaCache:       cache == CacheTeaCache,
+			TeaCacheThresh: req.teaCacheThreshold(p.opts.TeaCacheThreshold),
+			MagCache:       req.magCache(),
 		},
 		rnd:     sampler.NewTorchGenerator(req.Seed),
 		history: history,
@@ -699,11 +721,18 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 	if err := j.ctx.Err(); err != nil {
 		return fmt.Errorf("framepack: cancelled before section %d: %w", st.Index, err)
 	}
-	clean, clean2x, clean4x, err := l.history.Context(l.start)
+	var clean, clean2x, clean4x *tensor.Tensor
+	var err error
+	if l.plan.Video {
+		// The layout depends on what the video and the sections so far hold.
+		sec, clean, clean2x, clean4x, err = l.history.VideoContext(l.plan, sec.Index, l.end)
+	} else {
+		clean, clean2x, clean4x, err = l.history.Context(l.start)
+	}
 	if err != nil {
 		return fmt.Errorf("framepack: section %d: %w", st.Index, err)
 	}
-	if l.end != nil && sec.Index == 0 {
+	if l.end != nil && sec.Index == 0 && !l.plan.Video {
 		// The end latent stands for the 1x history frame (clean_latents_post).
 		clean = section.Concat(tensor.ToHost(l.start), l.end)
 	}
@@ -777,9 +806,10 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 	if idle, ok := tensor.QueueIdle(p.be); ok {
 		st.SampleIdle = idle - idle0
 	}
-	if j.req.TeaCache {
+	if j.req.CacheChoice() == CacheTeaCache {
 		st.TeaCacheComputed, st.TeaCacheSkipped = model.TeaCacheStats()
 	}
+	st.TransformerCalls, st.CacheSkipped = model.CacheCalls()
 	if !l.keep {
 		return j.unload(PartTransformer)
 	}
@@ -987,8 +1017,11 @@ func (j *job) finishDecode(l *sectionLoop, d *decodeJob) error {
 			Latents: d.latents, Pixels: l.pixels})
 	}
 	tc := ""
-	if j.req.TeaCache {
+	switch j.req.CacheChoice() {
+	case CacheTeaCache:
 		tc = fmt.Sprintf(" (TeaCache: %d computed, %d skipped)", st.TeaCacheComputed, st.TeaCacheSkipped)
+	case CacheMagCache:
+		tc = fmt.Sprintf(" (MagCache: %d computed, %d skipped)", st.TransformerCalls-len(st.CacheSkipped), len(st.CacheSkipped))
 	}
 	how := ""
 	if st.DecodeOverlapped {

@@ -2,6 +2,7 @@ package framepack
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/testutil/golden"
+	"github.com/framepack-go/framepack/model/hunyuan"
 	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -58,6 +60,58 @@ func TestGoldenGenerateF1(t *testing.T) { goldenGenerateCase(t, "generate_f1") }
 // the case generate_end_image, whose start and end latents are compared too.
 func TestGoldenGenerateEndImage(t *testing.T) { goldenGenerateCase(t, "generate_end_image") }
 
+// TestGoldenGenerateMagCache is TestGoldenGenerateI2V with
+// MagCache4FramePack's MagCache (magcache_demo_gradio.py's ratios and
+// defaults) in FramePack's loop: the case generate_magcache, made by
+// bench/reference/make_golden_magcache.py. The calls MagCache skipped must
+// be the reference's, section by section.
+func TestGoldenGenerateMagCache(t *testing.T) { goldenGenerateCase(t, "generate_magcache") }
+
+// TestGoldenGenerateF1MagCache is TestGoldenGenerateMagCache for
+// FramePack-F1 (magcache_demo_gradio_f1.py's ratios): the case
+// generate_f1_magcache.
+func TestGoldenGenerateF1MagCache(t *testing.T) { goldenGenerateCase(t, "generate_f1_magcache") }
+
+// goldenMagCacheSchedule is one entry of a MagCache case's
+// magcache_schedules: the reference's ratios and skipped calls over one
+// cycle of steps calls with the given knobs.
+type goldenMagCacheSchedule struct {
+	Variant   string    `json:"variant"`
+	Steps     int       `json:"steps"`
+	Threshold float64   `json:"threshold"`
+	K         int       `json:"K"`
+	Retention float64   `json:"retention"`
+	Ratios    []float64 `json:"ratios"`
+	Skipped   []int     `json:"skipped"`
+}
+
+// checkMagCacheSchedules compares MagRatios and the skip schedule with the
+// reference's for every step count and knob setting the case recorded.
+func checkMagCacheSchedules(t *testing.T, c *golden.Case, req Request) {
+	var ratios []float64
+	var scheds []goldenMagCacheSchedule
+	c.Param("magcache_ratios", &ratios)
+	c.Param("magcache_schedules", &scheds)
+	if got := req.magCache().Ratios; !slices.Equal(got, ratios) {
+		t.Errorf("MagCache ratios for %d steps:\n got %v\nwant %v", req.Steps, got, ratios)
+	}
+	if len(scheds) == 0 {
+		t.Fatal("case.json: no magcache_schedules")
+	}
+	for _, sc := range scheds {
+		r := req
+		r.Steps, r.CacheThreshold, r.MagCacheK, r.MagCacheRetention = sc.Steps, sc.Threshold, sc.K, sc.Retention
+		set := r.magCache()
+		if !slices.Equal(set.Ratios, sc.Ratios) {
+			t.Errorf("%s, %d steps: ratios\n got %v\nwant %v", sc.Variant, sc.Steps, set.Ratios, sc.Ratios)
+		}
+		if got := hunyuan.MagCacheSkips(*set, sc.Steps); !slices.Equal(got, sc.Skipped) {
+			t.Errorf("%s, %d steps, threshold %v, K %d, retention %v: skips %v, the reference's %v",
+				sc.Variant, sc.Steps, sc.Threshold, sc.K, sc.Retention, got, sc.Skipped)
+		}
+	}
+}
+
 // goldenGenerateCase runs the case folder name, whose component is its name;
 // the test skips only when the folder is absent.
 func goldenGenerateCase(t *testing.T, name string) {
@@ -83,6 +137,9 @@ type goldenSection struct {
 	PixelFrames  int  `json:"pixel_frames"`
 	Computed     int  `json:"teacache_computed"`
 	Skipped      int  `json:"teacache_skipped"`
+	Calls        int  `json:"transformer_calls"`
+	// CacheSkipped: the calls that reused the residual (MagCache cases).
+	CacheSkipped []int `json:"cache_skipped"`
 }
 
 func goldenGenerate(t *testing.T, c *golden.Case) {
@@ -113,7 +170,9 @@ func goldenGenerate(t *testing.T, c *golden.Case) {
 	// Entries only the F1 and end-image cases have.
 	var endImage bool
 	for name, v := range map[string]any{"model_variant": &req.Model, "end_image": &endImage,
-		"embed_interpolation": &req.EmbedInterpolation, "start_embed_strength": &req.StartEmbedStrength} {
+		"embed_interpolation": &req.EmbedInterpolation, "start_embed_strength": &req.StartEmbedStrength,
+		"cache": &req.Cache, "magcache_threshold": &req.CacheThreshold, "magcache_k": &req.MagCacheK,
+		"magcache_retention": &req.MagCacheRetention} {
 		if _, ok := c.Raw[name]; ok {
 			c.Param(name, v)
 		}
@@ -121,6 +180,10 @@ func goldenGenerate(t *testing.T, c *golden.Case) {
 	req.PosteriorMean = false // the reference samples the posterior with the seeded CPU generator
 	if len(secs) != sections {
 		t.Fatalf("case.json: %d entries in section_info for %d sections", len(secs), sections)
+	}
+	magCache := req.CacheChoice() == CacheMagCache
+	if magCache {
+		checkMagCacheSchedules(t, c, req)
 	}
 
 	// The case names the tiny model by its place in the module; the
@@ -231,7 +294,11 @@ func goldenGenerate(t *testing.T, c *golden.Case) {
 			t.Errorf("section %d: padding %d, %d latent frames, %d video frames; the reference's %d, %d, %d",
 				i+1, s.Padding, s.LatentFrames, s.Frames, r.Padding, r.LatentFrames, r.PixelFrames)
 		}
-		if req.TeaCache && (s.TeaCacheComputed != r.Computed || s.TeaCacheSkipped != r.Skipped) {
+		if magCache && (s.TransformerCalls != r.Calls || !slices.Equal(s.CacheSkipped, r.CacheSkipped)) {
+			t.Errorf("section %d: MagCache skipped the calls %v of %d; the reference %v of %d",
+				i+1, s.CacheSkipped, s.TransformerCalls, r.CacheSkipped, r.Calls)
+		}
+		if req.CacheChoice() == CacheTeaCache && (s.TeaCacheComputed != r.Computed || s.TeaCacheSkipped != r.Skipped) {
 			t.Errorf("section %d: TeaCache computed %d and skipped %d transformer calls; the reference %d and %d",
 				i+1, s.TeaCacheComputed, s.TeaCacheSkipped, r.Computed, r.Skipped)
 		}
@@ -247,5 +314,10 @@ func goldenGenerate(t *testing.T, c *golden.Case) {
 	if pixels == nil {
 		t.Fatal("no pixels reported after the last section")
 	}
-	c.Compare(t, "pixels", pixels)
+	// The MagCache cases keep no pixels: their decode is the other cases'.
+	var tensors map[string]json.RawMessage
+	c.Param("tensors", &tensors)
+	if _, ok := tensors["pixels"]; ok || !magCache {
+		c.Compare(t, "pixels", pixels)
+	}
 }

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"image"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/model/hunyuan"
 	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/video"
@@ -15,9 +17,28 @@ import (
 // Request is one generation job. Start from DefaultRequest: its values are
 // FramePack's defaults, and Generate takes every field as given.
 type Request struct {
-	// The start frame: Image, or RGB (exactly one).
+	// The start frame: Image, or RGB (exactly one), unless Video is set.
 	Image image.Image
 	RGB   *section.RGB
+
+	// Video, set in place of the start frame, is a video to extend, as
+	// FramePack Studio's "Video" (ModelFramePack: backward sections) and
+	// "Video F1" (ModelF1: forward sections) generators do: its frames in
+	// time order, all one size, each cropped to the bucket as an image is.
+	// Its last frames (up to section.VideoEncodeFrames, a multiple of 4)
+	// are VAE-encoded 16 at a time into the history the sections continue
+	// from; the first of them conditions the sections through SigLIP. It
+	// needs MinVideoFrames frames at least. An end image's latent ends the
+	// generated part (ModelFramePack only); the embedding options do not
+	// apply. Seconds is the length of the new part.
+	Video []*section.RGB
+	// VideoContextFrames is Studio's num_cleaned_frames (2–10; 5): how many
+	// latent frames of the video's end, and of the new part, condition each
+	// section at full resolution (more follows the video more closely).
+	VideoContextFrames int
+	// VideoNewOnly makes the result the new frames alone; otherwise it is
+	// the whole input video, cropped, followed by them.
+	VideoNewOnly bool
 
 	// Prompt conditions both text encoders (LLaMA through the template,
 	// CLIP raw); NegativePrompt is encoded only when CFG ≠ 1. A prompt with
@@ -43,8 +64,25 @@ type Request struct {
 	// CFG is the real classifier-free guidance scale (1 turns the negative
 	// pass off), GS the distilled guidance scale, RS the CFG rescale.
 	CFG, GS, RS float64
-	// TeaCache skips transformer blocks on steps whose input barely moved.
+	// Cache picks how sampling skips transformer blocks on some steps,
+	// reusing the last computed residual: CacheTeaCache (FramePack's
+	// TeaCache: where the input barely moved), CacheMagCache
+	// (MagCache4FramePack's MagCache: by the model's calibrated magnitude
+	// ratios) or CacheNone. "" leaves the choice to TeaCache.
+	Cache string
+	// TeaCache is the older switch for Cache, read only when Cache is "":
+	// true means CacheTeaCache, false CacheNone.
 	TeaCache bool
+	// CacheThreshold is the cache's threshold, in (0, 1]: TeaCache's
+	// accumulated relative L1 distance, MagCache's accumulated error. 0
+	// means the default: Options.TeaCacheThreshold or FramePack's 0.15
+	// for TeaCache, MagCache4FramePack's 0.1 for MagCache.
+	CacheThreshold float64
+	// MagCacheK is how many calls in a row MagCache may skip (1–5; 3),
+	// MagCacheRetention the share of each section's first steps that
+	// always run the blocks (0–1; 0.2). MagCache4FramePack's defaults.
+	MagCacheK         int
+	MagCacheRetention float64
 	// Resolution is the bucket resolution (640, FramePack's; smaller for
 	// quick runs, see section.Buckets).
 	Resolution int
@@ -83,10 +121,37 @@ type Request struct {
 
 // DefaultRequest is FramePack's demo defaults: seed 31337, 5 seconds,
 // window 9, 25 steps, CFG 1, GS 10, RS 0, TeaCache on, the 640 buckets;
-// timed prompts blended over FramePack Studio's default 4 sections.
+// timed prompts blended over FramePack Studio's default 4 sections;
+// MagCache4FramePack's K and retention ratio for Cache CacheMagCache.
 func DefaultRequest() Request {
 	return Request{Seed: 31337, Seconds: 5, LatentWindowSize: 9, Steps: 25, CFG: 1, GS: 10, RS: 0, TeaCache: true, Resolution: 640,
-		PromptBlend: 4, StartEmbedStrength: 1}
+		PromptBlend: 4, StartEmbedStrength: 1, MagCacheK: hunyuan.MagCacheK, MagCacheRetention: hunyuan.MagCacheRetention,
+		VideoContextFrames: section.DefaultVideoContextFrames}
+}
+
+// Step caches (Request.Cache).
+const (
+	CacheNone     = "none"
+	CacheTeaCache = "teacache"
+	CacheMagCache = "magcache"
+)
+
+// Caches are the Request.Cache values.
+var Caches = []string{CacheTeaCache, CacheMagCache, CacheNone}
+
+// Limits of the MagCache knobs (MagCache4FramePack's sliders).
+const MaxMagCacheK = 5
+
+// CacheChoice is the step cache the request runs with: Cache, or what
+// TeaCache says when Cache is "".
+func (r *Request) CacheChoice() string {
+	switch {
+	case r.Cache != "":
+		return r.Cache
+	case r.TeaCache:
+		return CacheTeaCache
+	}
+	return CacheNone
 }
 
 // Model variants (Request.Model).
@@ -101,6 +166,34 @@ const (
 	EmbedLinear   = "linear"
 	EmbedWeighted = "weighted_average"
 )
+
+// teaCacheThreshold is TeaCache's threshold: CacheThreshold, else the
+// pipeline's (0: FramePack's 0.15).
+func (r *Request) teaCacheThreshold(pipeline float32) float32 {
+	if r.CacheThreshold != 0 {
+		return float32(r.CacheThreshold)
+	}
+	return pipeline
+}
+
+// magCache is the request's MagCache for each section, nil unless Cache
+// is CacheMagCache: MagCache4FramePack's curve for the model variant,
+// interpolated to Steps.
+func (r *Request) magCache() *hunyuan.MagCacheSettings {
+	if r.CacheChoice() != CacheMagCache {
+		return nil
+	}
+	curve := hunyuan.MagRatiosFramePack
+	if r.forward() {
+		curve = hunyuan.MagRatiosF1
+	}
+	th := r.CacheThreshold
+	if th == 0 {
+		th = hunyuan.MagCacheThreshold
+	}
+	return &hunyuan.MagCacheSettings{Ratios: hunyuan.MagRatios(curve, r.Steps), Threshold: th, K: r.MagCacheK,
+		Retention: r.MagCacheRetention}
+}
 
 // forward is whether the request runs F1's forward sections.
 func (r *Request) forward() bool { return r.Model == ModelF1 }
@@ -204,6 +297,12 @@ type SectionStats struct {
 	// that reused the cached residual (0/0 when TeaCache is off).
 	TeaCacheComputed, TeaCacheSkipped int
 	DecodeTiling                      string
+	// TransformerCalls counts the section's transformer calls (two a step
+	// with real CFG) and CacheSkipped lists, 0-based, those that reused
+	// the step cache's residual instead of running the blocks (TeaCache's
+	// or MagCache's).
+	TransformerCalls int
+	CacheSkipped     []int
 	// DecodeOverlapped: the decode ran beside the next section's sampling
 	// (its Decode time then overlaps that Sample time).
 	DecodeOverlapped bool
@@ -225,9 +324,12 @@ type Result struct {
 	Width, Height int
 	// Latents are every generated latent frame in time order, start latent
 	// first: (1, 16, lws·S + 1, H/8, W/8), f32 on the host (with either
-	// model).
+	// model). Extending a video, the new latents alone (lws·S).
 	Latents  *tensor.Tensor
 	Sections []SectionStats
+	// InputFrames is how many of the frames are the input video's (0
+	// unless extending a video without VideoNewOnly): they come first.
+	InputFrames int
 	// Stage times before the section loop, and in total.
 	TextEncode, VAEEncode, ImageEncode, Total time.Duration
 	// PeakBytes is the compute device's peak use during the job.
@@ -298,6 +400,12 @@ func (r *Request) validate() (*section.RGB, error) {
 	switch {
 	case err != nil:
 		return nil, err
+	case img != nil && len(r.Video) > 0:
+		return nil, fmt.Errorf("request: set a start image or a video, not both")
+	case len(r.Video) > 0:
+		if img, err = r.checkVideo(); err != nil {
+			return nil, err
+		}
 	case img == nil:
 		return nil, fmt.Errorf("request: no start image")
 	}
@@ -344,6 +452,19 @@ func (r *Request) validateFor(w, h int, hasEnd bool) error {
 		return fmt.Errorf("request: embed interpolation must be %q, %q or %q, have %q", EmbedDisabled, EmbedLinear, EmbedWeighted, r.EmbedInterpolation)
 	case !finite(r.StartEmbedStrength) || r.StartEmbedStrength < 0 || r.StartEmbedStrength > 1:
 		return fmt.Errorf("request: start embed strength must be in 0–1, have %v", r.StartEmbedStrength)
+	case !slices.Contains(Caches, r.CacheChoice()):
+		return fmt.Errorf("request: cache must be %q, %q or %q, have %q", CacheTeaCache, CacheMagCache, CacheNone, r.Cache)
+	case !finite(r.CacheThreshold) || r.CacheThreshold < 0 || r.CacheThreshold > 1:
+		return fmt.Errorf("request: cache threshold must be in (0, 1] (0: the cache's default), have %v", r.CacheThreshold)
+	}
+	// The MagCache knobs are checked whatever the cache (a zero K is
+	// refused only where MagCache runs: a Request not made by
+	// DefaultRequest has one).
+	switch {
+	case r.MagCacheK < 0 || r.MagCacheK > MaxMagCacheK || (r.MagCacheK == 0 && r.CacheChoice() == CacheMagCache):
+		return fmt.Errorf("request: MagCache K must be in 1–%d, have %d", MaxMagCacheK, r.MagCacheK)
+	case !finite(r.MagCacheRetention) || r.MagCacheRetention < 0 || r.MagCacheRetention > 1:
+		return fmt.Errorf("request: MagCache retention ratio must be in 0–1, have %v", r.MagCacheRetention)
 	}
 	spans, err := section.ParseTimedPrompt(r.Prompt)
 	if err != nil {

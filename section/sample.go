@@ -120,10 +120,14 @@ type SampleOptions struct {
 	sampler.Config
 	TeaCache       bool
 	TeaCacheThresh float32 // 0 means 0.15
+	// MagCache, when set, runs MagCache4FramePack's MagCache instead (not
+	// with TeaCache); its ratios have one entry per transformer call of
+	// the cycle, Steps of them.
+	MagCache *hunyuan.MagCacheSettings
 }
 
 // SampleSection is FramePack's sample_hunyuan for one section: it resets
-// TeaCache for the section, then denoises noise (B, 16, T, h, w) with
+// TeaCache (or MagCache) for the section, then denoises noise (B, 16, T, h, w) with
 // flow-matching UniPC and returns the x0 latents (f32, allocated in s).
 func SampleSection(ctx context.Context, s *tensor.Scope, tr *Transformer, noise *tensor.Tensor, o SampleOptions, cb sampler.Callback) (*tensor.Tensor, error) {
 	if tr == nil || tr.Model == nil {
@@ -137,7 +141,20 @@ func SampleSection(ctx context.Context, s *tensor.Scope, tr *Transformer, noise 
 		return nil, fmt.Errorf("section: TeaCache threshold must be positive and finite, have %v", thresh)
 	}
 	// FramePack passes num_steps = steps even when real CFG makes two
-	// transformer calls per step; TeaCache then cycles over steps calls.
-	tr.Model.InitTeaCache(o.TeaCache, o.Steps, thresh)
+	// transformer calls per step; TeaCache (and MagCache4FramePack's
+	// MagCache) then cycles over steps calls.
+	if o.MagCache != nil {
+		if o.TeaCache {
+			return nil, fmt.Errorf("section: TeaCache and MagCache are exclusive")
+		}
+		if len(o.MagCache.Ratios) != o.Steps {
+			return nil, fmt.Errorf("section: MagCache has %d magnitude ratios for %d steps", len(o.MagCache.Ratios), o.Steps)
+		}
+		if err := tr.Model.InitMagCache(o.MagCache); err != nil {
+			return nil, fmt.Errorf("section: %w", err)
+		}
+	} else {
+		tr.Model.InitTeaCache(o.TeaCache, o.Steps, thresh)
+	}
 	return sampler.Sample(ctx, s, tr, noise, o.Config, cb)
 }

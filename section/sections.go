@@ -25,6 +25,10 @@ type Plan struct {
 	// Forward is FramePack-F1's order (demo_gradio_f1.py): sections in time
 	// order, each conditioned on the end of the history and appended to it.
 	Forward bool
+	// Video is a video extension's plan (FramePack Studio's Video and
+	// Video F1 generators): no start latent, so the last backward section
+	// decodes no extra frame.
+	Video bool
 }
 
 // NewForwardPlan is FramePack-F1's plan: the same number of sections as
@@ -136,7 +140,7 @@ func (p Plan) DecodeLatents(i int) (latents, overlap int) {
 		return 0, 0
 	}
 	latents = 2 * p.WindowSize
-	if !p.Forward && p.Paddings[i] == 0 {
+	if !p.Forward && !p.Video && p.Paddings[i] == 0 {
 		latents++
 	}
 	return latents, p.WindowSize*4 - 3
@@ -154,6 +158,11 @@ type History struct {
 	Latents   *tensor.Tensor // (1, 16, Generated + 19, h, w)
 	Generated int            // total_generated_latent_frames
 	Forward   bool
+
+	// A video extension's (NewVideoHistory): the input video's latents,
+	// where the 19 zero frames would be, and num_cleaned_frames.
+	video         *tensor.Tensor
+	contextFrames int
 }
 
 // NewHistory is the empty history for h×w latents.
@@ -211,7 +220,7 @@ func (hs *History) Add(generated, start *tensor.Tensor, last bool) error {
 		hs.Latents = concatT(hs.Latents, g)
 		return nil
 	}
-	if last {
+	if last && hs.video == nil {
 		if err := hs.checkFrames("start latent", start); err != nil {
 			return err
 		}

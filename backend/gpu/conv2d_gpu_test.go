@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/convchain"
-	"github.com/framepack-go/framepack/internal/golden"
+	"github.com/framepack-go/framepack/internal/testutil/golden"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/vae"
 	"github.com/framepack-go/framepack/vae/wan"

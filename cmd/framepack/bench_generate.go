@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,7 +32,7 @@ func init() { benchCommands = append(benchCommands, newBenchGenerate) }
 
 type benchGenFlags struct {
 	models, image, prompt, out, device, preserve string
-	modes, teacache                              string
+	modes, teacache, caches, models_             string
 	coldCache, coldFiles                         bool
 	seconds                                      float64
 	resolution, steps, window                    int
@@ -40,23 +41,29 @@ type benchGenFlags struct {
 	cfg                                          float64
 	weightsMode, fp8Compute                      string
 	fp8Attention                                 bool
+	cacheThreshold, magCacheRetention            float64
+	magCacheK                                    int
 
-	// The child's run (hidden flags): one mode, TeaCache on or off.
-	child   bool
-	mode    string
-	tcOn    bool
-	outFile string
+	// The child's run (hidden flags): one mode, model and cache.
+	child    bool
+	mode     string
+	tcOn     bool
+	runCache string
+	runModel string
+	outFile  string
+	dump     string
 }
 
 func newBenchGenerate() *cobra.Command {
 	f := &benchGenFlags{}
 	def := framepack.DefaultRequest()
 	cmd := &cobra.Command{
-		Use:   "generate --models DIR [--modes nocap,20G,6G] [--teacache on,off]",
+		Use:   "generate --models DIR [--modes nocap,20G,6G] [--cache none,teacache,magcache] [--model framepack,f1]",
 		Short: "Time the whole job, from process start to the written video, per memory mode",
 		Long: `Run the whole job as a user runs it — a fresh process loads the models, encodes the prompt
-and the image, samples every section, decodes and writes the video — once per memory mode and
-TeaCache setting, and print one JSON line per run. Each run is a child process (this program
+and the image, samples every section, decodes and writes the video — once per memory mode, model
+variant (--model) and step cache (--cache; --teacache on,off is --cache teacache,none), and print
+one JSON line per run. Each run is a child process (this program
 again), so nothing is warm from an earlier run; its total_s counts from the child's process
 start (/proc/self/stat) to the written file.
 
@@ -83,9 +90,17 @@ load_models has the same per model with its bytes, seconds (s), number of loads 
 overlapped_s, the part of a load that ran beside other stages (the transformer loading while
 the encoders run): load_s counts only what the job waited for. --cold-files makes the loads
 read the disk and adds disk_seq_gbps, the disk's sequential read to compare them with. latents_nonfinite counts NaN
-and ±Inf in the generated latents (0 unless the weights or the engine misbehave).`,
+and ±Inf in the generated latents (0 unless the weights or the engine misbehave).
+
+transformer_calls counts the transformer's calls over every section, transformer_computed those
+that ran its blocks, cache_skipped_calls the rest (the step cache reused its residual).
+With none among --cache, the runs of each mode and model start with it, and every other cache's
+line says how far its video is from the uncached one made with the same model and seed:
+vs_none_latents_rel_l2 (‖z − z₀‖/‖z₀‖ over the final latents) and vs_none_psnr_db (the PSNR
+of the 8-bit frames, all frames together; vs_none_identical_frames instead when they are equal).`,
 		Example: `  framepack bench make-models --out /tmp/fp
-  framepack bench generate --models /tmp/fp --modes nocap,20G,6G --teacache on,off`,
+  framepack bench generate --models /tmp/fp --modes nocap,20G,6G --teacache on,off
+  framepack bench generate --models /tmp/fp --model framepack,f1 --cache none,teacache,magcache`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.child {
@@ -104,7 +119,12 @@ and ±Inf in the generated latents (0 unless the weights or the engine misbehave
 	fl.IntVar(&f.window, "window", def.LatentWindowSize, "latent window size")
 	fl.Uint64Var(&f.seed, "seed", def.Seed, "seed")
 	fl.StringVar(&f.modes, "modes", "nocap", "comma-separated memory modes: nocap, or --vram-limit values such as 20G, 6G")
-	fl.StringVar(&f.teacache, "teacache", "on", "comma-separated TeaCache settings: on, off")
+	fl.StringVar(&f.teacache, "teacache", "on", "comma-separated TeaCache settings: on, off (--cache teacache, none)")
+	fl.StringVar(&f.caches, "cache", "", "comma-separated step caches: none, teacache, magcache (default: as --teacache says)")
+	fl.StringVar(&f.models_, "model", framepack.ModelFramePack, "comma-separated model variants: framepack, f1 (random weights stand in for either)")
+	fl.Float64Var(&f.cacheThreshold, "cache-threshold", 0, "the step caches' threshold (as generate --cache-threshold; 0: each cache's default)")
+	fl.IntVar(&f.magCacheK, "magcache-k", def.MagCacheK, "MagCache's K (as generate --magcache-k)")
+	fl.Float64Var(&f.magCacheRetention, "magcache-retention", def.MagCacheRetention, "MagCache's retention ratio (as generate --magcache-retention)")
 	fl.StringVar(&f.device, "device", framepack.DeviceAuto, "auto, cpu or gpu")
 	fl.StringVar(&f.preserve, "preserve", "", "--preserve for every run (default: the engine's)")
 	fl.StringVarP(&f.out, "out", "o", "", "folder for the videos (default: a temporary folder, removed after)")
@@ -117,18 +137,41 @@ and ±Inf in the generated latents (0 unless the weights or the engine misbehave
 	fl.BoolVar(&f.coldCache, "cold-cache", false, "give each run empty cache folders (XDG_CACHE_HOME, and CUDA_CACHE_PATH for the NVIDIA driver's compiled PTX): GPU kernels compiled and conv3d algorithms chosen afresh, as on a machine's first run")
 	fl.BoolVar(&f.child, "child", false, "run one job in this process (what the parent runs)")
 	fl.StringVar(&f.mode, "mode", "nocap", "the child's memory mode")
-	fl.BoolVar(&f.tcOn, "tc", true, "the child's TeaCache")
+	fl.BoolVar(&f.tcOn, "tc", true, "the child's TeaCache (without --run-cache)")
+	fl.StringVar(&f.runCache, "run-cache", "", "the child's step cache")
+	fl.StringVar(&f.runModel, "run-model", framepack.ModelFramePack, "the child's model variant")
 	fl.StringVar(&f.outFile, "video", "", "the child's output video")
-	for _, h := range []string{"child", "mode", "tc", "video"} {
+	fl.StringVar(&f.dump, "dump", "", "the child writes its final latents and frames to this path + .latents, .frames")
+	for _, h := range []string{"child", "mode", "tc", "run-cache", "run-model", "video", "dump"} {
 		fl.MarkHidden(h)
 	}
 	return cmd
 }
 
-// benchRun is one (mode, TeaCache) pair.
+// benchRun is one (mode, model, cache) run.
 type benchRun struct {
-	mode string
-	tc   bool
+	mode, model, cache string
+}
+
+// list splits a comma-separated flag value, each value one of allowed.
+func list(flag, v string, allowed ...string) ([]string, error) {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !slices.Contains(allowed, s) {
+			return nil, fmt.Errorf("%s %q: want %s", flag, s, strings.Join(allowed, ", "))
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s needs at least one value", flag)
+	}
+	return out, nil
 }
 
 func (f *benchGenFlags) runs() ([]benchRun, error) {
@@ -145,35 +188,53 @@ func (f *benchGenFlags) runs() ([]benchRun, error) {
 		}
 		modes = append(modes, m)
 	}
-	var tcs []bool
-	for _, s := range strings.Split(f.teacache, ",") {
-		switch strings.TrimSpace(s) {
-		case "on":
-			tcs = append(tcs, true)
-		case "off":
-			tcs = append(tcs, false)
-		case "":
-		default:
-			return nil, fmt.Errorf("--teacache %q: want on, off or on,off", s)
+	var caches []string
+	if f.caches != "" {
+		var err error
+		if caches, err = list("--cache", f.caches, framepack.Caches...); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, s := range strings.Split(f.teacache, ",") {
+			switch strings.TrimSpace(s) {
+			case "on":
+				caches = append(caches, framepack.CacheTeaCache)
+			case "off":
+				caches = append(caches, framepack.CacheNone)
+			case "":
+			default:
+				return nil, fmt.Errorf("--teacache %q: want on, off or on,off", s)
+			}
 		}
 	}
-	if len(modes) == 0 || len(tcs) == 0 {
-		return nil, errors.New("--modes and --teacache each need at least one value")
+	models, err := list("--model", f.models_, framepack.ModelFramePack, framepack.ModelF1)
+	if err != nil {
+		return nil, err
+	}
+	switch th := f.cacheThreshold; {
+	case !(th >= 0 && th <= 1):
+		return nil, fmt.Errorf("--cache-threshold %v: want (0, 1], or 0 for each cache's default", th)
+	case f.magCacheK < 1 || f.magCacheK > framepack.MaxMagCacheK:
+		return nil, fmt.Errorf("--magcache-k %d: want 1–%d", f.magCacheK, framepack.MaxMagCacheK)
+	case !(f.magCacheRetention >= 0 && f.magCacheRetention <= 1):
+		return nil, fmt.Errorf("--magcache-retention %v: want 0–1", f.magCacheRetention)
+	}
+	if len(modes) == 0 || len(caches) == 0 {
+		return nil, errors.New("--modes and --cache (or --teacache) each need at least one value")
+	}
+	// The uncached run first: the others are compared with it.
+	if i := slices.Index(caches, framepack.CacheNone); i > 0 {
+		caches = append([]string{framepack.CacheNone}, slices.Delete(caches, i, i+1)...)
 	}
 	var out []benchRun
 	for _, m := range modes {
-		for _, tc := range tcs {
-			out = append(out, benchRun{m, tc})
+		for _, model := range models {
+			for _, c := range caches {
+				out = append(out, benchRun{m, model, c})
+			}
 		}
 	}
 	return out, nil
-}
-
-func onOff(b bool) string {
-	if b {
-		return "on"
-	}
-	return "off"
 }
 
 // runBenchGenParent runs each (mode, TeaCache) pair in a child process and
@@ -219,14 +280,33 @@ func runBenchGenParent(ctx context.Context, cmd *cobra.Command, f *benchGenFlags
 		}
 	}
 	failed := 0
-	for _, r := range runs {
-		args := []string{"bench", "generate", "--child", "--mode", r.mode, "--tc=" + strconv.FormatBool(r.tc),
-			"--video", filepath.Join(out, fmt.Sprintf("bench-%s-teacache-%s.mp4", r.mode, onOff(r.tc))),
+	ref := "" // the dump of the uncached run of the current mode and model
+	defer func() {
+		if ref != "" {
+			removeDump(ref)
+		}
+	}()
+	for _, run := range runs {
+		name := fmt.Sprintf("bench-%s-%s-%s", run.mode, run.model, run.cache)
+		dump := ""
+		if run.cache == framepack.CacheNone {
+			if ref != "" {
+				removeDump(ref)
+			}
+			ref = ""
+		}
+		if slices.Contains(runs, benchRun{run.mode, run.model, framepack.CacheNone}) {
+			dump = filepath.Join(out, name)
+		}
+		args := []string{"bench", "generate", "--child", "--mode", run.mode, "--run-cache", run.cache, "--run-model", run.model,
+			"--dump", dump, "--video", filepath.Join(out, name+".mp4"),
 			"--models", f.models, "--image", f.image, "--prompt", f.prompt,
 			"--seconds", strconv.FormatFloat(f.seconds, 'g', -1, 64), "--resolution", strconv.Itoa(f.resolution),
 			"--steps", strconv.Itoa(f.steps), "--window", strconv.Itoa(f.window), "--seed", strconv.FormatUint(f.seed, 10),
 			"--device", f.device, "--cfg", strconv.FormatFloat(f.cfg, 'g', -1, 64),
-			"--weights", f.weightsMode, "--fp8-compute", f.fp8Compute, "--fp8-attention=" + strconv.FormatBool(f.fp8Attention)}
+			"--weights", f.weightsMode, "--fp8-compute", f.fp8Compute, "--fp8-attention=" + strconv.FormatBool(f.fp8Attention),
+			"--cache-threshold", strconv.FormatFloat(f.cacheThreshold, 'g', -1, 64), "--magcache-k", strconv.Itoa(f.magCacheK),
+			"--magcache-retention", strconv.FormatFloat(f.magCacheRetention, 'g', -1, 64)}
 		if f.gpus != "" {
 			args = append(args, "--gpus", f.gpus)
 		}
@@ -264,8 +344,11 @@ func runBenchGenParent(ctx context.Context, cmd *cobra.Command, f *benchGenFlags
 			if runErr != nil {
 				why = runErr.Error()
 			}
-			if err := printResult(cmd.OutOrStdout(), benchResult{"bench": "generate", "impl": "framepack", "mode": r.mode,
-				"teacache": r.tc, "error": why}); err != nil {
+			if dump != "" {
+				removeDump(dump)
+			}
+			if err := printResult(cmd.OutOrStdout(), benchResult{"bench": "generate", "impl": "framepack", "mode": run.mode,
+				"model": run.model, "cache": run.cache, "teacache": run.cache == framepack.CacheTeaCache, "error": why}); err != nil {
 				return err
 			}
 			if ctx.Err() != nil {
@@ -280,6 +363,25 @@ func runBenchGenParent(ctx context.Context, cmd *cobra.Command, f *benchGenFlags
 		r["cold_cache"], r["cold_files"] = f.coldCache, f.coldFiles
 		if f.coldFiles {
 			r["disk_seq_gbps"] = diskGBps
+		}
+		switch {
+		case dump == "":
+		case run.cache == framepack.CacheNone:
+			ref = dump
+		case ref != "":
+			rel, psnr, same, err := compareDumps(ref, dump)
+			if err != nil {
+				return fmt.Errorf("bench generate: comparing with the uncached run: %w", err)
+			}
+			r["vs_none_latents_rel_l2"] = rel
+			if same {
+				r["vs_none_identical_frames"] = true // PSNR infinite
+			} else {
+				r["vs_none_psnr_db"] = psnr
+			}
+			removeDump(dump)
+		default:
+			removeDump(dump) // the uncached run failed
 		}
 		if err := printResult(cmd.OutOrStdout(), r); err != nil {
 			return err
@@ -391,7 +493,12 @@ func runBenchGenChild(ctx context.Context, cmd *cobra.Command, f *benchGenFlags)
 	req.Prompt = f.prompt
 	req.Seconds, req.Resolution, req.Steps, req.LatentWindowSize, req.Seed = f.seconds, f.resolution, f.steps, f.window, f.seed
 	req.TeaCache = f.tcOn
+	req.Cache, req.Model = f.runCache, f.runModel
+	req.CacheThreshold, req.MagCacheK, req.MagCacheRetention = f.cacheThreshold, f.magCacheK, f.magCacheRetention
 	req.CFG = f.cfg
+	if err := req.Validate(); err != nil {
+		return fmt.Errorf("bench generate: %w", err)
+	}
 	res, err := p.Generate(ctx, req)
 	if err != nil {
 		return err
@@ -407,8 +514,20 @@ func runBenchGenChild(ctx context.Context, cmd *cobra.Command, f *benchGenFlags)
 	end := time.Now()
 	write := end.Sub(t)
 
+	if f.dump != "" {
+		if err := writeDump(f.dump, res); err != nil {
+			return fmt.Errorf("bench generate: %w", err)
+		}
+	}
 	r := benchGenResult(res, f.steps, loadPipeline, write)
-	r["mode"], r["teacache"], r["cfg"] = f.mode, f.tcOn, f.cfg
+	r["mode"], r["teacache"], r["cfg"] = f.mode, req.CacheChoice() == framepack.CacheTeaCache, f.cfg
+	r["cache"], r["model"] = req.CacheChoice(), req.Model
+	if req.CacheChoice() != framepack.CacheNone {
+		r["cache_threshold"] = req.CacheThreshold // 0: the cache's default
+	}
+	if req.CacheChoice() == framepack.CacheMagCache {
+		r["magcache_k"], r["magcache_retention"] = req.MagCacheK, req.MagCacheRetention
+	}
 	r["weights"], r["fp8_compute"], r["fp8_attention"] = f.weightsMode, p.FP8Compute(), f.fp8Attention
 	r["seconds"], r["steps"] = f.seconds, f.steps
 	r["total_s"] = end.Sub(start).Seconds()
@@ -479,7 +598,7 @@ func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.D
 	}
 	var sample, sampleIdle, decode, overlappedDecode time.Duration
 	var sectionSample []float64
-	skipped, overlapped := 0, 0
+	skipped, overlapped, calls, cacheSkipped := 0, 0, 0, 0
 	for _, s := range res.Sections {
 		sample += s.Sample
 		sampleIdle += s.SampleIdle
@@ -495,6 +614,8 @@ func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.D
 		}
 		sectionSample = append(sectionSample, s.Sample.Seconds())
 		skipped += s.TeaCacheSkipped
+		calls += s.TransformerCalls
+		cacheSkipped += len(s.CacheSkipped)
 	}
 	text := res.TextEncode - loads[framepack.StageTextEncode]
 	image := res.VAEEncode + res.ImageEncode - loads[framepack.StageVAEEncode] - loads[framepack.StageImageEncode]
@@ -505,6 +626,7 @@ func benchGenResult(res *framepack.Result, steps int, loadPipeline, write time.D
 		"load_s": load.Seconds(), "text_s": text.Seconds(), "image_s": image.Seconds(),
 		"sample_s": sample.Seconds(), "decode_s": decode.Seconds(), "write_s": write.Seconds(),
 		"section_sample_s": sectionSample, "teacache_skipped_steps": skipped,
+		"transformer_calls": calls, "transformer_computed": calls - cacheSkipped, "cache_skipped_calls": cacheSkipped,
 		"device_peak_gib": gib(res.PeakBytes), "load_gbps": gbps, "load_models": models, "gpus": 1,
 	}
 	if rk, _ := thisRank(); rk != nil {

@@ -3,13 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/randmodel"
+	"github.com/framepack-go/framepack/tensor"
 )
 
 // benchChildEnv makes this test binary act as the framepack command, so
@@ -19,7 +23,8 @@ const benchChildEnv = "FRAMEPACK_TEST_RUN_CLI"
 
 // TestBenchGenerateTiny runs bench generate on a tiny folder that
 // make-models wrote: one line per run, each a fresh process, with every
-// field present, the stages positive and within the total.
+// field present, the stages positive and within the total; the uncached
+// run first, the TeaCache run compared with it.
 func TestBenchGenerateTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two whole jobs")
@@ -31,7 +36,7 @@ func TestBenchGenerateTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := runCLI(t, context.Background(), "bench", "generate", "--models", dir, "--image", sceneImage, "--device", "cpu",
-		"--resolution", "64", "--seconds", "0.2", "--window", "3", "--steps", "2", "--modes", "nocap", "--teacache", "on,off",
+		"--resolution", "64", "--seconds", "0.2", "--window", "3", "--steps", "3", "--modes", "nocap", "--teacache", "on,off",
 		"--cold-files")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -53,11 +58,23 @@ func TestBenchGenerateTiny(t *testing.T) {
 				t.Errorf("line %d has no %q: %s", i, k, l)
 			}
 		}
-		if r["bench"] != "generate" || r["impl"] != "framepack" || r["mode"] != "nocap" || r["teacache"] != (i == 0) {
-			t.Errorf("line %d: bench %v, impl %v, mode %v, teacache %v", i, r["bench"], r["impl"], r["mode"], r["teacache"])
+		if r["bench"] != "generate" || r["impl"] != "framepack" || r["mode"] != "nocap" || r["teacache"] != (i == 1) ||
+			r["cache"] != []string{"none", "teacache"}[i] || r["model"] != "framepack" {
+			t.Errorf("line %d: bench %v, impl %v, mode %v, teacache %v, cache %v, model %v", i, r["bench"], r["impl"], r["mode"],
+				r["teacache"], r["cache"], r["model"])
 		}
 		num := func(k string) float64 { v, _ := r[k].(float64); return v }
-		if num("width") != 96 || num("height") != 64 || num("sections") != 1 || num("steps") != 2 || num("frames") <= 0 {
+		if num("transformer_calls") != 3 || num("transformer_computed")+num("cache_skipped_calls") != 3 ||
+			(i == 0 && num("cache_skipped_calls") != 0) {
+			t.Errorf("line %d: %v transformer calls, %v computed, %v skipped", i, r["transformer_calls"], r["transformer_computed"],
+				r["cache_skipped_calls"])
+		}
+		_, compared := r["vs_none_latents_rel_l2"]
+		if compared != (i == 1) || (i == 1 && (num("vs_none_latents_rel_l2") < 0 || (num("vs_none_psnr_db") <= 0) == (r["vs_none_identical_frames"] != true))) {
+			t.Errorf("line %d: vs_none_latents_rel_l2 %v, vs_none_psnr_db %v, vs_none_identical_frames %v", i,
+				r["vs_none_latents_rel_l2"], r["vs_none_psnr_db"], r["vs_none_identical_frames"])
+		}
+		if num("width") != 96 || num("height") != 64 || num("sections") != 1 || num("steps") != 3 || num("frames") <= 0 {
 			t.Errorf("line %d: %v×%v, %v sections of %v steps, %v frames", i, r["width"], r["height"], r["sections"], r["steps"], r["frames"])
 		}
 		sum := 0.0
@@ -109,10 +126,67 @@ func TestBenchGenerateBadFlags(t *testing.T) {
 		{[]string{"bench", "generate"}, "--models"},
 		{[]string{"bench", "generate", "--models", t.TempDir(), "--image", sceneImage, "--modes", "lots"}, `--modes "lots"`},
 		{[]string{"bench", "generate", "--models", t.TempDir(), "--image", sceneImage, "--teacache", "maybe"}, `--teacache "maybe"`},
+		{[]string{"bench", "generate", "--models", t.TempDir(), "--image", sceneImage, "--cache", "none,fast"}, `--cache "fast"`},
+		{[]string{"bench", "generate", "--models", t.TempDir(), "--image", sceneImage, "--model", "f2"}, `--model "f2"`},
+		{[]string{"bench", "generate", "--models", t.TempDir(), "--image", sceneImage, "--magcache-k", "9"}, `--magcache-k 9`},
+		{[]string{"bench", "generate", "--models", t.TempDir(), "--image", sceneImage, "--cache-threshold", "2"}, `--cache-threshold 2`},
 	} {
 		if _, err := runCLI(t, context.Background(), c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want one naming %s", c.args, err, c.want)
 		}
+	}
+}
+
+// TestBenchGenerateRuns: every mode × model × cache, the uncached run of
+// each mode and model first.
+func TestBenchGenerateRuns(t *testing.T) {
+	f := &benchGenFlags{modes: "nocap,20G", caches: "magcache,none,teacache", models_: "framepack,f1", magCacheK: 3}
+	runs, err := f.runs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range runs {
+		got = append(got, r.mode+" "+r.model+" "+r.cache)
+	}
+	want := []string{"nocap framepack none", "nocap framepack magcache", "nocap framepack teacache",
+		"nocap f1 none", "nocap f1 magcache", "nocap f1 teacache",
+		"20G framepack none", "20G framepack magcache", "20G framepack teacache",
+		"20G f1 none", "20G f1 magcache", "20G f1 teacache"}
+	if !slices.Equal(got, want) {
+		t.Errorf("runs %q, want %q", got, want)
+	}
+}
+
+// TestCompareDumps checks the distances against values worked by hand.
+func TestCompareDumps(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, lat []float32, pix []uint8) string {
+		path := filepath.Join(dir, name)
+		res := &framepack.Result{Latents: tensor.FromFloat32(lat, len(lat))}
+		res.Pix = pix
+		if err := writeDump(path, res); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	ref := write("ref", []float32{3, 4}, []uint8{10, 20, 30, 40})
+	run := write("run", []float32{3, 5}, []uint8{10, 20, 30, 50})
+	rel, psnr, same, err := compareDumps(ref, run)
+	// ‖(0, 1)‖/‖(3, 4)‖ = 0.2; MSE 100/4 = 25: 10·log10(65025/25) = 34.15 dB.
+	if err != nil || math.Abs(rel-0.2) > 1e-12 || math.Abs(psnr-10*math.Log10(65025.0/25)) > 1e-9 || same {
+		t.Errorf("rel %v, psnr %v, identical %v, err %v", rel, psnr, same, err)
+	}
+	if rel, _, same, err := compareDumps(ref, ref); err != nil || rel != 0 || !same {
+		t.Errorf("against itself: rel %v, identical %v, err %v", rel, same, err)
+	}
+	short := write("short", []float32{3}, []uint8{10, 20, 30, 40})
+	if _, _, _, err := compareDumps(ref, short); err == nil {
+		t.Error("runs of different sizes compared")
+	}
+	removeDump(run)
+	if _, err := os.Stat(run + ".frames"); !os.IsNotExist(err) {
+		t.Errorf("removeDump left the frames: %v", err)
 	}
 }
 

@@ -36,6 +36,10 @@ type generateFlags struct {
 	steps, window           int
 	cfg, gs, rs             float64
 	teacache                bool
+	cache                   string
+	cacheThreshold          float64
+	magCacheK               int
+	magCacheRetention       float64
 	resolution, crf         int
 	models, out             string
 	device, dtype           string
@@ -57,6 +61,10 @@ type generateFlags struct {
 	startEmbed              float64
 	jobs                    string
 	writeSections           bool
+	preview                 string
+	video                   string
+	videoContextFrames      int
+	newOnly                 bool
 	gpus                    string
 
 	// Resolved by check.
@@ -66,6 +74,8 @@ type generateFlags struct {
 	output            videoOutput
 	endRGB            *section.RGB
 	changedResolution bool // --resolution given (in --jobs, on the command line or the job's line)
+	// --video's frames, cropped to their bucket.
+	videoFrames []*section.RGB
 }
 
 func newGenerate() *cobra.Command {
@@ -130,6 +140,9 @@ does, each time replacing it whole; the last write is the full video.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.image, "image", "", "start image (PNG, JPEG or WebP)")
+	fl.StringVar(&f.video, "video", "", "extend this video instead of animating an image: a video file ffmpeg reads, or a folder of frames (PNG, JPEG or WebP, in name order)")
+	fl.IntVar(&f.videoContextFrames, "video-context-frames", def.VideoContextFrames, fmt.Sprintf("with --video: latent frames of its end (and of the new part) each section sees at full resolution (%d–%d; more follows the video more closely)", section.MinVideoContextFrames, section.MaxVideoContextFrames))
+	fl.BoolVar(&f.newOnly, "new-only", false, "with --video: write only the new frames, not the input video before them")
 	fl.StringVar(&f.prompt, "prompt", "", `what happens in the video; timed parts as FramePack Studio writes them, "[0s: a cat sits] [2s: the cat jumps]", or "[0s] a cat sits [2s] the cat jumps"`)
 	fl.StringVar(&f.promptsFile, "prompts-file", "", "read the (timed) prompt from this file, its lines joined by spaces")
 	fl.IntVar(&f.promptBlend, "prompt-blend", def.PromptBlend, "timed prompts: blend the two prompts at a change over this many sections, as FramePack Studio's blend_sections (0: off)")
@@ -145,7 +158,11 @@ does, each time replacing it whole; the last write is the full video.`,
 	fl.Float64Var(&f.cfg, "cfg", def.CFG, "real CFG scale (1: off)")
 	fl.Float64Var(&f.gs, "gs", def.GS, "distilled guidance scale")
 	fl.Float64Var(&f.rs, "rs", def.RS, "CFG rescale (0–1)")
-	fl.BoolVar(&f.teacache, "teacache", def.TeaCache, "TeaCache: skip transformer blocks on steps that barely change (faster, slightly different)")
+	fl.BoolVar(&f.teacache, "teacache", def.TeaCache, "TeaCache: skip transformer blocks on steps that barely change (faster, slightly different); the older switch for --cache teacache (--teacache=false: --cache none)")
+	fl.StringVar(&f.cache, "cache", "", "step cache, reusing the transformer's last residual on some steps: teacache (FramePack's TeaCache), magcache (MagCache4FramePack's MagCache) or none; default teacache, or as --teacache says")
+	fl.Float64Var(&f.cacheThreshold, "cache-threshold", 0, "the step cache's threshold, in (0, 1]; higher skips more (0: the cache's default, 0.15 for teacache, 0.1 for magcache)")
+	fl.IntVar(&f.magCacheK, "magcache-k", def.MagCacheK, fmt.Sprintf("magcache: at most this many steps in a row reuse the residual (1–%d)", framepack.MaxMagCacheK))
+	fl.Float64Var(&f.magCacheRetention, "magcache-retention", def.MagCacheRetention, "magcache: the share of each section's first steps that always run the transformer (0–1)")
 	fl.IntVar(&f.resolution, "resolution", def.Resolution, fmt.Sprintf("bucket resolution (FramePack's 640, %d–%d; the built-in tiny model defaults to %d)", framepack.MinResolution, framepack.MaxResolution, tinyResolution))
 	fl.BoolVar(&f.posteriorMean, "posterior-mean", false, "start latent = the VAE posterior's mean instead of a seeded sample")
 	fl.IntVar(&f.crf, "crf", video.DefaultCRF, "x264 CRF of the MP4 (0–51, lower is better)")
@@ -169,6 +186,7 @@ does, each time replacing it whole; the last write is the full video.`,
 	}
 	fl.StringVar(&f.jobs, "jobs", "", "run the jobs of a JSON-lines file (one object a line, keys are long flag names) with the models loaded once")
 	fl.StringVar(&f.gpus, "gpus", "", gpusUsage)
+	fl.StringVar(&f.preview, "preview", "", "write the latent preview (as FramePack's demo shows it) to this PNG after every sampler step, replacing it whole each time")
 	fl.BoolVar(&f.writeSections, "write-sections", false, "write the video so far to the output after every section (replaced each time; the last write is the whole video)")
 	return cmd, f
 }
@@ -233,10 +251,14 @@ func (f *generateFlags) checkLoad() error {
 // (f itself, or in --jobs the command line's, whose file is jobsFile).
 // With decode the images are decoded and the start image returned;
 // without, only their headers are read (a batch decodes each when its job
-// runs).
+// runs). A video to extend is read either way, before any model loads: an
+// unreadable or too short video fails at once.
 func (f *generateFlags) checkJob(load *generateFlags, jobsFile string, decode bool) (*section.RGB, error) {
-	if f.image == "" {
-		return nil, errors.New("--image is required")
+	switch {
+	case f.image == "" && f.video == "":
+		return nil, errors.New("--image is required (or --video, to extend a video)")
+	case f.image != "" && f.video != "":
+		return nil, errors.New("--image and --video: give one")
 	}
 	var err error
 	if f.seedValue, f.seedRandom, err = parseSeed(f.seed); err != nil {
@@ -257,12 +279,20 @@ func (f *generateFlags) checkJob(load *generateFlags, jobsFile string, decode bo
 		return nil, fmt.Errorf("--prompt: %w", err)
 	}
 	var img *section.RGB
-	if decode {
+	switch {
+	case f.video != "":
+		if f.videoFrames, err = readVideoInput(context.Background(), f.video, f.resolution, f.newOnly, slog.Default()); err != nil {
+			return nil, err
+		}
+		if err = f.loadEndImage(); err == nil {
+			err = f.validate(nil)
+		}
+	case decode:
 		if img, err = f.loadImages(); err != nil {
 			return nil, err
 		}
 		err = f.validate(img)
-	} else {
+	default:
 		err = f.validateHeaders()
 	}
 	if err != nil {
@@ -277,6 +307,9 @@ func (f *generateFlags) checkJob(load *generateFlags, jobsFile string, decode bo
 	if err := checkNotInput(f.output, true, f.inputs(load, jobsFile)); err != nil {
 		return nil, err
 	}
+	if err := checkPreview(f.preview); err != nil {
+		return nil, err
+	}
 	return img, nil
 }
 
@@ -286,13 +319,19 @@ func (f *generateFlags) loadImages() (*section.RGB, error) {
 	if err != nil {
 		return nil, err
 	}
+	return img, f.loadEndImage()
+}
+
+// loadEndImage decodes the end image, when given.
+func (f *generateFlags) loadEndImage() error {
 	f.endRGB = nil
 	if f.endImage != "" {
+		var err error
 		if f.endRGB, err = section.LoadImage(f.endImage); err != nil {
-			return nil, fmt.Errorf("--end-image: %w", err)
+			return fmt.Errorf("--end-image: %w", err)
 		}
 	}
-	return img, nil
+	return nil
 }
 
 // validate checks the request the flags make with the start image img.
@@ -329,7 +368,7 @@ func requestError(err error) error {
 // the images, the prompts file, the model folders, the LoRAs and the jobs
 // file (from load, the flags that apply to every job).
 func (f *generateFlags) inputs(load *generateFlags, jobsFile string) []input {
-	in := []input{{"--image", f.image}, {"--end-image", f.endImage}, {"--prompts-file", f.promptsPath}, {"--jobs", jobsFile}}
+	in := []input{{"--image", f.image}, {"--video", f.video}, {"--end-image", f.endImage}, {"--prompts-file", f.promptsPath}, {"--jobs", jobsFile}}
 	if dir := modelFolder(load); dir != "" {
 		in = append(in, input{"--models", dir})
 	}
@@ -407,7 +446,9 @@ func parseSeed(s string) (seed uint64, random bool, err error) {
 var flagNames = strings.NewReplacer("latent window size", "--window", "distilled guidance (gs)", "--gs",
 	"CFG rescale (rs)", "--rs", "CFG must", "--cfg must", "seconds must", "--seconds must", "steps must", "--steps must",
 	"resolution", "--resolution", "model must", "--model must", "embed interpolation", "--embed-interpolation",
-	"start embed strength", "--start-embed-strength")
+	"start embed strength", "--start-embed-strength", "cache must", "--cache must", "cache threshold", "--cache-threshold",
+	"MagCache K", "--magcache-k", "MagCache retention ratio", "--magcache-retention",
+	"video context frames", "--video-context-frames", "the video is", "--video is")
 
 func (f *generateFlags) request(img *section.RGB) framepack.Request {
 	r := framepack.DefaultRequest()
@@ -415,6 +456,11 @@ func (f *generateFlags) request(img *section.RGB) framepack.Request {
 	r.Prompt, r.NegativePrompt = f.prompt, f.negative
 	r.Seed, r.Seconds, r.Steps, r.LatentWindowSize = f.seedValue, f.seconds, f.steps, f.window
 	r.CFG, r.GS, r.RS, r.TeaCache = f.cfg, f.gs, f.rs, f.teacache
+	r.Cache, r.CacheThreshold, r.MagCacheK, r.MagCacheRetention = f.cache, f.cacheThreshold, f.magCacheK, f.magCacheRetention
+	if f.video != "" {
+		r.RGB, r.Video = nil, f.videoFrames
+	}
+	r.VideoContextFrames, r.VideoNewOnly = f.videoContextFrames, f.newOnly
 	r.PromptBlend = f.promptBlend
 	r.Resolution, r.PosteriorMean = f.resolution, f.posteriorMean
 	r.Model, r.EndRGB, r.EmbedInterpolation, r.StartEmbedStrength = f.model, f.endRGB, f.embedInterp, f.startEmbed
@@ -558,9 +604,18 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 	var sw *sectionWriter
 	if f.writeSections && !isFollower() {
 		sw = newSectionWriter(ctx, f.output, video.Options{FPS: framepack.FPS, CRF: crf, Log: log}, log)
+		report := req.Progress
 		req.Progress = func(pr framepack.Progress) {
-			prog.report(pr)
+			report(pr)
 			sw.report(pr)
+		}
+	}
+	if f.preview != "" && !isFollower() {
+		pw := newPreviewWriter(f.preview, log)
+		report := req.Progress
+		req.Progress = func(pr framepack.Progress) {
+			report(pr)
+			pw.report(pr)
 		}
 	}
 	res, err := p.Generate(ctx, req)
@@ -582,6 +637,7 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 		return res, nil
 	}
 	set.Frames, set.FPS, set.Width, set.Height = res.T, res.FPS, res.W, res.H
+	set.InputFrames = res.InputFrames
 	set.Timings = newTimings(time.Since(began), load, res)
 
 	// The settings go in the video's comment tag (without the timings:
@@ -610,7 +666,7 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 	write := time.Since(t)
 	fields := map[string]any{"output": f.output.path, "settings_file": sf.path, "seed": set.Seed,
 		"frames": res.T, "fps": res.FPS, "width": res.W, "height": res.H, "timings": set.Timings, "write": secs(write),
-		"peak_bytes": res.PeakBytes, "loads": len(res.Loads)}
+		"peak_bytes": res.PeakBytes, "loads": len(res.Loads), "input_frames": res.InputFrames}
 	for k, v := range extra {
 		fields[k] = v
 	}
@@ -632,7 +688,15 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 		return nil, err
 	}
 	img := fileRef{Path: f.image}
-	if img.SHA256, err = fileSHA256(f.image); err != nil {
+	var vid *fileRef
+	if f.video != "" {
+		vid = &fileRef{Path: f.video}
+		if st, err := os.Stat(f.video); err == nil && !st.IsDir() {
+			if vid.SHA256, err = fileSHA256(f.video); err != nil {
+				return nil, err
+			}
+		}
+	} else if img.SHA256, err = fileSHA256(f.image); err != nil {
 		return nil, err
 	}
 	var end *fileRef
@@ -642,12 +706,33 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 			return nil, err
 		}
 	}
-	return &settings{Framepack: readBuildVersion(), Image: img, EndImage: end, Prompt: f.prompt, Negative: f.negative,
+	set := &settings{Framepack: readBuildVersion(), Image: img, EndImage: end, Prompt: f.prompt, Negative: f.negative,
 		Seed: f.seedValue, SeedRandom: f.seedRandom, Seconds: f.seconds, Steps: f.steps, Window: f.window,
 		Model: f.model, EmbedInterpolation: f.embedInterp, StartEmbedStrength: f.startEmbed,
-		CFG: f.cfg, GS: f.gs, RS: f.rs, TeaCache: f.teacache, Resolution: f.resolution, PosteriorMean: f.posteriorMean,
+		CFG: f.cfg, GS: f.gs, RS: f.rs, TeaCache: f.cacheChoice() == framepack.CacheTeaCache, Cache: f.cacheChoice(),
+		CacheThreshold: f.cacheThreshold, Resolution: f.resolution, PosteriorMean: f.posteriorMean,
 		CRF: f.crf, Device: f.device, DType: f.dtype, Weights: f.weightsMode, FP8Compute: fp8ComputeSetting(f), FP8Attention: f.fp8Attention, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
-		TinyModel: tiny, Models: models, Output: f.output.path}, nil
+		TinyModel: tiny, Models: models, Output: f.output.path}
+	f.magCacheSettings(set)
+	if vid != nil {
+		set.Video, set.VideoContextFrames, set.NewOnly = vid, f.videoContextFrames, f.newOnly
+	}
+	return set, nil
+}
+
+// cacheChoice is the step cache the run uses (--cache, else --teacache).
+func (f *generateFlags) cacheChoice() string {
+	r := f.request(nil)
+	return r.CacheChoice()
+}
+
+// magCacheSettings are the MagCache knobs for the settings file: set only
+// with --cache magcache.
+func (f *generateFlags) magCacheSettings(set *settings) {
+	if f.cacheChoice() == framepack.CacheMagCache {
+		k, ret := f.magCacheK, f.magCacheRetention
+		set.MagCacheK, set.MagCacheRetention = &k, &ret
+	}
 }
 
 // summary prints the result in a few lines.
@@ -658,6 +743,9 @@ func summary(w io.Writer, res *framepack.Result, wrote string) {
 		decode += s.Decode
 	}
 	fmt.Fprintf(w, "wrote %s: %d frames (%.2f s at %d fps), %d×%d\n", wrote, res.T, float64(res.T)/float64(res.FPS), res.FPS, res.W, res.H)
+	if res.InputFrames > 0 {
+		fmt.Fprintf(w, "the input video's %d frames, then %d new ones\n", res.InputFrames, res.T-res.InputFrames)
+	}
 	sections := "sections"
 	if len(res.Sections) == 1 {
 		sections = "section"

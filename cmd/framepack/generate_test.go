@@ -72,6 +72,9 @@ func TestGenerateBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	pngDir := filepath.Join(t.TempDir(), "d.png")
+	os.Mkdir(pngDir, 0o755)
+
 	out := filepath.Join(dir, "out.mp4")
 	for _, c := range []struct {
 		args []string
@@ -111,6 +114,15 @@ func TestGenerateBadInput(t *testing.T) {
 		{[]string{"--image", sceneImage, "--end-image", sceneImage, "--model", "f1"}, "an end image needs"},
 		{[]string{"--image", sceneImage, "--end-image", sceneImage, "--embed-interpolation", "cubic"}, "--embed-interpolation must be"},
 		{[]string{"--image", sceneImage, "--start-embed-strength", "2"}, "--start-embed-strength must be"},
+		{[]string{"--image", sceneImage, "--preview", filepath.Join(dir, "live.jpg")}, "ending in .png"},
+		{[]string{"--image", sceneImage, "--preview", filepath.Join(dir, "nowhere", "live.png")}, "does not exist"},
+		{[]string{"--image", sceneImage, "--preview", pngDir}, "is a folder"},
+		{[]string{"--image", sceneImage, "--cache", "deepcache"}, "--cache must be"},
+		{[]string{"--image", sceneImage, "--cache-threshold", "1.5"}, "--cache-threshold must be"},
+		{[]string{"--image", sceneImage, "--cache", "magcache", "--cache-threshold", "-0.1"}, "--cache-threshold must be"},
+		{[]string{"--image", sceneImage, "--cache", "magcache", "--magcache-k", "0"}, "--magcache-k must be"},
+		{[]string{"--image", sceneImage, "--magcache-k", "6"}, "--magcache-k must be"},
+		{[]string{"--image", sceneImage, "--magcache-retention", "1.2"}, "--magcache-retention must be"},
 		{[]string{"--image", sceneImage, "-o", filepath.Join(dir, "no", "such", "dir", "x.mp4")}, "does not exist"},
 		{[]string{"--image", sceneImage, "-o", dir}, "is a folder"},
 	} {
@@ -208,7 +220,10 @@ func TestGenerateF1AndEndImage(t *testing.T) {
 		args []string
 		want map[string]any
 	}{
-		{"f1", []string{"--model", "f1"}, map[string]any{"model": "f1"}},
+		{"f1", []string{"--model", "f1"}, map[string]any{"model": "f1", "cache": "teacache", "teacache": true}},
+		{"magcache", []string{"--model", "f1", "--cache", "magcache", "--magcache-k", "2"},
+			map[string]any{"cache": "magcache", "teacache": false, "magcache_k": 2.0, "magcache_retention": 0.2}},
+		{"no teacache", []string{"--teacache=false"}, map[string]any{"cache": "none", "teacache": false, "magcache_k": nil}},
 		{"end", []string{"--end-image", sceneImage, "--embed-interpolation", "linear"},
 			map[string]any{"model": "framepack", "embed_interpolation": "linear"}},
 	} {

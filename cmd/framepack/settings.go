@@ -55,6 +55,20 @@ type settings struct {
 	PromptBlend int `json:"prompt_blend,omitempty"`
 	// LoRA are the --lora files with their scales.
 	LoRA []lora.File `json:"lora,omitempty"`
+	// Cache is the step cache (teacache, magcache or none; TeaCache is
+	// true for teacache), CacheThreshold --cache-threshold (0: the
+	// cache's default); the MagCache knobs are set with magcache only.
+	Cache             string   `json:"cache"`
+	CacheThreshold    float64  `json:"cache_threshold,omitempty"`
+	MagCacheK         *int     `json:"magcache_k,omitempty"`
+	MagCacheRetention *float64 `json:"magcache_retention,omitempty"`
+	// Video is --video (a file with its hash, or a folder of frames), with
+	// --video-context-frames and --new-only; InputFrames is how many of the
+	// output's frames are the input's.
+	Video              *fileRef `json:"video,omitempty"`
+	VideoContextFrames int      `json:"video_context_frames,omitempty"`
+	NewOnly            bool     `json:"new_only,omitempty"`
+	InputFrames        int      `json:"input_frames,omitempty"`
 	// TinyModel says the built-in random-weight model ran.
 	TinyModel bool `json:"tiny_model,omitempty"`
 	// Models are the model folders by part, each with its config's hash.

@@ -211,8 +211,20 @@ func (m *Model) ropeTables(spec ropeSpec) (cos, sin *tensor.Tensor) {
 }
 
 // runBlocks runs the double and single blocks on the image stream, or, when
-// TeaCache decides so, reuses the previous call's residual (§3.8).
+// TeaCache (§3.8) or MagCache decides so, reuses the residual of the last
+// call that ran them.
 func (m *Model) runBlocks(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joint) *tensor.Tensor {
+	call := m.calls
+	m.calls++
+	if m.mc.enabled {
+		if !m.mc.step() {
+			m.skips = append(m.skips, call)
+			return s.Add(img, m.mc.prevResidual)
+		}
+		out := m.blocksForward(s, img, txt, temb, j)
+		m.tc.keep(m.state, &m.mc.prevResidual, s.Sub(out, img))
+		return out
+	}
 	if !m.tc.enabled {
 		return m.blocksForward(s, img, txt, temb, j)
 	}
@@ -234,6 +246,7 @@ func (m *Model) runBlocks(s *tensor.Scope, img, txt, temb *tensor.Tensor, j *joi
 	s.Free(mod)
 	if !calc {
 		m.tc.skipped++
+		m.skips = append(m.skips, call)
 		return s.Add(img, m.tc.prevResidual)
 	}
 	m.tc.computed++

@@ -91,6 +91,10 @@ type Model struct {
 		key      string
 		cos, sin *tensor.Tensor
 	}
+	mc magCache
+	// Calls since the caches were last reset, and those that skipped.
+	calls int
+	skips []int
 	state *tensor.Scope // owns what is kept between calls (TeaCache, RoPE)
 	sp    tensor.Comm   // the sequence-parallel group, or nil
 }
@@ -320,7 +324,7 @@ func (m *Model) Close() {
 		m.file.Ck.Close()
 		m.file = nil
 	}
-	m.tc = teaCache{}
+	m.tc, m.mc = teaCache{}, magCache{}
 	m.rope.key, m.rope.cos, m.rope.sin = "", nil, nil
 	if m.state != nil {
 		m.state.Close()

@@ -25,9 +25,13 @@ type teaCache struct {
 
 // InitTeaCache resets TeaCache (FramePack's initialize_teacache): enable it
 // or not, for a sampler of steps calls, with the given threshold (0.15 in
-// FramePack; 0.1 skips less). Call it before each section's sampling.
+// FramePack; 0.1 skips less). Call it before each section's sampling. It
+// disables MagCache, whose place it takes.
 func (m *Model) InitTeaCache(enable bool, steps int, relL1Thresh float32) {
 	m.tc.free(m.state)
+	m.mc.free(m.state)
+	m.mc = magCache{}
+	m.calls, m.skips = 0, nil
 	m.tc = teaCache{
 		enabled: enable,
 		steps:   steps,
@@ -40,6 +44,13 @@ func (m *Model) InitTeaCache(enable bool, steps int, relL1Thresh float32) {
 // TeaCacheStats counts the calls since InitTeaCache that ran the blocks and
 // those that reused the residual.
 func (m *Model) TeaCacheStats() (computed, skipped int) { return m.tc.computed, m.tc.skipped }
+
+// CacheCalls is the number of calls since the last InitTeaCache or
+// InitMagCache, and the 0-based indices of those that reused the cached
+// residual (TeaCache's or MagCache's) instead of running the blocks.
+func (m *Model) CacheCalls() (calls int, skipped []int) {
+	return m.calls, append([]int(nil), m.skips...)
+}
 
 // teaCachePoly is the reference's rescale polynomial (numpy poly1d,
 // evaluated by Horner's rule in float64 without fused multiply-adds).
