@@ -87,7 +87,9 @@ func (f *Farm) deleteFiles(ctx context.Context, id string, names ...string) {
 }
 
 // DeleteFiles removes some of job id's files (those missing are skipped).
-func (f *Farm) DeleteFiles(ctx context.Context, id string, names ...string) { f.deleteFiles(ctx, id, names...) }
+func (f *Farm) DeleteFiles(ctx context.Context, id string, names ...string) {
+	f.deleteFiles(ctx, id, names...)
+}
 
 // StoredBytes is what the file store holds now.
 func (f *Farm) StoredBytes(ctx context.Context) (int64, error) {

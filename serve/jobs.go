@@ -37,7 +37,7 @@ type jobView struct {
 	// Position is a queued job's place in the queue (1: next).
 	Position int `json:"position,omitempty"`
 	// Progress is a running job's latest progress event.
-	Progress *farm.Event      `json:"progress,omitempty"`
+	Progress *farm.Event       `json:"progress,omitempty"`
 	Links    map[string]string `json:"links"`
 }
 
