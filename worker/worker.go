@@ -331,9 +331,9 @@ func (w *Worker) store(ctx context.Context, l *farm.Lease, res *framepack.Result
 	sum := sha256.Sum256(res.Pix)
 	r := &farm.Result{Frames: res.T, FPS: res.FPS, Width: res.W, Height: res.H, Seconds: float64(res.T) / float64(res.FPS),
 		FramesSHA256: hex.EncodeToString(sum[:]), Generate: took.Seconds()}
-	// The comment tag holds the settings only, so that the same job makes
-	// the same file.
-	tag, _ := json.Marshal(map[string]any{"id": job.ID, "settings": job.Settings})
+	// The comment tag holds the settings only, so that the same settings
+	// make the same file.
+	tag, _ := json.Marshal(job.Settings)
 	mp4, err := encodeMP4(ctx, w.cfg.TempDir, res.Frames, res.FPS, job.Settings.CRF, string(tag))
 	if err != nil {
 		return err
