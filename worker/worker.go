@@ -49,6 +49,10 @@ type Config struct {
 	TempDir string
 	// Info goes into every settings file (the build, the model folder).
 	Info map[string]any
+	// StopGrace is how long a job may take to stop when the worker is
+	// stopped (at its next sampler step or decode tile) before it is put
+	// back in the queue regardless; 1 s when 0.
+	StopGrace time.Duration
 	// Log receives the worker's lines; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -85,12 +89,21 @@ func New(f *farm.Farm, cfg Config) *Worker {
 	return w
 }
 
-// Close frees the loaded models.
+// Close frees the loaded models; call it once Run has returned and no
+// job runs.
 func (w *Worker) Close() {
 	if w.p != nil {
 		w.p.Close()
 		w.p = nil
 	}
+}
+
+// grace is how long a stopping worker waits for its job to stop.
+func (w *Worker) grace() time.Duration {
+	if w.cfg.StopGrace > 0 {
+		return w.cfg.StopGrace
+	}
+	return time.Second
 }
 
 // Run takes and runs jobs until ctx ends. A job running then is left
@@ -137,14 +150,38 @@ func (w *Worker) run(ctx context.Context, l *farm.Lease) {
 	log.Info(fmt.Sprintf("job %s: started (attempt %d)", job.ID, job.Attempts))
 	t0 := time.Now()
 
-	res, rep, err := w.generate(jctx, l, log)
-	rep.wait()
-	if err == nil {
-		err = w.store(jctx, l, res, time.Since(t0))
+	var rep *reporter
+	finished := make(chan error, 1)
+	go func() {
+		var res *framepack.Result
+		var err error
+		res, rep, err = w.generate(jctx, l, log)
+		rep.wait()
 		if err == nil {
-			log.Info(fmt.Sprintf("job %s: done in %s", job.ID, time.Since(t0).Round(time.Millisecond)))
+			err = w.store(jctx, l, res, time.Since(t0))
+		}
+		finished <- err
+	}()
+	var err error
+	select {
+	case err = <-finished:
+	case <-ctx.Done():
+		// Stopping: the job stops at its next step, or else within the
+		// grace; then it is queued again and goes on from its last
+		// stored checkpoint, here or on another worker.
+		select {
+		case err = <-finished:
+		case <-time.After(w.grace()):
+			if rerr := l.Requeue(context.Background()); rerr != nil {
+				log.Warn(fmt.Sprintf("job %s: putting it back in the queue: %v", job.ID, rerr))
+			}
+			log.Info(fmt.Sprintf("job %s: still running %s after the stop; queued again, to go on from its last checkpoint", job.ID, w.grace()))
 			return
 		}
+	}
+	if err == nil {
+		log.Info(fmt.Sprintf("job %s: done in %s", job.ID, time.Since(t0).Round(time.Millisecond)))
+		return
 	}
 	bg := context.Background()
 	switch {

@@ -282,13 +282,14 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		}
 		w := worker.New(fm, worker.Config{Name: hostName(), Models: dir, Options: f.loadOptions(log), LoRADir: f.loras, TempDir: tmp,
 			Info: map[string]any{"framepack": readBuildVersion(), "models": model, "tiny_model": tiny}, Log: log})
-		defer w.Close()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if err := w.Run(wctx); err != nil {
 				log.Error("serve: the worker stopped: " + err.Error())
 			}
+			// The models are not freed here: a job abandoned at the stop
+			// may still hold them until the process exits.
 		}()
 	}
 	url := "http://" + ln.Addr().String() + "/"
@@ -315,7 +316,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	select {
 	case <-done:
 	case <-time.After(1500 * time.Millisecond):
-		log.Warn("serve: the running job did not stop within 1.5 s; it goes on from its last checkpoint at the next start")
+		log.Warn("serve: the worker did not stop within 1.5 s; its job goes on from its last checkpoint at the next start")
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
