@@ -102,7 +102,7 @@ func TestBrowser(t *testing.T) {
 	}
 	shot := func(name string) {
 		t.Helper()
-		b, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+		b, err := chromedp.Run(ctx, chromedp.FullScreenshot(85))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +157,7 @@ func TestBrowser(t *testing.T) {
 			previews[st.Preview] = true
 		}
 		if !shotRunning && st.PreviewUpdates > 2 {
-			shot("serve-running.png")
+			shot("serve-running.jpg")
 			shotRunning = true
 		}
 		return st.VideoPath != "" && !strings.Contains(st.VideoPath, "partial") && st.VideoReady >= 1 && st.VideoDuration > 0
@@ -176,7 +176,7 @@ func TestBrowser(t *testing.T) {
 		eval(`document.querySelectorAll("#history .card").length`, &n)
 		return n == 1
 	})
-	shot("serve.png")
+	shot("serve.jpg")
 
 	// A long second job runs; a third and a fourth wait; the fourth moves
 	// up, then both are cancelled from the queue, and the second from the
@@ -210,7 +210,7 @@ func TestBrowser(t *testing.T) {
 		eval(`(document.querySelector("#queue tr[data-status=queued] td.prompt") || {}).textContent || ""`, &p)
 		return p == "fourth"
 	})
-	shot("serve-queue.png")
+	shot("serve-queue.jpg")
 	for range 2 {
 		click(`#queue tr[data-status=queued] .cancel`)
 		time.Sleep(200 * time.Millisecond)

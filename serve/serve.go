@@ -69,6 +69,9 @@ type Server struct {
 	hub *hub
 	log *slog.Logger
 	mux *http.ServeMux
+	// routeList is the API's routes ("GET /api/jobs"), each documented
+	// in openapi.json.
+	routeList []string
 }
 
 // New makes a server and starts following the farm's jobs.
@@ -102,7 +105,10 @@ func (s *Server) routes() {
 	static := http.FileServerFS(web)
 	s.mux.Handle("GET /{$}", static)
 	s.mux.Handle("GET /assets/", http.StripPrefix("/assets", static))
-	api := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.apiGuard(h)) }
+	api := func(pattern string, h http.HandlerFunc) {
+		s.routeList = append(s.routeList, pattern)
+		s.mux.Handle(pattern, s.apiGuard(h))
+	}
 	api("GET /api/openapi.json", s.openAPI)
 	api("GET /api/health", s.health)
 	api("GET /api/options", s.options)

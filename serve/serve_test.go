@@ -663,3 +663,31 @@ func TestToken(t *testing.T) {
 		t.Errorf("a cross-origin POST: %d %s", code, b)
 	}
 }
+
+// The OpenAPI document describes every API route, and no other.
+func TestOpenAPICoversRoutes(t *testing.T) {
+	e := newEnv(t, envOptions{noWorker: true})
+	code, b := e.do("GET", "/api/openapi.json", nil, nil)
+	var doc struct {
+		OpenAPI string                                `json:"openapi"`
+		Paths   map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if code != http.StatusOK || json.Unmarshal(b, &doc) != nil || !strings.HasPrefix(doc.OpenAPI, "3.") {
+		t.Fatalf("GET /api/openapi.json: %d", code)
+	}
+	documented := map[string]bool{}
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			documented[strings.ToUpper(method)+" "+path] = true
+		}
+	}
+	for _, r := range e.srv.routeList {
+		if !documented[r] {
+			t.Errorf("route %s is not in the OpenAPI document", r)
+		}
+		delete(documented, r)
+	}
+	for r := range documented {
+		t.Errorf("the OpenAPI document has %s, which the server does not route", r)
+	}
+}

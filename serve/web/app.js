@@ -212,6 +212,7 @@ async function submit(e) {
 
 function fmtTime(s) {
   if (!s || !isFinite(s)) return "";
+  if (s < 1) return "under 1 s";
   s = Math.round(s);
   return s >= 60 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${s} s`;
 }
