@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"mime/multipart"
@@ -251,5 +252,31 @@ func TestServeRefusesOpenListen(t *testing.T) {
 	r := runBinary(t, t.TempDir(), "serve", "--listen", "0.0.0.0:0", "--data", t.TempDir())
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--token") {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// bench serve on a few jobs: its line counts every job submitted as
+// stored, none lost or duplicated.
+func TestBenchServeSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a server and three jobs")
+	}
+	t.Setenv(benchChildEnv, "1")
+	t.Setenv("XDG_CACHE_HOME", cacheDir(t))
+	out, err := runCLI(t, context.Background(), "bench", "serve", "--jobs", "3", "--clients", "2", "--listeners", "3", "--image", sceneImage)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var r map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r["submitted"] != 3.0 || r["stored"] != 3.0 || r["lost"] != 0.0 || r["duplicated"] != 0.0 {
+		t.Errorf("bench serve: %s", out)
+	}
+	for _, k := range []string{"api_p50_ms", "api_p99_ms", "server_peak_rss_bytes", "events"} {
+		if v, _ := r[k].(float64); v <= 0 {
+			t.Errorf("%s is %v: %s", k, r[k], out)
+		}
 	}
 }
