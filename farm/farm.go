@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -80,6 +81,7 @@ type Farm struct {
 	files   jetstream.ObjectStore
 	log     *slog.Logger
 	ackWait time.Duration
+	lock    *os.File // the embedded server's data folder, locked
 }
 
 // Open connects to (or starts) the NATS server and makes sure the
@@ -129,6 +131,17 @@ func (f *Farm) startEmbedded() error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("farm: %w", err)
 	}
+	// One process at a time: two embedded servers on one store would
+	// corrupt it.
+	lock, err := os.OpenFile(filepath.Join(f.cfg.DataDir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("farm: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return fmt.Errorf("farm: the data folder %s is in use by another framepack process (%v); give it another --data, or share one queue through --nats", f.cfg.DataDir, err)
+	}
+	f.lock = lock
 	ns, err := server.NewServer(&server.Options{ServerName: "framepack", JetStream: true, StoreDir: dir,
 		DontListen: true, NoSigs: true, NoLog: true, JetStreamMaxStore: -1})
 	if err != nil {
@@ -205,5 +218,8 @@ func (f *Farm) Close() {
 	if f.ns != nil {
 		f.ns.Shutdown()
 		f.ns.WaitForShutdown()
+	}
+	if f.lock != nil {
+		f.lock.Close()
 	}
 }

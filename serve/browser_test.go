@@ -176,7 +176,7 @@ func TestBrowser(t *testing.T) {
 		eval(`document.querySelectorAll("#history .card").length`, &n)
 		return n == 1
 	})
-	shot("serve.jpg")
+	shot("serve-done.jpg")
 
 	// A long second job runs; a third and a fourth wait; the fourth moves
 	// up, then both are cancelled from the queue, and the second from the
@@ -210,7 +210,7 @@ func TestBrowser(t *testing.T) {
 		eval(`(document.querySelector("#queue tr[data-status=queued] td.prompt") || {}).textContent || ""`, &p)
 		return p == "fourth"
 	})
-	shot("serve-queue.jpg")
+	shot("serve.jpg")
 	for range 2 {
 		click(`#queue tr[data-status=queued] .cancel`)
 		time.Sleep(200 * time.Millisecond)

@@ -153,6 +153,8 @@ func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) {
 	}
 	j, err := s.f.Cancel(r.Context(), j.ID)
 	switch {
+	case errors.Is(err, farm.ErrNotFound):
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no job %q", r.PathValue("id")))
 	case errors.Is(err, farm.ErrConflict):
 		writeError(w, http.StatusConflict, fmt.Sprintf("the job is %s; delete it again to remove it", j.Status))
 	case err != nil:

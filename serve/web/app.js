@@ -227,6 +227,7 @@ function follow(job) {
   $("#live-idle").hidden = true;
   $("#live-prompt").textContent = job.settings.prompt || "(no prompt)";
   $("#stage").textContent = "starting…";
+  $("#live-video-box").hidden = true; // the last job's video, until this one's first section
   $("#progress").value = 0;
   $("#pace").textContent = $("#eta").textContent = "";
   stream(`/api/jobs/${job.id}/events`, (ev, d) => onJobEvent(job.id, ev, d), ctl.signal).then(() => {
