@@ -10,6 +10,7 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -24,7 +25,9 @@ import (
 
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/farm"
+	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/tinymodel"
+	"github.com/framepack-go/framepack/weights"
 	"github.com/framepack-go/framepack/worker"
 )
 
@@ -78,6 +81,7 @@ type envOptions struct {
 	maxQueued  int
 	maxUpload  int64
 	maxStorage int64
+	loras      string
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -91,7 +95,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	def := farm.Settings{Seed: 31337, Seconds: 1, Steps: 2, Window: 3, CFG: 1, GS: 10, TeaCache: true, Resolution: 64,
 		Model: framepack.ModelFramePack, PromptBlend: 4, StartEmbedStrength: 1, CRF: 16}
 	srv, err := New(Config{Farm: fm, Token: o.token, LoopbackOnly: o.token == "", Defaults: def, TinyModel: true, Model: "tiny",
-		Device: "cpu", MaxQueued: o.maxQueued, MaxUpload: o.maxUpload, Workers: 1, Log: testLog()})
+		Device: "cpu", MaxQueued: o.maxQueued, MaxUpload: o.maxUpload, LoRADir: o.loras, Workers: 1, Log: testLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +103,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	var wg sync.WaitGroup
 	if !o.noWorker {
 		w := worker.New(fm, worker.Config{Name: "test", Models: tinyDir(t), Options: framepack.Options{Device: framepack.DeviceCPU},
-			TempDir: t.TempDir(), Log: testLog()})
+			LoRADir: o.loras, TempDir: t.TempDir(), Log: testLog()})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -689,5 +693,49 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 	}
 	for r := range documented {
 		t.Errorf("the OpenAPI document has %s, which the server does not route", r)
+	}
+}
+
+// A job names a LoRA of the server's folder with a weight: the models load
+// again with it merged, and the video differs from the one without it.
+func TestLoRAJob(t *testing.T) {
+	dir := t.TempDir()
+	// A PEFT LoRA on the tiny transformer's first block's query (d = 64).
+	const d, r = 64, 4
+	rng := rand.New(rand.NewPCG(3, 4))
+	a, b := tensor.RandN(rng, r*d), tensor.RandN(rng, d*r)
+	if err := weights.Save(filepath.Join(dir, "kite.safetensors"), map[string]*tensor.Tensor{
+		"transformer.transformer_blocks.0.attn.to_q.lora_A.weight": tensor.FromFloat32(a.Float32s(), r, d),
+		"transformer.transformer_blocks.0.attn.to_q.lora_B.weight": tensor.FromFloat32(b.Float32s(), d, r),
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("not a LoRA"), 0o644)
+	e := newEnv(t, envOptions{loras: dir})
+	_, ob := e.do("GET", "/api/options", nil, nil)
+	var opts struct{ LoRAs []string }
+	json.Unmarshal(ob, &opts)
+	if strings.Join(opts.LoRAs, ",") != "kite.safetensors" {
+		t.Fatalf("options list LoRAs %v", opts.LoRAs)
+	}
+	const base = `"prompt":"a kite","seconds":0.4,"steps":1`
+	_, plain, _ := e.submit(`{`+base+`}`, nil)
+	code, with, body := e.submit(`{`+base+`,"lora":[{"name":"kite.safetensors","weight":2}]}`, nil)
+	if code != http.StatusCreated {
+		t.Fatalf("%d %s", code, body)
+	}
+	p := e.wait(plain.ID, 3*time.Minute, finished)
+	l := e.wait(with.ID, 3*time.Minute, finished)
+	if p.Status != farm.Done || l.Status != farm.Done {
+		t.Fatalf("jobs ended %s (%s) and %s (%s)", p.Status, p.Error, l.Status, l.Error)
+	}
+	if p.Result.FramesSHA256 == l.Result.FramesSHA256 {
+		t.Error("the LoRA changed nothing")
+	}
+	if len(l.Settings.LoRA) != 1 || l.Settings.LoRA[0].Weight != 2 {
+		t.Errorf("the job's settings: %+v", l.Settings.LoRA)
+	}
+	if code, _, b := e.submit(`{`+base+`,"lora":[{"name":"notes.txt","weight":1}]}`, nil); code != http.StatusUnprocessableEntity {
+		t.Errorf("a LoRA that is not a .safetensors file: %d %s", code, b)
 	}
 }
