@@ -176,6 +176,13 @@ func TestBrowser(t *testing.T) {
 		eval(`document.querySelectorAll("#history .card").length`, &n)
 		return n == 1
 	})
+	// The history plays its video when its thumbnail is clicked.
+	click("#history .card .poster")
+	until("the history card's video", func() bool {
+		var d float64
+		eval(`(() => { const v = document.querySelector("#history .card video"); return v && v.readyState >= 1 && isFinite(v.duration) ? v.duration : 0 })()`, &d)
+		return math.Abs(d-37.0/30) < 0.05
+	})
 	shot("serve-done.jpg")
 
 	// A long second job runs; a third and a fourth wait; the fourth moves

@@ -377,8 +377,16 @@ function render() {
 }
 
 function card(j) {
-  const video = el("video", { controls: "", muted: "", loop: "", playsinline: "", preload: "metadata" });
-  blobURL(j.links.video).then(u => { video.src = u; }).catch(() => {});
+  // The thumbnail until played: a long history loads no video it does not show.
+  const poster = el("img", { class: "poster", alt: "play", title: "play" });
+  blobURL(j.links.thumbnail + "?done").then(u => { poster.src = u; }).catch(() => {});
+  const media = el("div", { class: "media" }, poster);
+  poster.addEventListener("click", async () => {
+    const video = el("video", { controls: "", loop: "", playsinline: "", autoplay: "" });
+    video.muted = true;
+    try { video.src = await blobURL(j.links.video); } catch (e) { showError(e.message); return; }
+    media.replaceChildren(video);
+  });
   const download = (path, name) => async () => {
     const a = el("a", { href: await blobURL(path), download: name });
     document.body.append(a);
@@ -386,7 +394,7 @@ function card(j) {
     a.remove();
   };
   return el("div", { class: "card", "data-id": j.id },
-    video,
+    media,
     el("div", { class: "prompt", text: j.settings.prompt || "(no prompt)" }),
     el("div", { class: "settings", text: settingsText(j.settings) + ` · ${j.result.frames} frames` }),
     el("div", { class: "actions" },
