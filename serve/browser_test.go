@@ -70,7 +70,6 @@ func TestBrowser(t *testing.T) {
 	defer cancelAlloc()
 	ctx, cancel := chromedp.NewContext(alloc)
 	defer cancel()
-	deadline := time.Now().Add(5 * time.Minute)
 
 	do := func(steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
@@ -93,6 +92,7 @@ func TestBrowser(t *testing.T) {
 	// until polls the page until cond holds.
 	until := func(what string, cond func() bool) {
 		t.Helper()
+		deadline := time.Now().Add(3 * time.Minute)
 		for !cond() {
 			if time.Now().After(deadline) {
 				t.Fatalf("the page never showed %s", what)
@@ -218,9 +218,13 @@ func TestBrowser(t *testing.T) {
 		return p == "fourth"
 	})
 	shot("serve.jpg")
-	for range 2 {
+	for left := 1; left >= 0; left-- {
 		click(`#queue tr[data-status=queued] .cancel`)
-		time.Sleep(200 * time.Millisecond)
+		until(fmt.Sprintf("%d queued jobs", left), func() bool {
+			var n int
+			eval(`document.querySelectorAll("#queue tr[data-status=queued]").length`, &n)
+			return n == left
+		})
 	}
 	click("#cancel-running")
 	until("three cancelled jobs", func() bool {
