@@ -439,7 +439,7 @@ async function start() {
     $("#lora-set").hidden = o.loras.length === 0;
     fillForm(o.defaults);
     const h = await api("GET", "/api/health");
-    $("#version").textContent = `${h.version} · ${h.device} · NATS ${h.nats}`;
+    $("#version").textContent = [h.version, h.device, "NATS " + h.nats].filter(Boolean).join(" · ");
   } catch (e) {
     showError("The server does not answer: " + e.message);
   }
