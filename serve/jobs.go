@@ -329,7 +329,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		case prev != "":
 			// A retry: the job the first request made (it may still be
 			// storing).
-			for range 100 {
+			for range 300 {
 				if j, _, err := s.f.Get(ctx, prev); err == nil {
 					w.Header().Set("Location", "/api/jobs/"+j.ID)
 					w.Header().Set("Idempotent-Replayed", "true")

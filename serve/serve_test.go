@@ -602,8 +602,19 @@ func TestCaps(t *testing.T) {
 			t.Fatalf("%d %s", code, b)
 		}
 	}
-	// The hub sees the queue through the state bucket's watch.
-	time.Sleep(200 * time.Millisecond)
+	// The server sees the queue through the state bucket's watch.
+	for end := time.Now().Add(30 * time.Second); ; {
+		_, b := e.do("GET", "/api/health", nil, nil)
+		var h struct{ Jobs map[string]int }
+		json.Unmarshal(b, &h)
+		if h.Jobs[farm.Queued] == 2 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("health never counted the 2 queued jobs: %s", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if code, _, b := e.submit(`{}`, nil); code != http.StatusTooManyRequests || !strings.Contains(string(b), "queue is full") {
 		t.Errorf("a third job with a queue of 2: %d %s", code, b)
 	}
