@@ -77,7 +77,7 @@ func TestBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eval := func(js string, out any) {
+	evalIn := func(ctx context.Context, js string, out any) {
 		t.Helper()
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[json.RawMessage](js))
 		if err != nil {
@@ -88,6 +88,10 @@ func TestBrowser(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+	eval := func(js string, out any) {
+		t.Helper()
+		evalIn(ctx, js, out)
 	}
 	// until polls the page until cond holds.
 	until := func(what string, cond func() bool) {
@@ -159,6 +163,24 @@ func TestBrowser(t *testing.T) {
 		if !shotRunning && st.PreviewUpdates > 2 {
 			shot("serve-running.jpg")
 			shotRunning = true
+			// A second tab opened now shows the same running job, live.
+			tab, closeTab := chromedp.NewContext(ctx)
+			if err := chromedp.Do(tab, chromedp.Navigate(e.url)); err != nil {
+				t.Fatal(err)
+			}
+			end := time.Now().Add(time.Minute)
+			for {
+				var other pageState
+				evalIn(tab, readPage, &other)
+				if strings.HasPrefix(other.Stage, "Section") && other.PreviewUpdates >= 1 {
+					break
+				}
+				if time.Now().After(end) {
+					t.Fatalf("a second tab does not show the running job: %+v", other)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			closeTab()
 		}
 		return st.VideoPath != "" && !strings.Contains(st.VideoPath, "partial") && st.VideoReady >= 1 && st.VideoDuration > 0
 	})
