@@ -586,6 +586,7 @@ type sectionLoop struct {
 	// use when it began (measured while no decode ran beside it).
 	sampleAct int64
 	pending   *decodeJob // the decode running beside the sampling, if any
+	from      int        // the first section to run: 0, or after Request.Resume's
 }
 
 // sections is FramePack's section loop: each section sampled, prepended to
@@ -656,6 +657,9 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 		video:   tensor.NewScope(p.host),
 	}
 	defer l.video.Close()
+	if err := j.resume(l, h, w); err != nil {
+		return err
+	}
 	// A decode still running when the loop fails is waited for before the
 	// scopes and models it uses go.
 	defer func() {
@@ -664,7 +668,7 @@ func (j *job) sections(im images, pos, neg section.Prompt, h, w int) error {
 		}
 	}()
 
-	for i := range plan.Sections {
+	for i := l.from; i < plan.Sections; i++ {
 		if j.sched != nil {
 			l.pos = j.sectionText(i, d)
 		}
@@ -743,7 +747,7 @@ func (j *job) sample(l *sectionLoop, sec section.Section, st *SectionStats) erro
 	if err != nil {
 		return err
 	}
-	if sec.Index == 0 {
+	if sec.Index == l.from {
 		if l.keep = j.keepLoaded(model); !l.keep {
 			p.log.Info("memory: the transformer and the VAE decoder do not both fit the budget; each is loaded for its stage only")
 		}
@@ -828,6 +832,7 @@ type decodeJob struct {
 	z       *tensor.Tensor // the latents to decode
 	overlap int            // frames blended by the soft append
 	latents *tensor.Tensor // the history after this section, for Progress
+	ckpt    *Checkpoint    // the state after this section, for Progress
 	opts    vae.DecodeOptions
 	stats   vae.DecodeStats
 	keep    []string // models the decode's out-of-memory retry keeps
@@ -862,6 +867,9 @@ func (j *job) startDecode(l *sectionLoop, sec section.Section, st *SectionStats,
 	nz, overlap := l.plan.DecodeLatents(sec.Index)
 	d := &decodeJob{sec: sec, st: st, dec: dec, z: l.history.Newest(nz), overlap: overlap, latents: l.history.Newest(0),
 		keep: []string{PartVAE}}
+	if j.req.Progress != nil {
+		d.ckpt = j.checkpoint(l, st.Index)
+	}
 	room, err := p.dev.DecodeRoom()
 	var peak int64
 	if p.opts.VAETiling != nil {
@@ -1013,8 +1021,9 @@ func (j *job) finishDecode(l *sectionLoop, d *decodeJob) error {
 	st.Frames = l.pixels.Dim(2)
 	j.res.Sections = append(j.res.Sections, *st)
 	if j.req.Progress != nil {
+		d.ckpt.Pixels = l.pixels
 		j.progress(Progress{Stage: StageSectionDone, Section: st.Index, Sections: n, Frames: st.Frames,
-			Latents: d.latents, Pixels: l.pixels})
+			Latents: d.latents, Pixels: l.pixels, Checkpoint: d.ckpt})
 	}
 	tc := ""
 	switch j.req.CacheChoice() {

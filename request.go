@@ -117,6 +117,11 @@ type Request struct {
 	// Progress, when set, is called at every stage and after every sampler
 	// step, on Generate's goroutine.
 	Progress func(Progress)
+
+	// Resume, when set, goes on from a checkpoint of this same request
+	// (Progress.Checkpoint): the sections after it run, the video so far
+	// is the checkpoint's, and Result.Sections lists the sections run.
+	Resume *Checkpoint
 }
 
 // DefaultRequest is FramePack's demo defaults: seed 31337, 5 seconds,
@@ -262,6 +267,10 @@ type Progress struct {
 	// unclamped, in the VAE's dtype), on the host; valid only during the
 	// call.
 	Latents, Pixels *tensor.Tensor
+	// Checkpoint, at StageSectionDone, is what Request.Resume needs to go
+	// on after this section; its tensors are valid only during the call
+	// (Checkpoint.MarshalBinary copies them).
+	Checkpoint *Checkpoint
 }
 
 // PreviewRGB is FramePack's live preview of p.Denoised: the latent frames

@@ -7,6 +7,7 @@
 #                    --offload-arch build (only a Recommends of clang-19)
 #   libamdhip64-5    the HIP runtime, so CI checks our AMD symbol table against it
 #   curl, xz-utils   fetch the ROCm libraries whose symbols CI checks (below)
+#   chromium         the browser test of framepack serve's page (headless, through chromedp)
 # librccl1 (Debian trixie's RCCL) and libhipblaslt1, librocblas4 and
 # libmiopen1 (unstable's), unpacked under ~/.cache/framepack so the tests
 # check our symbol tables against them (bookworm has none of them, and their
@@ -16,7 +17,7 @@ export DEBIAN_FRONTEND=noninteractive
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
-pkgs="ffmpeg libopenblas0 clang-19 clang-tools-19 lld-19 libamdhip64-5 ca-certificates curl xz-utils"
+pkgs="ffmpeg libopenblas0 clang-19 clang-tools-19 lld-19 libamdhip64-5 ca-certificates curl xz-utils chromium"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -192,6 +192,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newDoctor())
 	root.AddCommand(newBench())
 	root.AddCommand(newGenerate())
+	root.AddCommand(newServe())
 	root.AddCommand(newVAE())
 	root.AddCommand(newVersion())
 	markUsage(root)

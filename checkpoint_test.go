@@ -1,0 +1,74 @@
+package framepack
+
+import (
+	"bytes"
+	"context"
+	"testing"
+)
+
+// A job resumed from the checkpoint after each of its sections — marshalled
+// and read back, as a server stores it — makes the video and latents of
+// the run that never stopped, bit for bit, with either model.
+func TestResumeFromCheckpoint(t *testing.T) {
+	p := loadTiny(t)
+	img := testImage(t)
+	for _, model := range []string{ModelFramePack, ModelF1} {
+		t.Run(model, func(t *testing.T) {
+			req := smallRequest(img)
+			req.Model = model
+			req.Seconds, req.Steps = 1.2, 2 // 3 sections
+			var ckpts [][]byte
+			req.Progress = func(pr Progress) {
+				if pr.Stage != StageSectionDone {
+					return
+				}
+				b, err := pr.Checkpoint.MarshalBinary()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ckpts = append(ckpts, b)
+			}
+			whole, err := p.Generate(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ckpts) != 3 {
+				t.Fatalf("%d checkpoints for 3 sections", len(ckpts))
+			}
+			for k, b := range ckpts {
+				c, err := UnmarshalCheckpoint(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.Section != k+1 || c.Sections != 3 {
+					t.Fatalf("checkpoint %d is after section %d of %d", k, c.Section, c.Sections)
+				}
+				r := req
+				r.Progress, r.Resume = nil, c
+				res, err := p.Generate(context.Background(), r)
+				if err != nil {
+					t.Fatalf("resuming after section %d: %v", k+1, err)
+				}
+				if len(res.Sections) != 3-(k+1) {
+					t.Errorf("resumed after section %d: %d sections ran, want %d", k+1, len(res.Sections), 3-(k+1))
+				}
+				if !bytes.Equal(res.Pix, whole.Pix) || res.T != whole.T {
+					t.Errorf("resumed after section %d of 3: the video differs from the uninterrupted run's", k+1)
+				}
+				if !bytes.Equal(res.Latents.HostBytes(), whole.Latents.HostBytes()) {
+					t.Errorf("resumed after section %d of 3: the latents differ", k+1)
+				}
+			}
+			// A checkpoint of another request is refused.
+			c, _ := UnmarshalCheckpoint(ckpts[0])
+			r := req
+			r.Progress, r.Resume, r.Seed = nil, c, req.Seed+1
+			if _, err := p.Generate(context.Background(), r); err == nil {
+				t.Error("a checkpoint of another seed was accepted")
+			}
+		})
+	}
+	if _, err := UnmarshalCheckpoint([]byte("framepack checkpoint 1\n\x05\x00\x00\x00{}")); err == nil {
+		t.Error("a truncated checkpoint was accepted")
+	}
+}

@@ -1,0 +1,225 @@
+// Package farm is framepack's job queue, job state and file store, on NATS
+// JetStream: jobs wait in a work-queue stream, each job's state is a key
+// of a key-value bucket, and its files (uploads, checkpoints, videos) are
+// objects of an object store. Live progress goes over core NATS subjects.
+//
+// The same code runs on a NATS server embedded in the process (file
+// storage under a data folder, reachable only from inside the process) or
+// on an external server or cluster (Config.URL), which is how several
+// machines share one queue: any number of API servers and workers can use
+// the same farm.
+//
+// A job has exactly one live queue message, named by the job's generation
+// (Job.Gen): moving or requeueing a job publishes a message of a new
+// generation, so a message whose generation is not the job's is stale and
+// is dropped. A worker holds its message while it runs the job, keeping it
+// alive with progress acknowledgements, and acknowledges it only once the
+// video is stored; a worker that dies leaves the message to be delivered
+// again after the consumer's AckWait, and the next worker resumes the job
+// from its last checkpoint.
+package farm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Names of the streams, buckets and subjects.
+const (
+	StreamJobs    = "FRAMEPACK_JOBS"
+	ConsumerName  = "workers"
+	BucketState   = "framepack_jobs"
+	BucketIdem    = "framepack_idempotency"
+	BucketFiles   = "framepack_files"
+	subjectRun    = "framepack.jobs.run."    // + job id: the queue message
+	subjectEvent  = "framepack.jobs.events." // + job id: live progress
+	subjectCancel = "framepack.jobs.cancel." // + job id: stop a running job
+)
+
+// Config configures Open.
+type Config struct {
+	// URL is an external NATS server or cluster (comma-separated URLs);
+	// empty runs one embedded in the process, storing under DataDir.
+	URL string
+	// Options are extra NATS client options (credentials, TLS) for URL.
+	Options []nats.Option
+	// DataDir is where the embedded server keeps its files (DataDir/nats).
+	DataDir string
+	// AckWait is how long a job's message stays with a worker that stopped
+	// acknowledging progress before it is delivered again (30 s when 0).
+	AckWait time.Duration
+	// MaxStoredBytes caps the object store (uploads, videos, checkpoints);
+	// 0 means 20 GiB.
+	MaxStoredBytes int64
+	// MaxQueued caps the queue stream's messages (a backstop to the API's
+	// own check); 0 means 1000.
+	MaxQueued int
+	// Log receives the farm's lines; nil means slog.Default().
+	Log *slog.Logger
+}
+
+// Farm is an open connection to the queue, the state and the files.
+type Farm struct {
+	cfg     Config
+	ns      *server.Server // the embedded server, or nil
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	cons    jetstream.Consumer
+	state   jetstream.KeyValue
+	idem    jetstream.KeyValue
+	files   jetstream.ObjectStore
+	log     *slog.Logger
+	ackWait time.Duration
+	lock    *os.File // the embedded server's data folder, locked
+}
+
+// Open connects to (or starts) the NATS server and makes sure the
+// stream, the consumer and the buckets exist. With the embedded server
+// the consumer is made anew, so that a job whose process was killed is
+// delivered again at once: nothing else can be holding it.
+func Open(ctx context.Context, cfg Config) (*Farm, error) {
+	f := &Farm{cfg: cfg, log: cfg.Log, ackWait: cfg.AckWait}
+	if f.log == nil {
+		f.log = slog.Default()
+	}
+	if f.ackWait <= 0 {
+		f.ackWait = 30 * time.Second
+	}
+	if cfg.MaxStoredBytes <= 0 {
+		f.cfg.MaxStoredBytes = 20 << 30
+	}
+	if cfg.MaxQueued <= 0 {
+		f.cfg.MaxQueued = 1000
+	}
+	var err error
+	if cfg.URL == "" {
+		if err = f.startEmbedded(); err != nil {
+			return nil, err
+		}
+		f.nc, err = nats.Connect(f.ns.ClientURL(), nats.InProcessServer(f.ns), nats.Name("framepack"), nats.MaxReconnects(-1))
+	} else {
+		opts := append([]nats.Option{nats.Name("framepack"), nats.MaxReconnects(-1)}, cfg.Options...)
+		f.nc, err = nats.Connect(cfg.URL, opts...)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("farm: connecting to NATS: %w", err)
+	}
+	if err := f.setup(ctx); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *Farm) startEmbedded() error {
+	if f.cfg.DataDir == "" {
+		return errors.New("farm: no data folder for the embedded NATS server")
+	}
+	dir := filepath.Join(f.cfg.DataDir, "nats")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("farm: %w", err)
+	}
+	// One process at a time: two embedded servers on one store would
+	// corrupt it.
+	lock, err := os.OpenFile(filepath.Join(f.cfg.DataDir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("farm: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return fmt.Errorf("farm: the data folder %s is in use by another framepack process (%v); give it another --data, or share one queue through --nats", f.cfg.DataDir, err)
+	}
+	f.lock = lock
+	ns, err := server.NewServer(&server.Options{ServerName: "framepack", JetStream: true, StoreDir: dir,
+		DontListen: true, NoSigs: true, NoLog: true, JetStreamMaxStore: -1})
+	if err != nil {
+		return fmt.Errorf("farm: the embedded NATS server: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return errors.New("farm: the embedded NATS server did not start within 30 s")
+	}
+	f.ns = ns
+	return nil
+}
+
+func (f *Farm) setup(ctx context.Context) error {
+	var err error
+	if f.js, err = jetstream.New(f.nc); err != nil {
+		return fmt.Errorf("farm: %w", err)
+	}
+	storage := jetstream.FileStorage
+	f.stream, err = f.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: StreamJobs, Description: "framepack jobs waiting or running", Subjects: []string{subjectRun + ">"},
+		Retention: jetstream.WorkQueuePolicy, Storage: storage, MaxMsgs: int64(f.cfg.MaxQueued), Discard: jetstream.DiscardNew,
+		Duplicates: 2 * time.Minute,
+	})
+	if err != nil {
+		return fmt.Errorf("farm: the job stream: %w", err)
+	}
+	ccfg := jetstream.ConsumerConfig{Durable: ConsumerName, Description: "framepack workers", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: f.ackWait, MaxDeliver: -1, FilterSubject: subjectRun + ">", MaxAckPending: 10000}
+	if f.ns != nil {
+		// Only this process uses the embedded server: a message held by
+		// the consumer is one a killed run of it left.
+		if err := f.js.DeleteConsumer(ctx, StreamJobs, ConsumerName); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("farm: resetting the consumer: %w", err)
+		}
+	}
+	if f.cons, err = f.js.CreateOrUpdateConsumer(ctx, StreamJobs, ccfg); err != nil {
+		return fmt.Errorf("farm: the worker consumer: %w", err)
+	}
+	if f.state, err = f.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketState,
+		Description: "framepack job state", History: 1, Storage: storage}); err != nil {
+		return fmt.Errorf("farm: the state bucket: %w", err)
+	}
+	if f.idem, err = f.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketIdem,
+		Description: "framepack Idempotency-Key → job", History: 1, TTL: 24 * time.Hour, Storage: storage}); err != nil {
+		return fmt.Errorf("farm: the idempotency bucket: %w", err)
+	}
+	if f.files, err = f.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: BucketFiles,
+		Description: "framepack uploads, checkpoints and videos", Storage: storage, MaxBytes: f.cfg.MaxStoredBytes}); err != nil {
+		return fmt.Errorf("farm: the file store: %w", err)
+	}
+	return nil
+}
+
+// Embedded tells whether the NATS server runs in this process.
+func (f *Farm) Embedded() bool { return f.ns != nil }
+
+// AckWait is the consumer's: how long a silent worker keeps a job.
+func (f *Farm) AckWait() time.Duration { return f.ackWait }
+
+// MaxStoredBytes is the file store's cap.
+func (f *Farm) MaxStoredBytes() int64 { return f.cfg.MaxStoredBytes }
+
+// Conn is the NATS connection.
+func (f *Farm) Conn() *nats.Conn { return f.nc }
+
+// Close flushes and closes the connection and stops the embedded server.
+func (f *Farm) Close() {
+	if f.nc != nil {
+		f.nc.Flush()
+		f.nc.Close()
+	}
+	if f.ns != nil {
+		f.ns.Shutdown()
+		f.ns.WaitForShutdown()
+	}
+	if f.lock != nil {
+		f.lock.Close()
+	}
+}

@@ -1,0 +1,126 @@
+package farm
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+)
+
+// Job statuses.
+const (
+	Queued    = "queued"
+	Running   = "running"
+	Done      = "done"
+	Failed    = "failed"
+	Cancelled = "cancelled"
+)
+
+// Finished tells whether a job in status s is over.
+func Finished(s string) bool { return s == Done || s == Failed || s == Cancelled }
+
+// Job is one job's state, the value of its key in the state bucket.
+type Job struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	// Gen is the generation of the job's live queue message.
+	Gen uint64 `json:"gen"`
+	// Seq is the stream sequence of that message (to delete it early).
+	Seq      uint64   `json:"seq,omitempty"`
+	Settings Settings `json:"settings"`
+	Image    *File    `json:"image,omitempty"`
+	EndImage *File    `json:"end_image,omitempty"`
+
+	Created  time.Time  `json:"created"`
+	Started  *time.Time `json:"started,omitempty"`
+	Finished *time.Time `json:"finished,omitempty"`
+
+	// Attempts counts the runs that took the job (more than one after a
+	// restart or a worker's death).
+	Attempts int    `json:"attempts"`
+	Worker   string `json:"worker,omitempty"`
+	// Section is the sections finished and checkpointed, of Sections.
+	Section  int `json:"section"`
+	Sections int `json:"sections,omitempty"`
+	// SectionWorkers[i] is the worker that ran section i+1.
+	SectionWorkers []string `json:"section_workers,omitempty"`
+	// ResumedAt is the section after which the last run went on from a
+	// checkpoint (0: it started from the beginning).
+	ResumedAt int `json:"resumed_at,omitempty"`
+	// CancelRequested: a cancel was asked while the job ran.
+	CancelRequested bool    `json:"cancel_requested,omitempty"`
+	Error           string  `json:"error,omitempty"`
+	Result          *Result `json:"result,omitempty"`
+}
+
+// File is an uploaded image.
+type File struct {
+	// Name is the client's file name, for display only (never a path).
+	Name   string `json:"name,omitempty"`
+	Type   string `json:"type"` // image/png, image/jpeg or image/webp, from the content
+	Bytes  int64  `json:"bytes"`
+	Width  int    `json:"width"`
+	Height int    `json:"height"`
+	SHA256 string `json:"sha256"`
+}
+
+// Result describes a finished job's video.
+type Result struct {
+	Frames  int     `json:"frames"`
+	FPS     int     `json:"fps"`
+	Width   int     `json:"width"`
+	Height  int     `json:"height"`
+	Seconds float64 `json:"seconds"`
+	// VideoBytes and VideoSHA256 are the stored MP4's.
+	VideoBytes  int64  `json:"video_bytes"`
+	VideoSHA256 string `json:"video_sha256"`
+	// FramesSHA256 is the hash of the frames' RGB bytes: equal for two
+	// runs that made the same video.
+	FramesSHA256 string `json:"frames_sha256"`
+	// Generate is the seconds spent generating (all runs of the job).
+	Generate float64 `json:"generate_seconds"`
+}
+
+// Settings are a job's generation settings: the body of POST /api/jobs's
+// settings part, and what the settings file records. The keys are those of
+// `framepack generate`'s settings file.
+type Settings struct {
+	Prompt         string  `json:"prompt"`
+	NegativePrompt string  `json:"negative_prompt"`
+	Seed           uint64  `json:"seed"`
+	SeedRandom     bool    `json:"seed_random,omitempty"`
+	Seconds        float64 `json:"seconds"`
+	Steps          int     `json:"steps"`
+	Window         int     `json:"window"`
+	CFG            float64 `json:"cfg"`
+	GS             float64 `json:"gs"`
+	RS             float64 `json:"rs"`
+	TeaCache       bool    `json:"teacache"`
+	Resolution     int     `json:"resolution"`
+	Model          string  `json:"model"`
+	PromptBlend    int     `json:"prompt_blend"`
+	// With an end image.
+	EmbedInterpolation string  `json:"embed_interpolation,omitempty"`
+	StartEmbedStrength float64 `json:"start_embed_strength"`
+	PosteriorMean      bool    `json:"posterior_mean,omitempty"`
+	CRF                int     `json:"crf"`
+	// Preserve is the device memory kept free while weights stream
+	// (FramePack's "GPU inference preserved memory"), as --preserve takes
+	// it ("6G"); empty for the server's.
+	Preserve string `json:"preserve,omitempty"`
+	// LoRA are files of the server's LoRA folder, by name, with weights.
+	LoRA []LoRA `json:"lora,omitempty"`
+}
+
+// LoRA is one LoRA of a job.
+type LoRA struct {
+	Name   string  `json:"name"`
+	Weight float64 `json:"weight"`
+}
+
+// NewID is a new job id: its creation time (so ids sort by it) and 48
+// random bits.
+func NewID(now time.Time) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return now.UTC().Format("20060102T150405.000Z") + "-" + hex.EncodeToString(b[:])
+}

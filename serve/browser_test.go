@@ -1,0 +1,273 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// screenshotDir is where the browser test writes its screenshots:
+// $FRAMEPACK_SCREENSHOTS, else a temporary folder.
+func screenshotDir(t *testing.T) string {
+	if d := os.Getenv("FRAMEPACK_SCREENSHOTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// pageState is what the test reads of the page at each poll.
+type pageState struct {
+	Stage          string  `json:"stage"`
+	Progress       float64 `json:"progress"`
+	PreviewUpdates int     `json:"previewUpdates"`
+	Preview        string  `json:"preview"`
+	VideoPath      string  `json:"videoPath"`
+	VideoDuration  float64 `json:"videoDuration"`
+	VideoReady     int     `json:"videoReady"`
+}
+
+const readPage = `(() => {
+  const v = document.querySelector("#live-video");
+  return {
+    stage: document.querySelector("#stage").textContent,
+    progress: document.querySelector("#progress").value,
+    previewUpdates: parseInt(document.querySelector("#preview").dataset.updates, 10),
+    preview: document.querySelector("#preview").src.slice(-64),
+    videoPath: v.dataset.path || "",
+    videoDuration: isFinite(v.duration) ? v.duration : 0,
+    videoReady: v.readyState,
+  };
+})()`
+
+// The page, driven in Debian's chromium as a user would: upload the image,
+// type a prompt, start; the progress advances and the preview changes at
+// every step; the finished video plays in the page at its length; a second
+// job is queued, moved and cancelled; "use these settings" fills the form.
+func TestBrowser(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("chromium is not installed (scripts/setup.sh installs it): the page cannot be tested")
+	}
+	e := newEnv(t, envOptions{})
+	shots := screenshotDir(t)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(chromium), chromedp.Headless,
+		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("autoplay-policy", "no-user-gesture-required"),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1400))
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(alloc)
+	defer cancel()
+
+	do := func(steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evalIn := func(ctx context.Context, js string, out any) {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[json.RawMessage](js))
+		if err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		if out != nil {
+			if err := json.Unmarshal(v, out); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	eval := func(js string, out any) {
+		t.Helper()
+		evalIn(ctx, js, out)
+	}
+	// until polls the page until cond holds.
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Minute)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("the page never showed %s", what)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	shot := func(name string) {
+		t.Helper()
+		b, err := chromedp.Run(ctx, chromedp.FullScreenshot(85))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(shots, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setValue := func(sel, v string) {
+		t.Helper()
+		eval(fmt.Sprintf(`(() => { const el = document.querySelector(%q); el.value = %q; el.dispatchEvent(new Event("input")); return true })()`, sel, v), nil)
+	}
+	click := func(sel string) {
+		t.Helper()
+		var ok bool
+		eval(fmt.Sprintf(`(() => { const el = document.querySelector(%q); if (!el) return false; el.click(); return true })()`, sel), &ok)
+		if !ok {
+			t.Fatalf("no %s on the page", sel)
+		}
+	}
+
+	do(chromedp.Navigate(e.url), chromedp.WaitVisible(chromedp.CSS("#job-form")))
+	until("the defaults filled in", func() bool {
+		var s string
+		eval(`document.querySelector("#steps").value`, &s)
+		return s != ""
+	})
+	var tinyBanner bool
+	eval(`!document.querySelector("#tiny-banner").hidden`, &tinyBanner)
+	if !tinyBanner {
+		t.Error("the page does not say the tiny model runs")
+	}
+	scene, _ := filepath.Abs(filepath.Join("..", "testdata", "images", "scene.png"))
+	do(chromedp.SetUploadFiles(chromedp.CSS("#image"), []string{scene}))
+	eval(`document.querySelector("#image").dispatchEvent(new Event("change")); true`, nil)
+	do(chromedp.SendKeys(chromedp.CSS("#prompt"), "a red kite over green hills"))
+	setValue("#seconds", "1.2")
+	setValue("#steps", "2")
+	setValue("#window", "3")
+	setValue("#resolution", "64")
+	setValue("#seed", "5")
+	click("#start")
+
+	// Progress and previews while it runs, then the video.
+	var st pageState
+	progress := map[float64]bool{}
+	previews := map[string]bool{}
+	shotRunning := false
+	until("the finished video", func() bool {
+		eval(readPage, &st)
+		progress[st.Progress] = true
+		if st.Preview != "" {
+			previews[st.Preview] = true
+		}
+		if !shotRunning && st.PreviewUpdates > 2 {
+			shot("serve-running.jpg")
+			shotRunning = true
+			// A second tab opened now shows the same running job, live.
+			tab, closeTab := chromedp.NewContext(ctx)
+			if err := chromedp.Do(tab, chromedp.Navigate(e.url)); err != nil {
+				t.Fatal(err)
+			}
+			end := time.Now().Add(time.Minute)
+			for {
+				var other pageState
+				evalIn(tab, readPage, &other)
+				if strings.HasPrefix(other.Stage, "Section") && other.PreviewUpdates >= 1 {
+					break
+				}
+				if time.Now().After(end) {
+					t.Fatalf("a second tab does not show the running job: %+v", other)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			closeTab()
+		}
+		return st.VideoPath != "" && !strings.Contains(st.VideoPath, "partial") && st.VideoReady >= 1 && st.VideoDuration > 0
+	})
+	if len(progress) < 3 {
+		t.Errorf("the progress bar showed %d values, want it to advance", len(progress))
+	}
+	if st.PreviewUpdates < 4 || len(previews) < 2 {
+		t.Errorf("the preview was updated %d times with %d distinct images", st.PreviewUpdates, len(previews))
+	}
+	if want := 37.0 / 30; math.Abs(st.VideoDuration-want) > 0.05 {
+		t.Errorf("the page's video lasts %.3f s, want %.3f (37 frames at 30 fps)", st.VideoDuration, want)
+	}
+	until("the history card", func() bool {
+		var n int
+		eval(`document.querySelectorAll("#history .card").length`, &n)
+		return n == 1
+	})
+	// The history plays its video when its thumbnail is clicked.
+	click("#history .card .poster")
+	until("the history card's video", func() bool {
+		var d float64
+		eval(`(() => { const v = document.querySelector("#history .card video"); return v && v.readyState >= 1 && isFinite(v.duration) ? v.duration : 0 })()`, &d)
+		return math.Abs(d-37.0/30) < 0.05
+	})
+	shot("serve-done.jpg")
+
+	// A long second job runs; a third and a fourth wait; the fourth moves
+	// up, then both are cancelled from the queue, and the second from the
+	// running panel.
+	setValue("#seconds", "8")
+	setValue("#steps", "20")
+	click("#start")
+	until("the second job running", func() bool {
+		var n int
+		eval(`document.querySelectorAll("#queue tr[data-status=running]").length`, &n)
+		return n == 1
+	})
+	setValue("#seconds", "1")
+	setValue("#prompt", "third")
+	click("#start")
+	until("the third job queued", func() bool {
+		var n int
+		eval(`document.querySelectorAll("#queue tr[data-status=queued]").length`, &n)
+		return n == 1
+	})
+	setValue("#prompt", "fourth")
+	click("#start")
+	until("the fourth job queued", func() bool {
+		var n int
+		eval(`document.querySelectorAll("#queue tr[data-status=queued]").length`, &n)
+		return n == 2
+	})
+	click(`#queue tr[data-status=queued] ~ tr[data-status=queued] .up`)
+	until("the fourth job first in the queue", func() bool {
+		var p string
+		eval(`(document.querySelector("#queue tr[data-status=queued] td.prompt") || {}).textContent || ""`, &p)
+		return p == "fourth"
+	})
+	shot("serve.jpg")
+	for left := 1; left >= 0; left-- {
+		click(`#queue tr[data-status=queued] .cancel`)
+		until(fmt.Sprintf("%d queued jobs", left), func() bool {
+			var n int
+			eval(`document.querySelectorAll("#queue tr[data-status=queued]").length`, &n)
+			return n == left
+		})
+	}
+	click("#cancel-running")
+	until("three cancelled jobs", func() bool {
+		var n int
+		eval(`document.querySelectorAll("#queue tr[data-status=cancelled]").length`, &n)
+		return n == 3
+	})
+
+	// "Use these settings" fills the form with the first job's.
+	setValue("#prompt", "something else")
+	setValue("#seconds", "3")
+	click("#history .card .use")
+	until("the form filled", func() bool {
+		var f struct {
+			Prompt, Seconds, Steps, Seed string
+			Files                        int
+		}
+		eval(`({prompt: document.querySelector("#prompt").value, seconds: document.querySelector("#seconds").value,
+			steps: document.querySelector("#steps").value, seed: document.querySelector("#seed").value,
+			files: document.querySelector("#image").files.length})`, &f)
+		return f.Prompt == "a red kite over green hills" && f.Seconds == "1.2" && f.Steps == "2" && f.Seed == "5" && f.Files == 1
+	})
+	t.Logf("browser: preview updated %d times, video %.2f s, queue and cancel ok (screenshots in %s)", st.PreviewUpdates, st.VideoDuration, shots)
+}
