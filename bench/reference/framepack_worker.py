@@ -106,6 +106,9 @@ def parse_args(argv=None):
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--latent-window-size", type=int, default=9)
     ap.add_argument("--steps", type=int, default=25)
+    ap.add_argument("--steps-each", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                    help="run the job once for each of these step counts (comma-separated) with the models loaded once; "
+                         "--record DIR then gets one folder steps_N per run, and stdout one JSON line per run")
     ap.add_argument("--cfg", type=float, default=1.0)
     ap.add_argument("--gs", type=float, default=10.0)
     ap.add_argument("--rs", type=float, default=0.0)
@@ -329,8 +332,14 @@ def write_mp4(pixels_bcthw, path, fps, crf):
 
 
 def run(args):
-    """Loads the models and runs the worker. Returns (summary dict, record
-    dict of tensors or None)."""
+    """Loads the models and runs the worker. Returns (pixels, record dict of
+    tensors or None, summary dict)."""
+    return run_all(args)[0]
+
+
+def run_all(args):
+    """run() for each of --steps-each (or --steps alone), the models loaded
+    once: a list of (pixels, record, summary)."""
     import numpy as np
     import torch
     from PIL import Image
@@ -484,18 +493,30 @@ def run(args):
     if args.end_image and args.variant != "framepack":
         raise SystemExit("framepack_worker: --end-image is for --variant framepack")
     end_image = np.array(Image.open(args.end_image).convert("RGB")) if args.end_image else None
-    rec = {} if args.record else None
-    info = {}
+    results = []
+    for i, steps in enumerate(args.steps_each or [args.steps]):
+        # --steps-each: the same job again with other steps, the models
+        # loaded once; each run's times are its own (the first's include
+        # the start-up and the load).
+        args.steps = steps
+        if i > 0:
+            tm.t = {}
+        t_run = time.time()
+        rec = {} if args.record else None
+        info = {}
 
-    info["tokenizer"] = tok_info
-    info["feature_extractor"] = fe_note
-    if rec is not None:
-        rec.update(token_ids(fp, tokenizer, tokenizer_2, args.prompt))
+        info["tokenizer"] = tok_info
+        info["feature_extractor"] = fe_note
+        if rec is not None:
+            rec.update(token_ids(fp, tokenizer, tokenizer_2, args.prompt))
 
-    with torch.no_grad():
-        out = worker(locals_ns(), input_image, args, rec, info, end_image)
-    info["times"] = dict(tm.t)
-    return out, rec, info
+        with torch.no_grad():
+            out = worker(locals_ns(), input_image, args, rec, info, end_image)
+        info["times"] = dict(tm.t)
+        info["run_s"] = time.time() - (T_PROCESS if i == 0 else t_run)
+        info["steps"] = steps
+        results.append((out, rec, info))
+    return results
 
 
 def check_llama_tokenizer(fp, tokenizer, tok_dir, prompt, count_crop_start):
@@ -810,12 +831,20 @@ class HiddenStatesByHooks:
 
 def main(argv=None):
     args = parse_args(argv)
+    runs = run_all(args)
+    lines = []
+    for _, rec, info in runs:
+        lines.append(report(args, rec, info))
+    return lines[-1]
+
+
+def report(args, rec, info):
+    """Prints one run's JSON line (and saves its record with --record)."""
     import resource
 
     import torch
 
-    _, rec, info = run(args)
-    t_end = time.time()
+    args.steps = info["steps"]
     g = info
     dev = "cpu"
     peak = None
@@ -832,7 +861,7 @@ def main(argv=None):
         "teacache": args.teacache == "on", "dtype": args.dtype,
         "seconds": args.seconds, "width": g["width"], "height": g["height"], "frames": g["frames"],
         "sections": len(g["sections_info"]), "steps": args.steps,
-        "total_s": t_end - T_PROCESS,
+        "total_s": info["run_s"],
         "startup_s": times.get("startup", 0.0), "load_s": times.get("load", 0.0), "text_s": times.get("text", 0.0), "image_s": times.get("image", 0.0),
         "sample_s": times.get("sample", 0.0),
         "sample_s_per_step": times.get("sample", 0.0) / max(steps_total, 1),
@@ -845,7 +874,11 @@ def main(argv=None):
         "device": dev,
     }
     if args.record:
+        record = args.record
+        if args.steps_each:
+            args.record = os.path.join(record, "steps_%d" % args.steps)
         save_record(args, rec, info)
+        args.record = record
     print(json.dumps(line), flush=True)
     return line
 
@@ -866,7 +899,7 @@ def save_record(args, rec, info):
         "resolution": args.resolution, "dtype": args.dtype, "device": args.device, "memory": args.memory,
         "seed_vae_sample": args.seed_vae_sample,
     }
-    meta.update({k: v for k, v in info.items() if k != "times"})
+    meta.update({k: v for k, v in info.items() if k not in ("times", "run_s")})
     with open(os.path.join(args.record, "record.json"), "w") as f:
         json.dump(meta, f, indent=2)
 

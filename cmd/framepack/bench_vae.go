@@ -393,6 +393,11 @@ func runBenchDecode(cmd *cobra.Command, f *benchVAEFlags, d *benchDevice, m *ben
 		}
 		r := benchResult{"bench": "vae_reference", "reference": f.reference,
 			"tiling": st.tiling, "dtype": dt.String(), "rel_l2": e, "max_abs": maxAbs}
+		if rel, psnr, err := frameErrors(out.ToFloat32(), tensor.Float32s(ref), ref.Shape()); err == nil {
+			// Frame by frame: a difference confined to a few frames (a
+			// tile's seam) shows here, not in the whole video's error.
+			r["frame_rel_l2"], r["frame_psnr"], r["psnr"] = sig3s(rel), rounded(psnr), psnrSummary(psnr)
+		}
 		if model, ok := m.extra["model"]; ok {
 			r["model"] = model
 		}

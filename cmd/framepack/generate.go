@@ -55,6 +55,7 @@ type generateFlags struct {
 	startEmbed              float64
 	jobs                    string
 	writeSections           bool
+	writeLatents            string
 	gpus                    string
 
 	// Resolved by check.
@@ -167,6 +168,7 @@ does, each time replacing it whole; the last write is the full video.`,
 	fl.StringVar(&f.jobs, "jobs", "", "run the jobs of a JSON-lines file (one object a line, keys are long flag names) with the models loaded once")
 	fl.StringVar(&f.gpus, "gpus", "", gpusUsage)
 	fl.BoolVar(&f.writeSections, "write-sections", false, "write the video so far to the output after every section (replaced each time; the last write is the whole video)")
+	fl.StringVar(&f.writeLatents, "write-latents", "", "also write the latents to this .safetensors file: every section's generated and history latents, named as FramePack's worker records them (bench compare)")
 	return cmd, f
 }
 
@@ -253,6 +255,9 @@ func (f *generateFlags) checkFlags() (*section.RGB, error) {
 		}
 	}
 	if f.output, err = checkVideoOutput(f.out, true); err != nil {
+		return nil, err
+	}
+	if err := checkLatentsOutput(f.writeLatents, f.output); err != nil {
 		return nil, err
 	}
 	return img, nil
@@ -486,6 +491,11 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 	}
 	if err := sf.commit(); err != nil {
 		return nil, err
+	}
+	if f.writeLatents != "" {
+		if err := writeLatents(f.writeLatents, res, f.model); err != nil {
+			return nil, err
+		}
 	}
 	write := time.Since(t)
 	fields := map[string]any{"output": f.output.path, "settings_file": sf.path, "seed": set.Seed,
