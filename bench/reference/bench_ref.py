@@ -126,6 +126,47 @@ def bench_transformer(args):
     print(json.dumps({"bench": "transformer_forward", "impl": "pytorch", "sdpa": args.sdpa, "dtype": args.dtype,
                       "latent": [1, 16, t, h, w], "valid_text": valid, "seconds": sorted(times)[len(times) // 2],
                       "all": times, "peak_bytes": peak, "device": torch.cuda.get_device_name()}), flush=True)
+    if args.profile:
+        with torch.no_grad(), (sdpa_kernel(backend) if backend else contextlib.nullcontext()):
+            profile_kernels(lambda: model(**kwargs)[0], args.dtype)
+
+
+def profile_kernels(fn, dtype):
+    """One more call under torch.profiler: the CUDA kernels' time by class
+    (attention, GEMM, the rest) and the ten longest kernels, one JSON line
+    each, as framepack's --profile lines."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None)
+        if t is None:
+            t = e.cuda_time_total
+        if t > 0 and e.count > 0 and not e.key.startswith("aten::"):
+            kernels[e.key] = (kernels.get(e.key, (0, 0))[0] + t / 1e6, kernels.get(e.key, (0, 0))[1] + e.count)
+
+    def cls(name):
+        n = name.lower()
+        if any(k in n for k in ("fmha", "attention", "flash", "attn")):
+            return "attention"
+        if any(k in n for k in ("gemm", "cutlass", "sm90_xmma", "ampere_", "sm80_xmma", "cublas")):
+            return "gemm"
+        return "other"
+
+    classes = {}
+    for name, (sec, n) in kernels.items():
+        c = classes.setdefault(cls(name), [0.0, 0])
+        c[0] += sec
+        c[1] += n
+    for c, (sec, n) in sorted(classes.items()):
+        print(json.dumps({"bench": "transformer_profile", "impl": "pytorch", "dtype": dtype, "class": c,
+                          "seconds": sec, "calls": n}), flush=True)
+    for name, (sec, n) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:10]:
+        print(json.dumps({"bench": "transformer_kernel", "impl": "pytorch", "dtype": dtype, "kernel": name[:160],
+                          "seconds": sec, "calls": n}), flush=True)
 
 
 if __name__ == "__main__":
@@ -136,6 +177,7 @@ if __name__ == "__main__":
     p.add_argument("--modes", default="framewise,tiled")
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--save", default="")
+    p.add_argument("--profile", action="store_true", help="transformer: also time its CUDA kernels by class (one more forward)")
     p.add_argument("--dtype", choices=["f16", "bf16", "f32"], default=None,
                    help="wan_vae's dtype (default f16) or the transformer's (default bf16; f32 runs with TF32 off)")
     p.add_argument("--sdpa", choices=["default", "flash", "cudnn"], default="default",
