@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/tensor"
+	"github.com/framepack-go/framepack/tinymodel"
 	"github.com/framepack-go/framepack/video"
 	"github.com/framepack-go/framepack/weights"
 )
@@ -194,5 +196,106 @@ func TestWriteLatents(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "clip2")); err == nil {
 			t.Errorf("--write-latents %s: the video was written", c.path)
 		}
+	}
+}
+
+// TestBenchCompareReuse runs bench compare on the tiny model against a
+// record made from framepack's own run (--reuse-reference): the latents
+// agree exactly and every frame is equal.
+func TestBenchCompareReuse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the tiny model twice")
+	}
+	bin := cliBinary(t)
+	models, temporary, err := tinymodel.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if temporary {
+		defer os.RemoveAll(models)
+	}
+	work := t.TempDir()
+	img, _ := filepath.Abs(sceneImage)
+	job := []string{"--image", img, "--resolution", "64", "--seconds", "0.2", "--window", "3", "--steps", "1", "--seed", "31337",
+		"--teacache=false", "--dtype", "f32", "--models", models, "--prompt", "The girl dances gracefully, with clear movements, full of charm."}
+	own := filepath.Join(work, "own")
+	if r := runBinary(t, work, append([]string{"generate", "-o", own, "--write-latents", own + ".safetensors", "--quiet"}, job...)...); r.code != 0 {
+		t.Fatalf("generate: %d: %s", r.code, r.stderr)
+	}
+	// FramePack's record, as the worker writes it: the latents under the
+	// same names, the pixels (1, 3, T, H, W) that convert back to the frames.
+	ck, err := weights.OpenFile(own + ".safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := map[string]*tensor.Tensor{}
+	for _, name := range ck.Names() {
+		if rec[name], err = ck.Host(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frames, err := filepath.Glob(filepath.Join(own, "frame_*.png"))
+	if err != nil || len(frames) == 0 {
+		t.Fatal(frames, err)
+	}
+	fh, err := os.Open(frames[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := png.DecodeConfig(fh)
+	fh.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	H, W := cfg.Height, cfg.Width
+	first, err := readPNGFrames(own, H, W)
+	if err != nil {
+		t.Fatal(err)
+	}
+	T, hw := len(first), H*W
+	px := tensor.New(tensor.F32, 1, 3, T, H, W)
+	pv := px.Float32s()
+	for ti, f := range first {
+		for c := 0; c < 3; c++ {
+			for i := 0; i < hw; i++ {
+				pv[(c*T+ti)*hw+i] = (float32(f[c*hw+i]) + 0.5 - 127.5) / 127.5
+			}
+		}
+	}
+	rec["pixels"] = px
+	refDir := filepath.Join(work, "ref_framepack_f32")
+	os.MkdirAll(refDir, 0o755)
+	if err := weights.Save(filepath.Join(refDir, "record.safetensors"), rec, nil); err != nil {
+		t.Fatal(err)
+	}
+	ck.Close()
+
+	out, err := runCLI(t, context.Background(), "bench", "compare", "--models", models, "--reuse-reference", "--work", work,
+		"--bin", bin, "--image", img, "--resolution", "64", "--seconds", "0.2", "--window", "3", "--dtypes", "f32", "--steps", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sawLatents, sawFrames, sawTime bool
+	for _, l := range jsonLines([]byte(out), "bench", "compare") {
+		switch l["what"] {
+		case "latents":
+			sawLatents = true
+			if l["generated_latents_rel_l2"] != 0.0 || l["history_latents_rel_l2"] != 0.0 {
+				t.Errorf("latents differ: %v", l)
+			}
+		case "frames":
+			sawFrames = true
+			if s := l["psnr"].(map[string]any); s["min"] != 99.0 {
+				t.Errorf("frames differ: %v", l)
+			}
+		case "time":
+			sawTime = true
+			if fp, _ := l["framepack"].(map[string]any); fp["sampling"] == nil {
+				t.Errorf("no framepack timings: %v", l)
+			}
+		}
+	}
+	if !sawLatents || !sawFrames || !sawTime {
+		t.Errorf("missing lines in:\n%s", out)
 	}
 }
