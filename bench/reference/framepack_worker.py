@@ -27,6 +27,10 @@ What differs from the demo, and why:
     make the model return none;
   * --dtype float32 runs every model and the sampler in float32 (the golden
     run); --dtype released is the demo's dtypes;
+  * --seed-vae-sample seeds torch before vae_encode and draws the
+    posterior's noise from the CPU generator on any device (the demo draws
+    it unseeded, on CUDA from the device's generator), so that a port can
+    draw the same;
   * the MP4 is written with ffmpeg (rgb24 pipe, libx264, yuv420p, the
     demo's CRF): torchvision.io.write_video, which save_bcthw_as_mp4 calls,
     was removed from recent torchvision. The frames are converted exactly as
@@ -126,8 +130,8 @@ def parse_args(argv=None):
                     help="SigLIP input size when --models has no feature_extractor/ (default: image_encoder's image_size)")
     ap.add_argument("--seed-vae-sample", action="store_true",
                     help="seed torch's global generator with --seed right before vae_encode, so that the posterior sample "
-                         "is torch.randn from a CPU generator seeded with the seed (the golden run; framepack's Generate "
-                         "draws it that way)")
+                         "is torch.randn from a CPU generator seeded with the seed, on any device (the golden run and "
+                         "bench compare; framepack's Generate draws it that way)")
     ap.add_argument("--variant", choices=["framepack", "f1"], default="framepack",
                     help="section loop: demo_gradio.py's (framepack) or demo_gradio_f1.py's (f1)")
     ap.add_argument("--end-image", default="", help="end frame (ComfyUI-FramePackWrapper's end_latent); framepack only")
@@ -656,17 +660,26 @@ def worker(g, input_image, args, rec, info, end_image=None):
     if not high_vram:
         mem.load_model_as_complete(vae, target_device=gpu)
 
+    import contextlib
+
+    noise = contextlib.nullcontext()
     if args.seed_vae_sample:
         # latent_dist.sample() draws torch.randn from the global generator
-        # of the VAE's device; seeded here so a port can reproduce it.
+        # of the VAE's device; seeded here so a port can reproduce it. On
+        # CUDA that is the device's own generator, which no port draws
+        # alike: the noise is drawn from the seeded CPU generator instead
+        # (in f32, then cast), as the CPU run draws it.
         torch.manual_seed(seed)
-    start_latent = g.vae_encode(input_image_pt, vae)
+        noise = cpu_posterior_noise()
+    with noise:
+        start_latent = g.vae_encode(input_image_pt, vae)
     has_end_image = end_image is not None
     if has_end_image:
         # The end frame at the start image's bucket, encoded right after it.
         end_image_np = g.resize_and_center_crop(end_image, target_width=width, target_height=height)
         end_image_pt = (torch.from_numpy(end_image_np).float() / 127.5 - 1).permute(2, 0, 1)[None, :, None]
-        end_latent = g.vae_encode(end_image_pt, vae)
+        with noise:
+            end_latent = g.vae_encode(end_image_pt, vae)
 
     # CLIP Vision
     if not high_vram:
@@ -793,6 +806,32 @@ def worker(g, input_image, args, rec, info, end_image=None):
             break
 
     return sections.finish(info, history_pixels)
+
+
+class cpu_posterior_noise:
+    """While active, DiagonalGaussianDistribution.sample() without a
+    generator draws its noise from torch's global CPU generator in float32
+    and moves it to the VAE's device and dtype: on the CPU in float32 the
+    same numbers as without it, on CUDA the numbers a CPU run draws (the
+    CUDA generator's stream is the device's own)."""
+
+    def __enter__(self):
+        import torch
+        from diffusers.models.autoencoders import vae as vae_module
+
+        self.module, self.orig = vae_module, vae_module.randn_tensor
+
+        def randn_tensor(shape, generator=None, device=None, dtype=None, layout=None):
+            if generator is not None:
+                return self.orig(shape, generator=generator, device=device, dtype=dtype, layout=layout)
+            return torch.randn(shape, dtype=torch.float32).to(device=device, dtype=dtype)
+
+        vae_module.randn_tensor = randn_tensor
+        return self
+
+    def __exit__(self, *exc):
+        self.module.randn_tensor = self.orig
+        return False
 
 
 class HiddenStatesByHooks:
