@@ -12,8 +12,7 @@ import (
 // TestGoldenDecodeSections decodes the latent lengths FramePack's loops
 // decode at window 9 (10, 18 and 19 frames: four to seven temporal tiles,
 // the last ones short) with diffusers' default tiling (vae_decode_sections,
-// bench/reference/make_golden_vae_sections.py). It skips until the case
-// is there.
+// bench/reference/make_golden_vae_sections.py).
 func TestGoldenDecodeSections(t *testing.T) {
 	golden.Run(t, "vae.decode_sections", func(t *testing.T, c *golden.Case) {
 		v := loadCase(t, c, testdevice.Backend(t), tensor.F32)
@@ -30,7 +29,6 @@ func TestGoldenDecodeSections(t *testing.T) {
 
 // TestGoldenEncodeTiled is enable_tiling's encode of one image
 // (vae_encode_tiled): FramePack's low-VRAM mode encodes the start image so.
-// It skips until the case is there.
 func TestGoldenEncodeTiled(t *testing.T) {
 	golden.Run(t, "vae.encode_tiled", func(t *testing.T, c *golden.Case) {
 		v := loadCase(t, c, testdevice.Backend(t), tensor.F32)
