@@ -491,6 +491,8 @@ func TestPaddedConv(t *testing.T) {
 		{"rgb_out", []int{1, 24, 3, 8, 8}, []int{3, 24, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate}, [3]int{1, 1, 1}, [3]int{}, 0},
 		{"causal_upsample", []int{1, 16, 4, 5, 7}, []int{16, 16, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: [3]int{2, 2, 2}, CausalFirst: true}, [3]int{1, 1, 1}, [3]int{}, 0},
 		{"spatial_upsample_chunked", []int{1, 16, 5, 6, 5}, []int{16, 16, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: [3]int{1, 2, 2}, CausalFirst: true}, [3]int{1, 1, 1}, [3]int{}, 40 << 10},
+		// the time-doubling upsampler's convolution split into chunks (11 output frames)
+		{"causal_upsample_chunked", []int{1, 16, 6, 6, 5}, []int{16, 16, 3, 3, 3}, tensor.Padding{Before: [3]int{2, 1, 1}, After: [3]int{0, 1, 1}, Mode: tensor.PadReplicate, Upsample: [3]int{2, 2, 2}, CausalFirst: true}, [3]int{1, 1, 1}, [3]int{}, 24 << 10},
 	} {
 		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 			for _, tier := range []string{"optimized", "gemm"} {

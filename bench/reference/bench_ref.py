@@ -97,10 +97,11 @@ def bench_transformer(args):
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = HunyuanVideoFramepackTransformer3DModel(has_image_proj=True, has_clean_x_embedder=True)
-    model = model.to(torch.bfloat16).eval()
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
+    model = model.to(dt).eval()
     t, h, w = 9, 68, 88
     g = torch.Generator("cpu").manual_seed(1)
-    r = lambda *s: torch.randn(*s, generator=g).to("cuda", torch.bfloat16)
+    r = lambda *s: torch.randn(*s, generator=g).to("cuda", dt)
     text_len, valid = 512, 100
     mask = torch.zeros(1, text_len, dtype=torch.bool, device="cuda")
     mask[:, :valid] = True
@@ -109,10 +110,10 @@ def bench_transformer(args):
     # diffusers takes one row of frame indices for the batch.
     pre, _, lat, post, x2, x4 = idx.split([1, pad, lws, 1, 2, 16], dim=1)
     kwargs = dict(
-        hidden_states=r(1, 16, t, h, w), timestep=torch.tensor([1000.0], device="cuda", dtype=torch.bfloat16),
+        hidden_states=r(1, 16, t, h, w), timestep=torch.tensor([1000.0], device="cuda", dtype=dt),
         encoder_hidden_states=r(1, text_len, 4096), encoder_attention_mask=mask,
         pooled_projections=r(1, 768), image_embeds=r(1, 729, 1152), indices_latents=lat[0],
-        guidance=torch.tensor([10000.0], device="cuda", dtype=torch.bfloat16),
+        guidance=torch.tensor([10000.0], device="cuda", dtype=dt),
         latents_clean=r(1, 16, 2, h, w), indices_latents_clean=torch.cat([pre, post], dim=1)[0],
         latents_history_2x=r(1, 16, 2, h, w), indices_latents_history_2x=x2[0],
         latents_history_4x=r(1, 16, 16, h, w), indices_latents_history_4x=x4[0],
@@ -122,9 +123,50 @@ def bench_transformer(args):
     backend = {"default": None, "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[args.sdpa]
     with torch.no_grad(), (sdpa_kernel(backend) if backend else contextlib.nullcontext()):
         _, times, peak = timed(lambda: model(**kwargs)[0], args.iters)
-    print(json.dumps({"bench": "transformer_forward", "impl": "pytorch", "sdpa": args.sdpa, "dtype": "bf16",
+    print(json.dumps({"bench": "transformer_forward", "impl": "pytorch", "sdpa": args.sdpa, "dtype": args.dtype,
                       "latent": [1, 16, t, h, w], "valid_text": valid, "seconds": sorted(times)[len(times) // 2],
                       "all": times, "peak_bytes": peak, "device": torch.cuda.get_device_name()}), flush=True)
+    if args.profile:
+        with torch.no_grad(), (sdpa_kernel(backend) if backend else contextlib.nullcontext()):
+            profile_kernels(lambda: model(**kwargs)[0], args.dtype)
+
+
+def profile_kernels(fn, dtype):
+    """One more call under torch.profiler: the CUDA kernels' time by class
+    (attention, GEMM, the rest) and the ten longest kernels, one JSON line
+    each, as framepack's --profile lines."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None)
+        if t is None:
+            t = e.cuda_time_total
+        if t > 0 and e.count > 0 and not e.key.startswith("aten::"):
+            kernels[e.key] = (kernels.get(e.key, (0, 0))[0] + t / 1e6, kernels.get(e.key, (0, 0))[1] + e.count)
+
+    def cls(name):
+        n = name.lower()
+        if any(k in n for k in ("fmha", "attention", "flash", "attn")):
+            return "attention"
+        if any(k in n for k in ("gemm", "cutlass", "sm90_xmma", "ampere_", "sm80_xmma", "cublas")):
+            return "gemm"
+        return "other"
+
+    classes = {}
+    for name, (sec, n) in kernels.items():
+        c = classes.setdefault(cls(name), [0.0, 0])
+        c[0] += sec
+        c[1] += n
+    for c, (sec, n) in sorted(classes.items()):
+        print(json.dumps({"bench": "transformer_profile", "impl": "pytorch", "dtype": dtype, "class": c,
+                          "seconds": sec, "calls": n}), flush=True)
+    for name, (sec, n) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:10]:
+        print(json.dumps({"bench": "transformer_kernel", "impl": "pytorch", "dtype": dtype, "kernel": name[:160],
+                          "seconds": sec, "calls": n}), flush=True)
 
 
 if __name__ == "__main__":
@@ -135,12 +177,16 @@ if __name__ == "__main__":
     p.add_argument("--modes", default="framewise,tiled")
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--save", default="")
-    p.add_argument("--dtype", choices=["f16", "bf16", "f32"], default="f16", help="wan_vae's dtype")
+    p.add_argument("--profile", action="store_true", help="transformer: also time its CUDA kernels by class (one more forward)")
+    p.add_argument("--dtype", choices=["f16", "bf16", "f32"], default=None,
+                   help="wan_vae's dtype (default f16) or the transformer's (default bf16; f32 runs with TF32 off)")
     p.add_argument("--sdpa", choices=["default", "flash", "cudnn"], default="default",
                    help="torch's attention backend for the transformer (default: torch's own choice)")
     a = p.parse_args()
     if a.latent is None:
         a.latent = "1x16x21x60x104" if a.what == "wan_vae" else "1x16x18x68x88"
+    if a.dtype is None:
+        a.dtype = "bf16" if a.what == "transformer" else "f16"
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     {"vae": bench_vae, "wan_vae": bench_wan_vae, "transformer": bench_transformer}[a.what](a)

@@ -27,6 +27,10 @@ What differs from the demo, and why:
     make the model return none;
   * --dtype float32 runs every model and the sampler in float32 (the golden
     run); --dtype released is the demo's dtypes;
+  * --seed-vae-sample seeds torch before vae_encode and draws the
+    posterior's noise from the CPU generator on any device (the demo draws
+    it unseeded, on CUDA from the device's generator), so that a port can
+    draw the same;
   * the MP4 is written with ffmpeg (rgb24 pipe, libx264, yuv420p, the
     demo's CRF): torchvision.io.write_video, which save_bcthw_as_mp4 calls,
     was removed from recent torchvision. The frames are converted exactly as
@@ -106,6 +110,9 @@ def parse_args(argv=None):
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--latent-window-size", type=int, default=9)
     ap.add_argument("--steps", type=int, default=25)
+    ap.add_argument("--steps-each", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                    help="run the job once for each of these step counts (comma-separated) with the models loaded once; "
+                         "--record DIR then gets one folder steps_N per run, and stdout one JSON line per run")
     ap.add_argument("--cfg", type=float, default=1.0)
     ap.add_argument("--gs", type=float, default=10.0)
     ap.add_argument("--rs", type=float, default=0.0)
@@ -123,8 +130,8 @@ def parse_args(argv=None):
                     help="SigLIP input size when --models has no feature_extractor/ (default: image_encoder's image_size)")
     ap.add_argument("--seed-vae-sample", action="store_true",
                     help="seed torch's global generator with --seed right before vae_encode, so that the posterior sample "
-                         "is torch.randn from a CPU generator seeded with the seed (the golden run; framepack's Generate "
-                         "draws it that way)")
+                         "is torch.randn from a CPU generator seeded with the seed, on any device (the golden run and "
+                         "bench compare; framepack's Generate draws it that way)")
     ap.add_argument("--variant", choices=["framepack", "f1"], default="framepack",
                     help="section loop: demo_gradio.py's (framepack) or demo_gradio_f1.py's (f1)")
     ap.add_argument("--end-image", default="", help="end frame (ComfyUI-FramePackWrapper's end_latent); framepack only")
@@ -329,8 +336,14 @@ def write_mp4(pixels_bcthw, path, fps, crf):
 
 
 def run(args):
-    """Loads the models and runs the worker. Returns (summary dict, record
-    dict of tensors or None)."""
+    """Loads the models and runs the worker. Returns (pixels, record dict of
+    tensors or None, summary dict)."""
+    return run_all(args)[0]
+
+
+def run_all(args):
+    """run() for each of --steps-each (or --steps alone), the models loaded
+    once: a list of (pixels, record, summary)."""
     import numpy as np
     import torch
     from PIL import Image
@@ -484,18 +497,30 @@ def run(args):
     if args.end_image and args.variant != "framepack":
         raise SystemExit("framepack_worker: --end-image is for --variant framepack")
     end_image = np.array(Image.open(args.end_image).convert("RGB")) if args.end_image else None
-    rec = {} if args.record else None
-    info = {}
+    results = []
+    for i, steps in enumerate(args.steps_each or [args.steps]):
+        # --steps-each: the same job again with other steps, the models
+        # loaded once; each run's times are its own (the first's include
+        # the start-up and the load).
+        args.steps = steps
+        if i > 0:
+            tm.t = {}
+        t_run = time.time()
+        rec = {} if args.record else None
+        info = {}
 
-    info["tokenizer"] = tok_info
-    info["feature_extractor"] = fe_note
-    if rec is not None:
-        rec.update(token_ids(fp, tokenizer, tokenizer_2, args.prompt))
+        info["tokenizer"] = tok_info
+        info["feature_extractor"] = fe_note
+        if rec is not None:
+            rec.update(token_ids(fp, tokenizer, tokenizer_2, args.prompt))
 
-    with torch.no_grad():
-        out = worker(locals_ns(), input_image, args, rec, info, end_image)
-    info["times"] = dict(tm.t)
-    return out, rec, info
+        with torch.no_grad():
+            out = worker(locals_ns(), input_image, args, rec, info, end_image)
+        info["times"] = dict(tm.t)
+        info["run_s"] = time.time() - (T_PROCESS if i == 0 else t_run)
+        info["steps"] = steps
+        results.append((out, rec, info))
+    return results
 
 
 def check_llama_tokenizer(fp, tokenizer, tok_dir, prompt, count_crop_start):
@@ -635,17 +660,26 @@ def worker(g, input_image, args, rec, info, end_image=None):
     if not high_vram:
         mem.load_model_as_complete(vae, target_device=gpu)
 
+    import contextlib
+
+    noise = contextlib.nullcontext()
     if args.seed_vae_sample:
         # latent_dist.sample() draws torch.randn from the global generator
-        # of the VAE's device; seeded here so a port can reproduce it.
+        # of the VAE's device; seeded here so a port can reproduce it. On
+        # CUDA that is the device's own generator, which no port draws
+        # alike: the noise is drawn from the seeded CPU generator instead
+        # (in f32, then cast), as the CPU run draws it.
         torch.manual_seed(seed)
-    start_latent = g.vae_encode(input_image_pt, vae)
+        noise = cpu_posterior_noise()
+    with noise:
+        start_latent = g.vae_encode(input_image_pt, vae)
     has_end_image = end_image is not None
     if has_end_image:
         # The end frame at the start image's bucket, encoded right after it.
         end_image_np = g.resize_and_center_crop(end_image, target_width=width, target_height=height)
         end_image_pt = (torch.from_numpy(end_image_np).float() / 127.5 - 1).permute(2, 0, 1)[None, :, None]
-        end_latent = g.vae_encode(end_image_pt, vae)
+        with noise:
+            end_latent = g.vae_encode(end_image_pt, vae)
 
     # CLIP Vision
     if not high_vram:
@@ -774,6 +808,32 @@ def worker(g, input_image, args, rec, info, end_image=None):
     return sections.finish(info, history_pixels)
 
 
+class cpu_posterior_noise:
+    """While active, DiagonalGaussianDistribution.sample() without a
+    generator draws its noise from torch's global CPU generator in float32
+    and moves it to the VAE's device and dtype: on the CPU in float32 the
+    same numbers as without it, on CUDA the numbers a CPU run draws (the
+    CUDA generator's stream is the device's own)."""
+
+    def __enter__(self):
+        import torch
+        from diffusers.models.autoencoders import vae as vae_module
+
+        self.module, self.orig = vae_module, vae_module.randn_tensor
+
+        def randn_tensor(shape, generator=None, device=None, dtype=None, layout=None):
+            if generator is not None:
+                return self.orig(shape, generator=generator, device=device, dtype=dtype, layout=layout)
+            return torch.randn(shape, dtype=torch.float32).to(device=device, dtype=dtype)
+
+        vae_module.randn_tensor = randn_tensor
+        return self
+
+    def __exit__(self, *exc):
+        self.module.randn_tensor = self.orig
+        return False
+
+
 class HiddenStatesByHooks:
     """The LLaMA text encoder as encode_prompt_conds calls it, its
     hidden_states recorded by forward hooks of our own. transformers 5 records
@@ -810,12 +870,20 @@ class HiddenStatesByHooks:
 
 def main(argv=None):
     args = parse_args(argv)
+    runs = run_all(args)
+    lines = []
+    for _, rec, info in runs:
+        lines.append(report(args, rec, info))
+    return lines[-1]
+
+
+def report(args, rec, info):
+    """Prints one run's JSON line (and saves its record with --record)."""
     import resource
 
     import torch
 
-    _, rec, info = run(args)
-    t_end = time.time()
+    args.steps = info["steps"]
     g = info
     dev = "cpu"
     peak = None
@@ -832,7 +900,7 @@ def main(argv=None):
         "teacache": args.teacache == "on", "dtype": args.dtype,
         "seconds": args.seconds, "width": g["width"], "height": g["height"], "frames": g["frames"],
         "sections": len(g["sections_info"]), "steps": args.steps,
-        "total_s": t_end - T_PROCESS,
+        "total_s": info["run_s"],
         "startup_s": times.get("startup", 0.0), "load_s": times.get("load", 0.0), "text_s": times.get("text", 0.0), "image_s": times.get("image", 0.0),
         "sample_s": times.get("sample", 0.0),
         "sample_s_per_step": times.get("sample", 0.0) / max(steps_total, 1),
@@ -845,7 +913,11 @@ def main(argv=None):
         "device": dev,
     }
     if args.record:
+        record = args.record
+        if args.steps_each:
+            args.record = os.path.join(record, "steps_%d" % args.steps)
         save_record(args, rec, info)
+        args.record = record
     print(json.dumps(line), flush=True)
     return line
 
@@ -866,7 +938,7 @@ def save_record(args, rec, info):
         "resolution": args.resolution, "dtype": args.dtype, "device": args.device, "memory": args.memory,
         "seed_vae_sample": args.seed_vae_sample,
     }
-    meta.update({k: v for k, v in info.items() if k != "times"})
+    meta.update({k: v for k, v in info.items() if k not in ("times", "run_s")})
     with open(os.path.join(args.record, "record.json"), "w") as f:
         json.dump(meta, f, indent=2)
 

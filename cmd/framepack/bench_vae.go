@@ -54,7 +54,9 @@ default), none decodes in one piece, and auto lets the planner choose from the b
 
 --reference FILE.safetensors (tensors z and sample, as bench/reference/bench_ref.py --save
 writes them) decodes that z instead of a random one and reports the relative L2 error
-against sample; use it with --vae pointing at the same weights.`,
+against sample, for the whole video and frame by frame (frame_rel_l2, and frame_psnr of the
+frames converted to 8 bits as FramePack writes them); use it with --vae pointing at the same
+weights.`,
 		Example: `  framepack bench vae --dtype f16 --tiling framewise
   framepack bench vae --tiling auto --vram-limit 4.2G
   framepack bench vae --vae /tmp/ref/vae --reference /tmp/ref/decode_framewise.safetensors
@@ -394,6 +396,11 @@ func runBenchDecode(cmd *cobra.Command, f *benchVAEFlags, d *benchDevice, m *ben
 		}
 		r := benchResult{"bench": "vae_reference", "reference": f.reference,
 			"tiling": st.tiling, "dtype": dt.String(), "rel_l2": e, "max_abs": maxAbs}
+		if rel, psnr, err := frameErrors(out.ToFloat32(), tensor.Float32s(ref), ref.Shape()); err == nil {
+			// Frame by frame: a difference confined to a few frames (a
+			// tile's seam) shows here, not in the whole video's error.
+			r["frame_rel_l2"], r["frame_psnr"], r["psnr"] = sig3s(rel), rounded(psnr), psnrSummary(psnr)
+		}
 		if model, ok := m.extra["model"]; ok {
 			r["model"] = model
 		}

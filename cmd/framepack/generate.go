@@ -65,6 +65,7 @@ type generateFlags struct {
 	video                   string
 	videoContextFrames      int
 	newOnly                 bool
+	writeLatents            string
 	gpus                    string
 
 	// Resolved by check.
@@ -188,6 +189,7 @@ does, each time replacing it whole; the last write is the full video.`,
 	fl.StringVar(&f.gpus, "gpus", "", gpusUsage)
 	fl.StringVar(&f.preview, "preview", "", "write the latent preview (as FramePack's demo shows it) to this PNG after every sampler step, replacing it whole each time")
 	fl.BoolVar(&f.writeSections, "write-sections", false, "write the video so far to the output after every section (replaced each time; the last write is the whole video)")
+	fl.StringVar(&f.writeLatents, "write-latents", "", "also write the latents to this .safetensors file: every section's generated and history latents, named as FramePack's worker records them (bench compare)")
 	return cmd, f
 }
 
@@ -308,6 +310,9 @@ func (f *generateFlags) checkJob(load *generateFlags, jobsFile string, decode bo
 		return nil, err
 	}
 	if err := checkPreview(f.preview); err != nil {
+		return nil, err
+	}
+	if err := checkLatentsOutput(f.writeLatents, f.output); err != nil {
 		return nil, err
 	}
 	return img, nil
@@ -662,6 +667,11 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 	}
 	if err := sf.commit(); err != nil {
 		return nil, err
+	}
+	if f.writeLatents != "" {
+		if err := writeLatents(f.writeLatents, res, f.model); err != nil {
+			return nil, err
+		}
 	}
 	write := time.Since(t)
 	fields := map[string]any{"output": f.output.path, "settings_file": sf.path, "seed": set.Seed,
