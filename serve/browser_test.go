@@ -269,6 +269,19 @@ func TestBrowser(t *testing.T) {
 			files: document.querySelector("#image").files.length})`, &f)
 		return f.Prompt == "a red kite over green hills" && f.Seconds == "1.2" && f.Steps == "2" && f.Seed == "5" && f.Files == 1
 	})
+	// An image dropped on the end image's zone goes into its input.
+	dropped, err := chromedp.Run(ctx, chromedp.Evaluate[int](`(async () => {
+		const id = document.querySelector("#history .card").dataset.id;
+		const blob = await (await fetch("/api/jobs/" + id + "/image")).blob();
+		const dt = new DataTransfer();
+		dt.items.add(new File([blob], "dropped.png", {type: "image/png"}));
+		document.querySelector("#end-image-drop").dispatchEvent(new DragEvent("drop", {dataTransfer: dt, bubbles: true, cancelable: true}));
+		const f = document.querySelector("#end-image").files;
+		return f.length === 1 && f[0].name === "dropped.png" && !document.querySelector("#end-image-preview").hidden ? blob.size : 0;
+	})()`, chromedp.EvalAwaitPromise))
+	if err != nil || dropped == 0 {
+		t.Errorf("dropping an image on the end image's zone: %v", err)
+	}
 	t.Logf("browser: preview updated %d times, video %.2f s, queue and cancel ok (screenshots in %s)", st.PreviewUpdates, st.VideoDuration, shots)
 }
 
