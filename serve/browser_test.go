@@ -269,5 +269,63 @@ func TestBrowser(t *testing.T) {
 			files: document.querySelector("#image").files.length})`, &f)
 		return f.Prompt == "a red kite over green hills" && f.Seconds == "1.2" && f.Steps == "2" && f.Seed == "5" && f.Files == 1
 	})
+	// An image dropped on the end image's zone goes into its input.
+	dropped, err := chromedp.Run(ctx, chromedp.Evaluate[int](`(async () => {
+		const id = document.querySelector("#history .card").dataset.id;
+		const blob = await (await fetch("/api/jobs/" + id + "/image")).blob();
+		const dt = new DataTransfer();
+		dt.items.add(new File([blob], "dropped.png", {type: "image/png"}));
+		document.querySelector("#end-image-drop").dispatchEvent(new DragEvent("drop", {dataTransfer: dt, bubbles: true, cancelable: true}));
+		const f = document.querySelector("#end-image").files;
+		return f.length === 1 && f[0].name === "dropped.png" && !document.querySelector("#end-image-preview").hidden ? blob.size : 0;
+	})()`, chromedp.EvalAwaitPromise))
+	if err != nil || dropped == 0 {
+		t.Errorf("dropping an image on the end image's zone: %v", err)
+	}
 	t.Logf("browser: preview updated %d times, video %.2f s, queue and cancel ok (screenshots in %s)", st.PreviewUpdates, st.VideoDuration, shots)
+}
+
+// With a token the page asks for it, and works once opened with
+// #token=…, sending it in the Authorization header (the fragment never
+// reaches the server).
+func TestBrowserToken(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("chromium is not installed (scripts/setup.sh installs it): the page cannot be tested")
+	}
+	e := newEnv(t, envOptions{noWorker: true, token: "tab-secret"})
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(chromium), chromedp.Headless,
+		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(alloc)
+	defer cancel()
+	read := func() (tokenBox bool, steps string) {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[[]any](`[!(document.querySelector("#token-box") || {hidden: true}).hidden, (document.querySelector("#steps") || {value: ""}).value]`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v[0].(bool), v[1].(string)
+	}
+	wait := func(what string, cond func(bool, string) bool) {
+		t.Helper()
+		for end := time.Now().Add(time.Minute); !cond(read()); {
+			if time.Now().After(end) {
+				box, steps := read()
+				dbg, _ := chromedp.Run(ctx, chromedp.Evaluate[[]any](`[location.href, sessionStorage.getItem("framepack-token"), document.querySelector("#error").textContent, performance.getEntriesByType("navigation")[0].type, typeof headers === "function" ? JSON.stringify(headers()) : "no headers fn"]`))
+				t.Fatalf("the page never showed %s (token box %v, steps %q; %v)", what, box, steps, dbg)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.url)); err != nil {
+		t.Fatal(err)
+	}
+	wait("the token box", func(box bool, steps string) bool { return box && steps == "" })
+	// Opened afresh with the token in the address, as a shared link is.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(e.url+"/#token=tab-secret")); err != nil {
+		t.Fatal(err)
+	}
+	wait("the defaults through the API", func(box bool, steps string) bool { return !box && steps == "2" })
 }

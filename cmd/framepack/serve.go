@@ -280,7 +280,10 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 				return err
 			}
 		}
+		// A stopping job gets 600 ms to reach its next step before it is
+		// queued again as it stands, so the process exits within 2 s.
 		w := worker.New(fm, worker.Config{Name: hostName(), Models: dir, Options: f.loadOptions(log), LoRADir: f.loras, TempDir: tmp,
+			StopGrace: 600 * time.Millisecond,
 			Info: map[string]any{"framepack": readBuildVersion(), "models": model, "tiny_model": tiny}, Log: log})
 		wg.Add(1)
 		go func() {
@@ -315,8 +318,8 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(1500 * time.Millisecond):
-		log.Warn("serve: the worker did not stop within 1.5 s; its job goes on from its last checkpoint at the next start")
+	case <-time.After(time.Second):
+		log.Warn("serve: the worker did not stop within 1 s; its job goes on from its last checkpoint at the next start")
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()

@@ -422,6 +422,8 @@ async function start() {
   $("#end-image-clear").addEventListener("click", () => { $("#end-image").value = ""; showEnd(); });
   $("#job-form").addEventListener("submit", submit);
   $("#cancel-running").addEventListener("click", () => state.following && act(() => api("DELETE", `/api/jobs/${state.following}`)));
+  // A token given in the address of an open page: start again with it.
+  window.addEventListener("hashchange", () => { if (/token=/.test(location.hash)) { token(); location.reload(); } });
   $("#token-save").addEventListener("click", () => {
     sessionStorage.setItem("framepack-token", $("#token").value.trim());
     location.reload();
