@@ -53,6 +53,7 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (res *Result, err 
 	if err != nil {
 		return nil, err
 	}
+	p.checkResolution(req)
 	j := p.newJob(ctx, req)
 	p.job = j
 	defer func() {
@@ -822,7 +823,6 @@ func (j *job) startDecode(l *sectionLoop, sec section.Section, st *SectionStats,
 		return nil, fmt.Errorf("framepack: cancelled before decoding section %d: %w", st.Index, err)
 	}
 	j.cur = StageDecode
-	j.progress(Progress{Stage: StageDecode, Section: st.Index, Sections: n, Frames: max(0, (l.history.Generated-st.LatentFrames)*4-3)})
 	t := time.Now()
 	dec, err := j.loadDecoder()
 	if err != nil {
@@ -847,6 +847,9 @@ func (j *job) startDecode(l *sectionLoop, sec section.Section, st *SectionStats,
 				memory.FormatBytes(peak), memory.FormatBytes(room)))
 		}
 	}
+	// Reported once the tiling is planned, so the report counts the tiles.
+	j.progress(Progress{Stage: StageDecode, Section: st.Index, Sections: n, Frames: max(0, (l.history.Generated-st.LatentFrames)*4-3),
+		Tiles: vae.DecodeTiles(p.vaeCfg, d.z.Shape(), d.opts.Tiling)})
 	async := more && l.keep && !p.opts.SequentialDecode && err == nil
 	if async && !p.gpu {
 		// The sampling's activations with an eighth to spare.
@@ -873,6 +876,7 @@ func (j *job) startDecode(l *sectionLoop, sec section.Section, st *SectionStats,
 	}
 	if d.px == nil {
 		d.took = time.Since(t) // the decoder's load, if any
+		d.inline = d.took
 	}
 	d.done = make(chan struct{})
 	d.keep = []string{PartVAE, PartTransformer} // the next sampling runs beside it
@@ -983,7 +987,7 @@ func (j *job) finishDecode(l *sectionLoop, d *decodeJob) error {
 	j.res.Sections = append(j.res.Sections, *st)
 	if j.req.Progress != nil {
 		j.progress(Progress{Stage: StageSectionDone, Section: st.Index, Sections: n, Frames: st.Frames,
-			Latents: d.latents, Pixels: l.pixels})
+			Latents: d.latents, Pixels: l.pixels, Stats: st})
 	}
 	tc := ""
 	if j.req.TeaCache {

@@ -15,9 +15,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
-
-	"github.com/framepack-go/framepack"
 )
 
 // The tests in this file build the command and run it as a user does, for
@@ -488,34 +485,6 @@ func TestParseSeed(t *testing.T) {
 	for _, in := range []string{"", "junk", "-2", "1.5", "0x10", "18446744073709551616", "1e3", "Random"} {
 		if _, _, err := parseSeed(in); err == nil || !strings.Contains(err.Error(), "--seed") {
 			t.Errorf("parseSeed(%q): %v, want an error naming --seed", in, err)
-		}
-	}
-}
-
-// TestProgressEstimates: the time per step leaves out each section's
-// first step (it pays for loading); what is left of the video counts the
-// steps of the sections to come and their decodes.
-func TestProgressEstimates(t *testing.T) {
-	now := time.Now()
-	p := &progress{stepTime: 10 * time.Second, stepCount: 5, decodeTime: 6 * time.Second, decodes: 2}
-	p.pr = framepack.Progress{Stage: framepack.StageSample, Section: 2, Sections: 3, Step: 4, Steps: 10}
-	sps, section, video := p.estimates(now)
-	// 2 s/step; 6 steps left here; 10 steps of section 3; 2 decodes of 3 s.
-	if sps != 2*time.Second || section != 12*time.Second || video != 12*time.Second+20*time.Second+6*time.Second {
-		t.Errorf("sampling: %v s/step, section %v, video %v", sps, section, video)
-	}
-	// Decoding section 2 for 1 s: 2 s of it left, then section 3.
-	p.pr, p.decodeStart = framepack.Progress{Stage: framepack.StageDecode, Section: 2, Sections: 3, Steps: 0}, now.Add(-time.Second)
-	p.pr.Steps = 10
-	if _, _, video := p.estimates(now); video != 20*time.Second+3*time.Second+2*time.Second {
-		t.Errorf("decoding: video %v left", video)
-	}
-	if _, _, video := (&progress{pr: p.pr}).estimates(now); video != 0 {
-		t.Errorf("no steps timed yet: %v left, want 0 (unknown)", video)
-	}
-	for d, want := range map[time.Duration]string{0: "0:00", 65 * time.Second: "1:05", 3725 * time.Second: "1:02:05"} {
-		if got := clock(d); got != want {
-			t.Errorf("clock(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -3,13 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -143,7 +144,7 @@ does, each time replacing it whole; the last write is the full video.`,
 	fl.Float64Var(&f.gs, "gs", def.GS, "distilled guidance scale")
 	fl.Float64Var(&f.rs, "rs", def.RS, "CFG rescale (0–1)")
 	fl.BoolVar(&f.teacache, "teacache", def.TeaCache, "TeaCache: skip transformer blocks on steps that barely change (faster, slightly different)")
-	fl.IntVar(&f.resolution, "resolution", def.Resolution, fmt.Sprintf("bucket resolution (FramePack's 640, %d–%d; the built-in tiny model defaults to %d)", framepack.MinResolution, framepack.MaxResolution, tinyResolution))
+	fl.IntVar(&f.resolution, "resolution", def.Resolution, fmt.Sprintf("bucket resolution, %d–%d (default: what the model was made for: FramePack's 640, or its transformer config's %s, as the tiny models' %d)", framepack.MinResolution, framepack.MaxResolution, framepack.ResolutionKey, tinymodel.Resolution))
 	fl.BoolVar(&f.posteriorMean, "posterior-mean", false, "start latent = the VAE posterior's mean instead of a seeded sample")
 	fl.IntVar(&f.crf, "crf", video.DefaultCRF, "x264 CRF of the MP4 (0–51, lower is better)")
 	fl.StringVar(&f.models, "models", "", "model folder (default $FRAMEPACK_MODELS, else the built-in tiny model)")
@@ -305,9 +306,26 @@ func (f *generateFlags) request(img *section.RGB) framepack.Request {
 	return r
 }
 
-// tinyResolution is the default bucket resolution for the built-in tiny
-// model: at FramePack's 640 its CPU run takes minutes, at 128 seconds.
-const tinyResolution = tinymodel.Resolution
+// modelResolution is the resolution the model in dir was made for, the
+// default of --resolution: the built-in tiny model's ("" dir: at
+// FramePack's 640 its CPU run takes minutes, at 128 seconds), else the
+// transformer config's (framepack.TransformerResolution). A transformer
+// folder that cannot be read gives FramePack's 640: Load says what is
+// wrong with it.
+func (f *generateFlags) modelResolution(dir string) int {
+	if dir == "" {
+		return tinymodel.Resolution
+	}
+	tr := *f.parts[framepack.PartTransformer]
+	if tr == "" {
+		tr = filepath.Join(dir, framepack.PartTransformer)
+	}
+	res, err := framepack.TransformerResolution(tr)
+	if err != nil {
+		return framepack.DefaultResolution
+	}
+	return res
+}
 
 func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *events) error {
 	if ctx == nil {
@@ -320,10 +338,19 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 	log := slog.Default()
 	dir := modelFolder(f)
 	tiny := dir == ""
+	if !tiny && framepack.IsHubCache(dir) {
+		if err := f.useHubCache(log, dir); err != nil {
+			return err
+		}
+	}
 	at := ""
-	if tiny && !cmd.Flags().Changed("resolution") {
-		f.resolution = tinyResolution
-		at = fmt.Sprintf(" at --resolution %d", tinyResolution)
+	if !cmd.Flags().Changed("resolution") {
+		f.resolution = f.modelResolution(dir)
+		if tiny {
+			at = fmt.Sprintf(" at resolution %d", f.resolution)
+		} else if f.resolution != framepack.DefaultResolution && !isFollower() {
+			notice(log, fmt.Sprintf("resolution %d: what the model was made for (its transformer config's %s)", f.resolution, framepack.ResolutionKey))
+		}
 	}
 	// Checked with the resolution the run will use (the tiny model's
 	// default included), so that a bucket error names this run's bucket.
@@ -332,7 +359,7 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 		return err
 	}
 	if f.seedRandom && !isFollower() {
-		log.Info(fmt.Sprintf("seed %d (random)", f.seedValue))
+		notice(log, fmt.Sprintf("seed %d (random)", f.seedValue))
 	}
 	if supervised, err := superviseGPUs(ctx, cmd, f.gpus, rankSeed(f)...); supervised {
 		return err
@@ -364,6 +391,9 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 		return err
 	}
 	defer p.Close()
+	if !isFollower() {
+		notice(log, "device: "+p.Device())
+	}
 	_, err = generateOne(ctx, cmd, p, f, img, set, began, time.Since(t), ev, nil)
 	return err
 }
@@ -374,6 +404,30 @@ func modelFolder(f *generateFlags) string {
 		return f.models
 	}
 	return os.Getenv("FRAMEPACK_MODELS")
+}
+
+// useHubCache sets the part folders not given by flags from the hub cache
+// dir (framepack.IsHubCache), for f.model's transformer, and logs where
+// they are.
+func (f *generateFlags) useHubCache(log *slog.Logger, dir string) error {
+	parts, err := framepack.HubCacheParts(dir, f.model)
+	if err != nil {
+		return usage(fmt.Errorf("--models: %w", err))
+	}
+	repos := framepack.HubRepos(f.model)
+	var from []string
+	for _, part := range []string{framepack.PartTransformer, framepack.PartVAE, framepack.PartImageEncoder} {
+		if *f.parts[part] == "" {
+			from = append(from, fmt.Sprintf("%s@%.8s", repos[part].Repo, filepath.Base(strings.TrimSuffix(parts[part], repos[part].Subfolder))))
+		}
+	}
+	for part, p := range f.parts {
+		if *p == "" {
+			*p = parts[part]
+		}
+	}
+	notice(log, "models from the hub cache "+dir+": "+strings.Join(from, ", "))
+	return nil
 }
 
 // checkTinyPrompts refuses prompts the tiny model's tokenizer cannot read.
@@ -393,7 +447,7 @@ func tinyModel(log *slog.Logger, at string) (dir string, cleanup func(), err err
 	if err != nil {
 		return "", nil, err
 	}
-	log.Info("no --models and no FRAMEPACK_MODELS: using the built-in tiny model" + at + " (random weights: every stage runs, the video is noise)")
+	notice(log, "no --models: the built-in tiny model runs"+at+" (random weights: the video is noise)")
 	if temporary {
 		return tdir, func() { os.RemoveAll(tdir) }, nil
 	}
@@ -430,7 +484,11 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 	quiet, _ := cmd.Flags().GetBool("quiet")
 	quiet = quiet || isFollower()
 	prog := newProgress(cmd.ErrOrStderr(), log, quiet, ev)
+	prog.forRequest(req)
 	req.Progress = prog.report
+	if !quiet {
+		notice(log, videoLength(f.seconds, f.window))
+	}
 	crf := f.crf
 	if crf == 0 {
 		crf = video.CRFZero
@@ -466,9 +524,7 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 
 	// The settings go in the video's comment tag (without the timings:
 	// the tag is written before they are complete) and beside it.
-	comment := *set
-	comment.Timings = nil
-	tag, err := json.Marshal(&comment)
+	tag, err := set.CommentTag()
 	if err != nil {
 		return nil, err
 	}
@@ -477,7 +533,7 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 		return nil, err
 	}
 	t := time.Now()
-	if err := f.output.write(ctx, res.Frames, video.Options{FPS: res.FPS, CRF: crf, Log: log, Comment: string(tag)}, log); err != nil {
+	if err := f.output.write(ctx, res.Frames, video.Options{FPS: res.FPS, CRF: crf, Log: log, Comment: tag}, log); err != nil {
 		sf.discard()
 		if sw != nil {
 			sw.discard()
@@ -505,6 +561,25 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 	return res, nil
 }
 
+// videoLength says how long the video will be: --seconds rounded to whole
+// sections of the window, FramePack's rule (section.NewPlan).
+func videoLength(seconds float64, window int) string {
+	plan, err := section.NewPlan(seconds, window)
+	if err != nil {
+		return ""
+	}
+	n := plan.VideoFrames()
+	sections := "sections"
+	if plan.Sections == 1 {
+		sections = "section"
+	}
+	msg := fmt.Sprintf("video: %.2f s (%d frames, %d %s)", float64(n)/framepack.FPS, n, plan.Sections, sections)
+	if math.Abs(float64(n)/framepack.FPS-seconds) >= 0.005 {
+		msg += fmt.Sprintf("; --seconds %g rounds to whole sections", seconds)
+	}
+	return msg
+}
+
 // settings are the run's settings as the settings file records them.
 func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 	models, err := modelRefs(dir, f.parts)
@@ -530,7 +605,8 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 		TinyModel: tiny, Models: models, Output: f.output.path}, nil
 }
 
-// summary prints the result in a few lines.
+// summary prints the result in a few short lines (each stage's time was
+// printed as it finished).
 func summary(w io.Writer, res *framepack.Result, wrote string) {
 	var sample, decode time.Duration
 	for _, s := range res.Sections {
@@ -538,17 +614,10 @@ func summary(w io.Writer, res *framepack.Result, wrote string) {
 		decode += s.Decode
 	}
 	fmt.Fprintf(w, "wrote %s: %d frames (%.2f s at %d fps), %d×%d\n", wrote, res.T, float64(res.T)/float64(res.FPS), res.FPS, res.W, res.H)
-	sections := "sections"
-	if len(res.Sections) == 1 {
-		sections = "section"
-	}
-	fmt.Fprintf(w, "%d %s in %s: text %s, vae encode %s, image encode %s, sampling %s, decoding %s\n",
-		len(res.Sections), sections, res.Total.Round(time.Millisecond), res.TextEncode.Round(time.Millisecond),
-		res.VAEEncode.Round(time.Millisecond), res.ImageEncode.Round(time.Millisecond),
-		sample.Round(time.Millisecond), decode.Round(time.Millisecond))
-	mem := "peak memory " + memory.FormatBytes(res.PeakBytes) + " on the compute device"
+	fmt.Fprintf(w, "generated in %s: sampling %s, decoding %s\n", dur(res.Total), dur(sample), dur(decode))
+	mem := "peak memory " + memory.FormatBytes(res.PeakBytes) + " on the device"
 	if rss := peakRSS(); rss > 0 {
-		mem += ", process peak RSS " + memory.FormatBytes(rss)
+		mem += ", peak RSS " + memory.FormatBytes(rss)
 	}
 	fmt.Fprintln(w, mem)
 }

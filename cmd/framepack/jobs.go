@@ -44,12 +44,18 @@ func runJobs(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *even
 	}
 	dir := modelFolder(f)
 	tiny := dir == ""
+	if !tiny && framepack.IsHubCache(dir) {
+		if err := f.useHubCache(log, dir); err != nil {
+			return err
+		}
+	}
+	res := f.modelResolution(dir)
 	for _, js := range specs {
 		if js.err != nil {
 			continue
 		}
-		if tiny && !js.f.changedResolution {
-			js.f.resolution = tinyResolution
+		if !js.f.changedResolution {
+			js.f.resolution = res
 		}
 		if js.img, js.err = js.f.check(); js.err == nil && tiny {
 			js.err = js.f.checkTinyPrompts()
@@ -129,7 +135,7 @@ func runJobs(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *even
 		}
 		fail(js, fmt.Errorf("%s line %d: %w", f.jobs, js.line, err))
 	}
-	log.Info(fmt.Sprintf("jobs: %d done, %d failed", done, failed))
+	notice(log, fmt.Sprintf("jobs: %d done, %d failed", done, failed))
 	if failed > 0 {
 		return fmt.Errorf("%d of %d jobs in %s failed", failed, len(specs), f.jobs)
 	}
