@@ -876,7 +876,6 @@ func (j *job) startDecode(l *sectionLoop, sec section.Section, st *SectionStats,
 	}
 	if d.px == nil {
 		d.took = time.Since(t) // the decoder's load, if any
-		d.inline = d.took
 	}
 	d.done = make(chan struct{})
 	d.keep = []string{PartVAE, PartTransformer} // the next sampling runs beside it

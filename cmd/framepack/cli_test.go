@@ -437,7 +437,8 @@ func TestCLIJSON(t *testing.T) {
 }
 
 // TestCLIQuiet: --quiet prints nothing on success; without it, a pipe gets
-// plain progress lines with the time per step.
+// plain lines: the finished stages, and the steps with their time; -v
+// adds the structured log.
 func TestCLIQuiet(t *testing.T) {
 	dir := t.TempDir()
 	r := runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "--quiet", "-o", "a.mp4"}, quick...)...)
@@ -446,11 +447,14 @@ func TestCLIQuiet(t *testing.T) {
 		t.Errorf("--quiet: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	r = runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "-o", "b"}, quick...)...)
-	if r.code != 0 || !strings.Contains(r.stderr, "s/step, section left") || !strings.Contains(r.stderr, "decoding section 1/1") {
-		t.Errorf("exit %d; stderr:\n%s", r.code, r.stderr)
+	for _, want := range []string{"s/step, video ", "decoding section 1/1", "text encode: ", "section 1/1: 13 frames, sampled in ",
+		"video: 0.43 s (13 frames, 1 section); --seconds 0.2 rounds to whole sections"} {
+		if r.code != 0 || !strings.Contains(r.stderr, want) {
+			t.Errorf("exit %d, no %q in stderr:\n%s", r.code, want, r.stderr)
+		}
 	}
-	if strings.Contains(r.stderr, "resident →") {
-		t.Errorf("per-model memory lines at the default level:\n%s", r.stderr)
+	if strings.Contains(r.stderr, "level=") || strings.Contains(r.stderr, "resident →") {
+		t.Errorf("the structured log at the default level:\n%s", r.stderr)
 	}
 	// "b" has no extension: PNG frames in the folder b, settings in b.json.
 	if ents, err := os.ReadDir(filepath.Join(dir, "b")); err != nil || len(ents) != 13 {
@@ -459,9 +463,11 @@ func TestCLIQuiet(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "b.json")); err != nil {
 		t.Error(err)
 	}
-	// Again over the same frames folder: replaced.
-	if r := runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "-q", "-o", "b"}, quick...)...); r.code != 0 {
+	// Again over the same frames folder, with -v: replaced.
+	if r := runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "-v", "-o", "b"}, quick...)...); r.code != 0 {
 		t.Errorf("writing over a frames folder: exit %d:\n%s", r.code, r.stderr)
+	} else if !strings.Contains(r.stderr, "level=INFO msg=\"model: transformer") || !strings.Contains(r.stderr, "level=NOTE msg=\"video: ") {
+		t.Errorf("-v: no structured log:\n%s", r.stderr)
 	}
 }
 
