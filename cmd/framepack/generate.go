@@ -488,6 +488,9 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 	req.Progress = prog.report
 	if !quiet {
 		notice(log, videoLength(f.seconds, f.window))
+		if s := promptSections(f.prompt, f.seconds, f.window, f.promptBlend); s != "" {
+			notice(log, s)
+		}
 	}
 	crf := f.crf
 	if crf == 0 {
@@ -578,6 +581,29 @@ func videoLength(seconds float64, window int) string {
 		msg += fmt.Sprintf("; --seconds %g rounds to whole sections", seconds)
 	}
 	return msg
+}
+
+// promptSections is a timed prompt's schedule, as Generate runs it: the
+// prompt of each section in generation order (the video's end first), with
+// the weights of a blend; "" for a plain prompt.
+func promptSections(prompt string, seconds float64, window, blend int) string {
+	spans, err := section.ParseTimedPrompt(prompt)
+	if err != nil || spans == nil {
+		return ""
+	}
+	plan, err := section.NewPlan(seconds, window)
+	if err != nil {
+		return ""
+	}
+	sched, err := section.PromptSchedule(spans, seconds, window, plan.Sections, blend)
+	if err != nil {
+		return ""
+	}
+	parts := make([]string, len(sched))
+	for i, s := range sched {
+		parts[i] = fmt.Sprintf("%d: %v", i+1, s)
+	}
+	return "prompts by section, the video's end first: " + strings.Join(parts, "; ")
 }
 
 // settings are the run's settings as the settings file records them.

@@ -209,3 +209,19 @@ func TestProgressLines(t *testing.T) {
 		}
 	}
 }
+
+// TestPromptSections: a timed prompt's schedule is printed with the share
+// of each prompt where two blend (Studio's blend_sections: the section
+// where the prompt changes takes 1/blend of the new one).
+func TestPromptSections(t *testing.T) {
+	got := promptSections("[0s: a] [1s: b]", 5, 9, 4)
+	// Studio's own schedule (the golden case prompt_schedule checks it):
+	// snapped to 1.1 s sections and reversed, "a" holds no section alone.
+	want := `prompts by section, the video's end first: 1: "b"; 2: 75% "b" + 25% "a"; 3: "b"; 4: "b"`
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	if got := promptSections("a kite", 5, 9, 4); got != "" {
+		t.Errorf("a plain prompt: %q", got)
+	}
+}
