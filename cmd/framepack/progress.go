@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -414,14 +415,58 @@ type etaModel struct {
 	stepTime        time.Duration
 	stepCount       int // steps timed: not a section's first, which pays for loading
 
-	decodeTime   time.Duration // finished decodes: their time and frames
-	decodeFrames int
+	decodes []timedDecode // finished decodes
 	// Finished decodes that ran beside the next sampling: their time and
 	// the part of it in line.
 	besideTime, inlineTime time.Duration
 	beside                 int
 	decoded                int // the last section whose decode is done
 	running                []runningDecode
+}
+
+// timedDecode is a finished decode: the frames it made and its time.
+type timedDecode struct {
+	frames int
+	time   time.Duration
+}
+
+// decodeTime estimates a decode of frames from the finished ones (ok false
+// when none is): the mean of those of its size; else a line through the
+// sizes timed (a decode has a fixed part and a part per frame), once two
+// are; else, from one size, the square root of the frames' ratio, between
+// the fixed part alone and all of it per frame.
+func (e *etaModel) decodeTime(frames int) (time.Duration, bool) {
+	bySize := map[int][]time.Duration{}
+	for _, d := range e.decodes {
+		bySize[d.frames] = append(bySize[d.frames], d.time)
+	}
+	mean := func(ts []time.Duration) float64 {
+		var sum time.Duration
+		for _, t := range ts {
+			sum += t
+		}
+		return float64(sum) / float64(len(ts))
+	}
+	if ts := bySize[frames]; len(ts) > 0 {
+		return time.Duration(mean(ts)), true
+	}
+	switch len(bySize) {
+	case 0:
+		return 0, false
+	case 1:
+		for f, ts := range bySize {
+			return time.Duration(mean(ts) * math.Sqrt(float64(frames)/float64(f))), true
+		}
+	}
+	// Least squares over the sizes' means: t = a + b·frames, a, b ≥ 0.
+	var n, sx, sy, sxx, sxy float64
+	for f, ts := range bySize {
+		x, y := float64(f), mean(ts)
+		n, sx, sy, sxx, sxy = n+1, sx+x, sy+y, sxx+x*x, sxy+x*y
+	}
+	b := max(0, (n*sxy-sx*sy)/(n*sxx-sx*sx))
+	a := max(0, (sy-b*sx)/n)
+	return time.Duration(a + b*float64(frames)), true
 }
 
 // runningDecode is a decode reported started and not yet done.
@@ -467,8 +512,7 @@ func (e *etaModel) observe(pr framepack.Progress, now time.Time) {
 		}
 		e.decoded = max(e.decoded, pr.Section)
 		if st := pr.Stats; st != nil {
-			e.decodeTime += st.Decode
-			e.decodeFrames += e.framesOf(pr.Section)
+			e.decodes = append(e.decodes, timedDecode{e.framesOf(pr.Section), st.Decode})
 			if st.DecodeOverlapped {
 				e.beside++
 				e.besideTime += st.Decode
@@ -540,14 +584,15 @@ func (e *etaModel) left(now time.Time) (left time.Duration, known bool) {
 		inline = float64(e.inlineTime) / float64(e.besideTime)
 	}
 	overlaps := e.beside > 0
-	perFrame := time.Duration(0)
-	if e.decodeFrames > 0 {
-		perFrame = e.decodeTime / time.Duration(e.decodeFrames)
-	} else {
-		// No decode done yet: the running one's pace, once a tile is.
+	// A decode's time: from the finished ones; before any, the running
+	// one's pace once a tile of it is done, per frame.
+	estimate := e.decodeTime
+	if len(e.decodes) == 0 {
+		estimate = func(int) (time.Duration, bool) { return 0, false }
 		for _, r := range e.running {
 			if r.done > 0 && r.tiles > 0 {
-				perFrame = time.Duration(float64(r.tile.Sub(r.start)) * float64(r.tiles) / float64(r.done) / float64(e.framesOf(r.section)))
+				perFrame := float64(r.tile.Sub(r.start)) * float64(r.tiles) / float64(r.done) / float64(e.framesOf(r.section))
+				estimate = func(frames int) (time.Duration, bool) { return time.Duration(perFrame * float64(frames)), true }
 			}
 		}
 	}
@@ -565,13 +610,11 @@ func (e *etaModel) left(now time.Time) (left time.Duration, known bool) {
 	for _, r := range e.running {
 		latest = max(latest, r.section)
 		elapsed := now.Sub(r.start)
-		var total time.Duration
-		switch {
-		case r.done > 0 && r.tiles > 0:
-			total = time.Duration(float64(r.tile.Sub(r.start)) * float64(r.tiles) / float64(r.done))
-		case perFrame > 0:
-			total = perFrame * time.Duration(e.framesOf(r.section))
-		default:
+		total, ok := estimate(e.framesOf(r.section))
+		if r.done > 0 && r.tiles > 0 {
+			total, ok = time.Duration(float64(r.tile.Sub(r.start))*float64(r.tiles)/float64(r.done)), true
+		}
+		if !ok {
 			known = false
 			continue
 		}
@@ -588,11 +631,12 @@ func (e *etaModel) left(now time.Time) (left time.Duration, known bool) {
 		left += rest
 	}
 	for i := latest + 1; i <= e.sections; i++ {
-		if perFrame == 0 {
+		d, ok := estimate(e.framesOf(i))
+		if !ok {
 			known = false
 			break
 		}
-		left += adds(perFrame*time.Duration(e.framesOf(i)), time.Duration(e.steps)*sps, i == e.sections)
+		left += adds(d, time.Duration(e.steps)*sps, i == e.sections)
 	}
 	return left, known
 }
