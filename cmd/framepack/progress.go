@@ -610,8 +610,11 @@ func (e *etaModel) left(now time.Time) (left time.Duration, known bool) {
 	for _, r := range e.running {
 		latest = max(latest, r.section)
 		elapsed := now.Sub(r.start)
+		// The finished decodes say more than this one's first tiles, which
+		// differ in size; its tiles' pace serves until a decode is done,
+		// or once it runs past what the others say.
 		total, ok := estimate(e.framesOf(r.section))
-		if r.done > 0 && r.tiles > 0 {
+		if r.done > 0 && r.tiles > 0 && (len(e.decodes) == 0 || elapsed > total) {
 			total, ok = time.Duration(float64(r.tile.Sub(r.start))*float64(r.tiles)/float64(r.done)), true
 		}
 		if !ok {

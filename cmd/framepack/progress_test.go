@@ -2,14 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/framepack-go/framepack"
+	"github.com/framepack-go/framepack/internal/testmode"
 	"github.com/framepack-go/framepack/section"
 )
 
@@ -240,5 +244,62 @@ func TestPromptSections(t *testing.T) {
 	}
 	if got := promptSections("a kite", 5, 9, 4); got != "" {
 		t.Errorf("a plain prompt: %q", got)
+	}
+}
+
+// TestETARealRun runs a job on the tiny model whose decodes are most of it
+// (five sections at 128, the decodes beside the sampling) and compares
+// each --json eta with the time the job really had left, logging them.
+// Once two decode sizes have been timed (after the second section), every
+// eta must be within half the time left and 2 s. Real timings vary with
+// the machine's load, so the bound is loose; the full suite runs it.
+func TestETARealRun(t *testing.T) {
+	if !testmode.Full() {
+		t.Skipf("a 20-second job; %s=1 runs it (TestETACoversDecoding checks the estimate on simulated jobs)", testmode.Env)
+	}
+	tinyEnv(t)
+	out := filepath.Join(t.TempDir(), "eta.mp4")
+	stdout, err := runCLI(t, context.Background(), "generate", "--image", sceneImage, "--seconds", "2", "--window", "3", "--steps", "6",
+		"--json", "-o", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rec struct {
+		Event, Stage  string
+		Time          time.Time
+		Section, Step int
+		ETA           *float64
+	}
+	var recs []rec
+	var end time.Time
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		var r rec
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if r.Event == "progress" {
+			recs = append(recs, r)
+			if r.Stage == framepack.StageSectionDone {
+				end = r.Time
+			}
+		}
+	}
+	done := 0
+	for _, r := range recs {
+		truth := end.Sub(r.Time).Seconds()
+		if r.Stage == framepack.StageSectionDone {
+			done++
+		}
+		if r.ETA == nil {
+			if done > 0 {
+				t.Errorf("section %d %s: no eta after a decode was timed", r.Section, r.Stage)
+			}
+			continue
+		}
+		t.Logf("%s section %d step %d: eta %.1f s, really %.1f s left (%+.0f%%)", r.Stage, r.Section, r.Step, *r.ETA, truth,
+			100*(*r.ETA-truth)/max(truth, 0.5))
+		if done >= 2 && math.Abs(*r.ETA-truth) > 0.5*truth+2 {
+			t.Errorf("%s section %d step %d: eta %.1f s, really %.1f s left", r.Stage, r.Section, r.Step, *r.ETA, truth)
+		}
 	}
 }
