@@ -7,27 +7,29 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tinymodel"
+	"github.com/framepack-go/framepack/video"
 )
 
 // quiet drops the pipeline's progress and memory lines (nil Options.Logger
 // means slog.Default()).
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// tinyRequest is a quick job on the built-in tiny model: a plain start
-// image, a 0.2-second video, 2 steps per section.
-func tinyRequest() framepack.Request {
-	req := framepack.DefaultRequest()
+// tinyRequest is a quick job on p, the built-in tiny model: a plain start
+// image, a 0.2-second video, 2 steps per section, at the resolution the
+// model was made for (p.DefaultRequest).
+func tinyRequest(p *framepack.Pipeline) framepack.Request {
+	req := p.DefaultRequest()
 	img := section.NewRGB(160, 120)
 	for i := range img.Pix {
 		img.Pix[i] = uint8(i % 251)
 	}
 	req.RGB = img
 	req.Prompt = "A red kite flies over green hills."
-	req.Resolution = tinymodel.Resolution
 	req.Seconds = 0.2
 	req.LatentWindowSize = 3
 	req.Steps = 2
@@ -85,7 +87,7 @@ func ExamplePipeline_Generate() {
 	}
 	defer done()
 
-	req := tinyRequest()
+	req := tinyRequest(p)
 	req.Progress = func(pr framepack.Progress) {
 		switch pr.Stage {
 		case framepack.StageSample:
@@ -128,7 +130,7 @@ func ExamplePipeline_Generate_cancel() {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req := tinyRequest()
+	req := tinyRequest(p)
 	req.Progress = func(pr framepack.Progress) {
 		if pr.Stage == framepack.StageSample && pr.Step == 1 {
 			cancel() // a user pressing stop after the first step
@@ -137,4 +139,50 @@ func ExamplePipeline_Generate_cancel() {
 	_, err := p.Generate(ctx, req)
 	fmt.Println(errors.Is(err, context.Canceled))
 	// Output: true
+}
+
+// Write a generated video as the command line does: the MP4 through
+// ffmpeg (PNG frames in a folder when ffmpeg is missing) with the settings
+// in its comment tag, and the settings file beside it.
+func ExamplePipeline_Generate_write() {
+	p, done := loadTiny()
+	if p == nil {
+		return
+	}
+	defer done()
+
+	req := tinyRequest(p)
+	res, err := p.Generate(context.Background(), req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	out, err := os.MkdirTemp("", "framepack-example-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(out)
+	path := filepath.Join(out, "kite.mp4")
+
+	set := framepack.RequestSettings(req)
+	set.Output = path
+	set.SetResult(res, 0, 0)
+	tag, err := set.CommentTag()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	wrote, err := video.Write(context.Background(), path, res.Frames, video.Options{FPS: res.FPS, Comment: tag})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := framepack.WriteSettings(framepack.SettingsPath(wrote), &set); err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, err = os.Stat(framepack.SettingsPath(wrote))
+	fmt.Printf("%d frames at %d fps written; settings beside them: %v\n", res.T, res.FPS, err == nil)
+	// Output: 13 frames at 30 fps written; settings beside them: true
 }

@@ -230,6 +230,8 @@ type Pipeline struct {
 	lora    *lora.Set // Options.LoRA, resolved against the transformer
 	vaeCfg  vae.Config
 	sigSize int // the side SigLIP's processor resizes the image to
+	// resolution is the bucket resolution the model was made for.
+	resolution int
 	// Weight bytes of each part in its compute dtype.
 	bytes map[string]int64
 
@@ -251,6 +253,12 @@ type Pipeline struct {
 // overridable in opts), reads the tokenizers and configs, checks that the
 // parts fit together and picks the device. Weights are read when Generate
 // needs them.
+//
+// dir may also be a Hugging Face hub cache holding FramePack's downloads
+// (FramePack's hf_download, ~/.cache/huggingface/hub): the parts not set in
+// opts come from its snapshots (HubCacheParts), the transformer from
+// lllyasviel/FramePackI2V_HY; for FramePack-F1 set opts.Transformer to
+// HubCacheParts(dir, ModelF1)'s.
 func Load(dir string, opts Options) (*Pipeline, error) {
 	log := opts.Logger
 	if log == nil {
@@ -260,6 +268,22 @@ func Load(dir string, opts Options) (*Pipeline, error) {
 		return nil, fmt.Errorf("options: TeaCacheThreshold must be a finite value ≥ 0 (0: FramePack's 0.15), have %v", th)
 	}
 	p := &Pipeline{log: log, opts: opts, paths: map[string]string{}, bytes: map[string]int64{}}
+	if dir != "" && IsHubCache(dir) {
+		// The parts not given in opts, from the hub cache's snapshots.
+		set := map[string]bool{}
+		for _, part := range []string{PartTransformer, PartVAE, PartTextEncoder, PartTextEncoder2, PartTokenizer, PartTokenizer2, PartImageEncoder, PartFeatureExtractor} {
+			set[part] = *opts.PartPath(part) != ""
+		}
+		hub, err := hubCacheParts(dir, ModelFramePack, set)
+		if err != nil {
+			return nil, err
+		}
+		for part, path := range hub {
+			*opts.PartPath(part) = path
+		}
+		p.opts = opts
+		dir = ""
+	}
 	for _, part := range []string{PartTransformer, PartVAE, PartTextEncoder, PartTextEncoder2, PartTokenizer, PartTokenizer2, PartImageEncoder} {
 		path := *opts.PartPath(part)
 		if path == "" {
@@ -499,6 +523,10 @@ func (p *Pipeline) readConfigs() error {
 		}
 	}
 	p.sigSize = sc.ImageSize
+	var err error
+	if p.resolution, err = TransformerResolution(p.paths[PartTransformer]); err != nil {
+		return fmt.Errorf("model part %s: %w", PartTransformer, err)
+	}
 	if fe := p.paths[PartFeatureExtractor]; fe != "" {
 		size, err := section.ReadSigLIPProcessor(fe)
 		if err != nil {

@@ -55,6 +55,7 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (res *Result, err 
 	if err != nil {
 		return nil, err
 	}
+	p.checkResolution(req)
 	j := p.newJob(ctx, req)
 	p.job = j
 	// Cancelling ctx kills a conv3d algorithm search at once.
@@ -858,7 +859,6 @@ func (j *job) startDecode(l *sectionLoop, sec section.Section, st *SectionStats,
 		return nil, fmt.Errorf("framepack: cancelled before decoding section %d: %w", st.Index, err)
 	}
 	j.cur = StageDecode
-	j.progress(Progress{Stage: StageDecode, Section: st.Index, Sections: n, Frames: max(0, (l.history.Generated-st.LatentFrames)*4-3)})
 	t := time.Now()
 	dec, err := j.loadDecoder()
 	if err != nil {
@@ -886,6 +886,9 @@ func (j *job) startDecode(l *sectionLoop, sec section.Section, st *SectionStats,
 				memory.FormatBytes(peak), memory.FormatBytes(room)))
 		}
 	}
+	// Reported once the tiling is planned, so the report counts the tiles.
+	j.progress(Progress{Stage: StageDecode, Section: st.Index, Sections: n, Frames: max(0, (l.history.Generated-st.LatentFrames)*4-3),
+		Tiles: vae.DecodeTiles(p.vaeCfg, d.z.Shape(), d.opts.Tiling)})
 	async := more && l.keep && !p.opts.SequentialDecode && err == nil
 	if async && !p.gpu {
 		// The sampling's activations with an eighth to spare.
@@ -1023,7 +1026,7 @@ func (j *job) finishDecode(l *sectionLoop, d *decodeJob) error {
 	if j.req.Progress != nil {
 		d.ckpt.Pixels = l.pixels
 		j.progress(Progress{Stage: StageSectionDone, Section: st.Index, Sections: n, Frames: st.Frames,
-			Latents: d.latents, Pixels: l.pixels, Checkpoint: d.ckpt})
+			Latents: d.latents, Pixels: l.pixels, Checkpoint: d.ckpt, Stats: st})
 	}
 	tc := ""
 	switch j.req.CacheChoice() {

@@ -135,12 +135,15 @@ func TestGenerateTiny(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			req := smallRequest(img)
 			req.Seconds = c.seconds
-			var steps, stages, done int
+			var steps, stages, done, tiles int
 			req.Progress = func(pr Progress) {
 				if pr.Stage == StageSectionDone {
 					// The history latents (the start latent only after the
 					// last section) and the video so far.
 					done++
+					if pr.Stats == nil || pr.Stats.Index != pr.Section || pr.Stats.Decode <= 0 {
+						t.Errorf("section %d done: stats %+v", pr.Section, pr.Stats)
+					}
 					n := req.LatentWindowSize * pr.Section
 					if pr.Section == pr.Sections {
 						n++
@@ -164,6 +167,15 @@ func TestGenerateTiny(t *testing.T) {
 					}
 				} else if pr.Tile == 0 { // Tile > 0: a decode's tiles
 					stages++
+					if pr.Stage == StageDecode {
+						// The report starting a decode counts its tiles.
+						if pr.Tiles < 1 {
+							t.Errorf("section %d's decode starts with %d tiles", pr.Section, pr.Tiles)
+						}
+						tiles = pr.Tiles
+					}
+				} else if pr.Tiles != tiles || pr.Tile > tiles {
+					t.Errorf("section %d: tile %d/%d of a decode planned in %d", pr.Section, pr.Tile, pr.Tiles, tiles)
 				}
 			}
 			res, err := p.Generate(context.Background(), req)

@@ -29,11 +29,7 @@ func (j *job) promptSchedule() ([]string, error) {
 	}
 	var lines []string
 	for i, s := range j.sched {
-		if s.Alpha > 0 {
-			lines = append(lines, fmt.Sprintf("%d: %q %.0f%% → %q", i+1, s.From, 100*s.Alpha, s.To))
-		} else {
-			lines = append(lines, fmt.Sprintf("%d: %q", i+1, s.Prompt))
-		}
+		lines = append(lines, fmt.Sprintf("%d: %v", i+1, s))
 	}
 	j.p.log.Info("timed prompt, by section in generation order (the video's end first): " + strings.Join(lines, "; "))
 	prompts := section.Prompts(j.sched)

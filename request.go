@@ -84,7 +84,8 @@ type Request struct {
 	MagCacheK         int
 	MagCacheRetention float64
 	// Resolution is the bucket resolution (640, FramePack's; smaller for
-	// quick runs, see section.Buckets).
+	// quick runs, see section.Buckets). Generate warns when it is far
+	// beyond the one the model was made for (Pipeline.Resolution).
 	Resolution int
 	// PosteriorMean takes the VAE posterior's mean as the start latent
 	// instead of a sample. FramePack samples with PyTorch's unseeded CUDA
@@ -128,6 +129,8 @@ type Request struct {
 // window 9, 25 steps, CFG 1, GS 10, RS 0, TeaCache on, the 640 buckets;
 // timed prompts blended over FramePack Studio's default 4 sections;
 // MagCache4FramePack's K and retention ratio for Cache CacheMagCache.
+// Pipeline.DefaultRequest is the same at the resolution the loaded model
+// was made for (the tiny model's is far smaller than 640).
 func DefaultRequest() Request {
 	return Request{Seed: 31337, Seconds: 5, LatentWindowSize: 9, Steps: 25, CFG: 1, GS: 10, RS: 0, TeaCache: true, Resolution: 640,
 		PromptBlend: 4, StartEmbedStrength: 1, MagCacheK: hunyuan.MagCacheK, MagCacheRetention: hunyuan.MagCacheRetention,
@@ -255,8 +258,11 @@ type Progress struct {
 	Step, Steps int
 	// Frames is the video length generated so far, in frames.
 	Frames int
-	// Tile is 1-based during StageDecode once a tile of the decode is
-	// done, of Tiles (0 when the decode starts).
+	// Tiles is the decoder runs a StageDecode's decode is planned in (1
+	// when untiled), Tile how many are done: 0 in the report that starts
+	// the decode, then 1-based as each one ends (reported for a decode in
+	// line only, not for one beside the next section's sampling). An
+	// out-of-memory retry at a smaller tiling counts its own Tiles.
 	Tile, Tiles int
 	// Denoised is the sampler's current x0 prediction (1, 16, lws, h, w)
 	// during StageSample; valid only during the call.
@@ -271,6 +277,10 @@ type Progress struct {
 	// on after this section; its tensors are valid only during the call
 	// (Checkpoint.MarshalBinary copies them).
 	Checkpoint *Checkpoint
+	// Stats, at StageSectionDone, is the section's (Decode: how long its
+	// decode took, also when it ran beside the next sampling); valid only
+	// during the call.
+	Stats *SectionStats
 }
 
 // PreviewRGB is FramePack's live preview of p.Denoised: the latent frames

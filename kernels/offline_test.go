@@ -1,12 +1,15 @@
 package kernels
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/framepack-go/framepack/internal/testmode"
 )
 
 // offloadArchs are the AMD targets CI compiles every module for: RDNA3
@@ -46,12 +49,40 @@ func TestOfflineAMD(t *testing.T) {
 		}
 	}
 	t.Logf("clang++-19 runs %v", tools)
-	var wg sync.WaitGroup
+	// The compile is deterministic: one that passed on this machine with
+	// the same compiler, arguments and sources passes again, and the
+	// default suite takes it as done. Without that, the shipped code
+	// objects for these targets, built from these sources by this very
+	// compiler (TestPrecompiledCurrent; TestPrecompiledReproducible rebuilds
+	// one bit for bit), prove that every module compiles.
+	version := clangVersion(t, clang)
+	key := []string{version, toolStamps(tools), strings.Join(offlineArgs("IN", "OUT"), " ")}
+	srcs := map[string]string{}
 	for _, m := range Modules() {
 		src, err := Source(m)
 		if err != nil {
 			t.Fatal(err)
 		}
+		srcs[m] = src
+		key = append(key, m, src)
+	}
+	check := checkKey(key...)
+	if testmode.Passed(check) {
+		t.Logf("passed before on this machine with the same compiler, arguments and sources; %s=1 compiles again", testmode.Env)
+		return
+	}
+	if !testmode.Full() {
+		if why := shippedFor(version, offloadArchs); why == "" {
+			t.Logf("the shipped code objects for %v were built from these sources by this compiler (%s); %s=1 compiles again",
+				offloadArchs, version, testmode.Env)
+			return
+		} else {
+			t.Logf("compiling: %s", why)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, m := range Modules() {
+		src := srcs[m]
 		in := filepath.Join(dir, m+".hip")
 		if err := os.WriteFile(in, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
@@ -75,6 +106,75 @@ func TestOfflineAMD(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	if !t.Failed() {
+		testmode.Record(check)
+	}
+}
+
+// clangVersion is the first line of clang's --version, as the manifest
+// records the compiler.
+func clangVersion(t *testing.T, clang string) string {
+	t.Helper()
+	out, err := exec.Command(clang, "--version").Output()
+	if err != nil {
+		t.Fatalf("%s --version: %v", clang, err)
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimSpace(first)
+}
+
+// toolStamps identifies the installed programs: each one's path, size and
+// modification time (a package upgrade changes them).
+func toolStamps(tools []string) string {
+	var b strings.Builder
+	for _, tool := range tools {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			p = tool
+		}
+		if st, err := os.Stat(p); err == nil {
+			fmt.Fprintf(&b, "%s %d %d\n", p, st.Size(), st.ModTime().UnixNano())
+		}
+	}
+	return b.String()
+}
+
+// checkKey is the cache key of a check on these inputs.
+func checkKey(parts ...string) string {
+	bs := make([][]byte, len(parts))
+	for i, p := range parts {
+		bs[i] = []byte(p)
+	}
+	return testmode.Key(bs...)
+}
+
+// shippedFor is "" when every module has a shipped code object for each
+// target, built from its current source by the compiler version, else
+// why not.
+func shippedFor(version string, targets []string) string {
+	m, err := ReadManifest()
+	if err != nil {
+		return err.Error()
+	}
+	if m.Compiler != version {
+		return fmt.Sprintf("the shipped kernels were built by %q, not by this %q", m.Compiler, version)
+	}
+	for _, mod := range Modules() {
+		h, err := SourceHash(mod)
+		if err != nil {
+			return err.Error()
+		}
+		ma, ok := m.Modules[mod]
+		if !ok || ma.SourceSHA256 != h {
+			return mod + " is not shipped from its current source"
+		}
+		for _, tg := range targets {
+			if a, ok := ma.Targets[tg]; !ok || a.Kind != "co" {
+				return fmt.Sprintf("%s has no shipped code object for %s", mod, tg)
+			}
+		}
+	}
+	return ""
 }
 
 func TestSources(t *testing.T) {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/framepack-go/framepack/internal/testmode"
 )
 
 // TestPrecompiledCurrent fails when the shipped kernels are stale: every
@@ -142,6 +144,21 @@ func TestPrecompiledReproducible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Deterministic: a rebuild that matched on this machine with the same
+	// compiler, source and shipped artifacts matches again (the default
+	// suite takes it as done).
+	m, err := ReadManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := []string{clangVersion(t, clang), toolStamps([]string{clang, "ld.lld-19", "/usr/lib/llvm-19/bin/lld"}), src,
+		strings.Join(CompileArgs("ptx", "sm_90", "IN", "OUT"), " "), strings.Join(CompileArgs("co", "gfx1100", "IN", "OUT"), " "),
+		m.Modules[mod].Targets["sm_90"].SHA256, m.Modules[mod].Targets["gfx1100"].SHA256}
+	check := checkKey(key...)
+	if testmode.Passed(check) {
+		t.Logf("matched before on this machine with the same compiler, source and artifacts; %s=1 rebuilds", testmode.Env)
+		return
+	}
 	dir := t.TempDir()
 	for _, c := range []struct{ kind, target string }{{"ptx", "sm_90"}, {"co", "gfx1100"}} {
 		in := filepath.Join(dir, SourceFileName(mod, c.target))
@@ -163,5 +180,8 @@ func TestPrecompiledReproducible(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s %s: rebuilt artifact (%d bytes) differs from the shipped one (%d bytes): run go generate ./kernels with this compiler", mod, c.target, len(got), len(want))
 		}
+	}
+	if !t.Failed() {
+		testmode.Record(check)
 	}
 }

@@ -26,6 +26,11 @@ func (h *Handle) PlanWith(ConvDesc, uint64) (Plan, error) { return Plan{}, errNo
 // Conv3dForward fails: this build cannot load GPU libraries.
 func (h *Handle) Conv3dForward(ConvDesc, uintptr, uintptr, uintptr, uintptr) error { return errNoCgo }
 
+// Conv3dForwardBias fails: this build cannot load GPU libraries.
+func (h *Handle) Conv3dForwardBias(ConvDesc, uintptr, uintptr, uintptr, uintptr, uintptr) (bool, error) {
+	return false, errNoCgo
+}
+
 // Search fails: this build cannot load GPU libraries.
 func (h *Handle) Search(ConvDesc, uintptr, uintptr, uintptr, uintptr, int64) ([]Plan, error) {
 	return nil, errNoCgo

@@ -205,6 +205,15 @@ func PromptSchedule(spans []PromptSpan, seconds float64, window, n, blend int) (
 	return out, nil
 }
 
+// String is the section's prompt with the weight of each part when it
+// blends two: `75% "a kite" + 25% "a boat"`.
+func (s SectionPrompt) String() string {
+	if s.Alpha > 0 {
+		return fmt.Sprintf("%.0f%% %q + %.0f%% %q", 100*(1-s.Alpha), s.From, 100*s.Alpha, s.To)
+	}
+	return fmt.Sprintf("%q", s.Prompt)
+}
+
 // Prompts lists the schedule's distinct prompts in first use.
 func Prompts(sched []SectionPrompt) []string {
 	var out []string

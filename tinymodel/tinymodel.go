@@ -1,8 +1,10 @@
 // Package tinymodel embeds a tiny but complete FramePack model, so that
 // `framepack generate` runs end to end on a machine without the real
 // weights. It is for smoke runs and tests: the weights are random (the
-// golden test models of testdata/golden/models), so the video shows noise
-// shaped by the input image, not a plausible motion.
+// golden test models of testdata/golden/models), so the video is noise.
+// Every stage runs as with the real weights, but none of them means
+// anything: not even the first frame, the start image through the random
+// VAE, resembles the input image.
 //
 // The folder has the Hugging Face layout framepack.Load reads:
 //
@@ -15,8 +17,10 @@
 //	tokenizer_2/     CLIP vocab.json + merges.txt for the 200 ids (printable ASCII only)
 //
 // Any bucket resolution framepack accepts works with it; Resolution (128)
-// is the one to use: a one-second video takes seconds on a CPU there, and
-// minutes at FramePack's 640. Its CLIP tokenizer knows printable ASCII
+// is the one it was made for, and its transformer's config says so
+// (framepack.ResolutionKey), so that Pipeline.DefaultRequest and the
+// command line use it: a one-second video takes seconds on a CPU there,
+// and minutes at FramePack's 640. Its CLIP tokenizer knows printable ASCII
 // only, so prompts must be ASCII.
 //
 // Outside this module:
@@ -26,8 +30,7 @@
 //		defer os.RemoveAll(dir)
 //	}
 //	p, err := framepack.Load(dir, framepack.Options{})
-//	req := framepack.DefaultRequest()
-//	req.Resolution = tinymodel.Resolution
+//	req := p.DefaultRequest() // at Resolution, not FramePack's 640
 //
 // The tokenizer files are generated (gen_test.go; go test -run
 // TestTokenizerFiles -update rewrites them).

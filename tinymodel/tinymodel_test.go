@@ -158,3 +158,15 @@ func TestDirReuses(t *testing.T) {
 		t.Errorf("Dir after damage: %s, %v; complete %v", c, err, complete(c))
 	}
 }
+
+// TestConfigSaysResolution: the transformer's config names the resolution
+// the model was made for (framepack.ResolutionKey), Resolution.
+func TestConfigSaysResolution(t *testing.T) {
+	var tr struct {
+		Resolution int `json:"framepack_resolution"`
+	}
+	readConfig(t, "transformer", &tr)
+	if tr.Resolution != Resolution {
+		t.Errorf("transformer config: framepack_resolution %d, want %d", tr.Resolution, Resolution)
+	}
+}

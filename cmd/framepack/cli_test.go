@@ -15,9 +15,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
-
-	"github.com/framepack-go/framepack"
 )
 
 // The tests in this file build the command and run it as a user does, for
@@ -440,7 +437,8 @@ func TestCLIJSON(t *testing.T) {
 }
 
 // TestCLIQuiet: --quiet prints nothing on success; without it, a pipe gets
-// plain progress lines with the time per step.
+// plain lines: the finished stages, and the steps with their time; -v
+// adds the structured log.
 func TestCLIQuiet(t *testing.T) {
 	dir := t.TempDir()
 	r := runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "--quiet", "-o", "a.mp4"}, quick...)...)
@@ -449,11 +447,14 @@ func TestCLIQuiet(t *testing.T) {
 		t.Errorf("--quiet: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	r = runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "-o", "b"}, quick...)...)
-	if r.code != 0 || !strings.Contains(r.stderr, "s/step, section left") || !strings.Contains(r.stderr, "decoding section 1/1") {
-		t.Errorf("exit %d; stderr:\n%s", r.code, r.stderr)
+	for _, want := range []string{"s/step, video ", "decoding section 1/1", "text encode: ", "section 1/1: 13 frames, sampled in ",
+		"video: 0.43 s (13 frames, 1 section); --seconds 0.2 rounds to whole sections"} {
+		if r.code != 0 || !strings.Contains(r.stderr, want) {
+			t.Errorf("exit %d, no %q in stderr:\n%s", r.code, want, r.stderr)
+		}
 	}
-	if strings.Contains(r.stderr, "resident →") {
-		t.Errorf("per-model memory lines at the default level:\n%s", r.stderr)
+	if strings.Contains(r.stderr, "level=") || strings.Contains(r.stderr, "resident →") {
+		t.Errorf("the structured log at the default level:\n%s", r.stderr)
 	}
 	// "b" has no extension: PNG frames in the folder b, settings in b.json.
 	if ents, err := os.ReadDir(filepath.Join(dir, "b")); err != nil || len(ents) != 13 {
@@ -462,9 +463,11 @@ func TestCLIQuiet(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "b.json")); err != nil {
 		t.Error(err)
 	}
-	// Again over the same frames folder: replaced.
-	if r := runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "-q", "-o", "b"}, quick...)...); r.code != 0 {
+	// Again over the same frames folder, with -v: replaced.
+	if r := runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "-v", "-o", "b"}, quick...)...); r.code != 0 {
 		t.Errorf("writing over a frames folder: exit %d:\n%s", r.code, r.stderr)
+	} else if !strings.Contains(r.stderr, "level=INFO msg=\"model: transformer") || !strings.Contains(r.stderr, "level=NOTE msg=\"video: ") {
+		t.Errorf("-v: no structured log:\n%s", r.stderr)
 	}
 }
 
@@ -488,34 +491,6 @@ func TestParseSeed(t *testing.T) {
 	for _, in := range []string{"", "junk", "-2", "1.5", "0x10", "18446744073709551616", "1e3", "Random"} {
 		if _, _, err := parseSeed(in); err == nil || !strings.Contains(err.Error(), "--seed") {
 			t.Errorf("parseSeed(%q): %v, want an error naming --seed", in, err)
-		}
-	}
-}
-
-// TestProgressEstimates: the time per step leaves out each section's
-// first step (it pays for loading); what is left of the video counts the
-// steps of the sections to come and their decodes.
-func TestProgressEstimates(t *testing.T) {
-	now := time.Now()
-	p := &progress{stepTime: 10 * time.Second, stepCount: 5, decodeTime: 6 * time.Second, decodes: 2}
-	p.pr = framepack.Progress{Stage: framepack.StageSample, Section: 2, Sections: 3, Step: 4, Steps: 10}
-	sps, section, video := p.estimates(now)
-	// 2 s/step; 6 steps left here; 10 steps of section 3; 2 decodes of 3 s.
-	if sps != 2*time.Second || section != 12*time.Second || video != 12*time.Second+20*time.Second+6*time.Second {
-		t.Errorf("sampling: %v s/step, section %v, video %v", sps, section, video)
-	}
-	// Decoding section 2 for 1 s: 2 s of it left, then section 3.
-	p.pr, p.decodeStart = framepack.Progress{Stage: framepack.StageDecode, Section: 2, Sections: 3, Steps: 0}, now.Add(-time.Second)
-	p.pr.Steps = 10
-	if _, _, video := p.estimates(now); video != 20*time.Second+3*time.Second+2*time.Second {
-		t.Errorf("decoding: video %v left", video)
-	}
-	if _, _, video := (&progress{pr: p.pr}).estimates(now); video != 0 {
-		t.Errorf("no steps timed yet: %v left, want 0 (unknown)", video)
-	}
-	for d, want := range map[time.Duration]string{0: "0:00", 65 * time.Second: "1:05", 3725 * time.Second: "1:02:05"} {
-		if got := clock(d); got != want {
-			t.Errorf("clock(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -3,13 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -146,13 +147,13 @@ does, each time replacing it whole; the last write is the full video.`,
 	fl.BoolVar(&f.newOnly, "new-only", false, "with --video: write only the new frames, not the input video before them")
 	fl.StringVar(&f.prompt, "prompt", "", `what happens in the video; timed parts as FramePack Studio writes them, "[0s: a cat sits] [2s: the cat jumps]", or "[0s] a cat sits [2s] the cat jumps"`)
 	fl.StringVar(&f.promptsFile, "prompts-file", "", "read the (timed) prompt from this file, its lines joined by spaces")
-	fl.IntVar(&f.promptBlend, "prompt-blend", def.PromptBlend, "timed prompts: blend the two prompts at a change over this many sections, as FramePack Studio's blend_sections (0: off)")
+	fl.IntVar(&f.promptBlend, "prompt-blend", def.PromptBlend, "timed prompts: the section where the prompt changes takes 1/N of the new prompt, as FramePack Studio's blend_sections (0: off; each section's prompt and shares are printed)")
 	fl.StringVar(&f.model, "model", framepack.ModelFramePack, "transformer variant: framepack (FramePackI2V_HY, backward sections) or f1 (FramePack_F1_I2V_HY_20250503, forward sections)")
 	fl.StringVar(&f.endImage, "end-image", "", "end image: the video ends on it (PNG, JPEG or WebP; not with --model f1)")
 	fl.StringVar(&f.embedInterp, "embed-interpolation", framepack.EmbedDisabled, "with --end-image: disabled, linear or weighted_average (ComfyUI-FramePackWrapper's embed_interpolation)")
 	fl.Float64Var(&f.startEmbed, "start-embed-strength", def.StartEmbedStrength, "with --end-image: the start image embedding's weight (0–1)")
 	fl.StringVar(&f.negative, "negative-prompt", "", "negative prompt (used only with --cfg > 1)")
-	fl.Float64Var(&f.seconds, "seconds", def.Seconds, "video length in seconds (up to 120)")
+	fl.Float64Var(&f.seconds, "seconds", def.Seconds, "video length in seconds (up to 120), rounded to whole sections as FramePack does: at --window 9, 1 gives 1.23 s, 2 and 3 give 2.43 s (the length is printed before sampling)")
 	fl.StringVar(&f.seed, "seed", strconv.FormatUint(def.Seed, 10), "seed of the noise: 0–18446744073709551615, or random (or -1) for a random one, printed")
 	fl.IntVar(&f.steps, "steps", def.Steps, "sampler steps per section (1–100)")
 	fl.IntVar(&f.window, "window", def.LatentWindowSize, "latent window size: latent frames per section (1–33)")
@@ -164,7 +165,7 @@ does, each time replacing it whole; the last write is the full video.`,
 	fl.Float64Var(&f.cacheThreshold, "cache-threshold", 0, "the step cache's threshold, in (0, 1]; higher skips more (0: the cache's default, 0.15 for teacache, 0.1 for magcache)")
 	fl.IntVar(&f.magCacheK, "magcache-k", def.MagCacheK, fmt.Sprintf("magcache: at most this many steps in a row reuse the residual (1–%d)", framepack.MaxMagCacheK))
 	fl.Float64Var(&f.magCacheRetention, "magcache-retention", def.MagCacheRetention, "magcache: the share of each section's first steps that always run the transformer (0–1)")
-	fl.IntVar(&f.resolution, "resolution", def.Resolution, fmt.Sprintf("bucket resolution (FramePack's 640, %d–%d; the built-in tiny model defaults to %d)", framepack.MinResolution, framepack.MaxResolution, tinyResolution))
+	fl.IntVar(&f.resolution, "resolution", def.Resolution, fmt.Sprintf("bucket resolution, %d–%d (default: what the model was made for: FramePack's 640, or its transformer config's %s, as the tiny models' %d)", framepack.MinResolution, framepack.MaxResolution, framepack.ResolutionKey, tinymodel.Resolution))
 	fl.BoolVar(&f.posteriorMean, "posterior-mean", false, "start latent = the VAE posterior's mean instead of a seeded sample")
 	fl.IntVar(&f.crf, "crf", video.DefaultCRF, "x264 CRF of the MP4 (0–51, lower is better)")
 	fl.StringVar(&f.models, "models", "", "model folder (default $FRAMEPACK_MODELS, else the built-in tiny model)")
@@ -472,9 +473,26 @@ func (f *generateFlags) request(img *section.RGB) framepack.Request {
 	return r
 }
 
-// tinyResolution is the default bucket resolution for the built-in tiny
-// model: at FramePack's 640 its CPU run takes minutes, at 128 seconds.
-const tinyResolution = tinymodel.Resolution
+// modelResolution is the resolution the model in dir was made for, the
+// default of --resolution: the built-in tiny model's ("" dir: at
+// FramePack's 640 its CPU run takes minutes, at 128 seconds), else the
+// transformer config's (framepack.TransformerResolution). A transformer
+// folder that cannot be read gives FramePack's 640: Load says what is
+// wrong with it.
+func (f *generateFlags) modelResolution(dir string) int {
+	if dir == "" {
+		return tinymodel.Resolution
+	}
+	tr := *f.parts[framepack.PartTransformer]
+	if tr == "" {
+		tr = filepath.Join(dir, framepack.PartTransformer)
+	}
+	res, err := framepack.TransformerResolution(tr)
+	if err != nil {
+		return framepack.DefaultResolution
+	}
+	return res
+}
 
 func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *events) error {
 	if ctx == nil {
@@ -487,10 +505,19 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 	log := slog.Default()
 	dir := modelFolder(f)
 	tiny := dir == ""
+	if !tiny && framepack.IsHubCache(dir) {
+		if err := f.useHubCache(log, dir); err != nil {
+			return err
+		}
+	}
 	at := ""
-	if tiny && !cmd.Flags().Changed("resolution") {
-		f.resolution = tinyResolution
-		at = fmt.Sprintf(" at --resolution %d", tinyResolution)
+	if !cmd.Flags().Changed("resolution") {
+		f.resolution = f.modelResolution(dir)
+		if tiny {
+			at = fmt.Sprintf(" at resolution %d", f.resolution)
+		} else if f.resolution != framepack.DefaultResolution && !isFollower() {
+			notice(log, fmt.Sprintf("resolution %d: what the model was made for (its transformer config's %s)", f.resolution, framepack.ResolutionKey))
+		}
 	}
 	// Checked with the resolution the run will use (the tiny model's
 	// default included), so that a bucket error names this run's bucket.
@@ -499,7 +526,7 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 		return err
 	}
 	if f.seedRandom && !isFollower() {
-		log.Info(fmt.Sprintf("seed %d (random)", f.seedValue))
+		notice(log, fmt.Sprintf("seed %d (random)", f.seedValue))
 	}
 	if supervised, err := superviseGPUs(ctx, cmd, f.gpus, rankSeed(f)...); supervised {
 		return err
@@ -531,6 +558,9 @@ func runGenerate(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *
 		return err
 	}
 	defer p.Close()
+	if !isFollower() {
+		notice(log, "device: "+p.Device())
+	}
 	_, err = generateOne(ctx, cmd, p, f, img, set, began, time.Since(t), ev, nil)
 	return err
 }
@@ -541,6 +571,30 @@ func modelFolder(f *generateFlags) string {
 		return f.models
 	}
 	return os.Getenv("FRAMEPACK_MODELS")
+}
+
+// useHubCache sets the part folders not given by flags from the hub cache
+// dir (framepack.IsHubCache), for f.model's transformer, and logs where
+// they are.
+func (f *generateFlags) useHubCache(log *slog.Logger, dir string) error {
+	parts, err := framepack.HubCacheParts(dir, f.model)
+	if err != nil {
+		return usage(fmt.Errorf("--models: %w", err))
+	}
+	repos := framepack.HubRepos(f.model)
+	var from []string
+	for _, part := range []string{framepack.PartTransformer, framepack.PartVAE, framepack.PartImageEncoder} {
+		if *f.parts[part] == "" {
+			from = append(from, fmt.Sprintf("%s@%.8s", repos[part].Repo, filepath.Base(strings.TrimSuffix(parts[part], repos[part].Subfolder))))
+		}
+	}
+	for part, p := range f.parts {
+		if *p == "" {
+			*p = parts[part]
+		}
+	}
+	notice(log, "models from the hub cache "+dir+": "+strings.Join(from, ", "))
+	return nil
 }
 
 // checkTinyPrompts refuses prompts the tiny model's tokenizer cannot read.
@@ -560,7 +614,7 @@ func tinyModel(log *slog.Logger, at string) (dir string, cleanup func(), err err
 	if err != nil {
 		return "", nil, err
 	}
-	log.Info("no --models and no FRAMEPACK_MODELS: using the built-in tiny model" + at + " (random weights: every stage runs, the video is noise)")
+	notice(log, "no --models: the built-in tiny model runs"+at+" (random weights: the video is noise)")
 	if temporary {
 		untrack := atomicfile.Track(tdir)
 		return tdir, func() {
@@ -601,7 +655,14 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 	quiet, _ := cmd.Flags().GetBool("quiet")
 	quiet = quiet || isFollower()
 	prog := newProgress(cmd.ErrOrStderr(), log, quiet, ev)
+	prog.forRequest(req)
 	req.Progress = prog.report
+	if !quiet {
+		notice(log, videoLength(f.seconds, f.window))
+		if s := promptSections(f.prompt, f.seconds, f.window, f.promptBlend); s != "" {
+			notice(log, s)
+		}
+	}
 	crf := f.crf
 	if crf == 0 {
 		crf = video.CRFZero
@@ -647,9 +708,7 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 
 	// The settings go in the video's comment tag (without the timings:
 	// the tag is written before they are complete) and beside it.
-	comment := *set
-	comment.Timings = nil
-	tag, err := json.Marshal(&comment)
+	tag, err := set.CommentTag()
 	if err != nil {
 		return nil, err
 	}
@@ -658,7 +717,7 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 		return nil, err
 	}
 	t := time.Now()
-	if err := f.output.write(ctx, res.Frames, video.Options{FPS: res.FPS, CRF: crf, Log: log, Comment: string(tag)}, log); err != nil {
+	if err := f.output.write(ctx, res.Frames, video.Options{FPS: res.FPS, CRF: crf, Log: log, Comment: tag}, log); err != nil {
 		sf.discard()
 		if sw != nil {
 			sw.discard()
@@ -689,6 +748,48 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 		fmt.Fprintf(cmd.OutOrStdout(), "settings in %s\n", sf.path)
 	}
 	return res, nil
+}
+
+// videoLength says how long the video will be: --seconds rounded to whole
+// sections of the window, FramePack's rule (section.NewPlan).
+func videoLength(seconds float64, window int) string {
+	plan, err := section.NewPlan(seconds, window)
+	if err != nil {
+		return ""
+	}
+	n := plan.VideoFrames()
+	sections := "sections"
+	if plan.Sections == 1 {
+		sections = "section"
+	}
+	msg := fmt.Sprintf("video: %.2f s (%d frames, %d %s)", float64(n)/framepack.FPS, n, plan.Sections, sections)
+	if math.Abs(float64(n)/framepack.FPS-seconds) >= 0.005 {
+		msg += fmt.Sprintf("; --seconds %g rounds to whole sections", seconds)
+	}
+	return msg
+}
+
+// promptSections is a timed prompt's schedule, as Generate runs it: the
+// prompt of each section in generation order (the video's end first), with
+// the weights of a blend; "" for a plain prompt.
+func promptSections(prompt string, seconds float64, window, blend int) string {
+	spans, err := section.ParseTimedPrompt(prompt)
+	if err != nil || spans == nil {
+		return ""
+	}
+	plan, err := section.NewPlan(seconds, window)
+	if err != nil {
+		return ""
+	}
+	sched, err := section.PromptSchedule(spans, seconds, window, plan.Sections, blend)
+	if err != nil {
+		return ""
+	}
+	parts := make([]string, len(sched))
+	for i, s := range sched {
+		parts[i] = fmt.Sprintf("%d: %v", i+1, s)
+	}
+	return "prompts by section, the video's end first: " + strings.Join(parts, "; ")
 }
 
 // settings are the run's settings as the settings file records them.
@@ -745,7 +846,8 @@ func (f *generateFlags) magCacheSettings(set *settings) {
 	}
 }
 
-// summary prints the result in a few lines.
+// summary prints the result in a few short lines (each stage's time was
+// printed as it finished).
 func summary(w io.Writer, res *framepack.Result, wrote string) {
 	var sample, decode time.Duration
 	for _, s := range res.Sections {
@@ -756,17 +858,10 @@ func summary(w io.Writer, res *framepack.Result, wrote string) {
 	if res.InputFrames > 0 {
 		fmt.Fprintf(w, "the input video's %d frames, then %d new ones\n", res.InputFrames, res.T-res.InputFrames)
 	}
-	sections := "sections"
-	if len(res.Sections) == 1 {
-		sections = "section"
-	}
-	fmt.Fprintf(w, "%d %s in %s: text %s, vae encode %s, image encode %s, sampling %s, decoding %s\n",
-		len(res.Sections), sections, res.Total.Round(time.Millisecond), res.TextEncode.Round(time.Millisecond),
-		res.VAEEncode.Round(time.Millisecond), res.ImageEncode.Round(time.Millisecond),
-		sample.Round(time.Millisecond), decode.Round(time.Millisecond))
-	mem := "peak memory " + memory.FormatBytes(res.PeakBytes) + " on the compute device"
+	fmt.Fprintf(w, "generated in %s: sampling %s, decoding %s\n", dur(res.Total), dur(sample), dur(decode))
+	mem := "peak memory " + memory.FormatBytes(res.PeakBytes) + " on the device"
 	if rss := peakRSS(); rss > 0 {
-		mem += ", process peak RSS " + memory.FormatBytes(rss)
+		mem += ", peak RSS " + memory.FormatBytes(rss)
 	}
 	fmt.Fprintln(w, mem)
 }

@@ -116,7 +116,7 @@ func runJobs(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *even
 		}
 		fail(js, fmt.Errorf("%s line %d: %w", f.jobs, js.line, err))
 	}
-	log.Info(fmt.Sprintf("jobs: %d done, %d failed", done, failed))
+	notice(log, fmt.Sprintf("jobs: %d done, %d failed", done, failed))
 	if failed > 0 {
 		return fmt.Errorf("%d of %d jobs in %s failed", failed, len(specs), f.jobs)
 	}
@@ -136,15 +136,22 @@ func checkJobs(cmd *cobra.Command, f *generateFlags) ([]*jobSpec, error) {
 	if err != nil {
 		return nil, usage(err)
 	}
-	tiny := modelFolder(f) == ""
+	dir := modelFolder(f)
+	tiny := dir == ""
+	if !tiny && framepack.IsHubCache(dir) {
+		if err := f.useHubCache(slog.Default(), dir); err != nil {
+			return nil, err
+		}
+	}
+	res := f.modelResolution(dir)
 	outputs := map[string]int{} // resolved output → its line
 	var existing []existingOutput
 	for _, js := range specs {
 		if js.err != nil {
 			continue
 		}
-		if tiny && !js.f.changedResolution {
-			js.f.resolution = tinyResolution
+		if !js.f.changedResolution {
+			js.f.resolution = res
 		}
 		js.f.loraFiles, js.f.parts = f.loraFiles, f.parts // for the settings file
 		if _, js.err = js.f.checkJob(f, f.jobs, false); js.err == nil && tiny {

@@ -66,7 +66,7 @@ func TestCLIJobs(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "jobs.jsonl"), []byte(jobs), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := runBinary(t, dir, "generate", "--jobs", "jobs.jsonl", "--json", "--resolution", "64", "--window", "3")
+	r := runBinary(t, dir, "generate", "--jobs", "jobs.jsonl", "--json", "-v", "--resolution", "64", "--window", "3")
 	if r.code != 1 {
 		t.Fatalf("exit %d, want 1:\n%s\n%s", r.code, r.stdout, r.stderr)
 	}

@@ -175,19 +175,20 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRun: func(cmd *cobra.Command, args []string) {
-			level := slog.LevelInfo
-			if verbose {
-				level = slog.LevelDebug
-			}
+			// By default only the command's notices and the warnings show,
+			// plainly; -v gives the structured log.
+			var h slog.Handler = plainHandler{logWriter{cmd.ErrOrStderr()}, levelNotice}
 			if q, _ := cmd.Flags().GetBool("quiet"); q {
-				level = slog.LevelWarn
+				h = plainHandler{logWriter{cmd.ErrOrStderr()}, slog.LevelWarn}
+			} else if verbose {
+				h = slog.NewTextHandler(logWriter{cmd.ErrOrStderr()}, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: levelName})
 			}
-			slog.SetDefault(slog.New(slog.NewTextHandler(logWriter{cmd.ErrOrStderr()}, &slog.HandlerOptions{Level: level})))
+			slog.SetDefault(slog.New(h))
 		},
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usage(err) })
-	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "debug logging")
+	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "the structured log, debug lines included (default: progress and one line per finished stage)")
 	root.PersistentFlags().BoolP("quiet", "q", false, "no progress, no summary, only warnings and errors")
 	root.AddCommand(newDoctor())
 	root.AddCommand(newBench())

@@ -56,7 +56,7 @@ func (w *sectionWriter) report(pr framepack.Progress) {
 			return
 		}
 		w.wrote = true
-		w.log.Info(fmt.Sprintf("wrote %s: %d frames after section %d of %d", w.out.path, frames.T, pr.Section, pr.Sections))
+		notice(w.log, fmt.Sprintf("wrote %s: %d frames after section %d of %d", w.out.path, frames.T, pr.Section, pr.Sections))
 	}()
 }
 

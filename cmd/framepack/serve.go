@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/framepack-go/framepack/tinymodel"
 	"log/slog"
 	"net"
 	"net/http"
@@ -202,7 +203,7 @@ func defaultSettings(tiny bool) farm.Settings {
 		TeaCache: r.TeaCache, Resolution: r.Resolution, Model: framepack.ModelFramePack, PromptBlend: r.PromptBlend,
 		StartEmbedStrength: r.StartEmbedStrength, CRF: video.DefaultCRF}
 	if tiny {
-		s.Resolution = tinyResolution
+		s.Resolution = tinymodel.Resolution
 	}
 	return s
 }
@@ -223,7 +224,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	tiny := dir == ""
 	model := dir
 	if tiny && f.workers > 0 {
-		tdir, cleanup, err := tinyModel(log, fmt.Sprintf(" at --resolution %d by default", tinyResolution))
+		tdir, cleanup, err := tinyModel(log, fmt.Sprintf(" at --resolution %d by default", tinymodel.Resolution))
 		if err != nil {
 			return err
 		}
@@ -284,7 +285,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		// queued again as it stands, so the process exits within 2 s.
 		w := worker.New(fm, worker.Config{Name: hostName(), Models: dir, Options: f.loadOptions(log), LoRADir: f.loras, TempDir: tmp,
 			StopGrace: 600 * time.Millisecond,
-			Info: map[string]any{"framepack": readBuildVersion(), "models": model, "tiny_model": tiny}, Log: log})
+			Info:      map[string]any{"framepack": readBuildVersion(), "models": model, "tiny_model": tiny}, Log: log})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -13,110 +13,17 @@ import (
 
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/internal/atomicfile"
-	"github.com/framepack-go/framepack/lora"
 )
 
-// settings record how a video was made, so it can be made again: written
-// as JSON beside the video (settingsPath) and, compact, in the container's
-// comment tag.
-type settings struct {
-	Framepack buildVersion `json:"framepack"`
-	Image     fileRef      `json:"image"`
-	// EndImage is --end-image, when given.
-	EndImage *fileRef `json:"end_image,omitempty"`
-	// Model is the transformer variant (framepack or f1).
-	Model              string  `json:"model"`
-	EmbedInterpolation string  `json:"embed_interpolation,omitempty"`
-	StartEmbedStrength float64 `json:"start_embed_strength,omitempty"`
-	Prompt             string  `json:"prompt"`
-	Negative           string  `json:"negative_prompt"`
-	Seed               uint64  `json:"seed"`
-	// SeedRandom says the seed was drawn at random (--seed random).
-	SeedRandom    bool    `json:"seed_random,omitempty"`
-	Seconds       float64 `json:"seconds"`
-	Steps         int     `json:"steps"`
-	Window        int     `json:"window"`
-	CFG           float64 `json:"cfg"`
-	GS            float64 `json:"gs"`
-	RS            float64 `json:"rs"`
-	TeaCache      bool    `json:"teacache"`
-	Resolution    int     `json:"resolution"`
-	PosteriorMean bool    `json:"posterior_mean"`
-	CRF           int     `json:"crf"`
-	Device        string  `json:"device"`
-	DType         string  `json:"dtype,omitempty"`
-	Weights       string  `json:"weights,omitempty"`
-	FP8Compute    string  `json:"fp8_compute,omitempty"` // with Weights fp8: auto, on or off
-	FP8Attention  bool    `json:"fp8_attention,omitempty"`
-	VRAMLimit     string  `json:"vram_limit,omitempty"`
-	Preserve      string  `json:"preserve,omitempty"`
-	VAETile       int     `json:"vae_tile,omitempty"`
-	// PromptBlend is --prompt-blend (timed prompts).
-	PromptBlend int `json:"prompt_blend,omitempty"`
-	// LoRA are the --lora files with their scales.
-	LoRA []lora.File `json:"lora,omitempty"`
-	// Cache is the step cache (teacache, magcache or none; TeaCache is
-	// true for teacache), CacheThreshold --cache-threshold (0: the
-	// cache's default); the MagCache knobs are set with magcache only.
-	Cache             string   `json:"cache"`
-	CacheThreshold    float64  `json:"cache_threshold,omitempty"`
-	MagCacheK         *int     `json:"magcache_k,omitempty"`
-	MagCacheRetention *float64 `json:"magcache_retention,omitempty"`
-	// Video is --video (a file with its hash, or a folder of frames), with
-	// --video-context-frames and --new-only; InputFrames is how many of the
-	// output's frames are the input's.
-	Video              *fileRef `json:"video,omitempty"`
-	VideoContextFrames int      `json:"video_context_frames,omitempty"`
-	NewOnly            bool     `json:"new_only,omitempty"`
-	InputFrames        int      `json:"input_frames,omitempty"`
-	// TinyModel says the built-in random-weight model ran.
-	TinyModel bool `json:"tiny_model,omitempty"`
-	// Models are the model folders by part, each with its config's hash.
-	Models map[string]modelRef `json:"models"`
-
-	Output string `json:"output"`
-	Frames int    `json:"frames,omitempty"`
-	FPS    int    `json:"fps,omitempty"`
-	Width  int    `json:"width,omitempty"`
-	Height int    `json:"height,omitempty"`
-	// Timings are seconds per stage; absent from the comment tag, which is
-	// written before the file is.
-	Timings *timings `json:"timings,omitempty"`
-}
-
-type fileRef struct {
-	Path   string `json:"path"`
-	SHA256 string `json:"sha256,omitempty"`
-}
-
-type modelRef struct {
-	Folder string `json:"folder"`
-	// ConfigSHA256 is the hash of the folder's config.json (or, for a
-	// tokenizer, tokenizer_config.json); empty when it has none.
-	ConfigSHA256 string `json:"config_sha256,omitempty"`
-}
-
-// timings are a run's stage times in seconds.
-type timings struct {
-	Load        float64 `json:"load"`
-	TextEncode  float64 `json:"text_encode"`
-	VAEEncode   float64 `json:"vae_encode"`
-	ImageEncode float64 `json:"image_encode"`
-	Sampling    float64 `json:"sampling"`
-	Decoding    float64 `json:"decoding"`
-	Generate    float64 `json:"generate"`
-	// Total is from the start of the command to the frames, ready to
-	// write (the file's writing comes after this record).
-	Total    float64          `json:"total"`
-	Sections []sectionTimings `json:"sections"`
-}
-
-type sectionTimings struct {
-	Section  int     `json:"section"`
-	Sampling float64 `json:"sampling"`
-	Decoding float64 `json:"decoding"`
-	Frames   int     `json:"frames"`
-}
+// The settings file beside the video and the comment tag inside it are
+// framepack.Settings, so that programs write the same.
+type (
+	settings       = framepack.Settings
+	fileRef        = framepack.FileRef
+	modelRef       = framepack.ModelRef
+	timings        = framepack.Timings
+	sectionTimings = framepack.SectionTimings
+)
 
 func newTimings(total, load time.Duration, res *framepack.Result) *timings {
 	t := &timings{Total: secs(total), Load: secs(load), TextEncode: secs(res.TextEncode), VAEEncode: secs(res.VAEEncode),

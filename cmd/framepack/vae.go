@@ -144,7 +144,7 @@ func writeFrames(cmd *cobra.Command, log *slog.Logger, what string, px *tensor.T
 	if err := out.write(cmd.Context(), frames, vo, log); err != nil {
 		return err
 	}
-	log.Info(fmt.Sprintf("%s: wrote %s (%d frames)", what, out.path, px.Dim(2)))
+	notice(log, fmt.Sprintf("%s: wrote %s (%d frames)", what, out.path, px.Dim(2)))
 	return nil
 }
 
@@ -208,7 +208,7 @@ func saveLatents(log *slog.Logger, what string, d *device.Device, start time.Tim
 	if err := weights.Save(path, map[string]*tensor.Tensor{"latents": lat}, nil); err != nil {
 		return err
 	}
-	log.Info(fmt.Sprintf("%s: wrote %s (latents %v)", what, path, lat.Shape()))
+	notice(log, fmt.Sprintf("%s: wrote %s (latents %v)", what, path, lat.Shape()))
 	return nil
 }
 
