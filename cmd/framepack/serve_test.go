@@ -47,7 +47,7 @@ func (l *lockedBuffer) String() string {
 // with its data in data, and waits until it serves.
 func startServe(t *testing.T, data string, args ...string) *serveProc {
 	t.Helper()
-	cmd := exec.Command(cliBinary(t), append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data}, args...)...)
+	cmd := exec.Command(cliBinary(t), append([]string{"serve", "-v", "--listen", "127.0.0.1:0", "--data", data}, args...)...)
 	cmd.Env = append(os.Environ(), "FRAMEPACK_MODELS=", "FRAMEPACK_TOKEN=", "XDG_CACHE_HOME="+cacheDir(t))
 	out, err := cmd.StdoutPipe()
 	if err != nil {

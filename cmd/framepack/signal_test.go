@@ -119,7 +119,7 @@ func TestSignalAtEveryStage(t *testing.T) {
 		{"vae encode", `weights: vae: `, ""},
 		{"image encode", `weights: image_encoder: `, ""},
 		{"sampling", `sampling section 1/3, step 2/`, ""},
-		{"decode", `msg="decoding section 2/3"`, ""},
+		{"decode", `msg="decoding section 2/3`, ""},
 		{"search", `conv3d: searching tier cpu`, "conv3d.cpu=hang"},
 	} {
 		t.Run(st.stage, func(t *testing.T) {
