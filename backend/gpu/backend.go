@@ -98,6 +98,9 @@ type Backend struct {
 	dnnMu      sync.Mutex
 	dnnRefused map[miopen.AttnDesc]bool
 	fusedCalls atomic.Int64
+	// blasAttnCalls, blasAttnChunks count the f32 attention calls run
+	// through the BLAS and their query chunks.
+	blasAttnCalls, blasAttnChunks atomic.Int64
 	// FP8 attention (attention_fp8.go): P's scale constants, calls run.
 	fp8Consts    *Buffer
 	fp8AttnCalls atomic.Int64
