@@ -40,8 +40,11 @@ func (b *Backend) blasAttention(d tensor.AttnDims, ps []uintptr, scale float32, 
 	}
 	B, Lq, Lk, Hq, Hkv, D := d.B, d.Lq, d.Lk, d.Hq, d.Hkv, d.D
 	g := Hq / Hkv // query heads per key/value head
+	// The scores' rows padded to 64 floats: aligned for the GEMMs' fast
+	// kernels and the softmax's 16-byte loads.
+	ldS := (Lk + 63) / 64 * 64
 	// One query row of scratch: its scores and its output for Hkv heads.
-	row := 4 * int64(Hkv) * (int64(Lk) + int64(D))
+	row := 4 * int64(Hkv) * (int64(ldS) + int64(D))
 	rows := int64(attnChunkRows)
 	if rows <= 0 {
 		rows = min(b.alloc.room()/2, attnBLASScratch) / row
@@ -51,7 +54,7 @@ func (b *Backend) blasAttention(d tensor.AttnDims, ps []uintptr, scale float32, 
 	}
 	Lc := int(min(rows, int64(Lq)))
 	// The GEMMs' sizes and leading dimensions are 32-bit.
-	if int64(Lc)*int64(Lk) > math.MaxInt32 || int64(Hq)*int64(D) > math.MaxInt32 {
+	if int64(Lc)*int64(ldS) > math.MaxInt32 || int64(Hq)*int64(D) > math.MaxInt32 {
 		return false, nil
 	}
 	ws, err := b.alloc.alloc(row * int64(Lc))
@@ -62,7 +65,7 @@ func (b *Backend) blasAttention(d tensor.AttnDims, ps []uintptr, scale float32, 
 	}
 	defer b.alloc.free(ws)
 	sPtr := ws.ptr
-	oPtr := ws.ptr + uintptr(4*int64(Hkv)*int64(Lc)*int64(Lk))
+	oPtr := ws.ptr + uintptr(4*int64(Hkv)*int64(Lc)*int64(ldS))
 	causal := int32(0)
 	if p.Causal {
 		causal = 1
@@ -80,20 +83,20 @@ func (b *Backend) blasAttention(d tensor.AttnDims, ps []uintptr, scale float32, 
 				err := b.blasMatMul(rocblas.MatMul{M: n, N: Lk, K: D, TransB: true,
 					A: ps[1] + uintptr(qoff), LDA: Hq * D, StrideA: int64(g) * int64(D),
 					B: kb, LDB: Hkv * D, StrideB: int64(D),
-					C: sPtr, LDC: Lk, StrideC: int64(n) * int64(Lk),
+					C: sPtr, LDC: ldS, StrideC: int64(n) * int64(ldS),
 					Batch: Hkv, In: rocblas.F32, Out: rocblas.F32, Alpha: scale * math.Log2E})
 				if err != nil {
 					return true, err
 				}
-				st := packInt64s(int64(Lk), int64(q0), int64(bi), int64(n)*int64(Lk), int64(max(p.FrameLen, 0)), int64(d.MaskStride))
+				st := packInt64s(int64(Lk), int64(ldS), int64(q0), int64(bi), int64(n)*int64(ldS), int64(max(p.FrameLen, 0)), int64(d.MaskStride))
 				st = binary.LittleEndian.AppendUint32(st, uint32(causal))
 				st = append(st, 0, 0, 0, 0) // struct padding to 8
 				a := (&hip.Args{}).Ptr(sPtr).Ptr(ps[4]).Ptr(ps[5]).Struct(st, 8)
-				if err := b.launch("attention", "attn_rows_f32", hip.Dim3{uint32(n), uint32(Hkv)}, hip.Dim3{256}, 0, a); err != nil {
+				if err := b.launch("attention", "attn_rows_f32", hip.Dim3{uint32(n), uint32(Hkv)}, hip.Dim3{1024}, 0, a); err != nil {
 					return true, err
 				}
 				err = b.blasMatMul(rocblas.MatMul{M: n, N: D, K: Lk,
-					A: sPtr, LDA: Lk, StrideA: int64(n) * int64(Lk),
+					A: sPtr, LDA: ldS, StrideA: int64(n) * int64(ldS),
 					B: vb, LDB: Hkv * D, StrideB: int64(D),
 					C: oPtr, LDC: D, StrideC: int64(n) * int64(D),
 					Batch: Hkv, In: rocblas.F32, Out: rocblas.F32, Alpha: 1})
