@@ -29,8 +29,12 @@ const (
 	attnBLASMinRows = 16
 )
 
-// attnChunkRows, when > 0, sets the queries per chunk (tests).
-var attnChunkRows = 0
+// attnChunkRows, when > 0, sets the queries per chunk; attnRoomOff
+// leaves the scores no room (tests).
+var (
+	attnChunkRows = 0
+	attnRoomOff   = false
+)
 
 // blasAttention runs an f32 attention through the BLAS; ran false (and
 // nothing queued) when it cannot: no BLAS, or no room for the scratch.
@@ -47,7 +51,11 @@ func (b *Backend) blasAttention(d tensor.AttnDims, ps []uintptr, scale float32, 
 	row := 4 * int64(Hkv) * (int64(ldS) + int64(D))
 	rows := int64(attnChunkRows)
 	if rows <= 0 {
-		rows = min(b.alloc.room()/2, attnBLASScratch) / row
+		room := b.alloc.room()
+		if attnRoomOff {
+			room = 0
+		}
+		rows = min(room/2, attnBLASScratch) / row
 		if rows < int64(min(Lq, attnBLASMinRows)) {
 			return false, nil
 		}
