@@ -49,8 +49,8 @@ type Options struct {
 	// RuntimeCompile compiles every kernel module with hiprtc / NVRTC even
 	// where the binary ships it precompiled (also FRAMEPACK_KERNELS=compile).
 	RuntimeCompile bool
-	// GenericAttention skips cuDNN and the tensor-core attention kernel
-	// (also FRAMEPACK_ATTN=generic).
+	// GenericAttention skips cuDNN, the tensor-core attention kernels and
+	// the f32 attention through the BLAS (also FRAMEPACK_ATTN=generic).
 	GenericAttention bool
 	// NoFusedAttention skips cuDNN's fused attention: framepack's own
 	// kernels run every attention (also FRAMEPACK_ATTN=kernel).
