@@ -29,11 +29,11 @@ const (
 	attnBLASMinRows = 16
 )
 
-// attnChunkRows, when > 0, sets the queries per chunk; attnRoomOff
-// leaves the scores no room (tests).
+// attnChunkRows, when > 0, sets the queries per chunk; attnRoomCap, when
+// ≥ 0, caps the free budget the chunk is chosen from (tests).
 var (
-	attnChunkRows = 0
-	attnRoomOff   = false
+	attnChunkRows       = 0
+	attnRoomCap   int64 = -1
 )
 
 // blasAttention runs an f32 attention through the BLAS; ran false (and
@@ -52,8 +52,8 @@ func (b *Backend) blasAttention(d tensor.AttnDims, ps []uintptr, scale float32, 
 	rows := int64(attnChunkRows)
 	if rows <= 0 {
 		room := b.alloc.room()
-		if attnRoomOff {
-			room = 0
+		if attnRoomCap >= 0 {
+			room = min(room, attnRoomCap)
 		}
 		rows = min(room/2, attnBLASScratch) / row
 		if rows < int64(min(Lq, attnBLASMinRows)) {
