@@ -198,3 +198,88 @@ DI void attn_impl(T *R o, const T *R q, const T *R k, const T *R v, const float 
 ATTN_ALL(f32, float)
 ATTN_ALL(f16, h16)
 ATTN_ALL(bf16, b16)
+
+// Row softmax of the attention through the BLAS (f32): s holds, for heads
+// of one batch and a chunk of queries, the scores q·kᵀ already scaled by
+// scale·log2 e (rows of Lk, ld apart, ld a multiple of 4 and s 16-byte
+// aligned; a head's rows head_stride apart). Each block turns one row into
+// probabilities in place, masked as attn_impl masks (the causal,
+// frame-causal, key and additive masks); a row that sees no key becomes
+// zeros, as the CPU backend's output is. 1024 threads per block keep the
+// rows in flight few enough that the second pass reads them from L2.
+#define AS_NT 1024
+struct AttnRowsArgs {
+	long long Lk, ld;
+	long long q0;           // query index of the chunk's first row
+	long long b;            // batch
+	long long head_stride;  // elements between heads' rows
+	long long frame_len;    // > 0: frame-causal mask
+	long long mask_bstride; // elements between batches of the additive mask (0: shared)
+	int causal;
+};
+
+// attn_rows_score is key j's score x (log2 units) as the masks leave it,
+// -inf where masked.
+DI float attn_rows_score(float x, const float *R keymask, const float *R mask, const AttnRowsArgs &a, long long qi,
+                         long long kend, long long j) {
+	if (j >= kend || (keymask && keymask[a.b * a.Lk + j] == 0.0f))
+		return -FP_INF;
+	if (mask)
+		x += mask[a.b * a.mask_bstride + qi * a.Lk + j] * LOG2E;
+	return x;
+}
+
+KERNEL BOUNDS(AS_NT) void attn_rows_f32(float *R s, const float *R keymask, const float *R mask, AttnRowsArgs a) {
+	__shared__ float sm[AS_NT], sl[AS_NT];
+	F4 *row = (F4 *)(s + BIDY * a.head_stride + BIDX * a.ld);
+	const long long qi = a.q0 + BIDX;
+	long long kend = a.Lk;
+	if (a.causal && qi + 1 < kend)
+		kend = qi + 1;
+	if (a.frame_len > 0 && (qi / a.frame_len + 1) * a.frame_len < kend)
+		kend = (qi / a.frame_len + 1) * a.frame_len;
+	const long long n4 = (kend + 3) / 4, all4 = (a.Lk + 3) / 4;
+	// Each thread's running maximum and sum of 2^(x - max) over its keys.
+	float m = -FP_INF, l = 0.0f;
+	for (long long j4 = TID; j4 < n4; j4 += AS_NT) {
+		F4 v = row[j4];
+		float xs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			float x = attn_rows_score(xs[e], keymask, mask, a, qi, kend, 4 * j4 + e);
+			if (x == -FP_INF)
+				continue;
+			if (x > m) {
+				l = l * FP_EXP2(m - x) + 1.0f;
+				m = x;
+			} else {
+				l += FP_EXP2(x - m);
+			}
+		}
+	}
+	sm[TID] = m;
+	sl[TID] = l;
+	fp_sync();
+	for (int h = AS_NT / 2; h > 0; h >>= 1) {
+		if (TID < h) {
+			float m1 = sm[TID], m2 = sm[TID + h];
+			float mx = m1 > m2 ? m1 : m2;
+			if (mx != -FP_INF)
+				sl[TID] = sl[TID] * FP_EXP2(m1 - mx) + sl[TID + h] * FP_EXP2(m2 - mx);
+			sm[TID] = mx;
+		}
+		fp_sync();
+	}
+	const float mx = sm[0], sum = sl[0];
+	const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+	for (long long j4 = TID; j4 < all4; j4 += AS_NT) {
+		F4 v = j4 < n4 ? row[j4] : F4{0.0f, 0.0f, 0.0f, 0.0f};
+		float xs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			float x = attn_rows_score(xs[e], keymask, mask, a, qi, kend, 4 * j4 + e);
+			xs[e] = x == -FP_INF ? 0.0f : FP_EXP2(x - mx) * inv;
+		}
+		row[j4] = F4{xs[0], xs[1], xs[2], xs[3]};
+	}
+}

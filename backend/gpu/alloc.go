@@ -94,6 +94,13 @@ func (a *allocator) alloc(n int64) (*Buffer, error) {
 	return &Buffer{ptr: p, n: n, size: size}, nil
 }
 
+// room is how much more the cap lets be allocated now.
+func (a *allocator) room() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.limit - a.used
+}
+
 func (a *allocator) overCap() bool {
 	r, err := a.dev.PoolAttr(a.pool, hip.PoolReservedMemCurrent)
 	return err == nil && int64(r) > a.limit

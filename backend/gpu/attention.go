@@ -19,6 +19,10 @@ import (
 //     256; FRAMEPACK_ATTN=kernel or Options.NoFusedAttention skip it. A
 //     shape cuDNN refuses falls back to the kernels below.
 //
+// f32 attention goes through the vendor BLAS in chunks of queries
+// (attention_blas.go) where the BLAS is open and the budget has room for
+// the scores, unless Options.GenericAttention asks for the generic kernel.
+//
 // Attention kernels (kernels/attention*.hip):
 //   - attn_flash_*: NVIDIA sm_80+, bf16/f16, head dim 64 or 128, no mask, a
 //     positive scale: the transformer's case. 128 queries per block.
@@ -115,6 +119,11 @@ func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) er
 		grid := hip.Dim3{uint32((Lq + bq - 1) / bq), uint32(Hq), uint32(B)}
 		name := fmt.Sprintf("attn_mma_%s_%d_w%d", s, D, mmaWarps)
 		return b.launch("attention_mma", name, grid, hip.Dim3{uint32(32 * mmaWarps)}, 4*64*(D+8)*2, a)
+	}
+	if dt == tensor.F32 {
+		if ran, err := b.blasAttention(dims, ps, scale, p); ran || err != nil {
+			return err
+		}
 	}
 	a := (&hip.Args{}).Ptr(ps[0]).Ptr(ps[1]).Ptr(ps[2]).Ptr(ps[3]).Ptr(ps[4]).Ptr(ps[5]).Struct(st, 8)
 	tpq := 2

@@ -100,7 +100,74 @@ var gpuCases = []backendtest.Case{
 		attnNoFlash, attnNoFused = true, true
 		backendtest.Attention(e)
 	}},
+	{Name: "attention_blas", Fn: func(e *backendtest.Env) {
+		// f32 through the BLAS where it is open, in chunks of 5 queries:
+		// every case with more queries takes several.
+		g := e.Got.(*Backend)
+		defer func(n int) { attnChunkRows = n }(attnChunkRows)
+		attnChunkRows = 5
+		calls, chunks := g.BLASAttentionCalls(), g.blasAttnChunks.Load()
+		backendtest.Attention(e)
+		calls, chunks = g.BLASAttentionCalls()-calls, g.blasAttnChunks.Load()-chunks
+		e.T.Logf("the BLAS ran %d f32 attention calls in %d chunks", calls, chunks)
+		if g.blas != nil && (calls == 0 || chunks <= calls) {
+			e.T.Errorf("BLAS open, but %d f32 attention calls in %d chunks ran through it", calls, chunks)
+		}
+	}},
 	{Name: "conv3d_tiers", Fn: testConvTiers},
+}
+
+// TestAttentionBLASBudget: the f32 attention through the BLAS takes its
+// chunk of queries from the free budget, several chunks when little is
+// free, and matches the CPU op; without room the flash kernel runs.
+func TestAttentionBLASBudget(t *testing.T) {
+	g := newGPU(t, Options{})
+	if g.blas == nil {
+		t.Skip("no BLAS: the f32 attention runs the flash kernel")
+	}
+	const B, Lq, Lk, H, D = 1, 1500, 1401, 4, 64
+	backendtest.Run(t, g, backendtest.Case{Name: "attention_budget", Fn: func(e *backendtest.Env) {
+		q := e.Pair(e.Rand(tensor.F32, -2, 2, B, Lq, H, D))
+		k := e.Pair(e.Rand(tensor.F32, -2, 2, B, Lk, H, D))
+		v := e.Pair(e.Rand(tensor.F32, -2, 2, B, Lk, H, D))
+		km := e.Rand(tensor.F32, 0, 1, B, Lk)
+		for i, f := range km.Float32s() {
+			km.Float32s()[i] = float32(min(1, int(f*2+0.5)))
+		}
+		kms := e.Pair(km)
+		var o [3][2]*tensor.Tensor
+		for i := range o {
+			o[i] = e.Out(tensor.F32, B, Lq, H, D)
+		}
+		// 16 MiB free: 8 MiB of scores, a few hundred queries a chunk.
+		// (The budget is capped for the chunk's choice: a buffer filling
+		// it is refused by the device pool, which the test's other
+		// backends share.)
+		defer func(n int64) { attnRoomCap = n }(attnRoomCap)
+		attnRoomCap = 16 << 20
+		for c, causal := range []bool{false, true} {
+			var p [2]tensor.AttnParams
+			for i := range p {
+				p[i] = tensor.AttnParams{Causal: causal, KeyMask: kms[i]}
+			}
+			calls, chunks := g.BLASAttentionCalls(), g.blasAttnChunks.Load()
+			e.Run("attention", func(i int) error { return e.Backend(i).Attention(o[c][i], q[i], k[i], v[i], p[i]) })
+			calls, chunks = g.BLASAttentionCalls()-calls, g.blasAttnChunks.Load()-chunks
+			if calls != 1 || chunks < 2 {
+				e.T.Errorf("causal %v: %d BLAS attention calls in %d chunks, want 1 in several", causal, calls, chunks)
+			}
+			e.T.Logf("causal %v: %d queries in %d chunks", causal, Lq, chunks)
+			e.Compare(fmt.Sprintf("attention f32 causal %v, chunked by the budget", causal), o[c], 20, 1)
+		}
+		// No room for the scores: the flash kernel.
+		attnRoomCap = 0
+		calls := g.BLASAttentionCalls()
+		e.Run("attention", func(i int) error { return e.Backend(i).Attention(o[2][i], q[i], k[i], v[i], tensor.AttnParams{}) })
+		if n := g.BLASAttentionCalls() - calls; n != 0 {
+			e.T.Errorf("%d BLAS attention calls without room for the scores", n)
+		}
+		e.Compare("attention f32 on the flash kernel without room", o[2], 20, 1)
+	}})
 }
 
 // TestPrecompiledKernels loads every kernel module on this GPU with the disk
