@@ -24,9 +24,10 @@ import (
 // gives the frames and latents of sequential loads, and the budget holds. Where the models do not all fit, the transformer loads
 // when the first section needs it.
 func TestTransformerLoadsEarly(t *testing.T) {
+	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	req := smallRequest(testImage(t))
 	req.Seconds = 0.8 // two sections
-	run := func(t *testing.T, sequential bool, cp, preserve int64) (*Result, string, *Pipeline) {
+	run := func(t *testing.T, sequential bool, cp, preserve int64, req Request) (*Result, string, *Pipeline) {
 		var logs bytes.Buffer
 		p, err := Load(tinyDir(t), Options{Device: DeviceCPU, DType: tensor.F32, SequentialLoads: sequential,
 			Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter()), &slog.HandlerOptions{Level: slog.LevelDebug}))})
@@ -53,11 +54,11 @@ func TestTransformerLoadsEarly(t *testing.T) {
 		t.Fatal("no transformer load")
 		return ModelLoad{}
 	}
-	seq, _, _ := run(t, true, 1<<30, 0)
+	seq, _, _ := run(t, true, 1<<30, 0, req)
 	if transformerLoad(seq).Overlapped {
 		t.Error("SequentialLoads loaded the transformer beside the encoders")
 	}
-	res, logs, p := run(t, false, 1<<30, 0)
+	res, logs, p := run(t, false, 1<<30, 0, req)
 	if !p.keepAll() {
 		t.Fatal("the tiny model does not fit 1 GiB at once")
 	}
@@ -78,8 +79,11 @@ func TestTransformerLoadsEarly(t *testing.T) {
 		}
 	}
 
-	// Not every model fits at once: nothing loads early.
-	small, logs, p := run(t, false, 64<<20, 61<<20)
+	// Not every model fits at once: nothing loads early (decided before
+	// the first section: one is enough).
+	one := req
+	one.Seconds = 0.2
+	small, logs, p := run(t, false, 64<<20, 61<<20, one)
 	if p.keepAll() {
 		t.Fatal("the tiny model fits the small budget at once")
 	}

@@ -122,6 +122,7 @@ func smallRequest(img *section.RGB) Request {
 }
 
 func TestGenerateTiny(t *testing.T) {
+	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	p := loadTiny(t)
 	img := testImage(t)
 	for _, c := range []struct {

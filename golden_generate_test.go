@@ -28,6 +28,7 @@ var goldenGenerateCases = []string{"generate_i2v", "generate_i2v_teacache"}
 // pixels before their conversion to uint8, each section's padding, frames
 // and TeaCache skips.
 func TestGoldenGenerateI2V(t *testing.T) {
+	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	dir, err := golden.Dir()
 	if err != nil {
 		t.Skipf("golden: %v", err)
@@ -53,12 +54,18 @@ func TestGoldenGenerateI2V(t *testing.T) {
 // TestGoldenGenerateF1 is TestGoldenGenerateI2V for FramePack-F1's forward
 // sections (demo_gradio_f1.py's worker, the tiny model's weights standing in
 // for F1's): the case generate_f1.
-func TestGoldenGenerateF1(t *testing.T) { goldenGenerateCase(t, "generate_f1") }
+func TestGoldenGenerateF1(t *testing.T) {
+	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
+	goldenGenerateCase(t, "generate_f1")
+}
 
 // TestGoldenGenerateEndImage is TestGoldenGenerateI2V with an end image as
 // ComfyUI-FramePackWrapper uses it (end_latent, linear embed interpolation):
 // the case generate_end_image, whose start and end latents are compared too.
-func TestGoldenGenerateEndImage(t *testing.T) { goldenGenerateCase(t, "generate_end_image") }
+func TestGoldenGenerateEndImage(t *testing.T) {
+	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
+	goldenGenerateCase(t, "generate_end_image")
+}
 
 // TestGoldenGenerateMagCache is TestGoldenGenerateI2V with
 // MagCache4FramePack's MagCache (magcache_demo_gradio.py's ratios and

@@ -16,6 +16,7 @@ import (
 // where the decode and the sampling do not fit together the planner decodes
 // first, and the budget is never exceeded.
 func TestDecodeOverlap(t *testing.T) {
+	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	img := testImage(t)
 	req := smallRequest(img)
 	req.Seconds = 1.2 // three sections

@@ -38,6 +38,7 @@ func generateRanks(t *testing.T, n int, req Request) []*Result {
 // the one-rank latents and video on rank 0; the other ranks return the
 // latents and no frames.
 func TestParallelGenerate(t *testing.T) {
+	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	img := testImage(t)
 	// One rank's result for each request, shared by the cases that ask
 	// the same (the CFG cases on 2 and 4 ranks).

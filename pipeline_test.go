@@ -13,6 +13,7 @@ import (
 // second call loads nothing, and under a cap that does not hold them all
 // (with room for activations) it loads them again.
 func TestPipelineStaysLoaded(t *testing.T) {
+	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	img := testImage(t)
 	reqs := []Request{smallRequest(img), smallRequest(img)}
 	reqs[0].Seconds, reqs[0].Steps = 0.2, 2

@@ -13,6 +13,7 @@ import (
 // prompted "A blue boat." throughout, the video as a whole not; a timed
 // prompt naming one prompt twice is that prompt.
 func TestGenerateTimedPrompt(t *testing.T) {
+	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	p := loadTiny(t)
 	req := smallRequest(testImage(t))
 	req.Seconds, req.Steps, req.PromptBlend = 0.8, 2, 0

@@ -28,6 +28,7 @@ func (b *trimCounter) HostBacked() bool {
 // unload leaves its owner holding 0 bytes and trims the pools; under a
 // small budget the transformer is gone before each decode.
 func TestGenerateResidency(t *testing.T) {
+	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	owners := []string{PartTextEncoder, PartTextEncoder2, PartImageEncoder, PartVAE, PartTransformer}
 	for _, c := range []struct {
 		name          string

@@ -14,6 +14,7 @@ import (
 // time order, and the video grows at its end (its first frames, decoded
 // from the first section only, stay put).
 func TestGenerateF1(t *testing.T) {
+	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	p := loadTiny(t)
 	req := smallRequest(testImage(t))
 	req.Model = ModelF1
@@ -73,12 +74,16 @@ func TestGenerateF1(t *testing.T) {
 // TestGenerateEndImage checks that the end image conditions the run and
 // that each embedding interpolation is its own video; F1 refuses it.
 func TestGenerateEndImage(t *testing.T) {
+	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	p := loadTiny(t)
 	img := testImage(t)
 	end := &section.RGB{W: img.W, H: img.H, Pix: slices.Clone(img.Pix)}
 	slices.Reverse(end.Pix) // turned 180° (and BGR)
 	req := smallRequest(img)
-	req.Seconds, req.Steps = 1.2, 2
+	// Two sections: the end image conditions the first generated, and the
+	// linear interpolation moves from one embedding to the other over
+	// them (TestGoldenGenerateEndImage checks three against the reference).
+	req.Seconds, req.Steps = 0.8, 2
 	plain, err := p.Generate(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
