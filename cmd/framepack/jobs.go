@@ -112,6 +112,9 @@ func runJobs(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *even
 				return err
 			}
 			defer p.Close()
+			if !isFollower() {
+				notice(log, "device: "+p.Device())
+			}
 			load = time.Since(began)
 		}
 		set, err := js.f.settings(dir, tiny)
