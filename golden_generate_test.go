@@ -47,7 +47,10 @@ func TestGoldenGenerateI2V(t *testing.T) {
 		t.Logf("golden: the case %s is absent from %s", n, dir)
 	}
 	for _, c := range golden.Cases(t, "generate") {
-		t.Run(c.Name, func(t *testing.T) { goldenGenerate(t, c) })
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			goldenGenerate(t, c)
+		})
 	}
 }
 

@@ -54,21 +54,24 @@ func TestDecodeOverlap(t *testing.T) {
 			t.Errorf("the overlapped path's frames or latents differ from the sequential path's")
 		}
 	}
-	res, ov := run(t, false, 0)
-	if want := []bool{true, true, false}; !slices.Equal(ov, want) {
-		t.Errorf("overlapped sections %v, want %v (all but the last)", ov, want)
-	}
-	same(t, res, seq)
-	for _, s := range res.Sections {
-		if s.Decode <= 0 || s.Frames == 0 {
-			t.Errorf("section %d: decode %v, %d frames", s.Index, s.Decode, s.Frames)
+	t.Run("uncapped", func(t *testing.T) {
+		t.Parallel()
+		res, ov := run(t, false, 0)
+		if want := []bool{true, true, false}; !slices.Equal(ov, want) {
+			t.Errorf("overlapped sections %v, want %v (all but the last)", ov, want)
 		}
-		// On the CPU the whole decode runs beside the sampling: nothing
-		// of it in line.
-		if s.DecodeInline != 0 {
-			t.Errorf("section %d: %v of the decode in line on the CPU", s.Index, s.DecodeInline)
+		same(t, res, seq)
+		for _, s := range res.Sections {
+			if s.Decode <= 0 || s.Frames == 0 {
+				t.Errorf("section %d: decode %v, %d frames", s.Index, s.Decode, s.Frames)
+			}
+			// On the CPU the whole decode runs beside the sampling: nothing
+			// of it in line.
+			if s.DecodeInline != 0 {
+				t.Errorf("section %d: %v of the decode in line on the CPU", s.Index, s.DecodeInline)
+			}
 		}
-	}
+	})
 
 	// The tiny model's weights are about 9 MiB, a section's decode at this
 	// size a few; at 12 MiB the decode and the sampling no longer fit
@@ -77,22 +80,25 @@ func TestDecodeOverlap(t *testing.T) {
 		cap     int64
 		overlap bool
 	}{{1 << 30, true}, {12 << 20, false}} {
-		res, ov := run(t, false, c.cap)
-		t.Logf("cap %s: overlapped %v, peak %s", memory.FormatBytes(c.cap), ov, memory.FormatBytes(res.PeakBytes))
-		if slices.Contains(ov, true) != c.overlap {
-			t.Errorf("cap %s: overlapped %v", memory.FormatBytes(c.cap), ov)
-		}
-		// The sequential path under the same cap decodes with the tiling
-		// the overlapped path planned. Where that is the uncapped run's
-		// tiling, that run is the same computation, so the default suite
-		// compares with it; otherwise (and in the full suite) the
-		// sequential path runs under the cap.
-		if testmode.Full() || !sameTilings(res, seq) {
-			capped, _ := run(t, true, c.cap)
-			same(t, res, capped)
-		} else {
-			same(t, res, seq)
-		}
+		t.Run(memory.FormatBytes(c.cap), func(t *testing.T) {
+			t.Parallel()
+			res, ov := run(t, false, c.cap)
+			t.Logf("cap %s: overlapped %v, peak %s", memory.FormatBytes(c.cap), ov, memory.FormatBytes(res.PeakBytes))
+			if slices.Contains(ov, true) != c.overlap {
+				t.Errorf("cap %s: overlapped %v", memory.FormatBytes(c.cap), ov)
+			}
+			// The sequential path under the same cap decodes with the
+			// tiling the overlapped path planned. Where that is the
+			// uncapped run's tiling, that run is the same computation, so
+			// the default suite compares with it; otherwise (and in the
+			// full suite) the sequential path runs under the cap.
+			if testmode.Full() || !sameTilings(res, seq) {
+				capped, _ := run(t, true, c.cap)
+				same(t, res, capped)
+			} else {
+				same(t, res, seq)
+			}
+		})
 	}
 }
 

@@ -3,6 +3,7 @@ package framepack
 import (
 	"fmt"
 	"math"
+	"sync"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/numcmp"
@@ -41,8 +42,9 @@ func TestParallelGenerate(t *testing.T) {
 	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	img := testImage(t)
 	// One rank's result for each request, shared by the cases that ask
-	// the same (the CFG cases on 2 and 4 ranks).
-	oneRank := map[string]*Result{}
+	// the same (the CFG cases on 2 and 4 ranks), which run side by side.
+	var mu sync.Mutex
+	oneRank := map[string]func() *Result{}
 	for _, c := range []struct {
 		name     string
 		ranks    int
@@ -55,15 +57,22 @@ func TestParallelGenerate(t *testing.T) {
 		{"cfg_teacache_2", 2, 3, true}, // TeaCache keeps both passes on every rank
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			req := smallRequest(img)
 			req.Seconds = 0.8 // 2 sections
 			req.CFG, req.TeaCache = c.cfg, c.teacache
 			req.NegativePrompt = "blurry"
 			key := fmt.Sprint(req.CFG, req.TeaCache)
-			want := oneRank[key]
+			mu.Lock()
+			ref := oneRank[key]
+			if ref == nil {
+				ref = sync.OnceValue(func() *Result { return generateRanks(t, 1, req)[0] })
+				oneRank[key] = ref
+			}
+			mu.Unlock()
+			want := ref()
 			if want == nil {
-				want = generateRanks(t, 1, req)[0]
-				oneRank[key] = want
+				t.Fatal("the one-rank run failed (in the case that made it)")
 			}
 			got := generateRanks(t, c.ranks, req)
 			for r, res := range got {

@@ -35,6 +35,7 @@ func TestPipelineStaysLoaded(t *testing.T) {
 		keep          bool
 	}{{"fits", 1 << 30, 0, true}, {"not all at once", 128 << 20, 0, false}} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			p := loadTiny(t)
 			p.be = memory.Budgeted(p.dev.CPU, memory.Budget{Device: "test", Total: c.cap, Cap: c.cap, Preserve: c.preserve})
 			p.dev.Backend = p.be // the decode plans in its room

@@ -39,6 +39,7 @@ func TestGenerateResidency(t *testing.T) {
 		{"small budget", 64 << 20, 60 << 20, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			p, logs := loadTinyLogged(t, Options{})
 			tc := &trimCounter{Backend: p.dev.CPU}
 			p.be = memory.Budgeted(tc, memory.Budget{Device: "counted", Total: c.cap, Cap: c.cap, Preserve: c.preserve})

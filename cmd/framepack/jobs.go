@@ -86,6 +86,9 @@ func runJobs(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *even
 				return err
 			}
 			defer p.Close()
+			if !isFollower() {
+				notice(log, "device: "+p.Device())
+			}
 			load = time.Since(began)
 		}
 		img, err := js.f.loadImages()
