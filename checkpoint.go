@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/tensor"
 )
 
@@ -32,10 +31,14 @@ type Checkpoint struct {
 	LatentWindowSize int
 	Steps            int
 	// History is the history latents (section.History.Latents: the
-	// generated frames and the zero context frames, host f32) of which
-	// Generated are generated.
+	// generated frames and the zero context frames, or a video
+	// extension's input latents, host f32) of which Generated are
+	// generated.
 	History   *tensor.Tensor
 	Generated int
+	// VideoLatents is, for a video extension (Request.Video), the input
+	// video's latent frames the history holds; 0 for an image's.
+	VideoLatents int
 	// Noise is the sections' noise generator after this section's draw
 	// (sampler.TorchGenerator.MarshalBinary).
 	Noise []byte
@@ -57,6 +60,7 @@ type checkpointHeader struct {
 	LatentWindowSize int       `json:"window"`
 	Steps            int       `json:"steps"`
 	Generated        int       `json:"generated"`
+	VideoLatents     int       `json:"video_latents,omitempty"`
 	Noise            []byte    `json:"noise"`
 	History          tensorRef `json:"history"`
 	Pixels           tensorRef `json:"pixels"`
@@ -78,7 +82,7 @@ func (c *Checkpoint) MarshalBinary() ([]byte, error) {
 	}
 	hist, px := tensor.ToHost(c.History), tensor.ToHost(c.Pixels)
 	h, err := json.Marshal(checkpointHeader{Section: c.Section, Sections: c.Sections, Model: c.Model, Seed: c.Seed,
-		LatentWindowSize: c.LatentWindowSize, Steps: c.Steps, Generated: c.Generated, Noise: c.Noise,
+		LatentWindowSize: c.LatentWindowSize, Steps: c.Steps, Generated: c.Generated, VideoLatents: c.VideoLatents, Noise: c.Noise,
 		History: refOf(hist), Pixels: refOf(px)})
 	if err != nil {
 		return nil, err
@@ -133,7 +137,7 @@ func UnmarshalCheckpoint(b []byte) (*Checkpoint, error) {
 		return t, nil
 	}
 	c := &Checkpoint{Section: h.Section, Sections: h.Sections, Model: h.Model, Seed: h.Seed, LatentWindowSize: h.LatentWindowSize,
-		Steps: h.Steps, Generated: h.Generated, Noise: h.Noise}
+		Steps: h.Steps, Generated: h.Generated, VideoLatents: h.VideoLatents, Noise: h.Noise}
 	var err error
 	if c.History, err = take(h.History, "history latents"); err != nil {
 		return bad("%v", err)
@@ -154,7 +158,15 @@ func (j *job) checkpoint(l *sectionLoop, index int) *Checkpoint {
 	noise, _ := l.rnd.MarshalBinary()
 	return &Checkpoint{Section: index, Sections: l.plan.Sections, Model: j.req.model(), Seed: j.req.Seed,
 		LatentWindowSize: j.req.LatentWindowSize, Steps: j.req.Steps, History: l.history.Latents, Generated: l.history.Generated,
-		Noise: noise}
+		VideoLatents: l.history.VideoLatents(), Noise: noise}
+}
+
+// videoOrImage names what a history of videoLatents input latents extends.
+func videoOrImage(videoLatents int) string {
+	if videoLatents == 0 {
+		return "an image"
+	}
+	return fmt.Sprintf("a video of %d latent frames", videoLatents)
 }
 
 // model is Request.Model with "" read as ModelFramePack.
@@ -183,9 +195,15 @@ func (j *job) resume(l *sectionLoop, h, w int) error {
 		return fmt.Errorf("framepack: resume: the checkpoint has %d sections, this request %d", c.Sections, l.plan.Sections)
 	case c.Section < 1 || c.Section > c.Sections:
 		return fmt.Errorf("framepack: resume: the checkpoint is after section %d of %d", c.Section, c.Sections)
+	case c.VideoLatents != l.history.VideoLatents():
+		return fmt.Errorf("framepack: resume: the checkpoint extends %s, this request %s",
+			videoOrImage(c.VideoLatents), videoOrImage(l.history.VideoLatents()))
 	}
+	// The history's frames that are not generated: the zero context
+	// frames, or a video extension's input latents.
+	fixed := l.history.Latents.Dim(2) - l.history.Generated
 	hs := c.History.Shape()
-	if len(hs) != 5 || hs[0] != 1 || hs[1] != 16 || hs[2] != c.Generated+section.HistoryContext || hs[3] != h || hs[4] != w ||
+	if len(hs) != 5 || hs[0] != 1 || hs[1] != 16 || hs[2] != c.Generated+fixed || hs[3] != h || hs[4] != w ||
 		c.History.DType() != tensor.F32 {
 		return fmt.Errorf("framepack: resume: history latents %v %s with %d generated do not fit this request's %d×%d latents",
 			hs, c.History.DType(), c.Generated, w, h)
@@ -199,10 +217,11 @@ func (j *job) resume(l *sectionLoop, h, w int) error {
 		return fmt.Errorf("framepack: resume: %w", err)
 	}
 	// Copies: the history grows by new tensors, but the video so far is
-	// freed by the soft append once replaced.
+	// freed by the soft append once replaced. The history keeps what the
+	// request made of it (its variant, a video extension's input).
 	lat := tensor.New(tensor.F32, hs...)
 	copy(lat.HostBytes(), tensor.ToHost(c.History).HostBytes())
-	l.history = &section.History{Latents: lat, Generated: c.Generated, Forward: l.plan.Forward}
+	l.history.Latents, l.history.Generated = lat, c.Generated
 	px := tensor.New(c.Pixels.DType(), ps...)
 	copy(px.HostBytes(), tensor.ToHost(c.Pixels).HostBytes())
 	l.pixels = l.video.To(px)

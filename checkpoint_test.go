@@ -3,20 +3,35 @@ package framepack
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 )
 
 // A job resumed from the checkpoint after each of its sections — marshalled
 // and read back, as a server stores it — makes the video and latents of
-// the run that never stopped, bit for bit, with either model.
+// the run that never stopped, bit for bit, with either model, from an
+// image or extending a video (the input before the new frames, or not).
 func TestResumeFromCheckpoint(t *testing.T) {
 	p := loadTiny(t)
 	img := testImage(t)
-	for _, model := range []string{ModelFramePack, ModelF1} {
-		t.Run(model, func(t *testing.T) {
+	frames := testVideo(t, 20)
+	for _, c := range []struct {
+		name, model    string
+		video, newOnly bool
+	}{
+		{ModelFramePack, ModelFramePack, false, false},
+		{ModelF1, ModelF1, false, false},
+		{"video", ModelFramePack, true, false},
+		{"video-f1-new-only", ModelF1, true, true},
+	} {
+		model := c.model
+		t.Run(c.name, func(t *testing.T) {
 			req := smallRequest(img)
 			req.Model = model
 			req.Seconds, req.Steps = 1.2, 2 // 3 sections
+			if c.video {
+				req.RGB, req.Video, req.VideoContextFrames, req.VideoNewOnly = nil, frames, 2, c.newOnly
+			}
 			var ckpts [][]byte
 			req.Progress = func(pr Progress) {
 				if pr.Stage != StageSectionDone {
@@ -59,12 +74,23 @@ func TestResumeFromCheckpoint(t *testing.T) {
 					t.Errorf("resumed after section %d of 3: the latents differ", k+1)
 				}
 			}
-			// A checkpoint of another request is refused.
-			c, _ := UnmarshalCheckpoint(ckpts[0])
+			// A checkpoint of another request is refused: another seed, an
+			// image's for a video or a video's for an image.
+			ck, _ := UnmarshalCheckpoint(ckpts[0])
 			r := req
-			r.Progress, r.Resume, r.Seed = nil, c, req.Seed+1
+			r.Progress, r.Resume, r.Seed = nil, ck, req.Seed+1
 			if _, err := p.Generate(context.Background(), r); err == nil {
 				t.Error("a checkpoint of another seed was accepted")
+			}
+			r = req
+			r.Progress, r.Resume = nil, ck
+			if c.video {
+				r.RGB, r.Video = img, nil
+			} else {
+				r.RGB, r.Video, r.VideoContextFrames = nil, frames, 2
+			}
+			if _, err := p.Generate(context.Background(), r); err == nil || !strings.Contains(err.Error(), "the checkpoint extends") {
+				t.Errorf("the checkpoint of an image for a video, or the other way: %v", err)
 			}
 		})
 	}

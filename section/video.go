@@ -127,6 +127,15 @@ func NewVideoHistory(video *tensor.Tensor, forward bool, contextFrames int) (*Hi
 	return &History{Latents: Frames(v, 0, v.Dim(2)), Forward: forward, video: v, contextFrames: contextFrames}, nil
 }
 
+// VideoLatents is how many latent frames of input video the history holds
+// (0 unless it is a video extension's).
+func (hs *History) VideoLatents() int {
+	if hs.video == nil {
+		return 0
+	}
+	return hs.video.Dim(2)
+}
+
 // VideoContext is section i's layout and context in a video extension
 // (Studio's video_prepare_clean_latents_and_indices for backward plans,
 // video_f1_prepare_clean_latents_and_indices for forward ones): the
