@@ -13,6 +13,7 @@ import (
 const (
 	FileImage      = "image"       // the start image as uploaded
 	FileEndImage   = "end_image"   // the end image as uploaded
+	FileInputVideo = "input_video" // the video to extend, as uploaded
 	FileCheckpoint = "checkpoint"  // framepack.Checkpoint after the last finished section
 	FilePartial    = "partial.mp4" // the video so far
 	FileVideo      = "video.mp4"   // the finished video
@@ -20,7 +21,7 @@ const (
 	FileThumbnail  = "thumbnail.png"
 )
 
-var fileNames = []string{FileImage, FileEndImage, FileCheckpoint, FilePartial, FileVideo, FileSettings, FileThumbnail}
+var fileNames = []string{FileImage, FileEndImage, FileInputVideo, FileCheckpoint, FilePartial, FileVideo, FileSettings, FileThumbnail}
 
 // ErrNoFile is a job's file that is not stored.
 var ErrNoFile = errors.New("no such file")

@@ -29,6 +29,8 @@ type Job struct {
 	Settings Settings `json:"settings"`
 	Image    *File    `json:"image,omitempty"`
 	EndImage *File    `json:"end_image,omitempty"`
+	// Video is the video the job extends, uploaded in place of Image.
+	Video *File `json:"video,omitempty"`
 
 	Created  time.Time  `json:"created"`
 	Started  *time.Time `json:"started,omitempty"`
@@ -52,7 +54,8 @@ type Job struct {
 	Result          *Result `json:"result,omitempty"`
 }
 
-// File is an uploaded image.
+// File is an uploaded image or video (Type video/mp4, video/webm, … or
+// application/octet-stream, from the content).
 type File struct {
 	// Name is the client's file name, for display only (never a path).
 	Name   string `json:"name,omitempty"`
@@ -61,6 +64,11 @@ type File struct {
 	Width  int    `json:"width"`
 	Height int    `json:"height"`
 	SHA256 string `json:"sha256"`
+
+	// A video's frame count, codec and frame rate.
+	Frames int     `json:"frames,omitempty"`
+	Codec  string  `json:"codec,omitempty"`
+	FPS    float64 `json:"fps,omitempty"`
 }
 
 // Result describes a finished job's video.
@@ -78,6 +86,9 @@ type Result struct {
 	FramesSHA256 string `json:"frames_sha256"`
 	// Generate is the seconds spent generating (all runs of the job).
 	Generate float64 `json:"generate_seconds"`
+	// InputFrames is how many of Frames are the input video's (a video
+	// extended without new_only), before the new ones.
+	InputFrames int `json:"input_frames,omitempty"`
 }
 
 // Settings are a job's generation settings: the body of POST /api/jobs's
@@ -109,6 +120,21 @@ type Settings struct {
 	Preserve string `json:"preserve,omitempty"`
 	// LoRA are files of the server's LoRA folder, by name, with weights.
 	LoRA []LoRA `json:"lora,omitempty"`
+
+	// Cache is the step cache: teacache, magcache or none; "" leaves it to
+	// TeaCache (true: teacache, false: none), the older switch.
+	Cache string `json:"cache,omitempty"`
+	// CacheThreshold is the cache's threshold (0: the cache's default);
+	// MagCacheK and MagCacheRetention are MagCache's knobs (nil: its
+	// defaults), kept with cache magcache only.
+	CacheThreshold    float64  `json:"cache_threshold,omitempty"`
+	MagCacheK         *int     `json:"magcache_k,omitempty"`
+	MagCacheRetention *float64 `json:"magcache_retention,omitempty"`
+
+	// With a video (Job.Video): the context frames (0: the default) and
+	// whether the result is the new frames alone.
+	VideoContextFrames int  `json:"video_context_frames,omitempty"`
+	NewOnly            bool `json:"new_only,omitempty"`
 }
 
 // LoRA is one LoRA of a job.

@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"mime"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -25,9 +26,11 @@ import (
 
 	_ "golang.org/x/image/webp"
 
+	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/farm"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/section"
+	"github.com/framepack-go/framepack/video"
 	"github.com/framepack-go/framepack/worker"
 )
 
@@ -43,7 +46,13 @@ type jobView struct {
 
 func viewOf(j *farm.Job) jobView {
 	base := "/api/jobs/" + j.ID
-	links := map[string]string{"self": base, "events": base + "/events", "image": base + "/image", "thumbnail": base + "/thumbnail"}
+	links := map[string]string{"self": base, "events": base + "/events", "thumbnail": base + "/thumbnail"}
+	if j.Image != nil {
+		links["image"] = base + "/image"
+	}
+	if j.Video != nil {
+		links["input_video"] = base + "/input-video"
+	}
 	if j.EndImage != nil {
 		links["end_image"] = base + "/end-image"
 	}
@@ -197,7 +206,17 @@ func (s *Server) file(name, ctype string) http.HandlerFunc {
 		ct := ctype
 		switch name {
 		case farm.FileImage:
+			if j.Image == nil {
+				writeError(w, http.StatusNotFound, "the job has no start image: it extends a video (input-video)")
+				return
+			}
 			ct = j.Image.Type
+		case farm.FileInputVideo:
+			if j.Video == nil {
+				writeError(w, http.StatusNotFound, "the job extends no video")
+				return
+			}
+			ct = j.Video.Type
 		case farm.FileEndImage:
 			if j.EndImage == nil {
 				writeError(w, http.StatusNotFound, "the job has no end image")
@@ -223,20 +242,22 @@ func (s *Server) file(name, ctype string) http.HandlerFunc {
 		}
 		w.Header().Set("Content-Type", ct)
 		if r.URL.Query().Get("download") != "" {
-			ext := map[string]string{"video/mp4": ".mp4", "application/json": ".json", "image/png": ".png", "image/jpeg": ".jpg", "image/webp": ".webp"}[ct]
+			ext := map[string]string{"video/mp4": ".mp4", "application/json": ".json", "image/png": ".png", "image/jpeg": ".jpg", "image/webp": ".webp",
+				"video/webm": ".webm", "video/avi": ".avi"}[ct]
 			w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": "framepack-" + j.ID + "-" + strings.TrimSuffix(name, filepath.Ext(name)) + ext}))
 		}
 		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
 	}
 }
 
-// thumbnail is the finished video's thumbnail, or the start image.
+// thumbnail is the finished video's thumbnail, or the start image; for a
+// job extending a video, until it is done, the video's last frame.
 func (s *Server) thumbnail(w http.ResponseWriter, r *http.Request) {
 	j := s.job(w, r)
 	if j == nil {
 		return
 	}
-	if j.Status == farm.Done {
+	if j.Status == farm.Done || j.Video != nil {
 		s.file(farm.FileThumbnail, "image/png")(w, r)
 		return
 	}
@@ -264,6 +285,12 @@ type upload struct {
 	imageFile  *farm.File
 	endFile    *farm.File
 	start, fin *section.RGB
+	// A video to extend, in place of the image: as uploaded, then read
+	// (settings: its frames depend on the resolution).
+	video      []byte
+	videoName  string
+	videoFile  *farm.File
+	videoThumb []byte
 }
 
 // submit is POST /api/jobs.
@@ -284,9 +311,9 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, err.Error())
 		return
 	}
-	set, err := s.settings(up)
+	set, status, err := s.settings(r.Context(), up)
 	if err != nil {
-		writeError(w, http.StatusUnprocessableEntity, err.Error())
+		writeError(w, status, err.Error())
 		return
 	}
 	if n := s.hub.counts()[farm.Queued]; n >= s.cfg.MaxQueued {
@@ -300,14 +327,14 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Room for the uploads and, roughly, the video and a checkpoint.
-	if need := int64(len(up.image)+len(up.end)) + 1<<20; stored+need > s.f.MaxStoredBytes() {
+	if need := int64(len(up.image)+len(up.end)+len(up.video)) + 1<<20; stored+need > s.f.MaxStoredBytes() {
 		writeError(w, http.StatusInsufficientStorage, fmt.Sprintf("the file store is full: %s of %s used; delete finished jobs to make room",
 			memory.FormatBytes(stored), memory.FormatBytes(s.f.MaxStoredBytes())))
 		return
 	}
 
 	now := time.Now().UTC()
-	job := &farm.Job{ID: farm.NewID(now), Settings: *set, Image: up.imageFile, EndImage: up.endFile, Created: now}
+	job := &farm.Job{ID: farm.NewID(now), Settings: *set, Image: up.imageFile, EndImage: up.endFile, Video: up.videoFile, Created: now}
 	var idemKey string
 	if key != "" {
 		h := sha256.Sum256([]byte(key))
@@ -318,6 +345,8 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		body.Write(up.image)
 		body.Write([]byte{0})
 		body.Write(up.end)
+		body.Write([]byte{0})
+		body.Write(up.video)
 		prev, same, err := s.f.Idempotent(ctx, idemKey, hex.EncodeToString(body.Sum(nil)), job.ID)
 		switch {
 		case err != nil:
@@ -346,12 +375,21 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		if idemKey != "" {
 			s.f.ForgetIdempotent(context.Background(), idemKey)
 		}
-		s.f.DeleteFiles(context.Background(), job.ID, farm.FileImage, farm.FileEndImage)
+		s.f.DeleteFiles(context.Background(), job.ID, farm.FileImage, farm.FileEndImage, farm.FileInputVideo, farm.FileThumbnail)
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 	}
-	if err := s.f.PutBytes(ctx, job.ID, farm.FileImage, up.image); err != nil {
-		fail(err)
-		return
+	files := []struct {
+		name string
+		b    []byte
+	}{{farm.FileImage, up.image}, {farm.FileInputVideo, up.video}, {farm.FileThumbnail, up.videoThumb}}
+	for _, f := range files {
+		if f.b == nil {
+			continue
+		}
+		if err := s.f.PutBytes(ctx, job.ID, f.name, f.b); err != nil {
+			fail(err)
+			return
+		}
 	}
 	if up.end != nil {
 		if err := s.f.PutBytes(ctx, job.ID, farm.FileEndImage, up.end); err != nil {
@@ -378,8 +416,9 @@ func clip(s string, n int) string {
 	return string([]rune(s)[:n]) + "…"
 }
 
-// readUpload reads the multipart body: "settings" (JSON), "image" and
-// optionally "end_image". It returns the HTTP status for an error.
+// readUpload reads the multipart body: "settings" (JSON), "image" or
+// "video", and optionally "end_image". It returns the HTTP status for an
+// error. A video is read later, with the settings.
 func (s *Server) readUpload(r *http.Request) (*upload, int, error) {
 	mr, err := r.MultipartReader()
 	if err != nil {
@@ -399,10 +438,10 @@ func (s *Server) readUpload(r *http.Request) (*upload, int, error) {
 		switch name {
 		case "settings":
 			limit = maxSettingsBytes
-		case "image", "end_image":
+		case "image", "end_image", "video":
 			limit = s.cfg.MaxUpload
 		default:
-			return nil, http.StatusBadRequest, fmt.Errorf("unknown part %q: send \"image\", \"settings\" and optionally \"end_image\"", name)
+			return nil, http.StatusBadRequest, fmt.Errorf("unknown part %q: send \"image\" (or \"video\"), \"settings\" and optionally \"end_image\"", name)
 		}
 		b, err := io.ReadAll(io.LimitReader(p, limit+1))
 		if err != nil {
@@ -417,6 +456,14 @@ func (s *Server) readUpload(r *http.Request) (*upload, int, error) {
 				return nil, http.StatusBadRequest, errors.New("two \"settings\" parts")
 			}
 			up.settings = b
+		case "video":
+			switch {
+			case up.video != nil:
+				return nil, http.StatusBadRequest, errors.New("two \"video\" parts")
+			case len(b) == 0:
+				return nil, http.StatusBadRequest, errors.New("the video is empty")
+			}
+			up.video, up.videoName = b, displayName(p.FileName())
 		case "image", "end_image":
 			what := map[string]string{"image": "image", "end_image": "end image"}[name]
 			if (name == "image" && up.image != nil) || (name == "end_image" && up.end != nil) {
@@ -433,8 +480,11 @@ func (s *Server) readUpload(r *http.Request) (*upload, int, error) {
 			}
 		}
 	}
-	if up.image == nil {
-		return nil, http.StatusBadRequest, errors.New("no \"image\" part: send the start image")
+	switch {
+	case up.image == nil && up.video == nil:
+		return nil, http.StatusBadRequest, errors.New("no \"image\" part: send the start image (or a \"video\" to extend)")
+	case up.image != nil && up.video != nil:
+		return nil, http.StatusBadRequest, errors.New("an \"image\" and a \"video\": send one, the start image or the video to extend")
 	}
 	return up, 0, nil
 }
@@ -499,55 +549,149 @@ func displayName(name string) string {
 }
 
 // settings reads and checks a submission's settings on top of the
-// defaults.
-func (s *Server) settings(up *upload) (*farm.Settings, error) {
+// defaults, and its video if it has one. It returns the HTTP status for an
+// error.
+func (s *Server) settings(ctx context.Context, up *upload) (*farm.Settings, int, error) {
+	bad := http.StatusUnprocessableEntity
 	set := s.cfg.Defaults
-	set.LoRA = nil
+	// The decoder writes through pointers: the defaults' are not shared.
+	set.LoRA, set.MagCacheK, set.MagCacheRetention = nil, nil, nil
 	if len(bytes.TrimSpace(up.settings)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(up.settings))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&set); err != nil {
-			return nil, fmt.Errorf("settings: %v", err)
+			return nil, bad, fmt.Errorf("settings: %v", err)
 		}
 		if dec.More() {
-			return nil, errors.New("settings: more than one JSON value")
+			return nil, bad, errors.New("settings: more than one JSON value")
 		}
+		// The older teacache switch, given without cache, decides.
+		var keys map[string]json.RawMessage
+		json.Unmarshal(up.settings, &keys)
+		if _, ok := keys["cache"]; !ok && keys["teacache"] != nil {
+			set.Cache = ""
+		}
+	}
+	if set.MagCacheK == nil {
+		set.MagCacheK = s.cfg.Defaults.MagCacheK
+	}
+	if set.MagCacheRetention == nil {
+		set.MagCacheRetention = s.cfg.Defaults.MagCacheRetention
 	}
 	if set.SeedRandom {
 		set.Seed = uint64(rand.Uint32())
 	}
 	if up.fin == nil && (set.EmbedInterpolation != "" && set.EmbedInterpolation != "disabled") {
-		return nil, errors.New("settings: embed_interpolation needs an end image")
+		return nil, bad, errors.New("settings: embed_interpolation needs an end image")
 	}
 	req := worker.Request(set, up.start, up.fin)
+	if up.video != nil {
+		if status, err := s.readVideo(ctx, up, &req); err != nil {
+			return nil, status, err
+		}
+	}
 	if err := req.Validate(); err != nil {
-		return nil, errors.New("settings: " + worker.ErrorText(err))
+		msg := worker.ErrorText(err)
+		if !strings.HasPrefix(msg, "the video") {
+			msg = "settings: " + msg
+		}
+		return nil, bad, errors.New(msg)
+	}
+	// What the job runs with, as generate's settings file says it: the
+	// cache by name, MagCache's knobs with magcache only, the video's
+	// options with a video only.
+	set.Cache = req.CacheChoice()
+	set.TeaCache = set.Cache == framepack.CacheTeaCache
+	if set.Cache == framepack.CacheMagCache {
+		k, ret := req.MagCacheK, req.MagCacheRetention
+		set.MagCacheK, set.MagCacheRetention = &k, &ret
+	} else {
+		set.MagCacheK, set.MagCacheRetention = nil, nil
+	}
+	set.VideoContextFrames, set.NewOnly = 0, false
+	if up.video != nil {
+		set.VideoContextFrames, set.NewOnly = req.VideoContextFrames, req.VideoNewOnly
 	}
 	switch {
 	case set.CRF < 0 || set.CRF > 51:
-		return nil, fmt.Errorf("settings: crf must be in 0–51, have %d", set.CRF)
+		return nil, bad, fmt.Errorf("settings: crf must be in 0–51, have %d", set.CRF)
 	case len(set.LoRA) > 16:
-		return nil, fmt.Errorf("settings: at most 16 LoRAs, have %d", len(set.LoRA))
+		return nil, bad, fmt.Errorf("settings: at most 16 LoRAs, have %d", len(set.LoRA))
 	}
 	if set.Preserve != "" {
 		if _, err := memory.ParseSize(set.Preserve, memory.GiB); err != nil {
-			return nil, fmt.Errorf("settings: preserve: %v", err)
+			return nil, bad, fmt.Errorf("settings: preserve: %v", err)
 		}
 	}
 	for _, l := range set.LoRA {
 		if _, err := worker.LoRAPath(s.cfg.LoRADir, l.Name); err != nil {
-			return nil, errors.New("settings: " + err.Error())
+			return nil, bad, errors.New("settings: " + err.Error())
 		}
 		if math.IsNaN(l.Weight) || math.IsInf(l.Weight, 0) || math.Abs(l.Weight) > 10 {
-			return nil, fmt.Errorf("settings: LoRA %q: weight must be in −10–10, have %v", l.Name, l.Weight)
+			return nil, bad, fmt.Errorf("settings: LoRA %q: weight must be in −10–10, have %v", l.Name, l.Weight)
 		}
 	}
 	if s.cfg.TinyModel {
 		for _, p := range []string{set.Prompt, set.NegativePrompt} {
 			if i := strings.IndexFunc(p, func(r rune) bool { return r > unicode.MaxASCII }); i >= 0 {
-				return nil, fmt.Errorf("settings: the built-in tiny model reads ASCII prompts only; %q is not ASCII", []rune(p[i:])[0])
+				return nil, bad, fmt.Errorf("settings: the built-in tiny model reads ASCII prompts only; %q is not ASCII", []rune(p[i:])[0])
 			}
 		}
 	}
-	return &set, nil
+	return &set, 0, nil
+}
+
+// readVideo reads a submission's video through ffmpeg as its job will
+// (worker.ReadVideo, each frame cropped to its bucket), keeping the last
+// frames the extension reads, and puts them in req, for Validate to
+// check the video's length with the settings. A file that is no video
+// ffmpeg can read, or that it cannot decode, is refused here, before the
+// job is queued. It sets up's file description and thumbnail (the last
+// frame).
+func (s *Server) readVideo(ctx context.Context, up *upload, req *framepack.Request) (int, error) {
+	f, err := os.CreateTemp("", "framepack-upload-")
+	if err != nil {
+		return http.StatusServiceUnavailable, err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(up.video)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return http.StatusServiceUnavailable, fmt.Errorf("storing the video to read it: %v", err)
+	}
+	name := "the video"
+	if up.videoName != "" {
+		name = fmt.Sprintf("the video %q", up.videoName)
+	}
+	v, err := worker.ReadVideo(ctx, f.Name(), name, req.Resolution, false, func(w, h int) error {
+		return req.ValidateSize(w, h, req.EndRGB != nil)
+	})
+	switch {
+	case errors.Is(err, video.ErrNoFFprobe) || errors.Is(err, video.ErrNoFFmpeg):
+		return http.StatusNotImplemented, fmt.Errorf("this server cannot read videos: %v", err)
+	case err != nil && strings.HasPrefix(err.Error(), "request: "):
+		return http.StatusUnprocessableEntity, errors.New("settings: " + worker.ErrorText(err))
+	case errors.Is(err, worker.ErrNotVideo):
+		return http.StatusUnsupportedMediaType, err
+	case err != nil:
+		return http.StatusUnprocessableEntity, err
+	}
+	req.RGB, req.Video = nil, v.Frames
+	ctype := http.DetectContentType(up.video)
+	if !strings.HasPrefix(ctype, "video/") {
+		ctype = "application/octet-stream"
+	}
+	sum := sha256.Sum256(up.video)
+	up.videoFile = &farm.File{Name: up.videoName, Type: ctype, Bytes: int64(len(up.video)), Width: v.Info.W, Height: v.Info.H,
+		SHA256: hex.EncodeToString(sum[:]), Frames: v.Count, Codec: v.Info.Codec, FPS: v.Info.FPS}
+	if !req.VideoNewOnly && v.Count > worker.MaxVideoFrames {
+		return http.StatusUnprocessableEntity, fmt.Errorf("%s has %d frames, more than %d; trim it, or extend it with new_only (which keeps only its last %d)",
+			name, v.Count, worker.MaxVideoFrames, section.VideoEncodeFrames)
+	}
+	if up.videoThumb, err = worker.VideoThumbnail(v.Last); err != nil {
+		return http.StatusUnprocessableEntity, fmt.Errorf("%s: its last frame: %v", name, err)
+	}
+	return 0, nil
 }

@@ -28,7 +28,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/farm"
+	"github.com/framepack-go/framepack/video"
 )
 
 //go:embed web openapi.json
@@ -85,6 +87,24 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxQueued <= 0 {
 		cfg.MaxQueued = 100
 	}
+	// The defaults name the cache and carry MagCache's knobs and the
+	// video's context frames, for the form.
+	def, d := framepack.DefaultRequest(), &cfg.Defaults
+	if d.Cache == "" {
+		d.Cache = framepack.CacheNone
+		if d.TeaCache {
+			d.Cache = framepack.CacheTeaCache
+		}
+	}
+	if d.MagCacheK == nil {
+		d.MagCacheK = &def.MagCacheK
+	}
+	if d.MagCacheRetention == nil {
+		d.MagCacheRetention = &def.MagCacheRetention
+	}
+	if d.VideoContextFrames == 0 {
+		d.VideoContextFrames = def.VideoContextFrames
+	}
 	s := &Server{cfg: cfg, f: cfg.Farm, log: cfg.Log, mux: http.NewServeMux()}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -124,6 +144,7 @@ func (s *Server) routes() {
 	api("GET /api/jobs/{id}/settings", s.file(farm.FileSettings, "application/json"))
 	api("GET /api/jobs/{id}/image", s.file(farm.FileImage, ""))
 	api("GET /api/jobs/{id}/end-image", s.file(farm.FileEndImage, ""))
+	api("GET /api/jobs/{id}/input-video", s.file(farm.FileInputVideo, ""))
 	api("GET /api/jobs/{id}/thumbnail", s.thumbnail)
 	s.mux.Handle("/api/", s.apiGuard(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no API route %s %s (see /api/openapi.json)", r.Method, r.URL.Path))
@@ -237,7 +258,8 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 // options is GET /api/options: what the page's form offers.
 func (s *Server) options(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"defaults": s.cfg.Defaults, "loras": loraNames(s.cfg.LoRADir),
-		"tiny_model": s.cfg.TinyModel, "model": s.cfg.Model, "device": s.cfg.Device,
+		"tiny_model": s.cfg.TinyModel, "model": s.cfg.Model, "device": s.cfg.Device, "caches": framepack.Caches,
+		"video_input": video.HaveFFmpeg(),
 		"limits": map[string]any{"max_upload_bytes": s.cfg.MaxUpload, "max_queued": s.cfg.MaxQueued,
 			"max_stored_bytes": s.f.MaxStoredBytes()}})
 }

@@ -538,6 +538,7 @@ func pngHeader(w, h uint32) []byte {
 func TestBadUploads(t *testing.T) {
 	e := newEnv(t, envOptions{noWorker: true, maxUpload: 256 << 10})
 	scene := scenePNG(t)
+	video, short := sceneMP4(t, 40), sceneMP4(t, 12)
 	for _, c := range []struct {
 		name     string
 		settings string
@@ -563,7 +564,19 @@ func TestBadUploads(t *testing.T) {
 		{"lora path", `{"lora":[{"name":"../x.safetensors","weight":1}]}`, map[string][]byte{"image": scene}, "", 422, "LoRA"},
 		{"non-ASCII prompt", `{"prompt":"café"}`, map[string][]byte{"image": scene}, "", 422, "ASCII"},
 		{"end image with f1", `{"model":"f1"}`, map[string][]byte{"image": scene, "end_image": scene}, "", 422, "end image"},
-		{"unknown part", `{}`, map[string][]byte{"image": scene, "video": scene}, "", 400, "unknown part"},
+		{"unknown part", `{}`, map[string][]byte{"image": scene, "poster": scene}, "", 400, "unknown part"},
+		{"bad cache", `{"cache":"fastcache"}`, map[string][]byte{"image": scene}, "", 422, `cache must be "teacache", "magcache" or "none", have "fastcache"`},
+		{"bad magcache k", `{"cache":"magcache","magcache_k":9}`, map[string][]byte{"image": scene}, "", 422, "MagCache K must be in 1–5, have 9"},
+		{"bad magcache retention", `{"cache":"magcache","magcache_retention":1.5}`, map[string][]byte{"image": scene}, "", 422, "MagCache retention ratio must be in 0–1"},
+		{"bad cache threshold", `{"cache_threshold":2}`, map[string][]byte{"image": scene}, "", 422, "cache threshold must be in (0, 1]"},
+		{"image and video", `{}`, map[string][]byte{"image": scene, "video": video}, "", 400, `send one`},
+		{"empty video", `{}`, map[string][]byte{"video": {}}, "", 400, "the video is empty"},
+		{"text as video", `{}`, map[string][]byte{"video": []byte("hello, not a video")}, "", 415, `the video "video.png": not a video ffmpeg can read`},
+		{"image as video", `{}`, map[string][]byte{"video": scene}, "", 422, "too short: 1 frames"},
+		{"truncated video", `{}`, map[string][]byte{"video": video[:len(video)/2]}, "", 415, "not a video ffmpeg can read"},
+		{"short video", `{"window":3}`, map[string][]byte{"video": short}, "", 422, "the video is too short: 12 frames; with video context frames 5 and latent window size 3 it needs at least 28"},
+		{"video context frames", `{"window":3,"video_context_frames":11}`, map[string][]byte{"video": video}, "", 422, "video context frames must be in 2–10, have 11"},
+		{"video with f1 end image", `{"model":"f1"}`, map[string][]byte{"video": video, "end_image": scene}, "", 422, "end image needs"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var body io.Reader = strings.NewReader("{}")

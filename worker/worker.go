@@ -223,17 +223,24 @@ func ErrorText(err error) string {
 func (w *Worker) generate(ctx context.Context, l *farm.Lease, log *slog.Logger) (*framepack.Result, *reporter, error) {
 	job := l.Job
 	rep := newReporter(w, l, log)
-	start, err := w.image(ctx, job.ID, farm.FileImage)
-	if err != nil {
-		return nil, rep, err
+	var start, end *section.RGB
+	var err error
+	if job.Video == nil {
+		if start, err = w.image(ctx, job.ID, farm.FileImage); err != nil {
+			return nil, rep, err
+		}
 	}
-	var end *section.RGB
 	if job.EndImage != nil {
 		if end, err = w.image(ctx, job.ID, farm.FileEndImage); err != nil {
 			return nil, rep, err
 		}
 	}
 	req := Request(job.Settings, start, end)
+	if job.Video != nil {
+		if req.Video, err = w.video(ctx, job.ID, &req); err != nil {
+			return nil, rep, err
+		}
+	}
 	if err := req.Validate(); err != nil {
 		return nil, rep, err
 	}
@@ -285,7 +292,8 @@ func (w *Worker) image(ctx context.Context, id, name string) (*section.RGB, erro
 	return img, nil
 }
 
-// Request is the framepack request for settings s on the images given.
+// Request is the framepack request for settings s on the images given
+// (start nil for a video job: the caller sets Video).
 func Request(s farm.Settings, start, end *section.RGB) framepack.Request {
 	r := framepack.DefaultRequest()
 	r.RGB, r.EndRGB = start, end
@@ -294,6 +302,17 @@ func Request(s farm.Settings, start, end *section.RGB) framepack.Request {
 	r.CFG, r.GS, r.RS, r.TeaCache = s.CFG, s.GS, s.RS, s.TeaCache
 	r.Resolution, r.Model, r.PromptBlend, r.PosteriorMean = s.Resolution, s.Model, s.PromptBlend, s.PosteriorMean
 	r.EmbedInterpolation, r.StartEmbedStrength = s.EmbedInterpolation, s.StartEmbedStrength
+	r.Cache, r.CacheThreshold = s.Cache, s.CacheThreshold
+	if s.MagCacheK != nil {
+		r.MagCacheK = *s.MagCacheK
+	}
+	if s.MagCacheRetention != nil {
+		r.MagCacheRetention = *s.MagCacheRetention
+	}
+	if s.VideoContextFrames != 0 {
+		r.VideoContextFrames = s.VideoContextFrames
+	}
+	r.VideoNewOnly = s.NewOnly
 	return r
 }
 
@@ -377,8 +396,12 @@ func (w *Worker) store(ctx context.Context, l *farm.Lease, res *framepack.Result
 	}
 	vs := sha256.Sum256(mp4)
 	r.VideoBytes, r.VideoSHA256 = int64(len(mp4)), hex.EncodeToString(vs[:])
+	r.InputFrames = res.InputFrames
 	set := map[string]any{"id": job.ID, "settings": job.Settings, "image": job.Image, "end_image": job.EndImage, "result": r,
 		"worker": w.cfg.Name, "created": job.Created, "finished": time.Now().UTC()}
+	if job.Video != nil {
+		set["video"] = job.Video
+	}
 	for k, v := range w.cfg.Info {
 		set[k] = v
 	}

@@ -115,12 +115,20 @@ function showError(msg) {
 const fields = {
   prompt: ["#prompt", "text"], negative_prompt: ["#negative", "text"], seed: ["#seed", "int"], seed_random: ["#seed-random", "bool"],
   seconds: ["#seconds", "num"], steps: ["#steps", "int"], window: ["#window", "int"], cfg: ["#cfg", "num"], gs: ["#gs", "num"],
-  rs: ["#rs", "num"], teacache: ["#teacache", "bool"], resolution: ["#resolution", "int"], model: ["#model-variant", "text"],
+  rs: ["#rs", "num"], cache: ["#cache", "text"], cache_threshold: ["#cache-threshold", "num"], magcache_k: ["#magcache-k", "int"],
+  magcache_retention: ["#magcache-retention", "num"], resolution: ["#resolution", "int"], model: ["#model-variant", "text"],
   prompt_blend: ["#prompt-blend", "int"], embed_interpolation: ["#embed-interpolation", "text"],
   start_embed_strength: ["#start-embed-strength", "num"], crf: ["#crf", "int"], preserve: ["#preserve", "text"],
+  video_context_frames: ["#video-context-frames", "int"], new_only: ["#new-only", "bool"],
 };
 
+// cacheOf is a job's step cache; an older job's says only teacache.
+const cacheOf = s => s.cache || (s.teacache ? "teacache" : "none");
+
+// fillForm sets the form from settings s: a key s leaves out (MagCache's
+// knobs of a job without it, say) takes the server's default.
 function fillForm(s) {
+  s = { ...(state.options ? state.options.defaults : {}), ...s, cache: cacheOf(s) };
   for (const [key, [sel, kind]] of Object.entries(fields)) {
     const el = $(sel);
     const v = s[key];
@@ -128,7 +136,9 @@ function fillForm(s) {
     else if (v === undefined || v === null) el.value = key === "embed_interpolation" ? "disabled" : "";
     else el.value = v;
   }
+  if (!s.cache_threshold) $("#cache-threshold").value = "";
   $("#seed-random").checked = false;
+  showCacheKnobs();
   for (const row of document.querySelectorAll("#loras .lora")) {
     const l = (s.lora || []).find(x => x.name === row.dataset.name);
     $("input[type=checkbox]", row).checked = !!l;
@@ -145,6 +155,8 @@ function readForm() {
     else if (el.value !== "") s[key] = kind === "int" ? parseInt(el.value, 10) : parseFloat(el.value);
   }
   if (!$("#end-image").files.length) delete s.embed_interpolation;
+  if (s.cache !== "magcache") { delete s.magcache_k; delete s.magcache_retention; }
+  if (!$("#video").files.length) { delete s.video_context_frames; delete s.new_only; }
   s.lora = [];
   for (const row of document.querySelectorAll("#loras .lora")) {
     if ($("input[type=checkbox]", row).checked) s.lora.push({ name: row.dataset.name, weight: parseFloat($("input[type=number]", row).value) || 1 });
@@ -175,7 +187,19 @@ function setupDrop(dropSel, inputSel, previewSel, onChange) {
   return show;
 }
 
-// setFile puts a fetched image into a file input.
+// showCacheKnobs shows MagCache's knobs with MagCache only.
+function showCacheKnobs() {
+  for (const l of document.querySelectorAll("label.magcache")) l.hidden = $("#cache").value !== "magcache";
+}
+
+// showVideoMode shows the video's options, and hides the start image, while
+// a video to extend is chosen.
+function showVideoMode(f) {
+  $("#video-clear").hidden = $("#video-options").hidden = !f;
+  $("#image-drop").hidden = !!f;
+}
+
+// setFile puts a fetched image or video into a file input.
 function setFile(inputSel, blob, name) {
   const dt = new DataTransfer();
   dt.items.add(new File([blob], name, { type: blob.type }));
@@ -186,11 +210,12 @@ function setFile(inputSel, blob, name) {
 async function submit(e) {
   e.preventDefault();
   const msg = $("#form-msg");
-  const image = $("#image").files[0];
-  if (!image) { msg.textContent = "Choose a start image first."; return; }
+  const image = $("#image").files[0], video = $("#video").files[0];
+  if (!image && !video) { msg.textContent = "Choose a start image (or a video to extend) first."; return; }
   const fd = new FormData();
   fd.append("settings", JSON.stringify(readForm()));
-  fd.append("image", image, image.name);
+  if (video) fd.append("video", video, video.name);
+  else fd.append("image", image, image.name);
   const end = $("#end-image").files[0];
   if (end) fd.append("end_image", end, end.name);
   $("#start").disabled = true;
@@ -305,11 +330,15 @@ async function refresh() {
   if (again) { again = false; refresh(); }
 }
 
-function settingsText(s) {
+function settingsText(j) {
+  const s = j.settings;
   const parts = [`${s.model === "f1" ? "F1" : "FramePack"}`, `${s.seconds} s`, `${s.steps} steps`, `seed ${s.seed}`, `gs ${s.gs}`,
     `${s.resolution}px`];
+  if (j.video) parts.unshift(`extends a video of ${j.video.frames} frames${s.new_only ? " (new frames only)" : ""}`);
   if (s.cfg !== 1) parts.push(`cfg ${s.cfg}`);
-  if (s.teacache) parts.push("TeaCache");
+  const cache = cacheOf(s);
+  if (cache === "teacache") parts.push("TeaCache");
+  if (cache === "magcache") parts.push(`MagCache (K ${s.magcache_k}, retention ${s.magcache_retention})`);
   if (s.lora && s.lora.length) parts.push("LoRA " + s.lora.map(l => `${l.name}×${l.weight}`).join(", "));
   return parts.join(" · ");
 }
@@ -366,7 +395,7 @@ function render() {
     const st = el("td", { class: "status " + j.status, text: status });
     if (j.error) st.title = j.error;
     return el("tr", { "data-id": j.id, "data-status": j.status }, el("td", {}, thumb(j)), st,
-      el("td", { class: "prompt", text: j.settings.prompt || "(no prompt)" }), el("td", { class: "settings", text: settingsText(j.settings) }),
+      el("td", { class: "prompt", text: j.settings.prompt || "(no prompt)" }), el("td", { class: "settings", text: settingsText(j) }),
       el("td", { class: "times", text: timesText(j) }), buttons);
   }));
 
@@ -396,7 +425,8 @@ function card(j) {
   return el("div", { class: "card", "data-id": j.id },
     media,
     el("div", { class: "prompt", text: j.settings.prompt || "(no prompt)" }),
-    el("div", { class: "settings", text: settingsText(j.settings) + ` · ${j.result.frames} frames` }),
+    el("div", { class: "settings", text: settingsText(j) + ` · ${j.result.frames} frames` +
+      (j.result.input_frames ? ` (the input's ${j.result.input_frames}, then ${j.result.frames - j.result.input_frames} new)` : "") }),
     el("div", { class: "actions" },
       el("button", { type: "button", class: "use", text: "Use these settings", onclick: () => useSettings(j) }),
       el("button", { type: "button", class: "download", text: "Video", onclick: () => act(download(j.links.video, `framepack-${j.id}.mp4`)) }),
@@ -407,19 +437,29 @@ function card(j) {
 async function useSettings(j) {
   fillForm(j.settings);
   try {
-    setFile("#image", await api("GET", j.links.image), j.image.name || "image");
+    if (j.links.input_video) setFile("#video", await api("GET", j.links.input_video), j.video.name || "video");
+    else {
+      clearVideo();
+      setFile("#image", await api("GET", j.links.image), j.image.name || "image");
+    }
     if (j.links.end_image) setFile("#end-image", await api("GET", j.links.end_image), j.end_image.name || "end-image");
-  } catch (e) { showError("The job's image: " + e.message); }
+  } catch (e) { showError("The job's " + (j.links.input_video ? "video: " : "image: ") + e.message); }
   $("#form-panel").scrollIntoView({ behavior: "smooth" });
   $("#form-msg").textContent = "Settings of the job filled in.";
 }
 
 // --- start ---------------------------------------------------------------
 
+let clearVideo = () => {};
+
 async function start() {
   setupDrop("#image-drop", "#image", "#image-preview");
   const showEnd = setupDrop("#end-image-drop", "#end-image", "#end-image-preview", f => { $("#end-image-clear").hidden = !f; });
   $("#end-image-clear").addEventListener("click", () => { $("#end-image").value = ""; showEnd(); });
+  const showVideoInput = setupDrop("#video-drop", "#video", "#video-preview", showVideoMode);
+  clearVideo = () => { $("#video").value = ""; showVideoInput(); };
+  $("#video-clear").addEventListener("click", () => clearVideo());
+  $("#cache").addEventListener("change", showCacheKnobs);
   $("#job-form").addEventListener("submit", submit);
   $("#cancel-running").addEventListener("click", () => state.following && act(() => api("DELETE", `/api/jobs/${state.following}`)));
   // A token given in the address of an open page: start again with it.
@@ -439,6 +479,7 @@ async function start() {
         el("input", { type: "number", step: "0.05", value: "1", min: "-10", max: "10" })));
     }
     $("#lora-set").hidden = o.loras.length === 0;
+    $("#video-box").hidden = !o.video_input;
     fillForm(o.defaults);
     const h = await api("GET", "/api/health");
     $("#version").textContent = [h.version, h.device, "NATS " + h.nats].filter(Boolean).join(" · ");
