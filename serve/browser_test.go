@@ -53,8 +53,9 @@ const readPage = `(() => {
 
 // The page, driven in Debian's chromium as a user would: upload the image,
 // type a prompt, start; the progress advances and the preview changes at
-// every step; the finished video plays in the page at its length; a second
-// job is queued, moved and cancelled; "use these settings" fills the form.
+// every step; the finished video plays in the page at its length; more
+// jobs are queued (one extending that video with MagCache), moved and
+// cancelled; "use these settings" fills the form.
 func TestBrowser(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
@@ -218,14 +219,54 @@ func TestBrowser(t *testing.T) {
 		eval(`document.querySelectorAll("#queue tr[data-status=running]").length`, &n)
 		return n == 1
 	})
+	// The third extends the first job's video, with MagCache: its knobs
+	// show once it is chosen, and the video takes the start image's place.
 	setValue("#seconds", "1")
 	setValue("#prompt", "third")
+	var knobs bool
+	eval(`!document.querySelector("#magcache-k").closest("label").hidden`, &knobs)
+	if knobs {
+		t.Error("MagCache's knobs show with TeaCache")
+	}
+	eval(`(() => { const el = document.querySelector("#cache"); el.value = "magcache"; el.dispatchEvent(new Event("change")); return true })()`, nil)
+	eval(`!document.querySelector("#magcache-k").closest("label").hidden`, &knobs)
+	if !knobs {
+		t.Error("MagCache's knobs do not show with MagCache")
+	}
+	setValue("#magcache-k", "2")
+	firstID := ""
+	eval(`document.querySelector("#history .card").dataset.id`, &firstID)
+	code, mp4 := e.do("GET", "/api/jobs/"+firstID+"/video", nil, nil)
+	clip := filepath.Join(t.TempDir(), "clip.mp4")
+	if code != 200 || os.WriteFile(clip, mp4, 0o644) != nil {
+		t.Fatalf("the first job's video: %d", code)
+	}
+	do(chromedp.SetUploadFiles(chromedp.CSS("#video"), []string{clip}))
+	eval(`document.querySelector("#video").dispatchEvent(new Event("change")); true`, nil)
+	var mode struct{ ImageHidden, OptionsShown bool }
+	eval(`({imageHidden: document.querySelector("#image-drop").hidden, optionsShown: !document.querySelector("#video-options").hidden})`, &mode)
+	if !mode.ImageHidden || !mode.OptionsShown {
+		t.Errorf("with a video chosen: %+v, want the start image hidden and the video's options shown", mode)
+	}
 	click("#start")
 	until("the third job queued", func() bool {
 		var n int
 		eval(`document.querySelectorAll("#queue tr[data-status=queued]").length`, &n)
 		return n == 1
 	})
+	until("the video job's row with its thumbnail", func() bool {
+		var row struct {
+			Settings string
+			Thumb    int
+		}
+		eval(`(() => { const r = document.querySelector("#queue tr[data-status=queued]");
+			return {settings: r.querySelector("td.settings").textContent, thumb: r.querySelector("img.thumb").naturalWidth} })()`, &row)
+		return strings.Contains(row.Settings, "extends a video of 37 frames") && strings.Contains(row.Settings, "MagCache (K 2") && row.Thumb == 96
+	})
+	shot("serve-video.jpg")
+	// The fourth is an image job again, with TeaCache.
+	click("#video-clear")
+	eval(`(() => { const el = document.querySelector("#cache"); el.value = "teacache"; el.dispatchEvent(new Event("change")); return true })()`, nil)
 	setValue("#prompt", "fourth")
 	click("#start")
 	until("the fourth job queued", func() bool {
@@ -255,19 +296,41 @@ func TestBrowser(t *testing.T) {
 		return n == 3
 	})
 
+	// The third job's settings, as the page sent them.
+	_, lb := e.do("GET", "/api/jobs?status=cancelled", nil, nil)
+	var list struct{ Jobs []jobJSON }
+	json.Unmarshal(lb, &list)
+	third := false
+	for _, j := range list.Jobs {
+		if j.Settings.Prompt == "third" {
+			third = true
+			if j.Settings.Cache != "magcache" || j.Settings.MagCacheK == nil || *j.Settings.MagCacheK != 2 || j.Links["input_video"] == "" ||
+				j.Settings.VideoContextFrames != 5 {
+				t.Errorf("the video job's settings: %+v, links %v", j.Settings, j.Links)
+			}
+		} else if j.Settings.Cache != "teacache" || j.Links["image"] == "" {
+			t.Errorf("job %q: cache %q, links %v", j.Settings.Prompt, j.Settings.Cache, j.Links)
+		}
+	}
+	if !third {
+		t.Error("no video job among the cancelled")
+	}
+
 	// "Use these settings" fills the form with the first job's.
 	setValue("#prompt", "something else")
 	setValue("#seconds", "3")
 	click("#history .card .use")
 	until("the form filled", func() bool {
 		var f struct {
-			Prompt, Seconds, Steps, Seed string
-			Files                        int
+			Prompt, Seconds, Steps, Seed, Cache string
+			Files, Videos                       int
 		}
 		eval(`({prompt: document.querySelector("#prompt").value, seconds: document.querySelector("#seconds").value,
 			steps: document.querySelector("#steps").value, seed: document.querySelector("#seed").value,
-			files: document.querySelector("#image").files.length})`, &f)
-		return f.Prompt == "a red kite over green hills" && f.Seconds == "1.2" && f.Steps == "2" && f.Seed == "5" && f.Files == 1
+			cache: document.querySelector("#cache").value, files: document.querySelector("#image").files.length,
+			videos: document.querySelector("#video").files.length})`, &f)
+		return f.Prompt == "a red kite over green hills" && f.Seconds == "1.2" && f.Steps == "2" && f.Seed == "5" && f.Files == 1 &&
+			f.Cache == "teacache" && f.Videos == 0
 	})
 	// An image dropped on the end image's zone goes into its input.
 	dropped, err := chromedp.Run(ctx, chromedp.Evaluate[int](`(async () => {

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -717,6 +718,32 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 	}
 	for r := range documented {
 		t.Errorf("the OpenAPI document has %s, which the server does not route", r)
+	}
+	// The settings it documents are the ones a job takes (unknown keys
+	// are refused).
+	var schemas struct {
+		Components struct {
+			Schemas struct {
+				Settings struct {
+					Properties map[string]json.RawMessage `json:"properties"`
+				}
+			}
+		}
+	}
+	json.Unmarshal(b, &schemas)
+	keys := map[string]bool{}
+	st := reflect.TypeFor[farm.Settings]()
+	for i := range st.NumField() {
+		key, _, _ := strings.Cut(st.Field(i).Tag.Get("json"), ",")
+		keys[key] = true
+		if schemas.Components.Schemas.Settings.Properties[key] == nil {
+			t.Errorf("the OpenAPI document's Settings lack %q", key)
+		}
+	}
+	for key := range schemas.Components.Schemas.Settings.Properties {
+		if !keys[key] {
+			t.Errorf("the OpenAPI document's Settings have %q, which a job does not take", key)
+		}
 	}
 }
 

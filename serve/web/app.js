@@ -197,6 +197,7 @@ function showCacheKnobs() {
 function showVideoMode(f) {
   $("#video-clear").hidden = $("#video-options").hidden = !f;
   $("#image-drop").hidden = !!f;
+  $(".images").classList.toggle("video", !!f);
 }
 
 // setFile puts a fetched image or video into a file input.
@@ -479,7 +480,7 @@ async function start() {
         el("input", { type: "number", step: "0.05", value: "1", min: "-10", max: "10" })));
     }
     $("#lora-set").hidden = o.loras.length === 0;
-    $("#video-box").hidden = !o.video_input;
+    $("#video-drop").hidden = !o.video_input;
     fillForm(o.defaults);
     const h = await api("GET", "/api/health");
     $("#version").textContent = [h.version, h.device, "NATS " + h.nats].filter(Boolean).join(" · ");
