@@ -665,13 +665,15 @@ func (s *Server) readVideo(ctx context.Context, up *upload, req *framepack.Reque
 	if up.videoName != "" {
 		name = fmt.Sprintf("the video %q", up.videoName)
 	}
+	var sizeErr error // the settings refuse the frames' size
 	v, err := worker.ReadVideo(ctx, f.Name(), name, req.Resolution, false, func(w, h int) error {
-		return req.ValidateSize(w, h, req.EndRGB != nil)
+		sizeErr = req.ValidateSize(w, h, req.EndRGB != nil)
+		return sizeErr
 	})
 	switch {
 	case errors.Is(err, video.ErrNoFFprobe) || errors.Is(err, video.ErrNoFFmpeg):
 		return http.StatusNotImplemented, fmt.Errorf("this server cannot read videos: %v", err)
-	case err != nil && strings.HasPrefix(err.Error(), "request: "):
+	case sizeErr != nil:
 		return http.StatusUnprocessableEntity, errors.New("settings: " + worker.ErrorText(err))
 	case errors.Is(err, worker.ErrNotVideo):
 		return http.StatusUnsupportedMediaType, err

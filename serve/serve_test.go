@@ -577,6 +577,7 @@ func TestBadUploads(t *testing.T) {
 		{"truncated video", `{}`, map[string][]byte{"video": video[:len(video)/2]}, "", 415, "not a video ffmpeg can read"},
 		{"short video", `{"window":3}`, map[string][]byte{"video": short}, "", 422, "the video is too short: 12 frames; with video context frames 5 and latent window size 3 it needs at least 28"},
 		{"video context frames", `{"window":3,"video_context_frames":11}`, map[string][]byte{"video": video}, "", 422, "video context frames must be in 2–10, have 11"},
+		{"video at a bad resolution", `{"resolution":5}`, map[string][]byte{"video": video}, "", 422, "settings: resolution"},
 		{"video with f1 end image", `{"model":"f1"}`, map[string][]byte{"video": video, "end_image": scene}, "", 422, "end image needs"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
