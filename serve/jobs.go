@@ -530,7 +530,7 @@ func (s *Server) settings(up *upload) (*farm.Settings, error) {
 		return nil, fmt.Errorf("settings: at most 16 LoRAs, have %d", len(set.LoRA))
 	}
 	if set.Preserve != "" {
-		if _, err := memory.ParseSize(set.Preserve, memory.GiB); err != nil {
+		if _, err := memory.ParseSize(set.Preserve); err != nil {
 			return nil, fmt.Errorf("settings: preserve: %v", err)
 		}
 	}

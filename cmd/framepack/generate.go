@@ -47,8 +47,8 @@ type generateFlags struct {
 	weightsMode             string
 	fp8Compute              string
 	fp8Attention            bool
-	vramLimit, preserve     string
-	ramLimit                string
+	vramLimit, preserve     memory.Size
+	ramLimit                memory.Size
 	vaeTile                 int
 	posteriorMean           bool
 	parts                   map[string]*string
@@ -176,9 +176,9 @@ does, each time replacing it whole; the last write is the full video.`,
 	fl.StringVar(&f.weightsMode, "weights", "", "transformer block weights: empty for the compute dtype, or fp8 (FP8 E4M3 with per-channel scales, as stored in an fp8 checkpoint or quantized at load)")
 	fl.BoolVar(&f.fp8Attention, "fp8-attention", false, "let the transformer's attention run in FP8 where the GPU has an engine for it (cuDNN on Hopper): faster, about 7% relative error on each attention's output")
 	fl.StringVar(&f.fp8Compute, "fp8-compute", "auto", "with --weights fp8: on quantizes the block linears' inputs per token and multiplies in FP8, off widens the weights on the fly (weight-only), auto is on where the GPU has FP8 tensor cores")
-	fl.StringVar(&f.vramLimit, "vram-limit", "", `hard cap on device memory ("20G", "90%"; default: the device's safe default)`)
-	fl.StringVar(&f.preserve, "preserve", "", `memory kept free for activations while weights stream (default 6G)`)
-	fl.StringVar(&f.ramLimit, "ram-limit", "", `host memory budget ("16G", "50%"; default: available memory less max(2G, 1/8 of RAM)); streamed weights are read from the mapped checkpoint when a pinned copy would not fit`)
+	vramLimitVar(fl, &f.vramLimit, `hard cap on device memory ("20G", "90%"; default: the device's safe default)`)
+	preserveVar(fl, &f.preserve, `memory kept free for activations while weights stream (default 6G)`)
+	ramLimitVar(fl, &f.ramLimit, `host memory budget ("16G", "50%"; default: available memory less max(2G, 1/8 of RAM)); streamed weights are read from the mapped checkpoint when a pinned copy would not fit`)
 	fl.StringArrayVar(&f.loras, "lora", nil, "HunyuanVideo LoRA merged into the transformer, file.safetensors[:scale] (diffusers/PEFT, kohya or musubi-tuner keys; repeatable)")
 	fl.IntVar(&f.vaeTile, "vae-tile", 0, "decode in spatial tiles of this many pixels (stride 3/4 of it; 0: planned from the budget)")
 	for _, part := range []string{framepack.PartTransformer, framepack.PartVAE, framepack.PartTextEncoder, framepack.PartTextEncoder2,
@@ -235,12 +235,6 @@ func (f *generateFlags) checkLoad() error {
 	}
 	if f.vaeTile != 0 && (f.vaeTile < 32 || f.vaeTile%32 != 0) {
 		return fmt.Errorf("--vae-tile %d: want a multiple of 32, at least 32", f.vaeTile)
-	}
-	if err := checkSizes(f.vramLimit, f.preserve); err != nil {
-		return err
-	}
-	if err := checkRAMLimit(f.ramLimit); err != nil {
-		return err
 	}
 	if f.models != "" {
 		if st, err := os.Stat(f.models); err != nil || !st.IsDir() {
@@ -385,53 +379,6 @@ func (f *generateFlags) inputs(load *generateFlags, jobsFile string) []input {
 		in = append(in, input{"--lora", lf.Path})
 	}
 	return in
-}
-
-// checkSizes checks --vram-limit's and --preserve's syntax, and that a
-// --vram-limit in bytes is not below the least the engine needs (whether
-// the sizes fit the device is known once it is open).
-func checkSizes(vramLimit, preserve string) error {
-	for _, fl := range []struct{ name, v string }{{"--vram-limit", vramLimit}, {"--preserve", preserve}} {
-		if fl.v == "" {
-			continue
-		}
-		// Any positive total checks a fraction's syntax.
-		if _, err := memory.ParseSize(fl.v, memory.GiB); err != nil {
-			return fmt.Errorf("%s: %w", fl.name, err)
-		}
-	}
-	if v, ok := fixedSize(vramLimit); ok && v < memory.MinCap {
-		return fmt.Errorf("--vram-limit %s (%s) is below the %s the engine needs at least", vramLimit, memory.FormatBytes(v), memory.FormatBytes(memory.MinCap))
-	}
-	return nil
-}
-
-// checkRAMLimit checks --ram-limit's syntax, and that it is above 0.
-func checkRAMLimit(ramLimit string) error {
-	if ramLimit == "" {
-		return nil
-	}
-	if _, err := memory.ParseSize(ramLimit, memory.GiB); err != nil {
-		return fmt.Errorf("--ram-limit: %w", err)
-	}
-	if v, ok := fixedSize(ramLimit); ok && v <= 0 {
-		return fmt.Errorf("--ram-limit %s: the host budget must be above 0", ramLimit)
-	}
-	return nil
-}
-
-// fixedSize is a size flag's bytes when they do not depend on the memory's
-// total (ok false for a fraction or a bad value).
-func fixedSize(v string) (int64, bool) {
-	if v == "" {
-		return 0, false
-	}
-	a, err := memory.ParseSize(v, memory.GiB)
-	if err != nil {
-		return 0, false
-	}
-	b, err := memory.ParseSize(v, 2*memory.GiB)
-	return a, err == nil && a == b
 }
 
 // parseSeed reads --seed: a whole number 0–2⁶⁴−1, or "random" or -1 for a
@@ -822,7 +769,7 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 		Model: f.model, EmbedInterpolation: f.embedInterp, StartEmbedStrength: f.startEmbed,
 		CFG: f.cfg, GS: f.gs, RS: f.rs, TeaCache: f.cacheChoice() == framepack.CacheTeaCache, Cache: f.cacheChoice(),
 		CacheThreshold: f.cacheThreshold, Resolution: f.resolution, PosteriorMean: f.posteriorMean,
-		CRF: f.crf, Device: f.device, DType: f.dtype, Weights: f.weightsMode, FP8Compute: fp8ComputeSetting(f), FP8Attention: f.fp8Attention, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
+		CRF: f.crf, Device: f.device, DType: f.dtype, Weights: f.weightsMode, FP8Compute: fp8ComputeSetting(f), FP8Attention: f.fp8Attention, VRAMLimit: f.vramLimit.String(), Preserve: f.preserve.String(), VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
 		TinyModel: tiny, Models: models, Output: f.output.path}
 	f.magCacheSettings(set)
 	if vid != nil {
