@@ -28,7 +28,9 @@ JSON line: files, bytes, parameters, seconds, GB/s.`,
 		Example: `  framepack bench make-models --out /tmp/fp
   framepack bench make-models --out /tmp/fp-tiny --size tiny --seed 1`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return bench.MakeModels(cmd.Context(), cmd.OutOrStdout(), o) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return bench.MakeModels(cmd.Context(), cmd.OutOrStdout(), o)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&o.Out, "out", "o", "", "the model folder to write (created if needed)")

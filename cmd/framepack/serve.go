@@ -216,20 +216,11 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	if err != nil {
 		return err
 	}
-	dir := f.models
-	if dir == "" {
-		dir = os.Getenv("FRAMEPACK_MODELS")
+	dir, model, tiny, cleanup, err := f.modelDir(log)
+	if err != nil {
+		return err
 	}
-	tiny := dir == ""
-	model := dir
-	if tiny && f.workers > 0 {
-		tdir, cleanup, err := tinyModel(log, fmt.Sprintf(" at --resolution %d by default", tinymodel.Resolution))
-		if err != nil {
-			return err
-		}
-		defer cleanup()
-		dir, model = tdir, "the built-in tiny model (random weights: every stage runs, the videos are noise)"
-	}
+	defer cleanup()
 	data := ""
 	if f.nats == "" {
 		if data, err = f.dataDir(); err != nil {
@@ -256,9 +247,8 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	} else if n > 0 {
 		log.Info(fmt.Sprintf("serve: queued %d jobs again that had no queue message", n))
 	}
-	dev := f.device
 	srv, err := serve.New(serve.Config{Farm: fm, Token: f.token, LoopbackOnly: f.token == "", Defaults: defaultSettings(tiny),
-		TinyModel: tiny, Model: model, Device: dev, LoRADir: f.loras, MaxUpload: maxUpload, MaxQueued: f.maxQueued,
+		TinyModel: tiny, Model: model, Device: f.device, LoRADir: f.loras, MaxUpload: maxUpload, MaxQueued: f.maxQueued,
 		Workers: f.workers, Version: versionLine(), Log: log})
 	if err != nil {
 		return err
@@ -268,32 +258,11 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
-	var wg sync.WaitGroup
 	wctx, stopWorker := context.WithCancel(ctx)
 	defer stopWorker()
-	if f.workers > 0 {
-		tmp := filepath.Join(os.TempDir())
-		if data != "" {
-			tmp = filepath.Join(data, "tmp")
-			os.RemoveAll(tmp)
-			if err := os.MkdirAll(tmp, 0o700); err != nil {
-				return err
-			}
-		}
-		// A stopping job gets 600 ms to reach its next step before it is
-		// queued again as it stands, so the process exits within 2 s.
-		w := worker.New(fm, worker.Config{Name: hostName(), Models: dir, Options: f.loadOptions(log), LoRADir: f.loras, TempDir: tmp,
-			StopGrace: 600 * time.Millisecond,
-			Info:      map[string]any{"framepack": readBuildVersion(), "models": model, "tiny_model": tiny}, Log: log})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := w.Run(wctx); err != nil {
-				log.Error("serve: the worker stopped: " + err.Error())
-			}
-			// The models are not freed here: a job abandoned at the stop
-			// may still hold them until the process exits.
-		}()
+	wg, err := f.startWorker(wctx, fm, dir, model, tiny, data, log)
+	if err != nil {
+		return err
 	}
 	url := "http://" + ln.Addr().String() + "/"
 	what := "the models in " + model
@@ -310,8 +279,64 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		wg.Wait()
 		return fmt.Errorf("serving: %w", err)
 	}
-	// Stopping: the running job is checkpointed and queued again by the
-	// worker; the connections (event streams included) close.
+	stopServing(hs, stopWorker, wg, log)
+	return nil
+}
+
+// modelDir is the model folder the worker loads (--models, else
+// $FRAMEPACK_MODELS, else the built-in tiny model, unpacked when a worker
+// runs) and how the page names it; cleanup removes what it unpacked.
+func (f *serveFlags) modelDir(log *slog.Logger) (dir, model string, tiny bool, cleanup func(), err error) {
+	dir = f.models
+	if dir == "" {
+		dir = os.Getenv("FRAMEPACK_MODELS")
+	}
+	tiny, model, cleanup = dir == "", dir, func() {}
+	if tiny && f.workers > 0 {
+		if dir, cleanup, err = tinyModel(log, fmt.Sprintf(" at --resolution %d by default", tinymodel.Resolution)); err != nil {
+			return "", "", false, nil, err
+		}
+		model = "the built-in tiny model (random weights: every stage runs, the videos are noise)"
+	}
+	return dir, model, tiny, cleanup, nil
+}
+
+// startWorker starts this process's worker when --workers is 1; the group
+// ends when it has stopped.
+func (f *serveFlags) startWorker(ctx context.Context, fm *farm.Farm, dir, model string, tiny bool, data string, log *slog.Logger) (*sync.WaitGroup, error) {
+	var wg sync.WaitGroup
+	if f.workers == 0 {
+		return &wg, nil
+	}
+	tmp := filepath.Join(os.TempDir())
+	if data != "" {
+		tmp = filepath.Join(data, "tmp")
+		os.RemoveAll(tmp)
+		if err := os.MkdirAll(tmp, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	// A stopping job gets 600 ms to reach its next step before it is
+	// queued again as it stands, so the process exits within 2 s.
+	w := worker.New(fm, worker.Config{Name: hostName(), Models: dir, Options: f.loadOptions(log), LoRADir: f.loras, TempDir: tmp,
+		StopGrace: 600 * time.Millisecond,
+		Info:      map[string]any{"framepack": readBuildVersion(), "models": model, "tiny_model": tiny}, Log: log})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := w.Run(ctx); err != nil {
+			log.Error("serve: the worker stopped: " + err.Error())
+		}
+		// The models are not freed here: a job abandoned at the stop
+		// may still hold them until the process exits.
+	}()
+	return &wg, nil
+}
+
+// stopServing stops the worker (its running job is checkpointed and
+// queued again) and the server (the connections, event streams included,
+// close).
+func stopServing(hs *http.Server, stopWorker func(), wg *sync.WaitGroup, log *slog.Logger) {
 	t := time.Now()
 	stopWorker()
 	done := make(chan struct{})
@@ -326,7 +351,6 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	hs.Shutdown(sctx)
 	hs.Close()
 	log.Info(fmt.Sprintf("serve: stopped in %s", time.Since(t).Round(time.Millisecond)))
-	return nil
 }
 
 func dataWhere(data, nats string) string {
