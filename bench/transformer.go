@@ -109,7 +109,7 @@ func Transformer(ctx context.Context, w io.Writer, o TransformerOptions) error {
 		return err
 	}
 	defer d.Close()
-	if d.GPU == nil {
+	if prof.g = d.GPU; d.GPU == nil {
 		prof = nil
 	}
 	var comm tensor.Comm

@@ -28,14 +28,13 @@ type eventRec struct {
 	start, end hip.Event
 }
 
-// hookOn is device.Options.Hook: the profile's hook on a GPU (whose stream
-// the events are recorded on), none on the CPU.
+// hookOn is device.Options.Hook: the profile's hook on a GPU (whose
+// stream the events are recorded on: g, set once the device is open), none
+// on the CPU.
 func (p *eventProfile) hookOn(be tensor.Backend) tensor.Hook {
-	g, ok := tensor.As[*gpu.Backend](be)
-	if !ok {
+	if _, ok := tensor.As[*gpu.Backend](be); !ok {
 		return nil
 	}
-	p.g = g
 	return p.hook
 }
 
