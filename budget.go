@@ -202,9 +202,9 @@ func (p *Pipeline) checkBudgets() error {
 	name := p.dev.Name
 	hostTotal := p.ram.Stats().Total
 	if b.Cap < dev.bytes {
-		flag, value, total := "--vram-limit", p.opts.VRAMLimit, b.Total
+		flag, value, total := "--vram-limit", p.opts.VRAMLimit.String(), b.Total
 		if lim := p.ram.Limit(); p.ram.Unified() && lim > 0 && lim <= b.Cap {
-			flag, value, total = "--ram-limit", p.opts.RAMLimit, hostTotal
+			flag, value, total = "--ram-limit", p.opts.RAMLimit.String(), hostTotal
 		}
 		return &BudgetError{Flag: flag, Value: value, Have: b.Cap, Need: dev.bytes, Total: total, Device: name, Why: dev.what}
 	}
@@ -213,7 +213,7 @@ func (p *Pipeline) checkBudgets() error {
 	}
 	if lim := p.ram.Limit(); lim > 0 {
 		if host := p.leastHost(b.Cap); lim < host.bytes {
-			return &BudgetError{Flag: "--ram-limit", Value: p.opts.RAMLimit, Have: lim, Need: host.bytes, Total: hostTotal, Device: name, Why: host.what}
+			return &BudgetError{Flag: "--ram-limit", Value: p.opts.RAMLimit.String(), Have: lim, Need: host.bytes, Total: hostTotal, Device: name, Why: host.what}
 		}
 	}
 	return nil

@@ -35,7 +35,7 @@ func TestBudgetRefusedTiny(t *testing.T) {
 	}
 	t.Logf("tiny model's least on the CPU: %s (%s)", memory.FormatBytes(least.bytes), least.what)
 
-	_, err = Load(tinyDir(t), Options{Device: DeviceCPU, Logger: quietLogger(t), RAMLimit: fmt.Sprintf("%dB", least.bytes-1)})
+	_, err = Load(tinyDir(t), Options{Device: DeviceCPU, Logger: quietLogger(t), RAMLimit: memory.Bytes(least.bytes - 1)})
 	var be *BudgetError
 	if !errors.As(err, &be) || be.Flag != "--ram-limit" || be.Need != least.bytes || be.Have != least.bytes-1 {
 		t.Fatalf("want a --ram-limit BudgetError needing %d bytes, got %v", least.bytes, err)
@@ -47,7 +47,7 @@ func TestBudgetRefusedTiny(t *testing.T) {
 	}
 	t.Logf("refused: %v", err)
 
-	p, err := Load(tinyDir(t), Options{Device: DeviceCPU, Logger: quietLogger(t), RAMLimit: sizeFlag(least.bytes), SequentialDecode: true})
+	p, err := Load(tinyDir(t), Options{Device: DeviceCPU, Logger: quietLogger(t), RAMLimit: size(t, sizeFlag(least.bytes)), SequentialDecode: true})
 	if err != nil {
 		t.Fatalf("at the least it named: %v", err)
 	}
@@ -79,13 +79,23 @@ func releasedDir(t *testing.T) string {
 	return released.dir
 }
 
+// size parses a size flag ("" unset), failing the test on an error.
+func size(t *testing.T, s string) memory.Size {
+	t.Helper()
+	var z memory.Size
+	if err := z.Set(s); err != nil {
+		t.Fatal(err)
+	}
+	return z
+}
+
 // plannedOn is the released-size pipeline as Load plans it on a simulated
 // GPU of 141 GiB (an H200) with the given flags, without opening a device
 // or reading a weight.
 func plannedOn(t *testing.T, vramLimit, ramLimit string) *Pipeline {
 	t.Helper()
 	dir := releasedDir(t)
-	p := &Pipeline{log: quietLogger(t), opts: Options{VRAMLimit: vramLimit, RAMLimit: ramLimit}, paths: map[string]string{}, bytes: map[string]int64{}, gpu: true}
+	p := &Pipeline{log: quietLogger(t), opts: Options{VRAMLimit: size(t, vramLimit), RAMLimit: size(t, ramLimit)}, paths: map[string]string{}, bytes: map[string]int64{}, gpu: true}
 	for _, part := range []string{PartTransformer, PartVAE, PartTextEncoder, PartTextEncoder2, PartTokenizer, PartTokenizer2, PartImageEncoder} {
 		p.paths[part] = filepath.Join(dir, part)
 	}
@@ -99,17 +109,15 @@ func plannedOn(t *testing.T, vramLimit, ramLimit string) *Pipeline {
 		t.Fatal(err)
 	}
 	const total = 141 * memory.GiB
-	b, err := memory.NewBudget("simulated H200", total, total).WithFlags(vramLimit, "")
+	b, err := memory.NewBudget("simulated H200", total, total).With(p.opts.VRAMLimit, memory.Size{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.be = memory.Budgeted(memtest.NewDevice("simulated H200", total), b)
 	p.dev = &device.Device{Name: "a simulated 141 GiB GPU"}
-	ram := int64(0)
-	if ramLimit != "" {
-		if ram, err = memory.ParseSize(ramLimit, 0); err != nil {
-			t.Fatal(err)
-		}
+	ram, err := p.opts.RAMLimit.Of(0)
+	if err != nil {
+		t.Fatal(err)
 	}
 	p.ram = memory.NewHost(ram, 0, "test")
 	return p
@@ -156,7 +164,7 @@ func TestBudgetRealSizePlanner(t *testing.T) {
 	}
 
 	// The CPU: the whole transformer in f32.
-	_, err = Load(releasedDir(t), Options{Device: DeviceCPU, Logger: quietLogger(t), RAMLimit: "8G"})
+	_, err = Load(releasedDir(t), Options{Device: DeviceCPU, Logger: quietLogger(t), RAMLimit: size(t, "8G")})
 	if !errors.As(err, &be) || be.Flag != "--ram-limit" || !strings.Contains(err.Error(), "sampling holds the transformer's") || be.Need < 40*memory.GiB {
 		t.Fatalf("the CPU at --ram-limit 8G: %v", err)
 	}

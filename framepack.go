@@ -88,16 +88,17 @@ type Options struct {
 	// (tensor.AttnParams.FP8). Off by default.
 	FP8Attention bool
 	// VRAMLimit and Preserve are the --vram-limit and --preserve flags
-	// (memory.ParseSize: "20G", "90%"; empty: the device's default).
-	VRAMLimit, Preserve string
-	// RAMLimit is the --ram-limit flag: the host-memory budget
-	// (memory.ParseSize: "16G", or a fraction of system memory; empty:
-	// memory.DefaultRAMLimit from /proc/meminfo). It decides whether the
+	// (memory.ParseSize("20G"), memory.Bytes(20*memory.GiB),
+	// memory.Fraction(0.9); unset: the device's default).
+	VRAMLimit, Preserve memory.Size
+	// RAMLimit is the --ram-limit flag: the host-memory budget (a size,
+	// or a fraction of system memory; unset: memory.DefaultRAMLimit from
+	// /proc/meminfo). It decides whether the
 	// transformer's streamed blocks get a pinned copy or are read from the
 	// mapped checkpoint, and it becomes the Go runtime's memory limit
 	// unless GOMEMLIMIT sets one. On an integrated GPU (and the CPU) device
 	// and host memory are one pool under both limits.
-	RAMLimit string
+	RAMLimit memory.Size
 	// VAETiling fixes the VAE's tiling; nil encodes untiled and plans each
 	// decode's tiling from the budget (diffusers' default, FramePack's
 	// high-VRAM mode, whenever it fits). vae.SpatialTiling(256, 192) is

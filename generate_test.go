@@ -216,7 +216,7 @@ func TestGenerateTiny(t *testing.T) {
 				// every section from one generator, also from a
 				// pipeline whose budget makes it load the transformer
 				// and the VAE decoder for their stage only.
-				small, logs := loadTinyLogged(t, Options{VRAMLimit: "64M", Preserve: "60M"})
+				small, logs := loadTinyLogged(t, Options{VRAMLimit: memory.Bytes(64 * memory.MiB), Preserve: memory.Bytes(60 * memory.MiB)})
 				again := generateQuiet(t, small, req)
 				if !bytes.Equal(again.Pix, res.Pix) {
 					t.Error("the same request gave different frames")

@@ -104,3 +104,19 @@ func TestTestHelpersStayInTests(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchOnlyInTheCommand: the measurement tools (package bench) sit
+// beside the command, above the library: only cmd/framepack imports them,
+// and they import no command.
+func TestBenchOnlyInTheCommand(t *testing.T) {
+	for pkg, imps := range imports(t, false, "./...") {
+		for _, imp := range imps {
+			switch {
+			case under(imp, "bench") && pkg != "cmd/framepack" && !under(pkg, "bench"):
+				t.Errorf("%s imports %s: only the command runs the bench tools", pkg, imp)
+			case under(pkg, "bench") && under(imp, "cmd"):
+				t.Errorf("%s imports %s: the bench tools import no command", pkg, imp)
+			}
+		}
+	}
+}

@@ -77,11 +77,11 @@ func NewBudget(device string, total, free int64) Budget {
 	}
 }
 
-// WithFlags applies the --vram-limit and --preserve flags (empty: keep the
-// default); both accept what ParseSize does, fractions of Total included.
-func (b Budget) WithFlags(vramLimit, preserve string) (Budget, error) {
-	if vramLimit != "" {
-		v, err := ParseSize(vramLimit, b.Total)
+// With applies the --vram-limit and --preserve flags (unset: keep the
+// default); fractions are of Total.
+func (b Budget) With(vramLimit, preserve Size) (Budget, error) {
+	if vramLimit.IsSet() {
+		v, err := vramLimit.Of(b.Total)
 		if err != nil {
 			return b, fmt.Errorf("--vram-limit: %w", err)
 		}
@@ -89,15 +89,15 @@ func (b Budget) WithFlags(vramLimit, preserve string) (Budget, error) {
 			return b, fmt.Errorf("--vram-limit %s (%s) is more than the %s that %s has", vramLimit, FormatBytes(v), FormatBytes(b.Total), b.name())
 		}
 		if v < MinCap {
-			return b, fmt.Errorf("--vram-limit %s (%s) is below the %s the engine needs at least", vramLimit, FormatBytes(v), FormatBytes(MinCap))
+			return b, fmt.Errorf("--vram-limit %w", capBelowMin(vramLimit, v))
 		}
 		b.Cap = v
-		if preserve == "" {
+		if !preserve.IsSet() {
 			b.Preserve = min(DefaultPreserve, b.Cap/2)
 		}
 	}
-	if preserve != "" {
-		v, err := ParseSize(preserve, b.Total)
+	if preserve.IsSet() {
+		v, err := preserve.Of(b.Total)
 		if err != nil {
 			return b, fmt.Errorf("--preserve: %w", err)
 		}

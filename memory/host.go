@@ -57,10 +57,10 @@ func NewHost(limit, total int64, source string) *Host {
 }
 
 // HostFor reads /proc/meminfo under root ("/" normally) and applies the
-// --ram-limit flag (empty: DefaultRAMLimit; "16G", or a fraction of
+// --ram-limit flag (unset: DefaultRAMLimit; "16G", or a fraction of
 // MemTotal such as "0.5" or "50%"). Without /proc/meminfo (not Linux) and
 // without a flag the budget is unlimited.
-func HostFor(root, ramLimit string) (*Host, error) {
+func HostFor(root string, ramLimit Size) (*Host, error) {
 	path := filepath.Join(root, "proc", "meminfo")
 	mi, err := readMeminfo(path)
 	var total, avail int64
@@ -74,8 +74,8 @@ func HostFor(root, ramLimit string) (*Host, error) {
 	if total <= 0 {
 		src = "system memory unknown (" + path + " unreadable)"
 	}
-	if ramLimit != "" {
-		v, err := ParseSize(ramLimit, total)
+	if ramLimit.IsSet() {
+		v, err := ramLimit.Of(total)
 		if err != nil {
 			return nil, fmt.Errorf("--ram-limit: %w", err)
 		}
@@ -85,7 +85,7 @@ func HostFor(root, ramLimit string) (*Host, error) {
 		if total > 0 && v > total {
 			return nil, fmt.Errorf("--ram-limit %s (%s) is more than the machine's %s of memory", ramLimit, FormatBytes(v), FormatBytes(total))
 		}
-		return NewHost(v, total, src+"; --ram-limit "+ramLimit), nil
+		return NewHost(v, total, src+"; --ram-limit "+ramLimit.String()), nil
 	}
 	if total <= 0 {
 		return NewHost(0, 0, src), nil

@@ -10,7 +10,7 @@ import (
 func TestHostBudgetFromMeminfo(t *testing.T) {
 	// 64 GiB machine, 50 GiB available: the margin is max(2, 64/8) = 8 GiB.
 	root := fakeSys(t, 64*GiB, 50*GiB, 0, 0)
-	h, err := HostFor(root, "")
+	h, err := HostFor(root, Size{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -18,13 +18,13 @@ func TestHostBudgetFromMeminfo(t *testing.T) {
 		t.Fatalf("default limit %s, want 42.0 GiB", FormatBytes(h.Limit()))
 	}
 	for flag, want := range map[string]int64{"16G": 16 * GiB, "50%": 32 * GiB, "0.25": 16 * GiB, "20000M": 20000 * MiB} {
-		h, err := HostFor(root, flag)
+		h, err := HostFor(root, size(t, flag))
 		if err != nil || h.Limit() != want {
 			t.Errorf("--ram-limit %s: %v, %v; want %s", flag, h, err, FormatBytes(want))
 		}
 	}
-	for _, bad := range []string{"lots", "100G", "0", "-1G"} {
-		if _, err := HostFor(root, bad); err == nil || !strings.Contains(err.Error(), "--ram-limit") {
+	for _, bad := range []string{"100G", "0", "0%"} {
+		if _, err := HostFor(root, size(t, bad)); err == nil || !strings.Contains(err.Error(), "--ram-limit") {
 			t.Errorf("--ram-limit %s: error %v, want one naming the flag", bad, err)
 		}
 	}
@@ -33,7 +33,7 @@ func TestHostBudgetFromMeminfo(t *testing.T) {
 		t.Errorf("DefaultRAMLimit(16G, 2G) = %s", FormatBytes(got))
 	}
 	// No /proc/meminfo: unlimited unless a size is given.
-	h, err = HostFor(t.TempDir(), "")
+	h, err = HostFor(t.TempDir(), Size{})
 	if err != nil || h.Limit() != 0 || h.Available() < TiB {
 		t.Errorf("no meminfo: %v %v", h, err)
 	}
@@ -106,7 +106,7 @@ func TestUnifiedOnePool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := HostFor(root, "48G")
+	h, err := HostFor(root, size(t, "48G"))
 	if err != nil {
 		t.Fatal(err)
 	}

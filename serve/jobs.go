@@ -619,7 +619,7 @@ func (s *Server) settings(ctx context.Context, up *upload) (*farm.Settings, int,
 		return nil, bad, fmt.Errorf("settings: at most 16 LoRAs, have %d", len(set.LoRA))
 	}
 	if set.Preserve != "" {
-		if _, err := memory.ParseSize(set.Preserve, memory.GiB); err != nil {
+		if _, err := memory.ParseSize(set.Preserve); err != nil {
 			return nil, bad, fmt.Errorf("settings: preserve: %v", err)
 		}
 	}

@@ -2,6 +2,8 @@ package vae
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/framepack-go/framepack/vae/internal/tiles"
 )
@@ -37,6 +39,40 @@ func DefaultTiling() Tiling { return Tiling{Framewise: true}.normalized() }
 func SpatialTiling(tile, stride int) Tiling {
 	return Tiling{Framewise: true, Spatial: true, TileHeight: tile, TileWidth: tile,
 		TileStrideHeight: stride, TileStrideWidth: stride}.normalized()
+}
+
+// ParseTiling reads a tiling as the commands write it: framewise
+// (DefaultTiling), none (untiled), spatial:TILE:STRIDE (SpatialTiling in
+// pixels; spatial alone is 256:192), or auto, which leaves the tiling to
+// the planner (Plan) and returns auto true. Its errors read after the
+// option's name: `--tiling` + `"x": want …`.
+func ParseTiling(s string) (t Tiling, auto bool, err error) {
+	switch {
+	case s == "framewise":
+		return DefaultTiling(), false, nil
+	case s == "none":
+		return Tiling{}, false, nil
+	case s == "auto":
+		return Tiling{}, true, nil
+	case strings.HasPrefix(s, "spatial"):
+		tile, stride := 256, 192
+		if parts := strings.Split(s, ":"); len(parts) == 3 {
+			a, err1 := strconv.Atoi(parts[1])
+			b, err2 := strconv.Atoi(parts[2])
+			if err1 != nil || err2 != nil {
+				return Tiling{}, false, fmt.Errorf("%q: want spatial:TILE:STRIDE in pixels", s)
+			}
+			// Zero would silently become the default 256/192.
+			if a <= 0 || b <= 0 || b >= a || a%8 != 0 || b%8 != 0 {
+				return Tiling{}, false, fmt.Errorf("%q: want spatial:TILE:STRIDE in pixels, multiples of 8 with 0 < STRIDE < TILE (spatial alone: 256:192)", s)
+			}
+			tile, stride = a, b
+		} else if s != "spatial" {
+			return Tiling{}, false, fmt.Errorf("%q: want spatial:TILE:STRIDE in pixels", s)
+		}
+		return SpatialTiling(tile, stride), false, nil
+	}
+	return Tiling{}, false, fmt.Errorf("%q: want framewise, spatial:TILE:STRIDE, none or auto", s)
 }
 
 func (t Tiling) normalized() Tiling {

@@ -31,6 +31,7 @@ import (
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/farm"
 	"github.com/framepack-go/framepack/lora"
+	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/section"
 	"github.com/framepack-go/framepack/video"
 )
@@ -323,7 +324,11 @@ func (w *Worker) pipeline(s farm.Settings) (*framepack.Pipeline, error) {
 	opts := w.cfg.Options
 	opts.Logger = w.log
 	if s.Preserve != "" {
-		opts.Preserve = s.Preserve
+		p, err := memory.ParseSize(s.Preserve)
+		if err != nil {
+			return nil, fmt.Errorf("settings: preserve: %w", err)
+		}
+		opts.Preserve = p
 	}
 	for _, lr := range s.LoRA {
 		path, err := LoRAPath(w.cfg.LoRADir, lr.Name)

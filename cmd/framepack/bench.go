@@ -1,18 +1,27 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
+	"errors"
 	"fmt"
-	"io"
 	"os"
 	"runtime/pprof"
 
 	"github.com/spf13/cobra"
+
+	"github.com/framepack-go/framepack/bench"
 )
 
-// benchCommands are the `framepack bench` subcommands; each file that adds
-// one appends its constructor in an init function.
-var benchCommands []func() *cobra.Command
+// benchCommands are the `framepack bench` subcommands, one line each; their
+// work is package bench's.
+var benchCommands = []func() *cobra.Command{
+	newBenchCompare,
+	newBenchGenerate,
+	newBenchModels,
+	newBenchServe,
+	newBenchTransformer,
+	newBenchVAE,
+}
 
 func newBench() *cobra.Command {
 	cmd := &cobra.Command{
@@ -25,12 +34,24 @@ func newBench() *cobra.Command {
 		sub := c()
 		if run := sub.RunE; run != nil {
 			sub.RunE = func(cmd *cobra.Command, args []string) error {
-				return withCPUProfile(cpuProfile, func() error { return run(cmd, args) })
+				if cmd.Context() == nil {
+					cmd.SetContext(context.Background())
+				}
+				return benchError(withCPUProfile(cpuProfile, func() error { return run(cmd, args) }))
 			}
 		}
 		cmd.AddCommand(sub)
 	}
 	return cmd
+}
+
+// benchError makes a bench tool's bad options a usage error (exit status 2).
+func benchError(err error) error {
+	var ue *bench.UsageError
+	if errors.As(err, &ue) {
+		return usage(err)
+	}
+	return err
 }
 
 // withCPUProfile runs run, profiling the process's CPU into path when set.
@@ -51,17 +72,5 @@ func withCPUProfile(path string, run func() error) error {
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("--cpuprofile: %w", cerr)
 	}
-	return err
-}
-
-// benchResult is one measurement line. Times are seconds, sizes bytes.
-type benchResult map[string]any
-
-func printResult(w io.Writer, r benchResult) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(append(b, '\n'))
 	return err
 }

@@ -1,23 +1,14 @@
 package main
 
 import (
-	"errors"
-	"fmt"
-	"log/slog"
-	"sync"
-	"time"
-
 	"github.com/spf13/cobra"
 
+	"github.com/framepack-go/framepack/bench"
 	"github.com/framepack-go/framepack/randmodel"
 )
 
-func init() { benchCommands = append(benchCommands, newBenchModels) }
-
 func newBenchModels() *cobra.Command {
-	var out, size string
-	var seed uint64
-	var workers int
+	var o bench.ModelsOptions
 	cmd := &cobra.Command{
 		Use:   "make-models --out DIR [--size released|tiny] [--seed N]",
 		Short: "Write a FramePack model folder with random weights in the released layout",
@@ -38,37 +29,13 @@ JSON line: files, bytes, parameters, seconds, GB/s.`,
   framepack bench make-models --out /tmp/fp-tiny --size tiny --seed 1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if out == "" {
-				return errors.New("bench make-models: --out DIR is required")
-			}
-			var mu sync.Mutex
-			last := time.Now()
-			start := last
-			progress := func(done, total int64) {
-				mu.Lock()
-				defer mu.Unlock()
-				if time.Since(last) < 5*time.Second && done < total {
-					return
-				}
-				last = time.Now()
-				slog.Info(fmt.Sprintf("make-models: %.1f of %.1f GB (%.0f%%), %.2f GB/s", float64(done)/1e9, float64(total)/1e9,
-					100*float64(done)/float64(total), float64(done)/1e9/time.Since(start).Seconds()))
-			}
-			sum, err := randmodel.Write(cmd.Context(), out, randmodel.Options{Size: randmodel.Size(size), Seed: seed, Workers: workers, Progress: progress})
-			if err != nil {
-				return err
-			}
-			secs := time.Since(start).Seconds()
-			return printResult(cmd.OutOrStdout(), benchResult{
-				"bench": "make-models", "size": size, "dir": out, "files": sum.Files, "bytes": sum.WeightBytes,
-				"params": sum.Params, "seconds": secs, "gb_per_s": float64(sum.WeightBytes) / 1e9 / secs,
-			})
+			return bench.MakeModels(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&out, "out", "o", "", "the model folder to write (created if needed)")
-	fl.StringVar(&size, "size", string(randmodel.Released), "released (≈ 42 GB) or tiny")
-	fl.Uint64Var(&seed, "seed", 0, "the random seed; the same seed writes the same bytes")
-	fl.IntVar(&workers, "workers", 0, "goroutines generating and writing (0: one per core)")
+	fl.StringVarP(&o.Out, "out", "o", "", "the model folder to write (created if needed)")
+	fl.StringVar(&o.Size, "size", string(randmodel.Released), "released (≈ 42 GB) or tiny")
+	fl.Uint64Var(&o.Seed, "seed", 0, "the random seed; the same seed writes the same bytes")
+	fl.IntVar(&o.Workers, "workers", 0, "goroutines generating and writing (0: one per core)")
 	return cmd
 }

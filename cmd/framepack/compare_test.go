@@ -4,16 +4,15 @@ import (
 	"context"
 	"fmt"
 	"image/png"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/framepack-go/framepack"
+	"github.com/framepack-go/framepack/bench"
 	"github.com/framepack-go/framepack/tensor"
 	"github.com/framepack-go/framepack/tinymodel"
-	"github.com/framepack-go/framepack/video"
 	"github.com/framepack-go/framepack/weights"
 )
 
@@ -85,81 +84,6 @@ func TestSectionLatents(t *testing.T) {
 	res.Sections = append(res.Sections, framepack.SectionStats{LatentFrames: 3})
 	if _, err := sectionLatents(res, true); err == nil {
 		t.Error("sections longer than the latents were accepted")
-	}
-}
-
-// TestCompareOutputs compares a record with itself, then with one frame
-// and one section changed: the frame's PSNR and the section's error show
-// them and nothing else.
-func TestCompareOutputs(t *testing.T) {
-	dir := t.TempDir()
-	res := &framepack.Result{Latents: latentsByFrame(5), Sections: []framepack.SectionStats{{LatentFrames: 2}, {LatentFrames: 3}}}
-	lat, err := sectionLatents(res, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const T, H, W = 4, 2, 3
-	px := tensor.New(tensor.F32, 1, 3, T, H, W)
-	pv := px.Float32s()
-	for i := range pv {
-		pv[i] = float32(math.Sin(float64(i))) * 0.9
-	}
-	rec := map[string]*tensor.Tensor{"pixels": px}
-	for k, v := range lat {
-		rec[k] = v
-	}
-	recPath, latPath, frames := filepath.Join(dir, "record.safetensors"), filepath.Join(dir, "fp.safetensors"), filepath.Join(dir, "fp")
-	if err := weights.Save(recPath, rec, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := weights.Save(latPath, lat, nil); err != nil {
-		t.Fatal(err)
-	}
-	f, err := video.FromPixels(px)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := video.WritePNGs(context.Background(), frames, f); err != nil {
-		t.Fatal(err)
-	}
-	head := benchResult{"bench": "compare"}
-	lines, err := compareOutputs(head, recPath, latPath, frames)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(lines) != 4 { // 2 sections, the start latent, the frames
-		t.Fatalf("%d lines: %v", len(lines), lines)
-	}
-	for _, l := range lines[:2] {
-		if l["generated_latents_rel_l2"] != 0.0 || l["history_latents_rel_l2"] != 0.0 {
-			t.Errorf("identical latents differ: %v", l)
-		}
-	}
-	if s := lines[3]["psnr"].(map[string]any); s["min"] != 99.0 {
-		t.Errorf("identical frames: %v", s)
-	}
-
-	// Frame 2 brighter, section 1's latents off.
-	for i := range f.Pix[2*H*W*3 : 3*H*W*3] {
-		f.Pix[2*H*W*3+i] = min(f.Pix[2*H*W*3+i]+20, 255)
-	}
-	if err := video.WritePNGs(context.Background(), frames, f); err != nil {
-		t.Fatal(err)
-	}
-	lat["generated_latents_section_1"].Float32s()[0] += 1
-	lat["history_latents_section_1"].Float32s()[0] += 1
-	if err := weights.Save(latPath, lat, nil); err != nil {
-		t.Fatal(err)
-	}
-	if lines, err = compareOutputs(head, recPath, latPath, frames); err != nil {
-		t.Fatal(err)
-	}
-	if lines[0]["generated_latents_rel_l2"] == 0.0 || lines[1]["generated_latents_rel_l2"] != 0.0 {
-		t.Errorf("section 1 changed: %v / %v", lines[0], lines[1])
-	}
-	s := lines[3]["psnr"].(map[string]any)
-	if s["min_frame"] != 2 || s["max"] != 99.0 || s["min"].(float64) > 30 {
-		t.Errorf("frame 2 changed: %v", lines[3])
 	}
 }
 
@@ -248,7 +172,7 @@ func TestBenchCompareReuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	H, W := cfg.Height, cfg.Width
-	first, err := readPNGFrames(own, H, W)
+	first, err := bench.ReadPNGFrames(own, H, W)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +200,7 @@ func TestBenchCompareReuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sawLatents, sawFrames, sawTime bool
-	for _, l := range jsonLines([]byte(out), "bench", "compare") {
+	for _, l := range bench.Lines([]byte(out), "bench", "compare") {
 		switch l["what"] {
 		case "latents":
 			sawLatents = true

@@ -47,8 +47,8 @@ type generateFlags struct {
 	weightsMode             string
 	fp8Compute              string
 	fp8Attention            bool
-	vramLimit, preserve     string
-	ramLimit                string
+	vramLimit, preserve     memory.Size
+	ramLimit                memory.Size
 	vaeTile                 int
 	posteriorMean           bool
 	parts                   map[string]*string
@@ -80,20 +80,7 @@ type generateFlags struct {
 	videoFrames []*section.RGB
 }
 
-func newGenerate() *cobra.Command {
-	cmd, _ := newGenerateCmd()
-	return cmd
-}
-
-// newGenerateCmd is the generate command and the flags it fills (also a
-// job line's, in --jobs).
-func newGenerateCmd() (*cobra.Command, *generateFlags) {
-	def := framepack.DefaultRequest()
-	f := &generateFlags{parts: map[string]*string{}}
-	cmd := &cobra.Command{
-		Use:   "generate --image IMAGE [--prompt TEXT] [-o out.mp4] | --jobs JOBS.jsonl",
-		Short: "Generate a video from an image and a prompt, as FramePack does",
-		Long: `Generate a video from a start image and a prompt with FramePack's HunyuanVideo model,
+const generateLong = `Generate a video from a start image and a prompt with FramePack's HunyuanVideo model,
 section by section as FramePack's demo does, and write it as H.264 through ffmpeg: -o ending
 in .mp4, .mov or .mkv picks the container; a name without extension is a folder of PNG frames
 (also where a video goes, as NAME_frames, when ffmpeg is missing). Beside it goes the
@@ -124,7 +111,22 @@ result line (a JSON "result" or "error" record with --json, carrying its "line")
 fails only its job, and the exit status is 1 when any job failed.
 
 --write-sections writes the video so far to the output after every section, as FramePack
-does, each time replacing it whole; the last write is the full video.`,
+does, each time replacing it whole; the last write is the full video.`
+
+func newGenerate() *cobra.Command {
+	cmd, _ := newGenerateCmd()
+	return cmd
+}
+
+// newGenerateCmd is the generate command and the flags it fills (also a
+// job line's, in --jobs).
+func newGenerateCmd() (*cobra.Command, *generateFlags) {
+	def := framepack.DefaultRequest()
+	f := &generateFlags{parts: map[string]*string{}}
+	cmd := &cobra.Command{
+		Use:   "generate --image IMAGE [--prompt TEXT] [-o out.mp4] | --jobs JOBS.jsonl",
+		Short: "Generate a video from an image and a prompt, as FramePack does",
+		Long:  generateLong,
 		Example: `  framepack generate --image testdata/images/scene.png --seconds 1 -o out.mp4
   framepack generate --models ~/models/framepack --image girl.png --prompt "The girl dances gracefully." -o dance.mp4`,
 		Args: cobra.NoArgs,
@@ -176,9 +178,9 @@ does, each time replacing it whole; the last write is the full video.`,
 	fl.StringVar(&f.weightsMode, "weights", "", "transformer block weights: empty for the compute dtype, or fp8 (FP8 E4M3 with per-channel scales, as stored in an fp8 checkpoint or quantized at load)")
 	fl.BoolVar(&f.fp8Attention, "fp8-attention", false, "let the transformer's attention run in FP8 where the GPU has an engine for it (cuDNN on Hopper): faster, about 7% relative error on each attention's output")
 	fl.StringVar(&f.fp8Compute, "fp8-compute", "auto", "with --weights fp8: on quantizes the block linears' inputs per token and multiplies in FP8, off widens the weights on the fly (weight-only), auto is on where the GPU has FP8 tensor cores")
-	fl.StringVar(&f.vramLimit, "vram-limit", "", `hard cap on device memory ("20G", "90%"; default: the device's safe default)`)
-	fl.StringVar(&f.preserve, "preserve", "", `memory kept free for activations while weights stream (default 6G)`)
-	fl.StringVar(&f.ramLimit, "ram-limit", "", `host memory budget ("16G", "50%"; default: available memory less max(2G, 1/8 of RAM)); streamed weights are read from the mapped checkpoint when a pinned copy would not fit`)
+	vramLimitVar(fl, &f.vramLimit, `hard cap on device memory ("20G", "90%"; default: the device's safe default)`)
+	preserveVar(fl, &f.preserve, `memory kept free for activations while weights stream (default 6G)`)
+	ramLimitVar(fl, &f.ramLimit, `host memory budget ("16G", "50%"; default: available memory less max(2G, 1/8 of RAM)); streamed weights are read from the mapped checkpoint when a pinned copy would not fit`)
 	fl.StringArrayVar(&f.loras, "lora", nil, "HunyuanVideo LoRA merged into the transformer, file.safetensors[:scale] (diffusers/PEFT, kohya or musubi-tuner keys; repeatable)")
 	fl.IntVar(&f.vaeTile, "vae-tile", 0, "decode in spatial tiles of this many pixels (stride 3/4 of it; 0: planned from the budget)")
 	for _, part := range []string{framepack.PartTransformer, framepack.PartVAE, framepack.PartTextEncoder, framepack.PartTextEncoder2,
@@ -235,12 +237,6 @@ func (f *generateFlags) checkLoad() error {
 	}
 	if f.vaeTile != 0 && (f.vaeTile < 32 || f.vaeTile%32 != 0) {
 		return fmt.Errorf("--vae-tile %d: want a multiple of 32, at least 32", f.vaeTile)
-	}
-	if err := checkSizes(f.vramLimit, f.preserve); err != nil {
-		return err
-	}
-	if err := checkRAMLimit(f.ramLimit); err != nil {
-		return err
 	}
 	if f.models != "" {
 		if st, err := os.Stat(f.models); err != nil || !st.IsDir() {
@@ -385,53 +381,6 @@ func (f *generateFlags) inputs(load *generateFlags, jobsFile string) []input {
 		in = append(in, input{"--lora", lf.Path})
 	}
 	return in
-}
-
-// checkSizes checks --vram-limit's and --preserve's syntax, and that a
-// --vram-limit in bytes is not below the least the engine needs (whether
-// the sizes fit the device is known once it is open).
-func checkSizes(vramLimit, preserve string) error {
-	for _, fl := range []struct{ name, v string }{{"--vram-limit", vramLimit}, {"--preserve", preserve}} {
-		if fl.v == "" {
-			continue
-		}
-		// Any positive total checks a fraction's syntax.
-		if _, err := memory.ParseSize(fl.v, memory.GiB); err != nil {
-			return fmt.Errorf("%s: %w", fl.name, err)
-		}
-	}
-	if v, ok := fixedSize(vramLimit); ok && v < memory.MinCap {
-		return fmt.Errorf("--vram-limit %s (%s) is below the %s the engine needs at least", vramLimit, memory.FormatBytes(v), memory.FormatBytes(memory.MinCap))
-	}
-	return nil
-}
-
-// checkRAMLimit checks --ram-limit's syntax, and that it is above 0.
-func checkRAMLimit(ramLimit string) error {
-	if ramLimit == "" {
-		return nil
-	}
-	if _, err := memory.ParseSize(ramLimit, memory.GiB); err != nil {
-		return fmt.Errorf("--ram-limit: %w", err)
-	}
-	if v, ok := fixedSize(ramLimit); ok && v <= 0 {
-		return fmt.Errorf("--ram-limit %s: the host budget must be above 0", ramLimit)
-	}
-	return nil
-}
-
-// fixedSize is a size flag's bytes when they do not depend on the memory's
-// total (ok false for a fraction or a bad value).
-func fixedSize(v string) (int64, bool) {
-	if v == "" {
-		return 0, false
-	}
-	a, err := memory.ParseSize(v, memory.GiB)
-	if err != nil {
-		return 0, false
-	}
-	b, err := memory.ParseSize(v, 2*memory.GiB)
-	return a, err == nil && a == b
 }
 
 // parseSeed reads --seed: a whole number 0–2⁶⁴−1, or "random" or -1 for a
@@ -651,39 +600,9 @@ func (f *generateFlags) loadOptions(log *slog.Logger) framepack.Options {
 func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline, f *generateFlags, img *section.RGB,
 	set *settings, began time.Time, load time.Duration, ev *events, extra map[string]any) (*framepack.Result, error) {
 	log := slog.Default()
-	req := f.request(img)
 	quiet, _ := cmd.Flags().GetBool("quiet")
 	quiet = quiet || isFollower()
-	prog := newProgress(cmd.ErrOrStderr(), log, quiet, ev)
-	prog.forRequest(req)
-	req.Progress = prog.report
-	if !quiet {
-		notice(log, videoLength(f.seconds, f.window))
-		if s := promptSections(f.prompt, f.seconds, f.window, f.promptBlend); s != "" {
-			notice(log, s)
-		}
-	}
-	crf := f.crf
-	if crf == 0 {
-		crf = video.CRFZero
-	}
-	var sw *sectionWriter
-	if f.writeSections && !isFollower() {
-		sw = newSectionWriter(ctx, f.output, video.Options{FPS: framepack.FPS, CRF: crf, Log: log}, log)
-		report := req.Progress
-		req.Progress = func(pr framepack.Progress) {
-			report(pr)
-			sw.report(pr)
-		}
-	}
-	if f.preview != "" && !isFollower() {
-		pw := newPreviewWriter(f.preview, log)
-		report := req.Progress
-		req.Progress = func(pr framepack.Progress) {
-			report(pr)
-			pw.report(pr)
-		}
-	}
+	req, prog, sw := f.jobRequest(ctx, cmd, img, quiet, ev, log)
 	res, err := p.Generate(ctx, req)
 	prog.done()
 	if sw != nil {
@@ -705,35 +624,13 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 	set.Frames, set.FPS, set.Width, set.Height = res.T, res.FPS, res.W, res.H
 	set.InputFrames = res.InputFrames
 	set.Timings = newTimings(time.Since(began), load, res)
-
-	// The settings go in the video's comment tag (without the timings:
-	// the tag is written before they are complete) and beside it.
-	tag, err := set.CommentTag()
-	if err != nil {
-		return nil, err
-	}
-	sf, err := createSettings(settingsPath(f.output.path), set)
-	if err != nil {
-		return nil, err
-	}
 	t := time.Now()
-	if err := f.output.write(ctx, res.Frames, video.Options{FPS: res.FPS, CRF: crf, Log: log, Comment: tag}, log); err != nil {
-		sf.discard()
-		if sw != nil {
-			sw.discard()
-		}
+	settingsFile, err := f.writeOutputs(ctx, res, set, sw, log)
+	if err != nil {
 		return nil, err
-	}
-	if err := sf.commit(); err != nil {
-		return nil, err
-	}
-	if f.writeLatents != "" {
-		if err := writeLatents(f.writeLatents, res, f.model); err != nil {
-			return nil, err
-		}
 	}
 	write := time.Since(t)
-	fields := map[string]any{"output": f.output.path, "settings_file": sf.path, "seed": set.Seed,
+	fields := map[string]any{"output": f.output.path, "settings_file": settingsFile, "seed": set.Seed,
 		"frames": res.T, "fps": res.FPS, "width": res.W, "height": res.H, "timings": set.Timings, "write": secs(write),
 		"peak_bytes": res.PeakBytes, "loads": len(res.Loads), "input_frames": res.InputFrames}
 	for k, v := range extra {
@@ -745,9 +642,80 @@ func generateOne(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline,
 		if f.seedRandom {
 			fmt.Fprintf(cmd.OutOrStdout(), "seed %d (random)\n", set.Seed)
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "settings in %s\n", sf.path)
+		fmt.Fprintf(cmd.OutOrStdout(), "settings in %s\n", settingsFile)
 	}
 	return res, nil
+}
+
+// videoCRF is --crf as the video writer takes it (0: lossless).
+func (f *generateFlags) videoCRF() int {
+	if f.crf == 0 {
+		return video.CRFZero
+	}
+	return f.crf
+}
+
+// jobRequest is the job's request with its progress reported (and, with
+// --write-sections and --preview, the sections' video and the preview
+// written as it goes: sw, nil without).
+func (f *generateFlags) jobRequest(ctx context.Context, cmd *cobra.Command, img *section.RGB, quiet bool, ev *events,
+	log *slog.Logger) (req framepack.Request, prog *progress, sw *sectionWriter) {
+	req = f.request(img)
+	prog = newProgress(cmd.ErrOrStderr(), log, quiet, ev)
+	prog.forRequest(req)
+	req.Progress = prog.report
+	if !quiet {
+		notice(log, videoLength(f.seconds, f.window))
+		if s := promptSections(f.prompt, f.seconds, f.window, f.promptBlend); s != "" {
+			notice(log, s)
+		}
+	}
+	also := func(report func(framepack.Progress)) {
+		before := req.Progress
+		req.Progress = func(pr framepack.Progress) {
+			before(pr)
+			report(pr)
+		}
+	}
+	if f.writeSections && !isFollower() {
+		sw = newSectionWriter(ctx, f.output, video.Options{FPS: framepack.FPS, CRF: f.videoCRF(), Log: log}, log)
+		also(sw.report)
+	}
+	if f.preview != "" && !isFollower() {
+		also(newPreviewWriter(f.preview, log).report)
+	}
+	return req, prog, sw
+}
+
+// writeOutputs writes the video with the settings in its comment tag (without
+// the timings: the tag is written before they are complete), the settings
+// file beside it and, with --write-latents, the latents; it returns the
+// settings file's path.
+func (f *generateFlags) writeOutputs(ctx context.Context, res *framepack.Result, set *settings, sw *sectionWriter, log *slog.Logger) (string, error) {
+	tag, err := set.CommentTag()
+	if err != nil {
+		return "", err
+	}
+	sf, err := createSettings(settingsPath(f.output.path), set)
+	if err != nil {
+		return "", err
+	}
+	if err := f.output.write(ctx, res.Frames, video.Options{FPS: res.FPS, CRF: f.videoCRF(), Log: log, Comment: tag}, log); err != nil {
+		sf.discard()
+		if sw != nil {
+			sw.discard()
+		}
+		return "", err
+	}
+	if err := sf.commit(); err != nil {
+		return "", err
+	}
+	if f.writeLatents != "" {
+		if err := writeLatents(f.writeLatents, res, f.model); err != nil {
+			return "", err
+		}
+	}
+	return sf.path, nil
 }
 
 // videoLength says how long the video will be: --seconds rounded to whole
@@ -822,7 +790,7 @@ func (f *generateFlags) settings(dir string, tiny bool) (*settings, error) {
 		Model: f.model, EmbedInterpolation: f.embedInterp, StartEmbedStrength: f.startEmbed,
 		CFG: f.cfg, GS: f.gs, RS: f.rs, TeaCache: f.cacheChoice() == framepack.CacheTeaCache, Cache: f.cacheChoice(),
 		CacheThreshold: f.cacheThreshold, Resolution: f.resolution, PosteriorMean: f.posteriorMean,
-		CRF: f.crf, Device: f.device, DType: f.dtype, Weights: f.weightsMode, FP8Compute: fp8ComputeSetting(f), FP8Attention: f.fp8Attention, VRAMLimit: f.vramLimit, Preserve: f.preserve, VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
+		CRF: f.crf, Device: f.device, DType: f.dtype, Weights: f.weightsMode, FP8Compute: fp8ComputeSetting(f), FP8Attention: f.fp8Attention, VRAMLimit: f.vramLimit.String(), Preserve: f.preserve.String(), VAETile: f.vaeTile, LoRA: f.loraFiles, PromptBlend: f.promptBlend,
 		TinyModel: tiny, Models: models, Output: f.output.path}
 	f.magCacheSettings(set)
 	if vid != nil {

@@ -312,9 +312,9 @@ func TestGenerateRefusesBeforeWork(t *testing.T) {
 		want string
 	}{
 		// Sizes: bad values are usage errors, as the docs say.
-		{[]string{"--ram-limit", "garbage"}, "--ram-limit: memory size \"garbage\""},
-		{[]string{"--ram-limit", "0"}, "--ram-limit 0: the host budget must be above 0"},
-		{[]string{"--vram-limit", "32M"}, "--vram-limit 32M (32.0 MiB) is below the 64.0 MiB the engine needs"},
+		{[]string{"--ram-limit", "garbage"}, `invalid argument "garbage" for "--ram-limit" flag: memory size "garbage"`},
+		{[]string{"--ram-limit", "0"}, `invalid argument "0" for "--ram-limit" flag: 0: the host budget must be above 0`},
+		{[]string{"--vram-limit", "32M"}, `invalid argument "32M" for "--vram-limit" flag: 32M (32.0 MiB) is below the 64.0 MiB the engine needs`},
 		{[]string{"--vram-limit", "0"}, "is below the 64.0 MiB"},
 		// A LoRA scale that is no number stops the command, naming the LoRA.
 		{[]string{"--lora", other + ":NaN"}, `--lora: lora "` + other + `:NaN": scale "NaN" is not a finite number`},

@@ -78,41 +78,22 @@ func runJobs(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *even
 		began := time.Now()
 		if p == nil {
 			var err error
-			opts := f.loadOptions(log)
-			if err := rankOptions(&opts); err != nil {
-				return err
-			}
-			if p, err = framepack.Load(dir, opts); err != nil {
+			if p, err = f.loadPipeline(dir, log); err != nil {
 				return err
 			}
 			defer p.Close()
-			if !isFollower() {
-				notice(log, "device: "+p.Device())
-			}
 			load = time.Since(began)
 		}
-		img, err := js.f.loadImages()
+		res, set, err := runJobLine(ctx, cmd, p, js, dir, tiny, began, load, ev)
 		if err == nil {
-			err = js.f.validate(img)
-		}
-		var set *settings
-		if err == nil {
-			set, err = js.f.settings(dir, tiny)
-		}
-		if err == nil {
-			ev.emit("start", map[string]any{"line": js.line, "settings": set})
-			var res *framepack.Result
-			res, err = generateOne(ctx, cmd, p, js.f, img, set, began, load, ev, map[string]any{"line": js.line})
-			if err == nil {
-				done++
-				load = 0
-				if !f.json && !quiet {
-					fmt.Fprintf(out, "%s line %d: wrote %s: %d frames (%.2f s), %d×%d, seed %d, in %s, %d model loads\n",
-						f.jobs, js.line, js.f.output.path, res.T, float64(res.T)/float64(res.FPS), res.W, res.H, set.Seed,
-						time.Since(began).Round(time.Millisecond), len(res.Loads))
-				}
-				continue
+			done++
+			load = 0
+			if !f.json && !quiet {
+				fmt.Fprintf(out, "%s line %d: wrote %s: %d frames (%.2f s), %d×%d, seed %d, in %s, %d model loads\n",
+					f.jobs, js.line, js.f.output.path, res.T, float64(res.T)/float64(res.FPS), res.W, res.H, set.Seed,
+					time.Since(began).Round(time.Millisecond), len(res.Loads))
 			}
+			continue
 		}
 		if errors.Is(err, context.Canceled) {
 			return err
@@ -124,6 +105,43 @@ func runJobs(ctx context.Context, cmd *cobra.Command, f *generateFlags, ev *even
 		return fmt.Errorf("%d of %d jobs in %s failed", failed, len(specs), f.jobs)
 	}
 	return nil
+}
+
+// loadPipeline loads the models once for every job (this process's GPU
+// and communicator when it is one rank of several).
+func (f *generateFlags) loadPipeline(dir string, log *slog.Logger) (*framepack.Pipeline, error) {
+	opts := f.loadOptions(log)
+	if err := rankOptions(&opts); err != nil {
+		return nil, err
+	}
+	p, err := framepack.Load(dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	if !isFollower() {
+		notice(log, "device: "+p.Device())
+	}
+	return p, nil
+}
+
+// runJobLine runs one checked line's job on p: its images decoded and
+// checked, its settings made, its video written.
+func runJobLine(ctx context.Context, cmd *cobra.Command, p *framepack.Pipeline, js *jobSpec, dir string, tiny bool,
+	began time.Time, load time.Duration, ev *events) (*framepack.Result, *settings, error) {
+	img, err := js.f.loadImages()
+	if err == nil {
+		err = js.f.validate(img)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	set, err := js.f.settings(dir, tiny)
+	if err != nil {
+		return nil, nil, err
+	}
+	ev.emit("start", map[string]any{"line": js.line, "settings": set})
+	res, err := generateOne(ctx, cmd, p, js.f, img, set, began, load, ev, map[string]any{"line": js.line})
+	return res, set, err
 }
 
 // checkJobs reads the jobs file of f and checks the flags that apply to

@@ -223,11 +223,16 @@ func TestJobsChecks(t *testing.T) {
 	}
 	write(line(img, same), line(img, filepath.Join(dir, "sub", "..", "same.mp4")), line(cut, filepath.Join(dir, "cut.mp4")))
 
-	// The flags for every job: bad ones stop the command before any job.
-	for _, c := range []struct{ args []string }{{[]string{"--ram-limit", "garbage"}}, {[]string{"--vram-limit", "1M"}}, {[]string{"--lora", cut + ":NaN"}}} {
-		var ue *usageError
-		if _, err := check(c.args...); err == nil || !errors.As(err, &ue) {
-			t.Errorf("%v: %v, want a usage error", c.args, err)
+	// The flags for every job: bad ones stop the command before any job,
+	// the sizes as their flags are read.
+	var ue *usageError
+	if _, err := check("--lora", cut+":NaN"); err == nil || !errors.As(err, &ue) {
+		t.Errorf("--lora %s:NaN: %v, want a usage error", cut, err)
+	}
+	for _, args := range [][]string{{"--ram-limit", "garbage"}, {"--vram-limit", "1M"}} {
+		cmd, _ := newGenerateCmd()
+		if err := cmd.ParseFlags(append([]string{"--jobs", jobs}, args...)); err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("%v: %v, want the flag refused", args, err)
 		}
 	}
 

@@ -554,6 +554,23 @@ func (e *etaModel) secondsPerStep() time.Duration {
 	return e.stepTime / time.Duration(e.stepCount)
 }
 
+// decodeEstimate is a decode's time for its frames: from the finished
+// ones; before any, the running one's pace once a tile of it is done, per
+// frame (ok false while there is none).
+func (e *etaModel) decodeEstimate() func(frames int) (d time.Duration, ok bool) {
+	if len(e.decodes) > 0 {
+		return e.decodeTime
+	}
+	estimate := func(int) (time.Duration, bool) { return 0, false }
+	for _, r := range e.running {
+		if r.done > 0 && r.tiles > 0 {
+			perFrame := float64(r.tile.Sub(r.start)) * float64(r.tiles) / float64(r.done) / float64(e.framesOf(r.section))
+			estimate = func(frames int) (time.Duration, bool) { return time.Duration(perFrame * float64(frames)), true }
+		}
+	}
+	return estimate
+}
+
 // left is the time left of the job at now; known is false while it
 // leaves out a decode whose time cannot be estimated yet (none has
 // finished, and the running one has no tile done), and 0, false before any
@@ -584,18 +601,7 @@ func (e *etaModel) left(now time.Time) (left time.Duration, known bool) {
 		inline = float64(e.inlineTime) / float64(e.besideTime)
 	}
 	overlaps := e.beside > 0
-	// A decode's time: from the finished ones; before any, the running
-	// one's pace once a tile of it is done, per frame.
-	estimate := e.decodeTime
-	if len(e.decodes) == 0 {
-		estimate = func(int) (time.Duration, bool) { return 0, false }
-		for _, r := range e.running {
-			if r.done > 0 && r.tiles > 0 {
-				perFrame := float64(r.tile.Sub(r.start)) * float64(r.tiles) / float64(r.done) / float64(e.framesOf(r.section))
-				estimate = func(frames int) (time.Duration, bool) { return time.Duration(perFrame * float64(frames)), true }
-			}
-		}
-	}
+	estimate := e.decodeEstimate()
 	// What a decode of d adds to the job's time, when it has a sampling of
 	// window beside it (and runs in line when it is the last, or none has
 	// been seen beside one).

@@ -32,10 +32,10 @@ type serveFlags struct {
 	models, listen, data, nats, token, loras string
 	device, dtype, weightsMode, fp8Compute   string
 	fp8Attention                             bool
-	vramLimit, preserve, ramLimit            string
+	vramLimit, preserve, ramLimit            memory.Size
 	vaeTile                                  int
 	workers, maxQueued                       int
-	maxUpload, maxStorage                    string
+	maxUpload, maxStorage                    memory.Size
 	ackWait                                  time.Duration
 }
 
@@ -78,17 +78,18 @@ runs: the videos are noise, and the page says so.`,
 	fl.StringVar(&f.loras, "loras", "", "folder of HunyuanVideo LoRA .safetensors files that jobs may use")
 	fl.IntVar(&f.workers, "workers", 1, "jobs this process runs at a time: 1, or 0 to serve the page and the API only")
 	fl.IntVar(&f.maxQueued, "max-queued", 100, "most jobs waiting in the queue; more are refused")
-	fl.StringVar(&f.maxUpload, "max-upload", "32M", "largest submission (its images and settings)")
-	fl.StringVar(&f.maxStorage, "max-storage", "20G", "most bytes of uploads, videos and checkpoints stored; submissions are refused beyond")
+	f.maxUpload, f.maxStorage = mustSize("32M"), mustSize("20G")
+	fl.Var(&f.maxUpload, "max-upload", "largest submission (its images and settings)")
+	fl.Var(&f.maxStorage, "max-storage", "most bytes of uploads, videos and checkpoints stored; submissions are refused beyond")
 	fl.DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "with --nats: how long a job stays with a worker that stopped answering before another takes it")
 	fl.StringVar(&f.device, "device", framepack.DeviceAuto, "auto, cpu or gpu")
 	fl.StringVar(&f.dtype, "dtype", "", "compute dtype f32, bf16 or f16 (default: f32 on the CPU; bf16 transformer, f16 others on a GPU)")
 	fl.StringVar(&f.weightsMode, "weights", "", "transformer block weights: empty for the compute dtype, or fp8")
 	fl.StringVar(&f.fp8Compute, "fp8-compute", "auto", "with --weights fp8: on, off or auto")
 	fl.BoolVar(&f.fp8Attention, "fp8-attention", false, "let the transformer's attention run in FP8 where the GPU has an engine for it")
-	fl.StringVar(&f.vramLimit, "vram-limit", "", `hard cap on device memory ("20G", "90%")`)
-	fl.StringVar(&f.preserve, "preserve", "", `memory kept free for activations while weights stream (default 6G); a job's "preserve" setting overrides it`)
-	fl.StringVar(&f.ramLimit, "ram-limit", "", `host memory budget ("16G", "50%")`)
+	vramLimitVar(fl, &f.vramLimit, `hard cap on device memory ("20G", "90%")`)
+	preserveVar(fl, &f.preserve, `memory kept free for activations while weights stream (default 6G); a job's "preserve" setting overrides it`)
+	ramLimitVar(fl, &f.ramLimit, `host memory budget ("16G", "50%")`)
 	fl.IntVar(&f.vaeTile, "vae-tile", 0, "decode in spatial tiles of this many pixels (0: planned from the budget)")
 	return cmd
 }
@@ -127,11 +128,12 @@ func (f *serveFlags) check() (maxUpload, maxStorage int64, err error) {
 	if f.maxQueued < 1 {
 		return 0, 0, usagef("--max-queued %d: want at least 1", f.maxQueued)
 	}
-	if maxUpload, err = memory.ParseSize(f.maxUpload, 1); err != nil || maxUpload < 1<<10 {
-		return 0, 0, usagef("--max-upload %q: want a size of at least 1K (%v)", f.maxUpload, err)
+	var ok bool
+	if maxUpload, ok = f.maxUpload.Fixed(); !ok || maxUpload < 1<<10 {
+		return 0, 0, usagef("--max-upload %q: want a size of at least 1K", f.maxUpload)
 	}
-	if maxStorage, err = memory.ParseSize(f.maxStorage, 1); err != nil || maxStorage < 1<<20 {
-		return 0, 0, usagef("--max-storage %q: want a size of at least 1M (%v)", f.maxStorage, err)
+	if maxStorage, ok = f.maxStorage.Fixed(); !ok || maxStorage < 1<<20 {
+		return 0, 0, usagef("--max-storage %q: want a size of at least 1M", f.maxStorage)
 	}
 	if f.ackWait < time.Second {
 		return 0, 0, usagef("--ack-wait %s: want at least 1s", f.ackWait)
@@ -149,9 +151,6 @@ func (f *serveFlags) check() (maxUpload, maxStorage int64, err error) {
 	}
 	if _, err := framepack.ParseFP8Compute(f.fp8Compute); err != nil {
 		return 0, 0, usagef("--fp8-compute: %v", err)
-	}
-	if err := checkSizes(f.vramLimit, f.preserve); err != nil {
-		return 0, 0, usage(err)
 	}
 	if f.vaeTile != 0 && (f.vaeTile < 32 || f.vaeTile%32 != 0) {
 		return 0, 0, usagef("--vae-tile %d: want a multiple of 32, at least 32", f.vaeTile)
@@ -217,20 +216,11 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	if err != nil {
 		return err
 	}
-	dir := f.models
-	if dir == "" {
-		dir = os.Getenv("FRAMEPACK_MODELS")
+	dir, model, tiny, cleanup, err := f.modelDir(log)
+	if err != nil {
+		return err
 	}
-	tiny := dir == ""
-	model := dir
-	if tiny && f.workers > 0 {
-		tdir, cleanup, err := tinyModel(log, fmt.Sprintf(" at --resolution %d by default", tinymodel.Resolution))
-		if err != nil {
-			return err
-		}
-		defer cleanup()
-		dir, model = tdir, "the built-in tiny model (random weights: every stage runs, the videos are noise)"
-	}
+	defer cleanup()
 	data := ""
 	if f.nats == "" {
 		if data, err = f.dataDir(); err != nil {
@@ -257,9 +247,8 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	} else if n > 0 {
 		log.Info(fmt.Sprintf("serve: queued %d jobs again that had no queue message", n))
 	}
-	dev := f.device
 	srv, err := serve.New(serve.Config{Farm: fm, Token: f.token, LoopbackOnly: f.token == "", Defaults: defaultSettings(tiny),
-		TinyModel: tiny, Model: model, Device: dev, LoRADir: f.loras, MaxUpload: maxUpload, MaxQueued: f.maxQueued,
+		TinyModel: tiny, Model: model, Device: f.device, LoRADir: f.loras, MaxUpload: maxUpload, MaxQueued: f.maxQueued,
 		Workers: f.workers, Version: versionLine(), Log: log})
 	if err != nil {
 		return err
@@ -269,32 +258,11 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
-	var wg sync.WaitGroup
 	wctx, stopWorker := context.WithCancel(ctx)
 	defer stopWorker()
-	if f.workers > 0 {
-		tmp := filepath.Join(os.TempDir())
-		if data != "" {
-			tmp = filepath.Join(data, "tmp")
-			os.RemoveAll(tmp)
-			if err := os.MkdirAll(tmp, 0o700); err != nil {
-				return err
-			}
-		}
-		// A stopping job gets 600 ms to reach its next step before it is
-		// queued again as it stands, so the process exits within 2 s.
-		w := worker.New(fm, worker.Config{Name: hostName(), Models: dir, Options: f.loadOptions(log), LoRADir: f.loras, TempDir: tmp,
-			StopGrace: 600 * time.Millisecond,
-			Info:      map[string]any{"framepack": readBuildVersion(), "models": model, "tiny_model": tiny}, Log: log})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := w.Run(wctx); err != nil {
-				log.Error("serve: the worker stopped: " + err.Error())
-			}
-			// The models are not freed here: a job abandoned at the stop
-			// may still hold them until the process exits.
-		}()
+	wg, err := f.startWorker(wctx, fm, dir, model, tiny, data, log)
+	if err != nil {
+		return err
 	}
 	url := "http://" + ln.Addr().String() + "/"
 	what := "the models in " + model
@@ -311,8 +279,64 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		wg.Wait()
 		return fmt.Errorf("serving: %w", err)
 	}
-	// Stopping: the running job is checkpointed and queued again by the
-	// worker; the connections (event streams included) close.
+	stopServing(hs, stopWorker, wg, log)
+	return nil
+}
+
+// modelDir is the model folder the worker loads (--models, else
+// $FRAMEPACK_MODELS, else the built-in tiny model, unpacked when a worker
+// runs) and how the page names it; cleanup removes what it unpacked.
+func (f *serveFlags) modelDir(log *slog.Logger) (dir, model string, tiny bool, cleanup func(), err error) {
+	dir = f.models
+	if dir == "" {
+		dir = os.Getenv("FRAMEPACK_MODELS")
+	}
+	tiny, model, cleanup = dir == "", dir, func() {}
+	if tiny && f.workers > 0 {
+		if dir, cleanup, err = tinyModel(log, fmt.Sprintf(" at --resolution %d by default", tinymodel.Resolution)); err != nil {
+			return "", "", false, nil, err
+		}
+		model = "the built-in tiny model (random weights: every stage runs, the videos are noise)"
+	}
+	return dir, model, tiny, cleanup, nil
+}
+
+// startWorker starts this process's worker when --workers is 1; the group
+// ends when it has stopped.
+func (f *serveFlags) startWorker(ctx context.Context, fm *farm.Farm, dir, model string, tiny bool, data string, log *slog.Logger) (*sync.WaitGroup, error) {
+	var wg sync.WaitGroup
+	if f.workers == 0 {
+		return &wg, nil
+	}
+	tmp := filepath.Join(os.TempDir())
+	if data != "" {
+		tmp = filepath.Join(data, "tmp")
+		os.RemoveAll(tmp)
+		if err := os.MkdirAll(tmp, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	// A stopping job gets 600 ms to reach its next step before it is
+	// queued again as it stands, so the process exits within 2 s.
+	w := worker.New(fm, worker.Config{Name: hostName(), Models: dir, Options: f.loadOptions(log), LoRADir: f.loras, TempDir: tmp,
+		StopGrace: 600 * time.Millisecond,
+		Info:      map[string]any{"framepack": readBuildVersion(), "models": model, "tiny_model": tiny}, Log: log})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := w.Run(ctx); err != nil {
+			log.Error("serve: the worker stopped: " + err.Error())
+		}
+		// The models are not freed here: a job abandoned at the stop
+		// may still hold them until the process exits.
+	}()
+	return &wg, nil
+}
+
+// stopServing stops the worker (its running job is checkpointed and
+// queued again) and the server (the connections, event streams included,
+// close).
+func stopServing(hs *http.Server, stopWorker func(), wg *sync.WaitGroup, log *slog.Logger) {
 	t := time.Now()
 	stopWorker()
 	done := make(chan struct{})
@@ -327,7 +351,6 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	hs.Shutdown(sctx)
 	hs.Close()
 	log.Info(fmt.Sprintf("serve: stopped in %s", time.Since(t).Round(time.Millisecond)))
-	return nil
 }
 
 func dataWhere(data, nats string) string {

@@ -29,7 +29,7 @@ import (
 type vaeFlags struct {
 	vaeDir, out         string
 	device, dtype       string
-	vramLimit, preserve string
+	vramLimit, preserve memory.Size
 }
 
 func (f *vaeFlags) register(cmd *cobra.Command) {
@@ -38,8 +38,8 @@ func (f *vaeFlags) register(cmd *cobra.Command) {
 	fl.StringVarP(&f.out, "output", "o", "", "output file")
 	fl.StringVar(&f.device, "device", "auto", "auto, gpu or cpu")
 	fl.StringVar(&f.dtype, "dtype", "auto", "compute dtype: auto (f16 on a GPU, f32 on the CPU), f16, bf16 or f32")
-	fl.StringVar(&f.vramLimit, "vram-limit", "", `hard cap on device memory ("20G", "90%"; default: the device's safe default)`)
-	fl.StringVar(&f.preserve, "preserve", "", "memory kept free beside weights (default: FramePack's 6G, at most half the cap)")
+	vramLimitVar(fl, &f.vramLimit, `hard cap on device memory ("20G", "90%"; default: the device's safe default)`)
+	preserveVar(fl, &f.preserve, "memory kept free beside weights (default: FramePack's 6G, at most half the cap)")
 }
 
 // check validates the flags before anything loads; its errors are usage
@@ -60,11 +60,11 @@ func (f *vaeFlags) checkFlags() error {
 		return err
 	}
 	if f.dtype != "auto" {
-		if _, err := parseDType(f.dtype); err != nil {
-			return err
+		if _, err := tensor.ParseDType(f.dtype); err != nil {
+			return fmt.Errorf("--dtype: %w", err)
 		}
 	}
-	return checkSizes(f.vramLimit, f.preserve)
+	return nil
 }
 
 // openVAE opens the device and loads the half of a VAE that opts keep
@@ -85,7 +85,7 @@ func openVAE[V interface {
 		dt = tensor.F16
 	}
 	if f.dtype != "auto" {
-		dt, _ = parseDType(f.dtype)
+		dt, _ = tensor.ParseDType(f.dtype)
 	}
 	start := time.Now()
 	opts.DType = dt
@@ -253,9 +253,9 @@ none decodes in one piece.`,
 			if latents == "" {
 				return usagef("--latents is required: a safetensors file with the latents")
 			}
-			til, auto, err := parseTiling(tiling)
+			til, auto, err := vae.ParseTiling(tiling)
 			if err != nil {
-				return usage(err)
+				return usagef("--tiling %w", err)
 			}
 			if crf < 0 || crf > 51 {
 				return usagef("--crf %d: want 0–51", crf)

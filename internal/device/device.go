@@ -34,15 +34,23 @@ type Options struct {
 	// Ordinal is the GPU to open (0: the first), for one process per GPU
 	// with every GPU visible to the collective library.
 	Ordinal int
-	// VRAMLimit is --vram-limit in memory.ParseSize's forms ("20G", "90%");
-	// "" keeps the device's default budget.
-	VRAMLimit string
+	// VRAMLimit is --vram-limit, the cap on the engine's device memory (a
+	// fraction is of the device's total); unset keeps the device's default
+	// budget.
+	VRAMLimit memory.Size
 	// Preserve is --preserve, the memory kept free for activations while
-	// weights stream; "" keeps the default.
-	Preserve string
+	// weights stream; unset keeps the default.
+	Preserve memory.Size
 	// Conv configures the conv3d chain on a GPU (vendor library, GEMM,
 	// naive kernel, CPU); its Log defaults to Log.
 	Conv gpu.ConvOptions
+	// Hook, when set, makes the hook that runs around every kernel of the
+	// device (a profiler's, as tensor.Settings.Hook); it is given the
+	// compute backend under the budget.
+	Hook func(compute tensor.Backend) tensor.Hook
+	// OpByOp leaves the fused kernels unused, as FRAMEPACK_OP_BY_OP does on
+	// a GPU.
+	OpByOp bool
 	// Log receives the device line and, for Auto, why the CPU was chosen;
 	// nil means slog.Default().
 	Log *slog.Logger
@@ -103,8 +111,8 @@ func ParseChoice(s string) (string, error) {
 	return "", fmt.Errorf("--device %q: want auto, cpu or gpu", s)
 }
 
-// checkOptions checks the flags' syntax before a device is opened; whether
-// the sizes fit the device is checked against its budget.
+// checkOptions checks the options before a device is opened; whether the
+// sizes fit the device is checked against its budget.
 func checkOptions(o Options) error {
 	if o.Ordinal < 0 {
 		return fmt.Errorf("GPU ordinal %d: want 0 or more", o.Ordinal)
@@ -112,15 +120,8 @@ func checkOptions(o Options) error {
 	if _, err := gpu.ParseLayout(string(o.Conv.Layout)); err != nil {
 		return err
 	}
-	for _, f := range []struct{ name, v string }{{"--vram-limit", o.VRAMLimit}, {"--preserve", o.Preserve}} {
-		if f.v == "" {
-			continue
-		}
-		// Fractions need the device's total; any positive total checks
-		// their syntax.
-		if _, err := memory.ParseSize(f.v, memory.GiB); err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
-		}
+	if err := memory.CheckCap(o.VRAMLimit); err != nil {
+		return fmt.Errorf("--vram-limit %w", err)
 	}
 	return nil
 }
@@ -133,9 +134,10 @@ type configError struct{ err error }
 func (e *configError) Error() string { return e.err.Error() }
 func (e *configError) Unwrap() error { return e.err }
 
-// Open opens the device o chooses. For Auto, a GPU that does not open
-// (none present, no runtime, no memory free) leaves the CPU, with a log line
-// saying why; for GPU it is an error with the reason.
+// Open opens the device o chooses with its budget: the one way the
+// library (framepack.Load) and every command open a device. For Auto, a GPU
+// that does not open (none present, no runtime, no memory free) leaves the
+// CPU, with a log line saying why; for GPU it is an error with the reason.
 func Open(o Options) (*Device, error) {
 	log := o.Log
 	if log == nil {
@@ -203,7 +205,7 @@ func openCPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 	if err != nil || sys.MemTotal <= 0 {
 		b.Source = "system memory unknown, 16 GiB assumed"
 	}
-	b, err = b.WithFlags(o.VRAMLimit, o.Preserve)
+	b, err = b.With(o.VRAMLimit, o.Preserve)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +214,7 @@ func openCPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 		return nil, err
 	}
 	return &Device{
-		Backend: memory.Budgeted(compute, b),
+		Backend: memory.Budgeted(withSettings(compute, o, false), b),
 		Budget:  b,
 		CPU:     host,
 		Name:    fmt.Sprintf("CPU (%d threads, GEMM through %s)", host.Threads(), host.BLAS()),
@@ -277,7 +279,7 @@ func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 		hd.Close()
 		return nil, err
 	}
-	if b, err = b.WithFlags(o.VRAMLimit, o.Preserve); err != nil {
+	if b, err = b.With(o.VRAMLimit, o.Preserve); err != nil {
 		hd.Close()
 		return nil, &configError{err}
 	}
@@ -300,7 +302,7 @@ func openGPU(o Options, host *cpu.Backend, log *slog.Logger) (*Device, error) {
 		return nil, &configError{fmt.Errorf("conv3d on %s: %w", hd.Name, err)}
 	}
 	return &Device{
-		Backend: memory.Budgeted(withEnvSettings(conv), b),
+		Backend: memory.Budgeted(withSettings(conv, o, true), b),
 		Budget:  b,
 		GPU:     g,
 		Conv:    conv,
@@ -322,10 +324,15 @@ func (d *Device) Close() {
 	}
 }
 
-// withEnvSettings carries FRAMEPACK_OP_BY_OP into the scopes made on be.
-func withEnvSettings(be tensor.Backend) tensor.Backend {
-	if envconfig.Read().OpByOp {
-		return tensor.WithSettings(be, tensor.Settings{OpByOp: true})
+// withSettings gives the compute backend the settings every scope made on
+// it honours: o's hook and op-by-op, and on a GPU FRAMEPACK_OP_BY_OP.
+func withSettings(be tensor.Backend, o Options, onGPU bool) tensor.Backend {
+	st := tensor.Settings{OpByOp: o.OpByOp || (onGPU && envconfig.Read().OpByOp)}
+	if o.Hook != nil {
+		st.Hook = o.Hook(be)
 	}
-	return be
+	if st.Hook == nil && !st.OpByOp {
+		return be
+	}
+	return tensor.WithSettings(be, st)
 }

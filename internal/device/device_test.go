@@ -10,6 +10,7 @@ import (
 	"github.com/framepack-go/framepack/backend/gpu"
 	"github.com/framepack-go/framepack/convchain"
 	"github.com/framepack-go/framepack/hip"
+	"github.com/framepack-go/framepack/internal/testutil/testdevice"
 	"github.com/framepack-go/framepack/memory"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -34,13 +35,11 @@ func TestBadFlags(t *testing.T) {
 		want string
 	}{
 		{Options{Choice: "tpu"}, `--device "tpu"`},
-		{Options{Choice: "cpu", VRAMLimit: "20"}, "--vram-limit"},
-		{Options{Choice: "cpu", VRAMLimit: "12Q"}, `unknown unit`},
-		{Options{Choice: "cpu", Preserve: "-1G"}, "--preserve"},
-		{Options{Choice: "cpu", VRAMLimit: "64M", Preserve: "64M"}, "preserved memory"},
-		{Options{Choice: "cpu", VRAMLimit: "1000T"}, "is more than"},
-		// A bad flag fails before any device opens, also for "gpu".
-		{Options{Choice: "gpu", VRAMLimit: "lots"}, "--vram-limit"},
+		{Options{Choice: "cpu", VRAMLimit: memory.Bytes(64 * memory.MiB), Preserve: memory.Bytes(64 * memory.MiB)}, "preserved memory"},
+		{Options{Choice: "cpu", VRAMLimit: memory.Bytes(1000 * memory.TiB)}, "is more than"},
+		{Options{Choice: "cpu", VRAMLimit: memory.Fraction(1e-9)}, "--vram-limit 1e-09 ("},
+		// A cap below the least fails before any device opens, also for "gpu".
+		{Options{Choice: "gpu", VRAMLimit: memory.Bytes(8 * memory.MiB)}, "--vram-limit 8M (8.0 MiB) is below the 64.0 MiB"},
 		{Options{Choice: "gpu", Conv: gpu.ConvOptions{Layout: "nhwc"}}, "conv3d layout"},
 	} {
 		c.o.Log = quiet()
@@ -57,7 +56,7 @@ func TestBadFlags(t *testing.T) {
 }
 
 func TestCPU(t *testing.T) {
-	d, err := Open(Options{Choice: CPU, VRAMLimit: "64M", Preserve: "16M", Log: quiet()})
+	d, err := Open(Options{Choice: CPU, VRAMLimit: memory.Bytes(64 * memory.MiB), Preserve: memory.Bytes(16 * memory.MiB), Log: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,5 +200,47 @@ func TestFaultsOnCPU(t *testing.T) {
 	defer d.Close()
 	if err := conv(d); err != nil {
 		t.Errorf("no faults: %v", err)
+	}
+}
+
+// Options.Hook runs around the device's kernels, made from the compute
+// backend under the budget; OpByOp reaches the scopes made on the device.
+func TestHookAndOpByOp(t *testing.T) {
+	var under tensor.Backend
+	var classes []string
+	hook := func(be tensor.Backend) tensor.Hook {
+		under = be
+		return func(op tensor.Op, run func() error) error {
+			classes = append(classes, op.Class)
+			return run()
+		}
+	}
+	d, err := Open(Options{Choice: CPU, Hook: hook, OpByOp: true, Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if under == nil || under == tensor.Backend(d.Backend) {
+		t.Fatalf("the hook was made on %T, want the compute backend under the budget", under)
+	}
+	s := tensor.NewScope(d.Backend)
+	defer s.Close()
+	if err := tensor.Catch(func() {
+		x := s.To(tensor.FromFloat32([]float32{1, 2}, 2))
+		s.Add(x, x)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(classes) == 0 {
+		t.Error("the hook saw no kernel")
+	}
+	// On a backend with fused kernels (the CPU posing as a device), OpByOp
+	// leaves them unused.
+	fake := testdevice.NewFake()
+	if !tensor.NewScope(withSettings(fake, Options{}, false)).Fused() {
+		t.Fatal("the fake device has no fused kernels")
+	}
+	if tensor.NewScope(withSettings(fake, Options{OpByOp: true}, false)).Fused() {
+		t.Error("with OpByOp, the fused kernels run")
 	}
 }
