@@ -49,8 +49,9 @@ type Options struct {
 	// RuntimeCompile compiles every kernel module with hiprtc / NVRTC even
 	// where the binary ships it precompiled (also FRAMEPACK_KERNELS=compile).
 	RuntimeCompile bool
-	// GenericAttention skips cuDNN, the tensor-core attention kernels and
-	// the f32 attention through the BLAS (also FRAMEPACK_ATTN=generic).
+	// GenericAttention skips cuDNN, the tensor-core attention kernels, the
+	// tiled f32 kernel and the f32 attention through the BLAS (also
+	// FRAMEPACK_ATTN=generic).
 	GenericAttention bool
 	// NoFusedAttention skips cuDNN's fused attention: framepack's own
 	// kernels run every attention (also FRAMEPACK_ATTN=kernel).
@@ -106,6 +107,8 @@ type Backend struct {
 	// blasAttnCalls, blasAttnChunks count the f32 attention calls run
 	// through the BLAS and their query chunks.
 	blasAttnCalls, blasAttnChunks atomic.Int64
+	// tiledF32Calls counts the f32 attention calls run on attn_f32_128.
+	tiledF32Calls atomic.Int64
 	// FP8 attention (attention_fp8.go): P's scale constants, calls run.
 	fp8Consts    *Buffer
 	fp8AttnCalls atomic.Int64
