@@ -1,4 +1,4 @@
-// f32 attention for NVIDIA, head dim 128, unmasked or with a key mask: the
+// f32 attention for NVIDIA (sm_80+), head dim 128, unmasked or with a key mask: the
 // transformer's attention at --dtype f32, exact f32 products on the FMA
 // units (no TF32). The AMD build of this module is empty; attention.hip's
 // kernels and the BLAS path serve everything else.
@@ -11,8 +11,8 @@
 // a query row are 16 consecutive lanes of one warp: the row maximum of the
 // online softmax is four shuffles, its running sum stays per thread until
 // the end. P goes through shared memory (transposed) to become the A
-// operand of P·V. The next K tile is read into registers while S is
-// computed, the next V tile while P·V is, and stored after.
+// operand of P·V. The next K tile is copied in (cp.async, no registers)
+// while P·V is computed, the next V tile while S is.
 //
 // Shared memory (dynamic, 164 KiB): Q (128 × 132), K (64 × 132), V
 // (64 × 128), P (64 keys × 132). Rows of 132 floats put consecutive rows 4
@@ -30,7 +30,7 @@ struct AttnArgs {
 	int causal;
 };
 
-#if defined(FP_CUDA)
+#if defined(FP_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define AF_NT 256 // threads
 #define AF_BQ 128 // queries per block
 #define AF_BK 64  // keys per tile
@@ -40,24 +40,29 @@ struct AttnArgs {
 
 extern __shared__ F4 af_smem[];
 
-// af_fetch reads one K or V tile of keys k0 … k0+63 (zeros past Lk) into
-// registers: thread t takes dims 4·(t%32) … +3 of keys t/32 + 8·u.
-DI void af_fetch(F4 (&st)[8], const float *R src, long long rowstride, long long k0, long long Lk) {
+DI unsigned af_smem_addr(const void *p) {
+	unsigned a;
+	asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+	return a;
+}
+
+// af_load queues the copy (cp.async, no registers) of one K or V tile of
+// keys k0 … k0+63 into shared rows ld apart, zeros past Lk: thread t
+// copies dims 4·(t%32) … +3 of keys t/32 + 8·u.
+DI void af_load(float *dst, int ld, const float *R src, long long rowstride, long long k0, long long Lk) {
 	const int c = 4 * (TID & 31), r = TID >> 5;
 #pragma unroll
 	for (int u = 0; u < 8; u++) {
 		long long key = k0 + r + 8 * u;
-		st[u] = key < Lk ? *(const F4 *)(src + key * rowstride + c) : F4{0.0f, 0.0f, 0.0f, 0.0f};
+		bool ok = key < Lk;
+		const float *from = src + (ok ? key * rowstride : 0) + c;
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(af_smem_addr(dst + (r + 8 * u) * ld + c)),
+		             "l"(from), "r"(ok ? 16 : 0));
 	}
+	asm volatile("cp.async.commit_group;");
 }
-
-// af_store writes what af_fetch read into a shared tile of rows ld apart.
-DI void af_store(float *dst, int ld, const F4 (&st)[8]) {
-	const int c = 4 * (TID & 31), r = TID >> 5;
-#pragma unroll
-	for (int u = 0; u < 8; u++)
-		*(F4 *)(dst + (r + 8 * u) * ld + c) = st[u];
-}
+// af_wait waits for this thread's copies but the n latest groups.
+template <int N> DI void af_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
 DI void fma4(float *acc, float a, F4 b) {
 	acc[0] = FP_FMA(a, b.x, acc[0]);
@@ -94,11 +99,8 @@ DI void attn_f32_impl(float *R o, const float *R q, const float *R k, const floa
 			*(F4 *)(Qs + r * AF_LD + c) = x;
 		}
 	}
-	F4 st[8];
-	af_fetch(st, kb, kstride, 0, a.Lk);
-	af_store(Ks, AF_LD, st);
-	af_fetch(st, vb, kstride, 0, a.Lk);
-	af_store(Vs, AF_LV, st);
+	af_load(Ks, AF_LD, kb, kstride, 0, a.Lk);
+	af_load(Vs, AF_LV, vb, kstride, 0, a.Lk);
 
 	float acc[8][8], m[8], l[8];
 #pragma unroll
@@ -111,12 +113,11 @@ DI void attn_f32_impl(float *R o, const float *R q, const float *R k, const floa
 	}
 	const float *Qr = Qs + 4 * qg * AF_LD; // row r(i): Qr + (i < 4 ? i : 60 + i)·AF_LD
 	const int ntiles = (int)((a.Lk + AF_BK - 1) / AF_BK);
+	af_wait<0>();
 	fp_sync();
 	for (int t = 0; t < ntiles; t++) {
 		const long long k0 = (long long)t * AF_BK;
 		const bool more = t + 1 < ntiles;
-		if (more)
-			af_fetch(st, kb, kstride, k0 + AF_BK, a.Lk);
 
 		// S = q·kᵀ for rows r(i), keys xg + 16·j.
 		float s[8][4];
@@ -183,9 +184,13 @@ DI void attn_f32_impl(float *R o, const float *R q, const float *R k, const floa
 			*(F4 *)pr = F4{s[0][j], s[1][j], s[2][j], s[3][j]};
 			*(F4 *)(pr + 64) = F4{s[4][j], s[5][j], s[6][j], s[7][j]};
 		}
+		// The next K tile comes in during P·v; this one's V (queued after
+		// the last P·v) must be in.
 		if (more) {
-			af_store(Ks, AF_LD, st);
-			af_fetch(st, vb, kstride, k0 + AF_BK, a.Lk);
+			af_load(Ks, AF_LD, kb, kstride, k0 + AF_BK, a.Lk);
+			af_wait<1>();
+		} else {
+			af_wait<0>();
 		}
 		fp_sync();
 
@@ -203,9 +208,11 @@ DI void attn_f32_impl(float *R o, const float *R q, const float *R k, const floa
 				fma4(acc[i] + 4, pv[i], v1);
 			}
 		}
-		fp_sync(); // every thread is done with V and P
+		af_wait<0>(); // the next K tile
+		fp_sync();    // every thread is done with V and P, and the K tile is in
+		// The next V tile comes in during the next q·kᵀ.
 		if (more)
-			af_store(Vs, AF_LV, st);
+			af_load(Vs, AF_LV, vb, kstride, k0 + AF_BK, a.Lk);
 	}
 
 	// The row sums across the 16 lanes; a query that saw no key gets zeros,

@@ -7,7 +7,7 @@ import (
 	"github.com/framepack-go/framepack/tensor"
 )
 
-// f32 attention at head dim 128 on NVIDIA (the transformer's attention at
+// f32 attention at head dim 128 on NVIDIA sm_80+ (the transformer's attention at
 // --dtype f32): one fused kernel (kernels/attention_f32.hip) with the
 // products of q·kᵀ and P·v register-tiled on the FMA units in exact f32,
 // the online softmax between them, no score matrix in memory. Without a
@@ -34,7 +34,7 @@ var (
 // nothing queued) where it does not apply. ps are the pointers of dst, q,
 // k, v, the key mask and the mask; st the kernel's AttnArgs.
 func (b *Backend) tiledF32Attention(d tensor.AttnDims, ps []uintptr, st []byte, p tensor.AttnParams) (ran bool, err error) {
-	if b.dev.Vendor != hip.NVIDIA || b.opts.GenericAttention || attnNoTiledF32 || d.D != 128 ||
+	if b.dev.Vendor != hip.NVIDIA || b.dev.ComputeMajor < 8 || b.opts.GenericAttention || attnNoTiledF32 || d.D != 128 ||
 		p.Causal || p.FrameLen > 0 || p.Mask != nil || b.dev.SharedPerBlockOptin < tiledF32Shared {
 		return false, nil
 	}
