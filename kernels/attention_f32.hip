@@ -10,9 +10,10 @@
 // value read from shared memory feeds 4 to 8 FMAs. The 16 threads sharing
 // a query row are 16 consecutive lanes of one warp: the row maximum of the
 // online softmax is four shuffles, its running sum stays per thread until
-// the end. P goes through shared memory (transposed) to become the A
-// operand of P·V. The next K tile is copied in (cp.async, no registers)
-// while P·V is computed, the next V tile while S is.
+// the end, and once the maxima settle the warp skips the rescale of O. P
+// goes through shared memory (transposed) to become the A operand of P·V.
+// The next K tile is copied in (cp.async, no registers) while P·V is
+// computed, the next V tile while S is: two barriers a tile.
 //
 // Shared memory (dynamic, 164 KiB): Q (128 × 132), K (64 × 132), V
 // (64 × 128), P (64 keys × 132). Rows of 132 floats put consecutive rows 4
@@ -145,26 +146,34 @@ DI void attn_f32_impl(float *R o, const float *R q, const float *R k, const floa
 
 		// Online softmax in log2 units; masked keys and those past Lk are
 		// -inf, a row that has seen none keeps p = 0 and its state.
-		bool ok[4];
+		if (!keymask && k0 + AF_BK <= a.Lk) {
 #pragma unroll
-		for (int j = 0; j < 4; j++) {
-			long long key = k0 + xg + 16 * j;
-			ok[j] = key < a.Lk && (!keymask || keymask[b * a.Lk + key] != 0.0f);
-		}
+			for (int i = 0; i < 8; i++)
 #pragma unroll
-		for (int i = 0; i < 8; i++) {
-			float mx = -FP_INF;
+				for (int j = 0; j < 4; j++)
+					s[i][j] *= a.scale_log2;
+		} else {
 #pragma unroll
 			for (int j = 0; j < 4; j++) {
-				s[i][j] = ok[j] ? s[i][j] * a.scale_log2 : -FP_INF;
-				mx = fmax_nan(mx, s[i][j]);
+				long long key = k0 + xg + 16 * j;
+				bool ok = key < a.Lk && (!keymask || keymask[b * a.Lk + key] != 0.0f);
+#pragma unroll
+				for (int i = 0; i < 8; i++)
+					s[i][j] = ok ? s[i][j] * a.scale_log2 : -FP_INF;
 			}
+		}
+		float alpha[8];
+		bool rescale = false;
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			float mx = fmax_nan(fmax_nan(s[i][0], s[i][1]), fmax_nan(s[i][2], s[i][3]));
 #pragma unroll
 			for (int msk = 1; msk < 16; msk <<= 1)
 				mx = fmax_nan(mx, shfl_xor(mx, msk));
 			float mn = fmax_nan(m[i], mx);
 			float ms = mn == -FP_INF ? 0.0f : mn;
-			float alpha = FP_EXP2(m[i] - ms);
+			alpha[i] = FP_EXP2(m[i] - ms);
+			rescale = rescale || alpha[i] != 1.0f;
 			m[i] = mn;
 			float sum = 0.0f;
 #pragma unroll
@@ -172,27 +181,30 @@ DI void attn_f32_impl(float *R o, const float *R q, const float *R k, const floa
 				s[i][j] = FP_EXP2(s[i][j] - ms);
 				sum += s[i][j];
 			}
-			l[i] = l[i] * alpha + sum;
-#pragma unroll
-			for (int c = 0; c < 8; c++)
-				acc[i][c] *= alpha;
+			l[i] = l[i] * alpha[i] + sum;
 		}
-		fp_sync(); // every thread is done with K (and with P since the last P·V)
+		// Once the row maxima settle, no row of the warp moves: skip the
+		// rescale (a warp-uniform branch).
+		if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+#pragma unroll
+				for (int c = 0; c < 8; c++)
+					acc[i][c] *= alpha[i];
+		}
+		// P, transposed; the last P·v is done with it (the barrier after
+		// it).
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
 			float *pr = Ps + (xg + 16 * j) * AF_LD + 4 * qg;
 			*(F4 *)pr = F4{s[0][j], s[1][j], s[2][j], s[3][j]};
 			*(F4 *)(pr + 64) = F4{s[4][j], s[5][j], s[6][j], s[7][j]};
 		}
-		// The next K tile comes in during P·v; this one's V (queued after
-		// the last P·v) must be in.
-		if (more) {
+		af_wait<0>(); // this tile's V (queued after the last P·v)
+		fp_sync();    // P and V are in, every thread is done with K
+		// The next K tile comes in during P·v.
+		if (more)
 			af_load(Ks, AF_LD, kb, kstride, k0 + AF_BK, a.Lk);
-			af_wait<1>();
-		} else {
-			af_wait<0>();
-		}
-		fp_sync();
 
 		// O += P·v for rows r(i), dims 4·xg + c and 64 + 4·xg + c.
 #pragma unroll U
