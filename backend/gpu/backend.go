@@ -8,9 +8,10 @@
 // Attention is one fused kernel that never holds an Lq×Lk matrix: on
 // NVIDIA cuDNN's fused attention where it takes the call, else on NVIDIA
 // sm_80+ with bf16/f16 and head dim 64 or 128 a tensor-core kernel
-// (mma.sync), elsewhere a portable one for any head dim up to 512 and
-// every dtype (FRAMEPACK_ATTN=kernel skips cuDNN, =generic forces the
-// portable kernel). Kernels compile on first
+// (mma.sync), f32 at head dim 128 on a register-tiled kernel (the BLAS
+// in chunks for other f32 calls), elsewhere a portable one for any head
+// dim up to 512 and every dtype (FRAMEPACK_ATTN=kernel skips cuDNN,
+// =generic forces the portable kernel). Kernels compile on first
 // use of their module and are cached under os.UserCacheDir()/framepack/kernels.
 package gpu
 
