@@ -19,9 +19,11 @@ import (
 //     256; FRAMEPACK_ATTN=kernel or Options.NoFusedAttention skip it. A
 //     shape cuDNN refuses falls back to the kernels below.
 //
-// f32 attention goes through the vendor BLAS in chunks of queries
-// (attention_blas.go) where the BLAS is open and the budget has room for
-// the scores, unless Options.GenericAttention asks for the generic kernel.
+// f32 attention at head dim 128 on NVIDIA, unmasked or with a key mask,
+// runs the register-tiled f32 kernel (attention_f32.go); other f32 calls go
+// through the vendor BLAS in chunks of queries (attention_blas.go) where
+// the BLAS is open and the budget has room for the scores. Options.
+// GenericAttention sends both to the generic kernel.
 //
 // Attention kernels (kernels/attention*.hip):
 //   - attn_flash_*: NVIDIA sm_80+, bf16/f16, head dim 64 or 128, no mask, a
@@ -121,6 +123,9 @@ func (b *Backend) Attention(dst, q, k, v *tensor.Tensor, p tensor.AttnParams) er
 		return b.launch("attention_mma", name, grid, hip.Dim3{uint32(32 * mmaWarps)}, 4*64*(D+8)*2, a)
 	}
 	if dt == tensor.F32 {
+		if ran, err := b.tiledF32Attention(dims, ps, st, p); ran || err != nil {
+			return err
+		}
 		if ran, err := b.blasAttention(dims, ps, scale, p); ran || err != nil {
 			return err
 		}

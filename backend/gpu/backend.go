@@ -8,9 +8,10 @@
 // Attention is one fused kernel that never holds an Lq×Lk matrix: on
 // NVIDIA cuDNN's fused attention where it takes the call, else on NVIDIA
 // sm_80+ with bf16/f16 and head dim 64 or 128 a tensor-core kernel
-// (mma.sync), elsewhere a portable one for any head dim up to 512 and
-// every dtype (FRAMEPACK_ATTN=kernel skips cuDNN, =generic forces the
-// portable kernel). Kernels compile on first
+// (mma.sync), f32 at head dim 128 on a register-tiled kernel (the BLAS
+// in chunks for other f32 calls), elsewhere a portable one for any head
+// dim up to 512 and every dtype (FRAMEPACK_ATTN=kernel skips cuDNN,
+// =generic forces the portable kernel). Kernels compile on first
 // use of their module and are cached under os.UserCacheDir()/framepack/kernels.
 package gpu
 
@@ -49,8 +50,9 @@ type Options struct {
 	// RuntimeCompile compiles every kernel module with hiprtc / NVRTC even
 	// where the binary ships it precompiled (also FRAMEPACK_KERNELS=compile).
 	RuntimeCompile bool
-	// GenericAttention skips cuDNN, the tensor-core attention kernels and
-	// the f32 attention through the BLAS (also FRAMEPACK_ATTN=generic).
+	// GenericAttention skips cuDNN, the tensor-core attention kernels, the
+	// tiled f32 kernel and the f32 attention through the BLAS (also
+	// FRAMEPACK_ATTN=generic).
 	GenericAttention bool
 	// NoFusedAttention skips cuDNN's fused attention: framepack's own
 	// kernels run every attention (also FRAMEPACK_ATTN=kernel).
@@ -106,6 +108,8 @@ type Backend struct {
 	// blasAttnCalls, blasAttnChunks count the f32 attention calls run
 	// through the BLAS and their query chunks.
 	blasAttnCalls, blasAttnChunks atomic.Int64
+	// tiledF32Calls counts the f32 attention calls run on attn_f32_128.
+	tiledF32Calls atomic.Int64
 	// FP8 attention (attention_fp8.go): P's scale constants, calls run.
 	fp8Consts    *Buffer
 	fp8AttnCalls atomic.Int64

@@ -225,6 +225,13 @@ func (t *optimized) layouts(g geom) []miopen.Layout {
 	case LayoutNDHWC:
 		return []miopen.Layout{miopen.NDHWC}
 	}
+	// Strict f32 on NVIDIA (no TF32: cuDNN's FMA engines) runs NCDHW on
+	// the tensors as they are, with a workspace of a few bytes; in
+	// channels-last the chunk bound leaves room for one frame of f32 at
+	// the VAE's sizes, packed, convolved and unpacked a frame at a time.
+	if g.es == 4 && t.vendor == miopen.NVIDIA {
+		return []miopen.Layout{miopen.NCDHW, miopen.NDHWC}
+	}
 	// Channels-last is the libraries' fast path (NCDHW's fast algorithms
 	// want workspaces of several GiB at the VAE's sizes); NCDHW stays as
 	// the fallback.
@@ -299,7 +306,11 @@ func (t *optimized) Plan(k convchain.Key, searched *convchain.Plan) (*convchain.
 		if err != nil {
 			return nil, err
 		}
-		order = []miopen.Layout{l}
+		// A searched algorithm runs in the layout it was timed in; a plan
+		// the heuristics chose is planned again in today's order.
+		if pd.Given {
+			order = []miopen.Layout{l}
+		}
 	}
 	release, err := t.bind()
 	if err != nil {

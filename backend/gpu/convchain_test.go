@@ -85,6 +85,18 @@ func TestOptions(t *testing.T) {
 	if order := (&optimized{o: &ConvOptions{Layout: LayoutNCDHW}}).layouts(geom{}); len(order) != 1 || order[0] != miopen.NCDHW {
 		t.Errorf("ncdhw tries %v", order)
 	}
+	// Strict f32 on NVIDIA: NCDHW first (cuDNN's FMA engines on the
+	// tensors as they are); other dtypes and AMD channels-last first.
+	for _, c := range []struct {
+		v    miopen.Vendor
+		es   int
+		want miopen.Layout
+	}{{miopen.NVIDIA, 4, miopen.NCDHW}, {miopen.NVIDIA, 2, miopen.NDHWC}, {miopen.AMD, 4, miopen.NDHWC}} {
+		order := (&optimized{handle: &handle{vendor: c.v}, o: &ConvOptions{}}).layouts(geom{Cin: 128, Cout: 128, es: c.es})
+		if len(order) != 2 || order[0] != c.want {
+			t.Errorf("auto on %v, %d-byte elements, tries %v, want %v first", c.v, c.es, order, c.want)
+		}
+	}
 	if !(geom{kT: 1, kH: 1, kW: 1, st: [3]int{1, 1, 1}}).pointwise() || (geom{kT: 1, kH: 1, kW: 1, st: [3]int{1, 2, 2}}).pointwise() {
 		t.Error("pointwise")
 	}

@@ -100,12 +100,24 @@ var gpuCases = []backendtest.Case{
 		attnNoFlash, attnNoFused = true, true
 		backendtest.Attention(e)
 	}},
+	{Name: "attention_f32_tiled", Fn: func(e *backendtest.Env) {
+		// f32 at head dim 128 without a causal or additive mask on the
+		// tiled kernel, on NVIDIA with the shared memory for it.
+		g := e.Got.(*Backend)
+		calls := g.TiledF32AttentionCalls()
+		backendtest.Attention(e)
+		n := g.TiledF32AttentionCalls() - calls
+		e.T.Logf("the tiled f32 kernel ran %d attention calls", n)
+		if g.dev.Vendor == hip.NVIDIA && g.dev.SharedPerBlockOptin >= tiledF32Shared && n == 0 {
+			e.T.Errorf("%s: no f32 attention call ran on the tiled kernel", g.dev.Name)
+		}
+	}},
 	{Name: "attention_blas", Fn: func(e *backendtest.Env) {
 		// f32 through the BLAS where it is open, in chunks of 5 queries:
 		// every case with more queries takes several.
 		g := e.Got.(*Backend)
-		defer func(n int) { attnChunkRows = n }(attnChunkRows)
-		attnChunkRows = 5
+		defer func(n int, t bool) { attnChunkRows, attnNoTiledF32 = n, t }(attnChunkRows, attnNoTiledF32)
+		attnChunkRows, attnNoTiledF32 = 5, true
 		calls, chunks := g.BLASAttentionCalls(), g.blasAttnChunks.Load()
 		backendtest.Attention(e)
 		calls, chunks = g.BLASAttentionCalls()-calls, g.blasAttnChunks.Load()-chunks
@@ -115,6 +127,51 @@ var gpuCases = []backendtest.Case{
 		}
 	}},
 	{Name: "conv3d_tiers", Fn: testConvTiers},
+}
+
+// TestAttentionF32Tiled: the tiled f32 kernel at each unroll against the
+// CPU op, on several query blocks and key tiles with tails, GQA, without
+// and with a key mask (one batch element's hiding every key: zeros).
+func TestAttentionF32Tiled(t *testing.T) {
+	g := newGPU(t, Options{})
+	if g.dev.Vendor != hip.NVIDIA || g.dev.SharedPerBlockOptin < tiledF32Shared {
+		t.Skipf("%s: no tiled f32 attention (NVIDIA with %d B of shared memory per block)", g.dev.Name, tiledF32Shared)
+	}
+	const B, Lq, Lk, Hq, Hkv, D = 2, 300, 333, 4, 2, 128
+	backendtest.Run(t, g, backendtest.Case{Name: "attention_f32_tiled", Fn: func(e *backendtest.Env) {
+		q := e.Pair(e.Rand(tensor.F32, -2, 2, B, Lq, Hq, D))
+		k := e.Pair(e.Rand(tensor.F32, -2, 2, B, Lk, Hkv, D))
+		v := e.Pair(e.Rand(tensor.F32, -2, 2, B, Lk, Hkv, D))
+		km := e.Rand(tensor.F32, 0, 1, B, Lk)
+		for i, f := range km.Float32s() {
+			km.Float32s()[i] = float32(b2f(i < Lk && (f < 0.6 || i%64 == 5)))
+		}
+		kms := e.Pair(km)
+		defer func(u int) { attnF32Unroll = u }(attnF32Unroll)
+		for _, u := range []int{2, 4, 8} {
+			attnF32Unroll = u
+			for _, masked := range []bool{false, true} {
+				var p [2]tensor.AttnParams
+				if masked {
+					p = [2]tensor.AttnParams{{KeyMask: kms[0]}, {KeyMask: kms[1]}}
+				}
+				o := e.Out(tensor.F32, B, Lq, Hq, D)
+				calls := g.TiledF32AttentionCalls()
+				e.Run("attention", func(i int) error { return e.Backend(i).Attention(o[i], q[i], k[i], v[i], p[i]) })
+				if n := g.TiledF32AttentionCalls() - calls; n != 1 {
+					e.T.Errorf("unroll %d: %d calls on the tiled kernel, want 1", u, n)
+				}
+				e.Compare(fmt.Sprintf("attention f32 tiled, unroll %d, key mask %v", u, masked), o, 20, 1)
+			}
+		}
+	}})
+}
+
+func b2f(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // TestAttentionBLASBudget: the f32 attention through the BLAS takes its

@@ -62,13 +62,20 @@ def bench_vae(args):
     from diffusers import AutoencoderKLHunyuanVideo
 
     torch.manual_seed(0)
-    vae = AutoencoderKLHunyuanVideo().to("cuda", torch.float16).eval()
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[args.dtype]
+    vae = AutoencoderKLHunyuanVideo().to("cuda", dtype).eval()
     shape = [int(x) for x in args.latent.split("x")]
-    z = torch.randn(shape, generator=torch.Generator("cpu").manual_seed(1)).to("cuda", torch.float16)
+    z = torch.randn(shape, generator=torch.Generator("cpu").manual_seed(1)).to("cuda", dtype)
     for mode, times, peak in decode_modes(args, vae, z, "vae"):
         print(json.dumps({"bench": "vae_decode", "impl": "pytorch", "mode": mode, "latent": shape,
-                          "dtype": "f16", "seconds": sorted(times)[len(times) // 2], "all": times,
+                          "dtype": args.dtype, "seconds": sorted(times)[len(times) // 2], "all": times,
                           "peak_bytes": peak, "device": torch.cuda.get_device_name()}), flush=True)
+        if args.profile:
+            vae.disable_tiling()
+            if mode == "tiled":
+                vae.enable_tiling()
+            with torch.no_grad():
+                profile_kernels(lambda: vae.decode(z).sample, args.dtype, "vae", mode)
 
 
 def bench_wan_vae(args):
@@ -131,10 +138,11 @@ def bench_transformer(args):
             profile_kernels(lambda: model(**kwargs)[0], args.dtype)
 
 
-def profile_kernels(fn, dtype):
+def profile_kernels(fn, dtype, what="transformer", mode=None):
     """One more call under torch.profiler: the CUDA kernels' time by class
-    (attention, GEMM, the rest) and the ten longest kernels, one JSON line
-    each, as framepack's --profile lines."""
+    (attention, GEMM, convolution, the rest) and the ten longest kernels, one
+    JSON line each, as framepack's --profile lines (bench "<what>_profile"
+    and "<what>_kernel")."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -152,6 +160,8 @@ def profile_kernels(fn, dtype):
         n = name.lower()
         if any(k in n for k in ("fmha", "attention", "flash", "attn")):
             return "attention"
+        if any(k in n for k in ("conv", "fprop", "wgrad", "dgrad", "implicit", "winograd", "fft")):
+            return "conv"
         if any(k in n for k in ("gemm", "cutlass", "sm90_xmma", "ampere_", "sm80_xmma", "cublas")):
             return "gemm"
         return "other"
@@ -161,12 +171,13 @@ def profile_kernels(fn, dtype):
         c = classes.setdefault(cls(name), [0.0, 0])
         c[0] += sec
         c[1] += n
+    extra = {"mode": mode} if mode else {}
     for c, (sec, n) in sorted(classes.items()):
-        print(json.dumps({"bench": "transformer_profile", "impl": "pytorch", "dtype": dtype, "class": c,
-                          "seconds": sec, "calls": n}), flush=True)
+        print(json.dumps({"bench": what + "_profile", "impl": "pytorch", "dtype": dtype, "class": c,
+                          "seconds": sec, "calls": n, **extra}), flush=True)
     for name, (sec, n) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:10]:
-        print(json.dumps({"bench": "transformer_kernel", "impl": "pytorch", "dtype": dtype, "kernel": name[:160],
-                          "seconds": sec, "calls": n}), flush=True)
+        print(json.dumps({"bench": what + "_kernel", "impl": "pytorch", "dtype": dtype, "kernel": name[:160],
+                          "seconds": sec, "calls": n, **extra}), flush=True)
 
 
 if __name__ == "__main__":
@@ -177,9 +188,10 @@ if __name__ == "__main__":
     p.add_argument("--modes", default="framewise,tiled")
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--save", default="")
-    p.add_argument("--profile", action="store_true", help="transformer: also time its CUDA kernels by class (one more forward)")
+    p.add_argument("--profile", action="store_true",
+                   help="transformer, vae: also time the CUDA kernels by class (one more forward or decode per mode)")
     p.add_argument("--dtype", choices=["f16", "bf16", "f32"], default=None,
-                   help="wan_vae's dtype (default f16) or the transformer's (default bf16; f32 runs with TF32 off)")
+                   help="the VAEs' dtype (default f16) or the transformer's (default bf16); f32 runs with TF32 off")
     p.add_argument("--sdpa", choices=["default", "flash", "cudnn"], default="default",
                    help="torch's attention backend for the transformer (default: torch's own choice)")
     a = p.parse_args()
