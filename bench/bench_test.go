@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -79,5 +80,25 @@ func TestVAEPlan(t *testing.T) {
 		if _, err := o.plan(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%+v: %v, want an error with %q", o, err, want)
 		}
+	}
+}
+
+// TestServedJobLine: a served job's line splits its time from submission
+// into the wait in the queue and the run, from the job's own times.
+func TestServedJobLine(t *testing.T) {
+	var j servedJob
+	if err := json.Unmarshal([]byte(`{"id":"a","status":"done","created":"2026-01-01T00:00:00Z",
+		"started":"2026-01-01T00:00:10Z","finished":"2026-01-01T00:01:00.5Z","attempts":1,"sections":4,
+		"result":{"frames":145,"video_bytes":9,"generate_seconds":50.5,"sample_seconds":42.25,"decode_seconds":5.5}}`), &j); err != nil {
+		t.Fatal(err)
+	}
+	l := j.line()
+	for k, want := range map[string]any{"submit_to_end_s": 60.5, "queued_s": 10.0, "run_s": 50.5, "sample_s": 42.25, "decode_s": 5.5, "frames": 145} {
+		if l[k] != want {
+			t.Errorf("%s = %v, want %v", k, l[k], want)
+		}
+	}
+	if l := (servedJob{ID: "b", Status: "queued"}).line(); l["run_s"] != nil || l["submit_to_end_s"] != nil {
+		t.Errorf("an unfinished job's line has times: %v", l)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,8 +27,13 @@ type ServeOptions struct {
 	Seconds                  float64 // each job's video length
 	Resolution               int
 	Image                    string        // every job's start image
+	Window                   int           // each job's latent window
+	Cache                    string        // each job's step cache ("": the server's default)
 	Models                   string        // the server's model folder ("": the built-in tiny model)
 	Timeout                  time.Duration // give up after this long
+	// JobLines prints a line for each job too: its times from submission
+	// to stored video, and its sampling and decoding seconds.
+	JobLines bool
 }
 
 // Serve starts framepack serve on a loopback port with a fresh data folder,
@@ -180,8 +186,7 @@ func (l *serveLoad) submit(ctx context.Context) {
 				if n >= l.o.Jobs || ctx.Err() != nil {
 					return
 				}
-				settings := fmt.Sprintf(`{"prompt":"bench job %d","seed":%d,"seconds":%g,"steps":%d,"window":3,"resolution":%d}`,
-					n, n, l.o.Seconds, l.o.Steps, l.o.Resolution)
+				settings := l.settings(n)
 				id, err := l.b.submit(ctx, settings, l.img, fmt.Sprintf("bench-%d-%d", c, n))
 				if err != nil {
 					l.submitErrs.Add(1)
@@ -197,6 +202,17 @@ func (l *serveLoad) submit(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+}
+
+// settings are job n's settings, as JSON.
+func (l *serveLoad) settings(n int) string {
+	set := map[string]any{"prompt": fmt.Sprintf("bench job %d", n), "seed": n, "seconds": l.o.Seconds,
+		"steps": l.o.Steps, "window": l.o.Window, "resolution": l.o.Resolution}
+	if l.o.Cache != "" {
+		set["cache"] = l.o.Cache
+	}
+	b, _ := json.Marshal(set)
+	return string(b)
 }
 
 // listen starts the listeners: they follow the jobs' streams as they are
@@ -273,6 +289,13 @@ func (l *serveLoad) report(ctx context.Context, w io.Writer, list []servedJob, w
 		"failed": failed, "lost": lost, "duplicated": duplicated, "api_calls": l.b.calls(), "api_p50_ms": p50, "api_p99_ms": p99,
 		"events": l.events.Load(), "wall_s": round3(wall.Seconds()), "jobs_per_min": round3(float64(stored) / wall.Minutes()),
 		"server_peak_rss_bytes": rss, "server_peak_rss_mib": round3(float64(rss) / (1 << 20))}
+	if o.JobLines {
+		for _, j := range list {
+			if err := Print(w, j.line()); err != nil {
+				return err
+			}
+		}
+	}
 	if err := Print(w, res); err != nil {
 		return err
 	}

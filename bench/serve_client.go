@@ -100,11 +100,39 @@ func (b *serveClient) head(ctx context.Context, path string) bool {
 
 // servedJob is what the bench reads of a listed job.
 type servedJob struct {
-	ID     string `json:"id"`
-	Status string `json:"status"`
-	Result *struct {
-		VideoBytes int64 `json:"video_bytes"`
+	ID       string     `json:"id"`
+	Status   string     `json:"status"`
+	Created  time.Time  `json:"created"`
+	Started  *time.Time `json:"started"`
+	Finished *time.Time `json:"finished"`
+	Attempts int        `json:"attempts"`
+	Sections int        `json:"sections"`
+	Result   *struct {
+		VideoBytes int64   `json:"video_bytes"`
+		Frames     int     `json:"frames"`
+		Generate   float64 `json:"generate_seconds"`
+		Sample     float64 `json:"sample_seconds"`
+		Decode     float64 `json:"decode_seconds"`
 	} `json:"result"`
+}
+
+// line is the job's own line: its times from submission (queued: until a
+// worker took it; run: from then to the stored video) and, when done,
+// its stages.
+func (j servedJob) line() Result {
+	r := Result{"bench": "serve_job", "id": j.ID, "status": j.Status, "attempts": j.Attempts, "sections": j.Sections}
+	if j.Finished != nil {
+		r["submit_to_end_s"] = round3(j.Finished.Sub(j.Created).Seconds())
+		if j.Started != nil {
+			r["queued_s"] = round3(j.Started.Sub(j.Created).Seconds())
+			r["run_s"] = round3(j.Finished.Sub(*j.Started).Seconds())
+		}
+	}
+	if res := j.Result; res != nil {
+		r["frames"], r["video_bytes"] = res.Frames, res.VideoBytes
+		r["generate_s"], r["sample_s"], r["decode_s"] = round3(res.Generate), round3(res.Sample), round3(res.Decode)
+	}
+	return r
 }
 
 func (b *serveClient) list(ctx context.Context) ([]servedJob, error) {

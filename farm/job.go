@@ -86,6 +86,11 @@ type Result struct {
 	FramesSHA256 string `json:"frames_sha256"`
 	// Generate is the seconds spent generating (all runs of the job).
 	Generate float64 `json:"generate_seconds"`
+	// Sample and Decode are the seconds the last run's sections spent
+	// sampling and decoding (framepack.SectionStats), to set a served job
+	// beside the same job run alone.
+	Sample float64 `json:"sample_seconds,omitempty"`
+	Decode float64 `json:"decode_seconds,omitempty"`
 	// InputFrames is how many of Frames are the input video's (a video
 	// extended without new_only), before the new ones.
 	InputFrames int `json:"input_frames,omitempty"`

@@ -392,6 +392,10 @@ func (w *Worker) store(ctx context.Context, l *farm.Lease, res *framepack.Result
 	sum := sha256.Sum256(res.Pix)
 	r := &farm.Result{Frames: res.T, FPS: res.FPS, Width: res.W, Height: res.H, Seconds: float64(res.T) / float64(res.FPS),
 		FramesSHA256: hex.EncodeToString(sum[:]), Generate: took.Seconds()}
+	for _, st := range res.Sections {
+		r.Sample += st.Sample.Seconds()
+		r.Decode += st.Decode.Seconds()
+	}
 	// The comment tag holds the settings only, so that the same settings
 	// make the same file.
 	tag, _ := json.Marshal(job.Settings)
