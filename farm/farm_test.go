@@ -73,10 +73,10 @@ func TestExternalSharedQueue(t *testing.T) {
 	}
 	t.Logf("redelivered to another worker %s after the first went silent", time.Since(t0).Round(time.Millisecond))
 	// The silent worker cannot finish it any more; the new one does.
-	if _, err := l1.Finish(ctx, func(j *Job) { j.Status = Done }); err == nil {
+	if _, err := l1.Finish(ctx, nil, func(j *Job) { j.Status = Done }); err == nil {
 		t.Error("the worker that lost the job finished it")
 	}
-	if _, err := l2.Finish(ctx, func(j *Job) { j.Status = Done }); err != nil {
+	if _, err := l2.Finish(ctx, nil, func(j *Job) { j.Status = Done }); err != nil {
 		t.Fatal(err)
 	}
 	got, _, err := api.Get(ctx, j.ID)
@@ -127,5 +127,5 @@ func TestProgressKeepsJob(t *testing.T) {
 	if err != nil || l2.Job.ID != j.ID || l2.Job.Status != Running {
 		t.Fatalf("after a requeue: %v %+v", err, l2)
 	}
-	l2.Finish(ctx, func(j *Job) { j.Status = Done })
+	l2.Finish(ctx, nil, func(j *Job) { j.Status = Done })
 }
