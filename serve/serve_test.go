@@ -103,7 +103,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	var wg sync.WaitGroup
 	if !o.noWorker {
 		w := worker.New(fm, worker.Config{Name: "test", Models: tinyDir(t), Options: framepack.Options{Device: framepack.DeviceCPU},
-			LoRADir: o.loras, TempDir: t.TempDir(), Log: testLog()})
+			LoRADir: o.loras, TempDir: t.TempDir(), Fit: true, Announce: true, Log: testLog()})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -486,7 +486,7 @@ func TestQueueMoveCancel(t *testing.T) {
 			t.Fatal(err)
 		}
 		took = append(took, l.Job.ID)
-		l.Finish(ctx, func(j *farm.Job) { j.Status = farm.Failed })
+		l.Finish(ctx, nil, func(j *farm.Job) { j.Status = farm.Failed })
 	}
 	if strings.Join(took, " ") != ids[2]+" "+ids[1] {
 		t.Errorf("the worker took %v, want %v", took, []string{ids[2], ids[1]})
@@ -513,8 +513,14 @@ func TestCancelRunning(t *testing.T) {
 		t.Fatalf("the job ended %s (%s)", got.Status, got.Error)
 	}
 	t.Logf("cancelled in %s", time.Since(t0).Round(time.Millisecond))
-	if e.farm.HasFile(context.Background(), j.ID, farm.FileCheckpoint) {
-		t.Error("a cancelled job kept its checkpoint")
+	objs, err := e.farm.Objects(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if strings.HasPrefix(o, farm.FileCheckpoint) || strings.HasPrefix(o, "partial") {
+			t.Errorf("a cancelled job kept its %s", o)
+		}
 	}
 }
 
