@@ -24,8 +24,8 @@ type Lease struct {
 	worker string
 	gen    uint64
 	// attempt is the job's Attempts when this lease took it: the run's
-	// number, which names its files.
-	attempt int
+	// number, which names its files; writes counts its PutFile calls.
+	attempt, writes int
 	// Job is the state as taken.
 	Job *Job
 
@@ -235,13 +235,20 @@ func (l *Lease) FileName(name string) string {
 	return name + ".run" + n
 }
 
-// PutFile stores b as this run's copy of the job's file name and, with
+// PutFile stores b as a new object for the job's file name and, with
 // compare-and-set on the job's state, makes it the one that counts (and
-// change, when not nil, changes the state in the same write). The copy it
-// replaces is deleted; so is this run's own when the job is no longer
-// this lease's (ErrLost).
+// change, when not nil, changes the state in the same write). The object
+// it replaces is deleted; so is the new one when the job is no longer this
+// lease's (ErrLost). Each call writes an object of its own, so a run that
+// lost the job never overwrites one the state names.
 func (l *Lease) PutFile(ctx context.Context, name string, b []byte, change func(*Job) error) (*Job, error) {
+	l.writes++
 	obj := l.FileName(name)
+	if i := strings.LastIndexByte(obj, '.'); i > 0 && strings.Contains(name, ".") {
+		obj = obj[:i] + "-" + strconv.Itoa(l.writes) + obj[i:]
+	} else {
+		obj += "-" + strconv.Itoa(l.writes)
+	}
 	if err := l.f.PutBytes(ctx, l.Job.ID, obj, b); err != nil {
 		return nil, err
 	}

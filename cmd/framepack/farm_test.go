@@ -405,3 +405,20 @@ func TestBenchFarmSmall(t *testing.T) {
 	}
 	t.Log(out.stdout)
 }
+
+// A NATS password on the command line is refused before anything starts,
+// without printing it; so is a worker without --nats.
+func TestFarmRefusesClearPassword(t *testing.T) {
+	for _, args := range [][]string{
+		{"worker", "--nats", "nats://fp:s3cret@127.0.0.1:4222"},
+		{"serve", "--nats", "nats://127.0.0.1:4222,nats://fp:s3cret@127.0.0.1:4223", "--workers", "0", "--listen", "127.0.0.1:0"},
+	} {
+		r := runBinary(t, t.TempDir(), args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "NATS_PASSWORD") || strings.Contains(r.stderr, "s3cret") {
+			t.Errorf("%v: exit %d: %s", args, r.code, r.stderr)
+		}
+	}
+	if r := runBinary(t, t.TempDir(), "worker"); r.code != exitUsage || !strings.Contains(r.stderr, "--nats is required") {
+		t.Errorf("worker without --nats: exit %d: %s", r.code, r.stderr)
+	}
+}

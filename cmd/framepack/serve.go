@@ -130,6 +130,11 @@ func (f *serveFlags) check() (maxUpload, maxStorage int64, err error) {
 	if !loopbackListen(host) && f.token == "" {
 		return 0, 0, usagef("--listen %s is reachable from other machines: give --token (or FRAMEPACK_TOKEN) so that only those who have it can use the server", f.listen)
 	}
+	if f.nats != "" {
+		if err := farm.CheckURL(f.nats); err != nil {
+			return 0, 0, usage(err)
+		}
+	}
 	if f.workers < 0 || f.workers > 1 {
 		return 0, 0, usagef("--workers %d: want 1, or 0 to serve the API only", f.workers)
 	}
