@@ -82,18 +82,18 @@ type Config struct {
 type Farm struct {
 	cfg      Config
 	replicas int
-	ns      *server.Server // the embedded server, or nil
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	stream  jetstream.Stream
-	cons    jetstream.Consumer
-	state   jetstream.KeyValue
-	idem    jetstream.KeyValue
-	files   jetstream.ObjectStore
-	workers jetstream.KeyValue
-	log     *slog.Logger
-	ackWait atomic.Int64 // the consumer's, in nanoseconds
-	lock    *os.File     // the embedded server's data folder, locked
+	ns       *server.Server // the embedded server, or nil
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	stream   jetstream.Stream
+	cons     jetstream.Consumer
+	state    jetstream.KeyValue
+	idem     jetstream.KeyValue
+	files    jetstream.ObjectStore
+	workers  jetstream.KeyValue
+	log      *slog.Logger
+	ackWait  atomic.Int64 // the consumer's, in nanoseconds
+	lock     *os.File     // the embedded server's data folder, locked
 }
 
 // DefaultAckWait is the consumer's ack wait when nothing sets it: a job

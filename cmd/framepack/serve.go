@@ -319,7 +319,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		// queued again as it stands, so the process exits within 2 s.
 		w := worker.New(fm, worker.Config{Name: hostName(), Models: dir, Options: f.loadOptions(log), LoRADir: f.loras, TempDir: tmp,
 			StopGrace: 600 * time.Millisecond, Fit: true, Announce: true,
-			Info:      map[string]any{"framepack": readBuildVersion(), "models": model, "tiny_model": tiny}, Log: log})
+			Info: map[string]any{"framepack": readBuildVersion(), "models": model, "tiny_model": tiny}, Log: log})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
