@@ -649,13 +649,30 @@ func (cfg FarmConfig) settings(seed uint64) farm.Settings {
 	return Settings(cfg.Seconds, cfg.Steps, cfg.Window, cfg.Resolution, seed)
 }
 
+// withLogs adds the end of each worker's log to err.
+func withLogs(err error, ws []*WorkerProc) error {
+	if err == nil {
+		return nil
+	}
+	var b strings.Builder
+	for _, w := range ws {
+		lines := strings.Split(strings.TrimRight(w.Stderr.String(), "\n"), "\n")
+		if len(lines) > 25 {
+			lines = lines[len(lines)-25:]
+		}
+		fmt.Fprintf(&b, "\nworker %s:\n%s", w.Name, strings.Join(lines, "\n"))
+	}
+	return fmt.Errorf("%w%s", err, b.String())
+}
+
 // farmRun runs cfg.Jobs jobs on a layout's workers and measures them.
-func farmRun(ctx context.Context, cfg FarmConfig, f *farm.Farm, url, layout, prefix string) (map[string]any, error) {
+func farmRun(ctx context.Context, cfg FarmConfig, f *farm.Farm, url, layout, prefix string) (r map[string]any, err error) {
 	ws, err := startWorkers(ctx, cfg, f, url, layout, prefix)
 	if err != nil {
 		return nil, err
 	}
 	defer StopWorkers(ws)
+	defer func() { err = withLogs(err, ws) }()
 	if cfg.Warmup {
 		// Each worker loads its models on its first job: one short job
 		// each, not counted, so that the runs compare the work alone.
@@ -701,7 +718,7 @@ func farmRun(ctx context.Context, cfg FarmConfig, f *farm.Farm, url, layout, pre
 			gpus += len(strings.Split(sp.gpus, ","))
 		}
 	}
-	r := map[string]any{"bench": "farm", "layout": layout, "workers": len(ws), "gpus": gpus, "jobs": cfg.Jobs, "seconds": cfg.Seconds,
+	r = map[string]any{"bench": "farm", "layout": layout, "workers": len(ws), "gpus": gpus, "jobs": cfg.Jobs, "seconds": cfg.Seconds,
 		"steps": cfg.Steps, "window": cfg.Window, "resolution": cfg.Resolution, "submitted": t.Submitted, "stored": t.Stored,
 		"lost": t.Lost, "duplicated": t.Duplicated, "wall_s": round3(wall.Seconds()),
 		"jobs_per_min": round3(float64(cfg.Jobs) / wall.Minutes()), "warmup": cfg.Warmup}
