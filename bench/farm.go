@@ -622,9 +622,26 @@ func startWorkers(ctx context.Context, cfg FarmConfig, f *farm.Farm, url, layout
 		ws = append(ws, w)
 		names = append(names, name)
 	}
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	lctx, cancel := context.WithTimeoutCause(ctx, 5*time.Minute, errors.New("not live within 5 minutes"))
 	defer cancel()
+	exited := make(chan struct{})
+	var once sync.Once
+	for _, w := range ws {
+		go func() {
+			select {
+			case <-w.Exited():
+				once.Do(func() { close(exited) })
+				cancel()
+			case <-lctx.Done():
+			}
+		}()
+	}
 	if err := WaitLive(lctx, f, names...); err != nil {
+		select {
+		case <-exited:
+			err = errors.New("a worker exited")
+		default:
+		}
 		var logs []string
 		for _, w := range ws {
 			logs = append(logs, w.Name+":\n"+w.Stderr.String())
