@@ -756,3 +756,30 @@ func TestLoRAJob(t *testing.T) {
 		t.Errorf("a LoRA that is not a .safetensors file: %d %s", code, b)
 	}
 }
+
+// The live workers are listed with what they run; a job waiting while no
+// worker is live says so.
+func TestWorkers(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for end := time.Now().Add(30 * time.Second); ; {
+		_, b := e.do("GET", "/api/workers", nil, nil)
+		var r struct{ Workers []farm.WorkerInfo }
+		json.Unmarshal(b, &r)
+		if len(r.Workers) == 1 && r.Workers[0].Name == "test" && r.Workers[0].Device != "" && r.Workers[0].DeviceBytes > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the worker is not listed: %s", b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	idle := newEnv(t, envOptions{noWorker: true})
+	_, j, b := idle.submit(`{}`, nil)
+	code, b := idle.do("GET", "/api/jobs/"+j.ID, nil, nil)
+	if code != http.StatusOK || !strings.Contains(string(b), `"unrunnable":"no worker is live"`) {
+		t.Errorf("a job waiting with no worker: %d %s", code, b)
+	}
+	if _, b = idle.do("GET", "/api/workers", nil, nil); strings.TrimSpace(string(b)) != `{"workers":[]}` {
+		t.Errorf("no worker: %s", b)
+	}
+}
