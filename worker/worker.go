@@ -204,8 +204,11 @@ func (w *Worker) info() *farm.WorkerInfo {
 	if w.cfg.Variants != nil {
 		i.Variants = slices.Sorted(maps.Keys(w.cfg.Variants))
 	}
-	if v, ok := w.cfg.Info["framepack"].(string); ok {
+	switch v := w.cfg.Info["framepack"].(type) {
+	case string:
 		i.Version = v
+	case fmt.Stringer:
+		i.Version = v.String()
 	}
 	if w.p != nil {
 		i.Device, i.DeviceBytes, i.HostBytes = w.p.Device(), w.p.Budget().Cap, w.p.HostStats().Limit
