@@ -204,15 +204,15 @@ func (f *Farm) setup(ctx context.Context) error {
 	if err := f.setupConsumer(ctx); err != nil {
 		return err
 	}
-	if f.state, err = f.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketState,
+	if f.state, err = f.keyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketState,
 		Description: "framepack job state", History: 1, Storage: storage, Replicas: f.replicas}); err != nil {
 		return fmt.Errorf("farm: the state bucket: %w", err)
 	}
-	if f.idem, err = f.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketIdem,
+	if f.idem, err = f.keyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketIdem,
 		Description: "framepack Idempotency-Key → job", History: 1, TTL: 24 * time.Hour, Storage: storage, Replicas: f.replicas}); err != nil {
 		return fmt.Errorf("farm: the idempotency bucket: %w", err)
 	}
-	if f.workers, err = f.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketWorkers,
+	if f.workers, err = f.keyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketWorkers,
 		Description: "framepack workers alive, with what they can run", History: 1, TTL: WorkerTTL, Storage: jetstream.MemoryStorage,
 		Replicas: f.replicas}); err != nil {
 		return fmt.Errorf("farm: the worker bucket: %w", err)
@@ -242,6 +242,21 @@ func (f *Farm) setup(ctx context.Context) error {
 		f.cfg.MaxStoredBytes = st.(*jetstream.ObjectBucketStatus).StreamInfo().Config.MaxBytes
 	}
 	return nil
+}
+
+// keyValue makes or updates a bucket; on an external server it never
+// lowers the replicas another process gave it.
+func (f *Farm) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if f.ns == nil {
+		if kv, err := f.js.KeyValue(ctx, cfg.Bucket); err == nil {
+			if st, err := kv.Status(ctx); err == nil {
+				if have := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas; have > cfg.Replicas {
+					cfg.Replicas = have
+				}
+			}
+		}
+	}
+	return f.js.CreateOrUpdateKeyValue(ctx, cfg)
 }
 
 // setupConsumer makes the workers' consumer, or takes the one that
