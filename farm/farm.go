@@ -127,11 +127,22 @@ func Open(ctx context.Context, cfg Config) (*Farm, error) {
 		f.Close()
 		return nil, fmt.Errorf("farm: connecting to NATS: %w", err)
 	}
-	if err := f.setup(ctx); err != nil {
-		f.Close()
-		return nil, err
+	// A cluster that has just started may not answer yet (its streams
+	// elect their leaders): each try is bounded, and tried again.
+	for end := time.Now().Add(2 * time.Minute); ; {
+		sctx, cancel := context.WithTimeout(ctx, 3*opTimeout)
+		err = f.setup(sctx)
+		cancel()
+		if err == nil {
+			return f, nil
+		}
+		if !transient(err) || time.Now().After(end) || ctx.Err() != nil {
+			f.Close()
+			return nil, err
+		}
+		f.log.Warn("farm: waiting for JetStream: " + err.Error())
+		sleep(ctx, time.Second)
 	}
-	return f, nil
 }
 
 func (f *Farm) startEmbedded() error {

@@ -39,7 +39,7 @@ func (f *Farm) PutFile(ctx context.Context, id, name string, r io.Reader) (int64
 
 // PutBytes stores b as one of job id's files.
 func (f *Farm) PutBytes(ctx context.Context, id, name string, b []byte) error {
-	err := retry(ctx, func() error {
+	err := retry(ctx, func(ctx context.Context) error {
 		_, err := f.files.PutBytes(ctx, objectName(id, name), b)
 		return err
 	})
@@ -52,7 +52,7 @@ func (f *Farm) PutBytes(ctx context.Context, id, name string, b []byte) error {
 // GetBytes reads one of job id's files whole.
 func (f *Farm) GetBytes(ctx context.Context, id, name string) ([]byte, error) {
 	var b []byte
-	err := retry(ctx, func() (err error) {
+	err := retry(ctx, func(ctx context.Context) (err error) {
 		b, err = f.files.GetBytes(ctx, objectName(id, name))
 		return err
 	}, jetstream.ErrObjectNotFound)
@@ -101,6 +101,8 @@ func (f *Farm) DeleteFiles(ctx context.Context, id string, names ...string) {
 
 // Objects lists the names of the objects job id has in the file store.
 func (f *Farm) Objects(ctx context.Context, id string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*opTimeout)
+	defer cancel()
 	list, err := f.files.List(ctx)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil, nil

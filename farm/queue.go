@@ -34,7 +34,7 @@ func (f *Farm) Get(ctx context.Context, id string) (*Job, uint64, error) {
 		return nil, 0, ErrNotFound
 	}
 	var e jetstream.KeyValueEntry
-	err := retry(ctx, func() (err error) {
+	err := retry(ctx, func(ctx context.Context) (err error) {
 		e, err = f.state.Get(ctx, id)
 		return err
 	}, jetstream.ErrKeyNotFound)
@@ -81,7 +81,7 @@ func (f *Farm) Update(ctx context.Context, id string, change func(*Job) error) (
 		if err != nil {
 			return nil, err
 		}
-		err = retry(ctx, func() error {
+		err = retry(ctx, func(ctx context.Context) error {
 			_, err := f.state.Update(ctx, id, b, rev)
 			return err
 		}, jetstream.ErrKeyExists)
@@ -100,13 +100,21 @@ func (f *Farm) Update(ctx context.Context, id string, change func(*Job) error) (
 // elect new leaders; a connection moves to another server).
 const transientFor = 30 * time.Second
 
+// opTimeout bounds one try of an operation: a request the servers never
+// answer (its stream has no leader yet) is given up and tried again,
+// whatever the caller's deadline.
+const opTimeout = 10 * time.Second
+
 // retry runs op until it succeeds, fails with one of final (or another
-// error that is not a server's silence), or transientFor has passed.
-func retry(ctx context.Context, op func() error, final ...error) error {
+// error that is not a server's silence), or transientFor has passed; each
+// try gets opTimeout.
+func retry(ctx context.Context, op func(context.Context) error, final ...error) error {
 	var end time.Time
 	wait := 100 * time.Millisecond
 	for {
-		err := op()
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := op(octx)
+		cancel()
 		if err == nil || !transient(err) || slices.ContainsFunc(final, func(e error) bool { return errors.Is(err, e) }) {
 			return err
 		}
@@ -161,7 +169,7 @@ func (f *Farm) Submit(ctx context.Context, j *Job) error {
 func (f *Farm) publish(ctx context.Context, id string, gen uint64) error {
 	b, _ := json.Marshal(queueMsg{ID: id, Gen: gen})
 	var ack *jetstream.PubAck
-	err := retry(ctx, func() (err error) {
+	err := retry(ctx, func(ctx context.Context) (err error) {
 		ack, err = f.js.Publish(ctx, subjectRun+id, b, jetstream.WithMsgID(id+"/"+strconv.FormatUint(gen, 10)))
 		return err
 	})
@@ -237,7 +245,9 @@ func (f *Farm) Delete(ctx context.Context, id string) error {
 
 // Jobs lists every job's state (unordered).
 func (f *Farm) Jobs(ctx context.Context) ([]*Job, error) {
-	lister, err := f.state.ListKeys(ctx)
+	lctx, cancel := context.WithTimeout(ctx, 3*opTimeout)
+	defer cancel()
+	lister, err := f.state.ListKeys(lctx)
 	if err != nil {
 		return nil, fmt.Errorf("farm: listing jobs: %w", err)
 	}

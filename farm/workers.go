@@ -68,7 +68,7 @@ func (f *Farm) Announce(ctx context.Context, w *WorkerInfo) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.workers.Put(ctx, w.Name, b); err != nil {
+	if err := retry(ctx, func(ctx context.Context) error { _, err := f.workers.Put(ctx, w.Name, b); return err }); err != nil {
 		return fmt.Errorf("farm: announcing worker %s: %w", w.Name, err)
 	}
 	// Keep the progress acknowledgements in step with the consumer's ack
@@ -92,6 +92,8 @@ func (f *Farm) Withdraw(ctx context.Context, name, instance string) {
 
 // Workers lists the live workers, by name.
 func (f *Farm) Workers(ctx context.Context) ([]*WorkerInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
 	lister, err := f.workers.ListKeys(ctx)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoKeysFound) {
