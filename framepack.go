@@ -231,6 +231,8 @@ type Pipeline struct {
 	lora    *lora.Set // Options.LoRA, resolved against the transformer
 	vaeCfg  vae.Config
 	sigSize int // the side SigLIP's processor resizes the image to
+	// sigTokens is the image encoder's output tokens (CheckFit).
+	sigTokens int
 	// resolution is the bucket resolution the model was made for.
 	resolution int
 	// Weight bytes of each part in its compute dtype.
@@ -523,7 +525,7 @@ func (p *Pipeline) readConfigs() error {
 			return err
 		}
 	}
-	p.sigSize = sc.ImageSize
+	p.sigSize, p.sigTokens = sc.ImageSize, sc.Tokens()
 	var err error
 	if p.resolution, err = TransformerResolution(p.paths[PartTransformer]); err != nil {
 		return fmt.Errorf("model part %s: %w", PartTransformer, err)

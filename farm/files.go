@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -39,7 +40,10 @@ func (f *Farm) PutFile(ctx context.Context, id, name string, r io.Reader) (int64
 
 // PutBytes stores b as one of job id's files.
 func (f *Farm) PutBytes(ctx context.Context, id, name string, b []byte) error {
-	_, err := f.files.PutBytes(ctx, objectName(id, name), b)
+	err := retry(ctx, func(ctx context.Context) error {
+		_, err := f.files.PutBytes(ctx, objectName(id, name), b)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("farm: storing %s of job %s: %w", name, id, err)
 	}
@@ -48,7 +52,11 @@ func (f *Farm) PutBytes(ctx context.Context, id, name string, b []byte) error {
 
 // GetBytes reads one of job id's files whole.
 func (f *Farm) GetBytes(ctx context.Context, id, name string) ([]byte, error) {
-	b, err := f.files.GetBytes(ctx, objectName(id, name))
+	var b []byte
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		b, err = f.files.GetBytes(ctx, objectName(id, name))
+		return err
+	}, jetstream.ErrObjectNotFound)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, ErrNoFile
 	}
@@ -90,6 +98,26 @@ func (f *Farm) deleteFiles(ctx context.Context, id string, names ...string) {
 // DeleteFiles removes some of job id's files (those missing are skipped).
 func (f *Farm) DeleteFiles(ctx context.Context, id string, names ...string) {
 	f.deleteFiles(ctx, id, names...)
+}
+
+// Objects lists the names of the objects job id has in the file store.
+func (f *Farm) Objects(ctx context.Context, id string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*opTimeout)
+	defer cancel()
+	list, err := f.files.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("farm: listing the files: %w", err)
+	}
+	var names []string
+	for _, o := range list {
+		if n, ok := strings.CutPrefix(o.Name, id+"/"); ok && !o.Deleted {
+			names = append(names, n)
+		}
+	}
+	return names, nil
 }
 
 // StoredBytes is what the file store holds now.

@@ -48,10 +48,41 @@ type Job struct {
 	// ResumedAt is the section after which the last run went on from a
 	// checkpoint (0: it started from the beginning).
 	ResumedAt int `json:"resumed_at,omitempty"`
+	// Files names the objects that hold the job's files now (File), by
+	// the names of the files (FileCheckpoint, FileVideo, …): each run
+	// writes objects of its own and the state, changed by compare-and-set,
+	// names the ones that count, so that a worker that lost the job to
+	// another stores nothing that is used.
+	Files map[string]string `json:"files,omitempty"`
+	// Refusals are the workers that took the job's message and left it
+	// because they cannot run it, with why (cleared when one takes it).
+	Refusals []Refusal `json:"refusals,omitempty"`
+	// Unrunnable says why the job waits: no live worker can run it (every
+	// live worker refused it). Empty while one may.
+	Unrunnable string `json:"unrunnable,omitempty"`
 	// CancelRequested: a cancel was asked while the job ran.
 	CancelRequested bool    `json:"cancel_requested,omitempty"`
 	Error           string  `json:"error,omitempty"`
 	Result          *Result `json:"result,omitempty"`
+}
+
+// Refusal is a worker's reason for leaving a job it cannot run.
+type Refusal struct {
+	Worker string `json:"worker"`
+	// Instance tells runs of workers of the same name apart: a refusal
+	// counts only while the run that made it is live.
+	Instance string    `json:"instance"`
+	Reason   string    `json:"reason"`
+	At       time.Time `json:"at"`
+}
+
+// File is the object that holds job j's file name now: the one its state
+// names, else name itself (the files every run shares: the uploads).
+func (j *Job) File(name string) string {
+	if n, ok := j.Files[name]; ok {
+		return n
+	}
+	return name
 }
 
 // File is an uploaded image or video (Type video/mp4, video/webm, … or

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,7 +33,11 @@ func (f *Farm) Get(ctx context.Context, id string) (*Job, uint64, error) {
 	if !validID(id) {
 		return nil, 0, ErrNotFound
 	}
-	e, err := f.state.Get(ctx, id)
+	var e jetstream.KeyValueEntry
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		e, err = f.state.Get(ctx, id)
+		return err
+	}, jetstream.ErrKeyNotFound)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, ErrNotFound
 	}
@@ -76,7 +81,10 @@ func (f *Farm) Update(ctx context.Context, id string, change func(*Job) error) (
 		if err != nil {
 			return nil, err
 		}
-		_, err = f.state.Update(ctx, id, b, rev)
+		err = retry(ctx, func(ctx context.Context) error {
+			_, err := f.state.Update(ctx, id, b, rev)
+			return err
+		}, jetstream.ErrKeyExists)
 		if err == nil {
 			return j, nil
 		}
@@ -85,6 +93,57 @@ func (f *Farm) Update(ctx context.Context, id string, change func(*Job) error) (
 		}
 		// Another writer changed it: read it again.
 	}
+}
+
+// transientFor bounds how long an operation is tried again while the
+// servers do not answer (a server of the cluster died and its streams
+// elect new leaders; a connection moves to another server).
+const transientFor = 30 * time.Second
+
+// opTimeout bounds one try of an operation: a request the servers never
+// answer (its stream has no leader yet) is given up and tried again,
+// whatever the caller's deadline.
+const opTimeout = 10 * time.Second
+
+// retry runs op until it succeeds, fails with one of final (or another
+// error that is not a server's silence), or transientFor has passed; each
+// try gets opTimeout.
+func retry(ctx context.Context, op func(context.Context) error, final ...error) error {
+	var end time.Time
+	wait := 100 * time.Millisecond
+	for {
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := op(octx)
+		cancel()
+		if err == nil || !transient(err) || slices.ContainsFunc(final, func(e error) bool { return errors.Is(err, e) }) {
+			return err
+		}
+		if end.IsZero() {
+			end = time.Now().Add(transientFor)
+		}
+		if time.Now().After(end) || ctx.Err() != nil {
+			return err
+		}
+		sleep(ctx, wait)
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// transient tells whether err is the servers' silence or a leader
+// election, which passes, rather than an answer.
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrConnectionReconnecting),
+		errors.Is(err, nats.ErrDisconnected), errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+		return true
+	case errors.As(err, &apiErr):
+		// 503: "JetStream system temporarily unavailable" (a stream
+		// without a leader yet).
+		return apiErr.Code == 503
+	}
+	return strings.Contains(err.Error(), "no responders") || strings.Contains(err.Error(), "timeout")
 }
 
 // Submit stores a new job (its uploads already in the file store) and
@@ -109,7 +168,11 @@ func (f *Farm) Submit(ctx context.Context, j *Job) error {
 // sequence in its state.
 func (f *Farm) publish(ctx context.Context, id string, gen uint64) error {
 	b, _ := json.Marshal(queueMsg{ID: id, Gen: gen})
-	ack, err := f.js.Publish(ctx, subjectRun+id, b, jetstream.WithMsgID(id+"/"+strconv.FormatUint(gen, 10)))
+	var ack *jetstream.PubAck
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		ack, err = f.js.Publish(ctx, subjectRun+id, b, jetstream.WithMsgID(id+"/"+strconv.FormatUint(gen, 10)))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("farm: queueing job %s: %w", id, err)
 	}
@@ -151,7 +214,7 @@ func (f *Farm) Cancel(ctx context.Context, id string) (*Job, error) {
 	}
 	if j.Status == Cancelled {
 		f.dropMessage(ctx, j.Seq)
-		f.deleteFiles(ctx, id, "checkpoint", "partial.mp4")
+		f.deleteFiles(ctx, id, j.File(FileCheckpoint), j.File(FilePartial))
 	} else {
 		f.nc.Publish(subjectCancel+id, nil)
 	}
@@ -174,12 +237,17 @@ func (f *Farm) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("farm: deleting job %s: %w", id, err)
 	}
 	f.deleteFiles(ctx, id, fileNames...)
+	for _, obj := range j.Files {
+		f.deleteFiles(ctx, id, obj)
+	}
 	return nil
 }
 
 // Jobs lists every job's state (unordered).
 func (f *Farm) Jobs(ctx context.Context) ([]*Job, error) {
-	lister, err := f.state.ListKeys(ctx)
+	lctx, cancel := context.WithTimeout(ctx, 3*opTimeout)
+	defer cancel()
+	lister, err := f.state.ListKeys(lctx)
 	if err != nil {
 		return nil, fmt.Errorf("farm: listing jobs: %w", err)
 	}

@@ -67,6 +67,7 @@ func viewOf(j *farm.Job) jobView {
 
 // view is job j with its place in the queue and its live progress.
 func (s *Server) view(j *farm.Job) jobView {
+	j = s.waiting(j)
 	v := viewOf(j)
 	switch j.Status {
 	case farm.Queued:
@@ -86,6 +87,23 @@ func (s *Server) view(j *farm.Job) jobView {
 	return v
 }
 
+// waiting is j, saying in a queued job's Unrunnable that no worker is
+// live when none is (the workers' refusals say why none can run it only
+// while some are): a copy when it changes.
+func (s *Server) waiting(j *farm.Job) *farm.Job {
+	if j.Status != farm.Queued || j.Unrunnable != "" {
+		return j
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if live, err := s.liveWorkers(ctx); err == nil && len(live) == 0 {
+		c := *j
+		c.Unrunnable = "no worker is live"
+		return &c
+	}
+	return j
+}
+
 // listJobs is GET /api/jobs[?status=a,b].
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	want := map[string]bool{}
@@ -103,6 +121,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	views := []jobView{}
 	pos := 0
 	for _, j := range s.hub.list() {
+		j = s.waiting(j)
 		v := viewOf(j)
 		if j.Status == farm.Queued {
 			pos++
@@ -224,7 +243,7 @@ func (s *Server) file(name, ctype string) http.HandlerFunc {
 			}
 			ct = j.EndImage.Type
 		}
-		b, err := s.f.GetBytes(r.Context(), j.ID, name)
+		b, err := s.f.GetBytes(r.Context(), j.ID, j.File(name))
 		if errors.Is(err, farm.ErrNoFile) {
 			msg := "not stored"
 			switch name {

@@ -26,6 +26,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/framepack-go/framepack"
@@ -74,6 +75,10 @@ type Server struct {
 	// routeList is the API's routes ("GET /api/jobs"), each documented
 	// in openapi.json.
 	routeList []string
+
+	workersMu sync.Mutex
+	workers   []*farm.WorkerInfo // the live workers at workersAt
+	workersAt time.Time
 }
 
 // New makes a server and starts following the farm's jobs.
@@ -131,6 +136,7 @@ func (s *Server) routes() {
 	}
 	api("GET /api/openapi.json", s.openAPI)
 	api("GET /api/health", s.health)
+	api("GET /api/workers", s.listWorkers)
 	api("GET /api/options", s.options)
 	api("GET /api/events", s.allEvents)
 	api("POST /api/jobs", s.submit)
@@ -250,9 +256,38 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	if !s.f.Embedded() {
 		nats = "external"
 	}
+	live, _ := s.liveWorkers(ctx)
 	writeJSON(w, code, map[string]any{"status": status, "version": s.cfg.Version, "model": s.cfg.Model, "tiny_model": s.cfg.TinyModel,
-		"device": s.cfg.Device, "nats": nats, "workers": s.cfg.Workers, "jobs": s.hub.counts(),
-		"stored_bytes": stored, "max_stored_bytes": s.f.MaxStoredBytes()})
+		"device": s.cfg.Device, "nats": nats, "replicas": s.f.Replicas(), "workers": s.cfg.Workers, "live_workers": len(live),
+		"jobs": s.hub.counts(), "stored_bytes": stored, "max_stored_bytes": s.f.MaxStoredBytes()})
+}
+
+// listWorkers is GET /api/workers.
+func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
+	live, err := s.liveWorkers(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if live == nil {
+		live = []*farm.WorkerInfo{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workers": live})
+}
+
+// liveWorkers is the farm's live workers, read at most once a second.
+func (s *Server) liveWorkers(ctx context.Context) ([]*farm.WorkerInfo, error) {
+	s.workersMu.Lock()
+	defer s.workersMu.Unlock()
+	if time.Since(s.workersAt) < time.Second {
+		return s.workers, nil
+	}
+	live, err := s.f.Workers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.workers, s.workersAt = live, time.Now()
+	return live, nil
 }
 
 // options is GET /api/options: what the page's form offers.

@@ -104,7 +104,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	var wg sync.WaitGroup
 	if !o.noWorker {
 		w := worker.New(fm, worker.Config{Name: "test", Models: tinyDir(t), Options: framepack.Options{Device: framepack.DeviceCPU},
-			LoRADir: o.loras, TempDir: t.TempDir(), Log: testLog()})
+			LoRADir: o.loras, TempDir: t.TempDir(), Fit: true, Announce: true, Log: testLog()})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -487,7 +487,7 @@ func TestQueueMoveCancel(t *testing.T) {
 			t.Fatal(err)
 		}
 		took = append(took, l.Job.ID)
-		l.Finish(ctx, func(j *farm.Job) { j.Status = farm.Failed })
+		l.Finish(ctx, nil, func(j *farm.Job) { j.Status = farm.Failed })
 	}
 	if strings.Join(took, " ") != ids[2]+" "+ids[1] {
 		t.Errorf("the worker took %v, want %v", took, []string{ids[2], ids[1]})
@@ -514,8 +514,14 @@ func TestCancelRunning(t *testing.T) {
 		t.Fatalf("the job ended %s (%s)", got.Status, got.Error)
 	}
 	t.Logf("cancelled in %s", time.Since(t0).Round(time.Millisecond))
-	if e.farm.HasFile(context.Background(), j.ID, farm.FileCheckpoint) {
-		t.Error("a cancelled job kept its checkpoint")
+	objs, err := e.farm.Objects(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if strings.HasPrefix(o, farm.FileCheckpoint) || strings.HasPrefix(o, "partial") {
+			t.Errorf("a cancelled job kept its %s", o)
+		}
 	}
 }
 
@@ -789,5 +795,32 @@ func TestLoRAJob(t *testing.T) {
 	}
 	if code, _, b := e.submit(`{`+base+`,"lora":[{"name":"notes.txt","weight":1}]}`, nil); code != http.StatusUnprocessableEntity {
 		t.Errorf("a LoRA that is not a .safetensors file: %d %s", code, b)
+	}
+}
+
+// The live workers are listed with what they run; a job waiting while no
+// worker is live says so.
+func TestWorkers(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for end := time.Now().Add(30 * time.Second); ; {
+		_, b := e.do("GET", "/api/workers", nil, nil)
+		var r struct{ Workers []farm.WorkerInfo }
+		json.Unmarshal(b, &r)
+		if len(r.Workers) == 1 && r.Workers[0].Name == "test" && r.Workers[0].Device != "" && r.Workers[0].DeviceBytes > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the worker is not listed: %s", b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	idle := newEnv(t, envOptions{noWorker: true})
+	_, j, b := idle.submit(`{}`, nil)
+	code, b := idle.do("GET", "/api/jobs/"+j.ID, nil, nil)
+	if code != http.StatusOK || !strings.Contains(string(b), `"unrunnable":"no worker is live"`) {
+		t.Errorf("a job waiting with no worker: %d %s", code, b)
+	}
+	if _, b = idle.do("GET", "/api/workers", nil, nil); strings.TrimSpace(string(b)) != `{"workers":[]}` {
+		t.Errorf("no worker: %s", b)
 	}
 }

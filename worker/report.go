@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"image"
 	"image/png"
@@ -38,6 +39,8 @@ type reporter struct {
 	done      chan struct{}
 	mu        sync.Mutex
 	savedAt   int // the last section whose checkpoint is stored
+	// started: the other ranks were told to run the job.
+	started bool
 }
 
 type sectionDone struct {
@@ -188,12 +191,8 @@ func (r *reporter) saveLoop() {
 	ctx := context.Background()
 	id := r.l.Job.ID
 	for sd := range r.sections_ {
-		if err := r.w.f.PutBytes(ctx, id, farm.FileCheckpoint, sd.checkpoint); err != nil {
-			r.log.Warn(fmt.Sprintf("job %s: storing the checkpoint after section %d: %v", id, sd.section, err))
-			continue
-		}
 		cancel := false
-		_, err := r.l.Update(ctx, func(j *farm.Job) error {
+		_, err := r.l.PutFile(ctx, farm.FileCheckpoint, sd.checkpoint, func(j *farm.Job) error {
 			j.Section, j.Sections = sd.section, sd.sections
 			for len(j.SectionWorkers) < sd.sections {
 				j.SectionWorkers = append(j.SectionWorkers, "")
@@ -203,8 +202,19 @@ func (r *reporter) saveLoop() {
 			cancel = j.CancelRequested
 			return nil
 		})
+		if errors.Is(err, farm.ErrLost) {
+			// Another worker runs the job now: this run stops.
+			r.log.Warn(fmt.Sprintf("job %s: another worker took it over after section %d; stopping here", id, sd.section))
+			r.w.mu.Lock()
+			if r.w.current == id && r.w.cancel != nil {
+				r.w.cancel(farm.ErrLost)
+			}
+			r.w.mu.Unlock()
+			continue
+		}
 		if err != nil {
-			r.log.Warn(fmt.Sprintf("job %s: recording section %d: %v", id, sd.section, err))
+			r.log.Warn(fmt.Sprintf("job %s: storing the checkpoint after section %d: %v", id, sd.section, err))
+			continue
 		}
 		r.mu.Lock()
 		r.savedAt = sd.section
@@ -223,7 +233,7 @@ func (r *reporter) saveLoop() {
 		}
 		mp4, err := encodeMP4(ctx, r.w.cfg.TempDir, sd.frames, sd.fps, r.l.Job.Settings.CRF, "")
 		if err == nil {
-			err = r.w.f.PutBytes(ctx, id, farm.FilePartial, mp4)
+			_, err = r.l.PutFile(ctx, farm.FilePartial, mp4, nil)
 		}
 		if err != nil {
 			r.log.Warn(fmt.Sprintf("job %s: the video after section %d: %v", id, sd.section, err))

@@ -19,6 +19,7 @@ import (
 	"image"
 	"image/png"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,6 +55,23 @@ type Config struct {
 	// stopped (at its next sampler step or decode tile) before it is put
 	// back in the queue regardless; 1 s when 0.
 	StopGrace time.Duration
+	// Variants are the transformer variants the worker has
+	// (framepack.ModelFramePack, framepack.ModelF1), each with the folder
+	// of its transformer ("": the model folder's own). nil runs every
+	// job on the model folder's transformer, whatever its variant.
+	Variants map[string]string
+	// Fit, when set, takes only the jobs the worker can run (its variants,
+	// its LoRAs, its memory budget: Worker.Fit) and leaves the others to
+	// other workers; unset, it takes any job.
+	Fit bool
+	// Announce makes the worker announce itself in the farm's live
+	// workers while it runs (farm.Announce), with Info's "framepack"
+	// version and GPUs.
+	Announce bool
+	GPUs     []int
+	// Ranks, on a worker that runs each job on several GPUs, starts the
+	// other ranks' share of a job (see Follow).
+	Ranks Ranks
 	// Log receives the worker's lines; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -67,9 +85,20 @@ type Worker struct {
 	p    *framepack.Pipeline
 	pkey string // the LoRAs and preserve p was loaded with
 
-	mu      sync.Mutex
-	current string                  // the job running
-	cancel  context.CancelCauseFunc // cancels it
+	mu       sync.Mutex
+	current  string                  // the job running
+	cancel   context.CancelCauseFunc // cancels it
+	instance string                  // this run, as announced
+	fatal    error                   // the ranks are out of step: Run must return
+}
+
+// Ranks starts the other ranks of a multi-GPU worker on a job, beside
+// rank 0, which runs this Worker.
+type Ranks interface {
+	// Start tells the other ranks to run job j (its state as taken), from
+	// the checkpoint object named (none when ""), and returns once each
+	// has its request.
+	Start(ctx context.Context, j *farm.Job, checkpoint string) error
 }
 
 // errCancelled is the cause of a job's context when its cancel is asked.
@@ -110,6 +139,26 @@ func (w *Worker) grace() time.Duration {
 // Run takes and runs jobs until ctx ends. A job running then is left
 // checkpointed at its last finished section and back in the queue.
 func (w *Worker) Run(ctx context.Context) error {
+	w.instance = farm.NewID(time.Now())
+	if w.cfg.Fit || w.cfg.Announce {
+		// The device and the configs now (no weights yet): the fit of each
+		// job and the announcement need the budget.
+		if _, err := w.pipeline(farm.Settings{Model: w.defaultVariant()}); err != nil {
+			return err
+		}
+	}
+	if w.cfg.Announce {
+		info := w.info()
+		if err := w.f.Announce(ctx, info); err != nil {
+			return err
+		}
+		beat, stopBeat := context.WithCancel(context.Background())
+		defer func() {
+			stopBeat()
+			w.f.Withdraw(context.Background(), info.Name, info.Instance)
+		}()
+		go w.announce(beat, info)
+	}
 	sub, err := w.f.Cancels(func(id string) {
 		w.mu.Lock()
 		if id == w.current && w.cancel != nil {
@@ -121,8 +170,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer sub.Unsubscribe()
+	t := farm.Taker{Worker: w.cfg.Name, Instance: w.instance}
+	if w.cfg.Fit {
+		t.Fit = w.Fit
+	}
 	for {
-		l, err := w.f.Take(ctx, w.cfg.Name)
+		l, err := w.f.TakeWith(ctx, t)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -130,7 +183,95 @@ func (w *Worker) Run(ctx context.Context) error {
 			return err
 		}
 		w.run(ctx, l)
+		if w.fatal != nil {
+			return w.fatal
+		}
 	}
+}
+
+// defaultVariant is the variant the worker loads first.
+func (w *Worker) defaultVariant() string {
+	if _, ok := w.cfg.Variants[framepack.ModelFramePack]; ok || len(w.cfg.Variants) == 0 {
+		return framepack.ModelFramePack
+	}
+	return slices.Sorted(maps.Keys(w.cfg.Variants))[0]
+}
+
+// info is what the worker announces.
+func (w *Worker) info() *farm.WorkerInfo {
+	host, _ := os.Hostname()
+	i := &farm.WorkerInfo{Name: w.cfg.Name, Instance: w.instance, Host: host, PID: os.Getpid(), Models: w.cfg.Models,
+		LoRAs: LoRAs(w.cfg.LoRADir), GPUs: w.cfg.GPUs, Started: time.Now().UTC()}
+	if w.cfg.Variants != nil {
+		i.Variants = slices.Sorted(maps.Keys(w.cfg.Variants))
+	}
+	switch v := w.cfg.Info["framepack"].(type) {
+	case string:
+		i.Version = v
+	case fmt.Stringer:
+		i.Version = v.String()
+	}
+	if w.p != nil {
+		i.Device, i.DeviceBytes, i.HostBytes = w.p.Device(), w.p.Budget().Cap, w.p.HostStats().Limit
+	}
+	return i
+}
+
+// announce writes the worker's entry every farm.WorkerBeat until ctx ends.
+func (w *Worker) announce(ctx context.Context, info *farm.WorkerInfo) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(farm.WorkerBeat):
+		}
+		w.mu.Lock()
+		info.Job = w.current
+		w.mu.Unlock()
+		info.LoRAs = LoRAs(w.cfg.LoRADir)
+		if err := w.f.Announce(ctx, info); err != nil && ctx.Err() == nil {
+			w.log.Warn("worker: " + err.Error())
+		}
+	}
+}
+
+// Fit says why the worker cannot run job j, or nil when it can: the
+// variant must be one it has, the LoRAs in its LoRA folder, and the job
+// within its memory budgets (framepack.Pipeline.CheckFit). A job whose
+// settings are invalid fits: running it fails it with the reason.
+func (w *Worker) Fit(j *farm.Job) error {
+	s := j.Settings
+	variant := s.Model
+	if variant == "" {
+		variant = framepack.ModelFramePack
+	}
+	if w.cfg.Variants != nil {
+		if _, ok := w.cfg.Variants[variant]; !ok {
+			return fmt.Errorf("no %s transformer (it has %s)", variant, strings.Join(slices.Sorted(maps.Keys(w.cfg.Variants)), ", "))
+		}
+	}
+	for _, lr := range s.LoRA {
+		if _, err := LoRAPath(w.cfg.LoRADir, lr.Name); err != nil {
+			return errors.New(strings.Replace(err.Error(), "the server has", "it has", 1))
+		}
+	}
+	if w.cfg.Ranks != nil {
+		if len(s.LoRA) > 0 || (s.Preserve != "" && s.Preserve != w.cfg.Options.Preserve) || variant != w.defaultVariant() {
+			return fmt.Errorf("it runs each job on several GPUs, with its own models only (the %s variant, no LoRA, its own preserved memory)", w.defaultVariant())
+		}
+	}
+	if j.Image == nil || w.p == nil {
+		return nil
+	}
+	req := Request(s, nil, nil)
+	if req.ValidateSize(j.Image.Width, j.Image.Height, j.EndImage != nil) != nil {
+		return nil
+	}
+	var fe *framepack.FitError
+	if err := w.p.CheckFit(req, j.Image.Width, j.Image.Height); errors.As(err, &fe) {
+		return fe
+	}
+	return nil
 }
 
 // run runs one taken job to its end: done, failed, cancelled, or back in
@@ -185,23 +326,26 @@ func (w *Worker) run(ctx context.Context, l *farm.Lease) {
 		return
 	}
 	bg := context.Background()
+	if w.cfg.Ranks != nil && rep.started {
+		// The other ranks may be inside an exchange this rank left: only
+		// a restart of every rank puts them back in step.
+		w.fatal = fmt.Errorf("job %s stopped on rank 0 (%v): the processes on the other GPUs must start again with it", job.ID, ErrorText(err))
+	}
 	switch {
 	case errors.Is(context.Cause(jctx), errCancelled):
-		w.f.DeleteFiles(bg, job.ID, farm.FileCheckpoint, farm.FilePartial)
-		l.Finish(bg, func(j *farm.Job) { j.Status = farm.Cancelled })
+		l.Finish(bg, nil, func(j *farm.Job) { j.Status = farm.Cancelled })
 		log.Info(fmt.Sprintf("job %s: cancelled", job.ID))
-	case ctx.Err() != nil:
+	case ctx.Err() != nil || w.fatal != nil && !errors.Is(err, farm.ErrLost) && !errors.Is(context.Cause(jctx), farm.ErrLost):
 		// Stopping: the job stays queued, checkpointed at its last section.
 		if rerr := l.Requeue(bg); rerr != nil {
 			log.Warn(fmt.Sprintf("job %s: putting it back in the queue: %v", job.ID, rerr))
 		}
 		log.Info(fmt.Sprintf("job %s: stopped; queued again, to go on after section %d", job.ID, rep.saved()))
-	case errors.Is(err, farm.ErrLost):
+	case errors.Is(err, farm.ErrLost) || errors.Is(context.Cause(jctx), farm.ErrLost):
 		l.Release()
 		log.Warn(fmt.Sprintf("job %s: another worker took it over; dropped here", job.ID))
 	default:
-		w.f.DeleteFiles(bg, job.ID, farm.FileCheckpoint, farm.FilePartial)
-		l.Finish(bg, func(j *farm.Job) { j.Status, j.Error = farm.Failed, ErrorText(err) })
+		l.Finish(bg, nil, func(j *farm.Job) { j.Status, j.Error = farm.Failed, ErrorText(err) })
 		log.Warn(fmt.Sprintf("job %s: failed: %s", job.ID, ErrorText(err)))
 	}
 }
@@ -245,15 +389,19 @@ func (w *Worker) generate(ctx context.Context, l *farm.Lease, log *slog.Logger) 
 	if err := req.Validate(); err != nil {
 		return nil, rep, err
 	}
-	if b, err := w.f.GetBytes(ctx, job.ID, farm.FileCheckpoint); err == nil {
+	ckpt := job.File(farm.FileCheckpoint)
+	if b, err := w.f.GetBytes(ctx, job.ID, ckpt); err == nil {
 		c, err := framepack.UnmarshalCheckpoint(b)
 		if err != nil {
 			log.Warn(fmt.Sprintf("job %s: its checkpoint is unusable (%v); starting over", job.ID, err))
+			ckpt = ""
 		} else {
 			req.Resume = c
 			rep.resumed(c)
 		}
-	} else if !errors.Is(err, farm.ErrNoFile) {
+	} else if errors.Is(err, farm.ErrNoFile) {
+		ckpt = ""
+	} else {
 		return nil, rep, err
 	}
 	if _, err := l.Update(ctx, func(j *farm.Job) error {
@@ -270,6 +418,12 @@ func (w *Worker) generate(ctx context.Context, l *farm.Lease, log *slog.Logger) 
 		return nil, rep, err
 	}
 	req.Progress = rep.progress
+	if w.cfg.Ranks != nil {
+		if err := w.cfg.Ranks.Start(ctx, job, ckpt); err != nil {
+			return nil, rep, fmt.Errorf("starting the job on the other GPUs: %w", err)
+		}
+		rep.started = true
+	}
 	res, err := p.Generate(ctx, req)
 	if err != nil && errors.Is(context.Cause(ctx), errCancelled) {
 		err = errCancelled
@@ -337,7 +491,14 @@ func (w *Worker) pipeline(s farm.Settings) (*framepack.Pipeline, error) {
 		}
 		opts.LoRA = append(opts.LoRA, lora.File{Path: path, Scale: lr.Weight})
 	}
-	key, _ := json.Marshal([]any{opts.LoRA, opts.Preserve})
+	variant := s.Model
+	if variant == "" {
+		variant = framepack.ModelFramePack
+	}
+	if tr := w.cfg.Variants[variant]; tr != "" {
+		opts.Transformer = tr
+	}
+	key, _ := json.Marshal([]any{opts.LoRA, opts.Preserve, opts.Transformer})
 	if w.p != nil && w.pkey == string(key) {
 		return w.p, nil
 	}
@@ -419,15 +580,20 @@ func (w *Worker) store(ctx context.Context, l *farm.Lease, res *framepack.Result
 	if err != nil {
 		return err
 	}
+	files := map[string]string{}
 	for _, f := range []struct {
 		name string
 		b    []byte
 	}{{farm.FileVideo, mp4}, {farm.FileSettings, append(sb, '\n')}, {farm.FileThumbnail, thumb}} {
-		if err := w.f.PutBytes(ctx, job.ID, f.name, f.b); err != nil {
+		obj := l.FileName(f.name)
+		if err := w.f.PutBytes(ctx, job.ID, obj, f.b); err != nil {
 			return err
 		}
+		files[f.name] = obj
 	}
-	if _, err := l.Finish(ctx, func(j *farm.Job) {
+	// One compare-and-set makes this run's video the job's: a worker that
+	// lost the job meanwhile stores nothing that is used.
+	if _, err := l.Finish(ctx, files, func(j *farm.Job) {
 		j.Status, j.Result, j.Error = farm.Done, r, ""
 		if j.Result != nil && j.Started != nil {
 			j.Result.Generate = time.Since(*j.Started).Seconds()
@@ -435,7 +601,6 @@ func (w *Worker) store(ctx context.Context, l *farm.Lease, res *framepack.Result
 	}); err != nil {
 		return err
 	}
-	w.f.DeleteFiles(context.Background(), job.ID, farm.FileCheckpoint, farm.FilePartial)
 	return nil
 }
 

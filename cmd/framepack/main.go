@@ -196,6 +196,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newServe())
 	root.AddCommand(newVAE())
 	root.AddCommand(newVersion())
+	root.AddCommand(newWorker())
 	markUsage(root)
 	return root
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/framepack-go/framepack"
 	"github.com/framepack-go/framepack/farm"
@@ -37,6 +38,7 @@ type serveFlags struct {
 	workers, maxQueued                       int
 	maxUpload, maxStorage                    memory.Size
 	ackWait                                  time.Duration
+	natsAuth                                 natsFlags
 }
 
 func newServe() *cobra.Command {
@@ -81,7 +83,15 @@ runs: the videos are noise, and the page says so.`,
 	f.maxUpload, f.maxStorage = mustSize("32M"), mustSize("20G")
 	fl.Var(&f.maxUpload, "max-upload", "largest submission (its images and settings)")
 	fl.Var(&f.maxStorage, "max-storage", "most bytes of uploads, videos and checkpoints stored; submissions are refused beyond")
-	fl.DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "with --nats: how long a job stays with a worker that stopped answering before another takes it")
+	fl.DurationVar(&f.ackWait, "ack-wait", farm.DefaultAckWait, "how long a job stays with a worker that stopped answering before another takes it (with --nats: the queue's own unless given)")
+	addEngineFlags(fl, f)
+	f.natsAuth.add(fl)
+	return cmd
+}
+
+// addEngineFlags adds the flags that choose the device and its memory,
+// which serve and worker share.
+func addEngineFlags(fl *pflag.FlagSet, f *serveFlags) {
 	fl.StringVar(&f.device, "device", framepack.DeviceAuto, "auto, cpu or gpu")
 	fl.StringVar(&f.dtype, "dtype", "", "compute dtype f32, bf16 or f16 (default: f32 on the CPU; bf16 transformer, f16 others on a GPU)")
 	fl.StringVar(&f.weightsMode, "weights", "", "transformer block weights: empty for the compute dtype, or fp8")
@@ -91,7 +101,6 @@ runs: the videos are noise, and the page says so.`,
 	preserveVar(fl, &f.preserve, `memory kept free for activations while weights stream (default 6G); a job's "preserve" setting overrides it`)
 	ramLimitVar(fl, &f.ramLimit, `host memory budget ("16G", "50%")`)
 	fl.IntVar(&f.vaeTile, "vae-tile", 0, "decode in spatial tiles of this many pixels (0: planned from the budget)")
-	return cmd
 }
 
 // dataDir is --data, else $XDG_DATA_HOME/framepack, else
@@ -122,6 +131,11 @@ func (f *serveFlags) check() (maxUpload, maxStorage int64, err error) {
 	if !loopbackListen(host) && f.token == "" {
 		return 0, 0, usagef("--listen %s is reachable from other machines: give --token (or FRAMEPACK_TOKEN) so that only those who have it can use the server", f.listen)
 	}
+	if f.nats != "" {
+		if err := farm.CheckURL(f.nats); err != nil {
+			return 0, 0, usage(err)
+		}
+	}
 	if f.workers < 0 || f.workers > 1 {
 		return 0, 0, usagef("--workers %d: want 1, or 0 to serve the API only", f.workers)
 	}
@@ -138,22 +152,8 @@ func (f *serveFlags) check() (maxUpload, maxStorage int64, err error) {
 	if f.ackWait < time.Second {
 		return 0, 0, usagef("--ack-wait %s: want at least 1s", f.ackWait)
 	}
-	if _, err := device.ParseChoice(f.device); err != nil {
-		return 0, 0, usage(err)
-	}
-	if f.dtype != "" {
-		if _, err := tensor.ParseDType(f.dtype); err != nil {
-			return 0, 0, usagef("--dtype: %v", err)
-		}
-	}
-	if f.weightsMode != "" && f.weightsMode != "fp8" {
-		return 0, 0, usagef("--weights %q: want fp8 or nothing", f.weightsMode)
-	}
-	if _, err := framepack.ParseFP8Compute(f.fp8Compute); err != nil {
-		return 0, 0, usagef("--fp8-compute: %v", err)
-	}
-	if f.vaeTile != 0 && (f.vaeTile < 32 || f.vaeTile%32 != 0) {
-		return 0, 0, usagef("--vae-tile %d: want a multiple of 32, at least 32", f.vaeTile)
+	if err := f.checkEngine(); err != nil {
+		return 0, 0, err
 	}
 	if f.models != "" {
 		if st, err := os.Stat(f.models); err != nil || !st.IsDir() {
@@ -169,6 +169,28 @@ func (f *serveFlags) check() (maxUpload, maxStorage int64, err error) {
 		return 0, 0, errors.New("serve writes MP4s through ffmpeg, which is not installed (run scripts/setup.sh)")
 	}
 	return maxUpload, maxStorage, nil
+}
+
+// checkEngine checks the device and memory flags.
+func (f *serveFlags) checkEngine() error {
+	if _, err := device.ParseChoice(f.device); err != nil {
+		return usage(err)
+	}
+	if f.dtype != "" {
+		if _, err := tensor.ParseDType(f.dtype); err != nil {
+			return usagef("--dtype: %v", err)
+		}
+	}
+	if f.weightsMode != "" && f.weightsMode != "fp8" {
+		return usagef("--weights %q: want fp8 or nothing", f.weightsMode)
+	}
+	if _, err := framepack.ParseFP8Compute(f.fp8Compute); err != nil {
+		return usagef("--fp8-compute: %v", err)
+	}
+	if f.vaeTile != 0 && (f.vaeTile < 32 || f.vaeTile%32 != 0) {
+		return usagef("--vae-tile %d: want a multiple of 32, at least 32", f.vaeTile)
+	}
+	return nil
 }
 
 // loopbackListen tells whether a --listen host is loopback only.
@@ -237,7 +259,19 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	}
 	defer ln.Close()
 
-	fm, err := farm.Open(ctx, farm.Config{URL: f.nats, DataDir: data, AckWait: f.ackWait, MaxStoredBytes: maxStorage, MaxQueued: 10 * f.maxQueued, Log: log})
+	fcfg := farm.Config{DataDir: data, MaxStoredBytes: maxStorage, MaxQueued: 10 * f.maxQueued, Log: log}
+	if f.nats != "" {
+		if fcfg.URL, fcfg.Options, err = f.natsAuth.options(f.nats); err != nil {
+			return err
+		}
+		fcfg.Replicas = f.natsAuth.replicas
+		if cmd.Flags().Changed("ack-wait") {
+			fcfg.AckWait = f.ackWait // else the consumer's, where it exists
+		}
+	} else {
+		fcfg.AckWait = f.ackWait
+	}
+	fm, err := farm.Open(ctx, fcfg)
 	if err != nil {
 		return err
 	}
@@ -319,8 +353,8 @@ func (f *serveFlags) startWorker(ctx context.Context, fm *farm.Farm, dir, model 
 	// A stopping job gets 600 ms to reach its next step before it is
 	// queued again as it stands, so the process exits within 2 s.
 	w := worker.New(fm, worker.Config{Name: hostName(), Models: dir, Options: f.loadOptions(log), LoRADir: f.loras, TempDir: tmp,
-		StopGrace: 600 * time.Millisecond,
-		Info:      map[string]any{"framepack": readBuildVersion(), "models": model, "tiny_model": tiny}, Log: log})
+		StopGrace: 600 * time.Millisecond, Fit: true, Announce: true,
+		Info: map[string]any{"framepack": readBuildVersion(), "models": model, "tiny_model": tiny}, Log: log})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

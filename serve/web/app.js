@@ -393,8 +393,10 @@ function render() {
     let status = j.status;
     if (j.status === "queued") status += ` #${j.position}`;
     if (j.status === "running" && j.sections) status += ` ${j.section}/${j.sections}`;
+    if (j.status === "queued" && j.unrunnable) status += j.unrunnable === "no worker is live" ? " (no worker is live)" : " (no worker can run it)";
     const st = el("td", { class: "status " + j.status, text: status });
     if (j.error) st.title = j.error;
+    if (j.unrunnable) st.title = j.unrunnable;
     return el("tr", { "data-id": j.id, "data-status": j.status }, el("td", {}, thumb(j)), st,
       el("td", { class: "prompt", text: j.settings.prompt || "(no prompt)" }), el("td", { class: "settings", text: settingsText(j) }),
       el("td", { class: "times", text: timesText(j) }), buttons);
