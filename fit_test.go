@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/framepack-go/framepack/memory"
 )
 
 // CheckFit accepts a short job within a small budget and refuses a long
@@ -11,7 +13,7 @@ import (
 // grows with the length and the resolution.
 func TestCheckFit(t *testing.T) {
 	t.Parallel()
-	p, _ := loadTinyLogged(t, Options{VRAMLimit: "200M"})
+	p, _ := loadTinyLogged(t, Options{VRAMLimit: memory.Bytes(200 * memory.MiB)})
 	small := p.DefaultRequest()
 	small.Seconds, small.Resolution, small.LatentWindowSize = 1, 64, 3
 	if err := p.CheckFit(small, 400, 300); err != nil {

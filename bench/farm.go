@@ -31,7 +31,7 @@ import (
 	_ "image/jpeg" // the start image's formats
 	_ "image/png"
 
-	"github.com/nats-io/nats-server/v2/server"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/framepack-go/framepack"
@@ -233,7 +233,7 @@ func WaitJetStream(ctx context.Context, urls string) error {
 // InProcessNATS runs a one-node NATS server with JetStream in this
 // process, listening on a free loopback port, storing under dir.
 func InProcessNATS(dir string) (url string, stop func(), err error) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
 		ServerName: "framepack-bench"})
 	if err != nil {
 		return "", nil, err
@@ -808,5 +808,3 @@ func farmRecovery(ctx context.Context, cfg FarmConfig, f *farm.Farm, url string)
 		"ack_wait_s": f.AckWait().Seconds(), "death_to_running_s": round3(again.Sub(killed).Seconds()),
 		"resumed_at": done[0].ResumedAt, "sections": done[0].Sections}, nil
 }
-
-func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }

@@ -141,6 +141,22 @@ func TestSizeValue(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || back.P != size(t, "50%") {
 		t.Errorf("JSON back: %v %v", back.P, err)
 	}
+	for _, c := range []struct {
+		a, b Size
+		same bool
+	}{
+		{size(t, "6G"), size(t, "6GiB"), true},
+		{size(t, "6G"), Bytes(6 * GiB), true},
+		{size(t, "0.5"), size(t, "50%"), true},
+		{Size{}, Size{}, true},
+		{size(t, "6G"), size(t, "6.5G"), false},
+		{size(t, "0.5"), size(t, "0.6"), false},
+		{Bytes(0), Size{}, false},
+	} {
+		if c.a.Same(c.b) != c.same || c.b.Same(c.a) != c.same {
+			t.Errorf("%q.Same(%q) = %v, want %v", c.a, c.b, c.a.Same(c.b), c.same)
+		}
+	}
 }
 
 func TestDefaultCap(t *testing.T) {

@@ -145,6 +145,12 @@ func (z Size) Fixed() (n int64, ok bool) {
 	return z.bytes, z.IsSet() && z.frac == 0
 }
 
+// Same reports whether z and o mean the same size however each was
+// written ("6G" and "6GiB", "0.5" and "50%"); two unset sizes are the same.
+func (z Size) Same(o Size) bool {
+	return z.IsSet() == o.IsSet() && z.bytes == o.bytes && z.frac == o.frac
+}
+
 // Of is the size in bytes against a total of total bytes (≤ 0: unknown,
 // which a fraction cannot be resolved against). An unset size is 0.
 func (z Size) Of(total int64) (int64, error) {

@@ -256,7 +256,7 @@ func (w *Worker) Fit(j *farm.Job) error {
 		}
 	}
 	if w.cfg.Ranks != nil {
-		if len(s.LoRA) > 0 || (s.Preserve != "" && s.Preserve != w.cfg.Options.Preserve) || variant != w.defaultVariant() {
+		if len(s.LoRA) > 0 || (s.Preserve != "" && !samePreserve(s.Preserve, w.cfg.Options.Preserve)) || variant != w.defaultVariant() {
 			return fmt.Errorf("it runs each job on several GPUs, with its own models only (the %s variant, no LoRA, its own preserved memory)", w.defaultVariant())
 		}
 	}
@@ -636,4 +636,10 @@ func thumbnail(f video.Frames) ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// samePreserve tells whether a job's preserve setting is the size p.
+func samePreserve(setting string, p memory.Size) bool {
+	z, err := memory.ParseSize(setting)
+	return err == nil && z.Same(p)
 }

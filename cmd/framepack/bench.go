@@ -16,6 +16,7 @@ import (
 // work is package bench's.
 var benchCommands = []func() *cobra.Command{
 	newBenchCompare,
+	newBenchFarm,
 	newBenchGenerate,
 	newBenchModels,
 	newBenchServe,

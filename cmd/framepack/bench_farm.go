@@ -11,8 +11,6 @@ import (
 	"github.com/framepack-go/framepack/bench"
 )
 
-func init() { benchCommands = append(benchCommands, newBenchFarm) }
-
 func newBenchFarm() *cobra.Command {
 	var cfg bench.FarmConfig
 	var image string
