@@ -13,6 +13,7 @@
 #   libamdhip64-5    the HIP runtime, so the tests check our AMD symbol table against it
 #   curl, xz-utils   fetch the ROCm libraries whose symbols the tests check (below)
 #   chromium         the browser test of framepack serve's page (headless, through chromedp)
+#   nats-server      the farm's cluster tests, built from the module go.mod pins
 #   librccl1 (Debian trixie's RCCL) and libhipblaslt1, librocblas4 and
 #   libmiopen1 (unstable's), unpacked under ~/.cache/framepack so the tests
 #   check our symbol tables against them (bookworm has none of them, and their
@@ -75,6 +76,18 @@ if [ "$have_go" = 0 ]; then
 fi
 
 [ "$tests" = 1 ] || exit 0
+
+# nats-server for the farm's cluster tests (three server processes on
+# loopback), built from the nats-server module go.mod pins: the version the
+# embedded server runs.
+if ! command -v nats-server >/dev/null; then
+	ver=$(sed -n 's|^\s*github.com/nats-io/nats-server/v2 \(v[0-9.]*\).*|\1|p' "$(dirname "$0")/../go.mod")
+	say "building nats-server $ver from its Go module (about 15 MB of sources) for the cluster tests"
+	tmp=$(mktemp -d)
+	(cd "$(dirname "$0")/.." && go build -o "$tmp/nats-server" github.com/nats-io/nats-server/v2)
+	$sudo install -m 755 "$tmp/nats-server" /usr/local/bin/nats-server
+	rm -rf "$tmp"
+fi
 
 # Vendor libraries the tests check our symbol tables against, from Debian
 # packages this Debian cannot install: the package's file is checked against
