@@ -47,7 +47,8 @@ type closer interface{ Close() }
 // returned to the system at once. Returning it costs a whole collection,
 // and every page returned that the next stage's activations touch again
 // faults back in zeroed; a smaller model leaves with the runtime's own
-// collections (a sixth of a tiny-model job's CPU time went to returning).
+// collections (a fifth to a third of a tiny-model job's CPU time went to
+// returning).
 const returnHeapFrom = 64 << 20
 
 func (p *part) DeviceBytes() int64 {
