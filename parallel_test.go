@@ -61,7 +61,7 @@ func TestParallelGenerate(t *testing.T) {
 			}
 			t.Parallel()
 			req := smallRequest(img)
-			req.Seconds = 0.8 // 2 sections
+			req.Seconds, req.Steps = 0.8, 2 // 2 sections
 			req.CFG, req.TeaCache = c.cfg, c.teacache
 			if c.cfg != 1 {
 				req.NegativePrompt = "blurry"
