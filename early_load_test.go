@@ -26,7 +26,7 @@ import (
 func TestTransformerLoadsEarly(t *testing.T) {
 	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	req := smallRequest(testImage(t))
-	req.Seconds = 0.8 // two sections
+	req.Seconds = 0.2 // one section: the transformer loads once either way
 	run := func(t *testing.T, sequential bool, cp, preserve int64, req Request) (*Result, string, *Pipeline) {
 		var logs bytes.Buffer
 		p, err := Load(tinyDir(t), Options{Device: DeviceCPU, DType: tensor.F32, SequentialLoads: sequential,
@@ -81,9 +81,7 @@ func TestTransformerLoadsEarly(t *testing.T) {
 
 	// Not every model fits at once: nothing loads early (decided before
 	// the first section: one is enough).
-	one := req
-	one.Seconds = 0.2
-	small, logs, p := run(t, false, 64<<20, 61<<20, one)
+	small, logs, p := run(t, false, 64<<20, 61<<20, req)
 	if p.keepAll() {
 		t.Fatal("the tiny model fits the small budget at once")
 	}

@@ -3,10 +3,10 @@ package framepack
 import (
 	"fmt"
 	"math"
-	"sync"
 	"testing"
 
 	"github.com/framepack-go/framepack/internal/numcmp"
+	"github.com/framepack-go/framepack/internal/testmode"
 	"github.com/framepack-go/framepack/localcomm"
 	"github.com/framepack-go/framepack/tensor"
 )
@@ -36,55 +36,48 @@ func generateRanks(t *testing.T, n int, req Request) []*Result {
 
 // A whole job on 2 ranks (sequence parallel), and with real CFG on 2 and 4
 // ranks (the passes side by side, each half sequence parallel on 4), gives
-// the one-rank latents and video on rank 0; the other ranks return the
-// latents and no frames.
+// the latents and video of one pipeline without ranks (the shared runs) on
+// rank 0; the other ranks return the latents and no frames. CFG on
+// 2 ranks without TeaCache runs in the full suite only (testmode): cfg_4
+// splits the passes the same way, and cfg_teacache_2 does on 2 ranks.
 func TestParallelGenerate(t *testing.T) {
 	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	img := testImage(t)
-	// One rank's result for each request, shared by the cases that ask
-	// the same (the CFG cases on 2 and 4 ranks), which run side by side.
-	var mu sync.Mutex
-	oneRank := map[string]func() *Result{}
 	for _, c := range []struct {
 		name     string
 		ranks    int
 		cfg      float64
 		teacache bool
+		full     bool
 	}{
-		{"seq_2", 2, 1, true},
-		{"cfg_2", 2, 3, false},
-		{"cfg_4", 4, 3, false},
-		{"cfg_teacache_2", 2, 3, true}, // TeaCache keeps both passes on every rank
+		{"seq_2", 2, 1, true, false},
+		{"cfg_2", 2, 3, false, true},
+		{"cfg_4", 4, 3, false, false},
+		{"cfg_teacache_2", 2, 3, true, false}, // TeaCache keeps both passes on every rank
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			if c.full && !testmode.Full() {
+				t.Skipf("%s=1 runs it: cfg_4 and cfg_teacache_2 split the CFG passes over ranks", testmode.Env)
+			}
 			t.Parallel()
 			req := smallRequest(img)
-			req.Seconds = 0.8 // 2 sections
+			req.Seconds, req.Steps = 0.8, 2 // 2 sections
 			req.CFG, req.TeaCache = c.cfg, c.teacache
-			req.NegativePrompt = "blurry"
-			key := fmt.Sprint(req.CFG, req.TeaCache)
-			mu.Lock()
-			ref := oneRank[key]
-			if ref == nil {
-				ref = sync.OnceValue(func() *Result { return generateRanks(t, 1, req)[0] })
-				oneRank[key] = ref
+			if c.cfg != 1 {
+				req.NegativePrompt = "blurry"
 			}
-			mu.Unlock()
-			want := ref()
-			if want == nil {
-				t.Fatal("the one-rank run failed (in the case that made it)")
-			}
+			want := runShared(t, req).Result
 			got := generateRanks(t, c.ranks, req)
 			for r, res := range got {
 				if d := numcmp.RelL2(res.Latents.ToFloat32(), want.Latents.ToFloat32()); d > 1e-5 || math.IsNaN(d) {
-					t.Errorf("rank %d: latents rel_l2 %.3g from one rank", r, d)
+					t.Errorf("rank %d: latents rel_l2 %.3g from one pipeline's", r, d)
 				}
 				if r > 0 && res.T != 0 {
 					t.Errorf("rank %d returned %d frames: only rank 0 decodes", r, res.T)
 				}
 			}
 			if got[0].T != want.T || fmt.Sprint(got[0].Width, got[0].Height) != fmt.Sprint(want.Width, want.Height) {
-				t.Fatalf("rank 0: %d frames %d×%d, one rank %d %d×%d", got[0].T, got[0].Width, got[0].Height, want.T, want.Width, want.Height)
+				t.Fatalf("rank 0: %d frames %d×%d, one pipeline %d %d×%d", got[0].T, got[0].Width, got[0].Height, want.T, want.Width, want.Height)
 			}
 			diff := 0
 			for i := range got[0].Pix {
@@ -93,7 +86,7 @@ func TestParallelGenerate(t *testing.T) {
 				}
 			}
 			if diff > 0 {
-				t.Errorf("rank 0 frames: %d of %d bytes differ by more than 1 from one rank's", diff, len(want.Pix))
+				t.Errorf("rank 0 frames: %d of %d bytes differ by more than 1 from one pipeline's", diff, len(want.Pix))
 			}
 		})
 	}

@@ -21,13 +21,7 @@ func TestPipelineStaysLoaded(t *testing.T) {
 
 	fresh := make([]*Result, len(reqs))
 	for i, r := range reqs {
-		p := loadTiny(t)
-		res, err := p.Generate(context.Background(), r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fresh[i] = res
-		p.Close()
+		fresh[i] = runShared(t, r).Result // a fresh pipeline's
 	}
 	for _, c := range []struct {
 		name          string

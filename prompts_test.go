@@ -9,9 +9,10 @@ import (
 
 // TestGenerateTimedPrompt runs a two-section job whose timed prompt gives
 // the first-generated section (the video's end) "A blue boat." and the
-// other "A red kite.": that section's latents must be those of a job
+// other the kite's prompt: that section's latents must be those of a job
 // prompted "A blue boat." throughout, the video as a whole not; a timed
-// prompt naming one prompt twice is that prompt.
+// prompt naming one prompt twice is that prompt. The kite's job is the
+// shared one.
 func TestGenerateTimedPrompt(t *testing.T) {
 	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	p := loadTiny(t)
@@ -31,14 +32,17 @@ func TestGenerateTimedPrompt(t *testing.T) {
 		}
 		return res.Latents.ToFloat32()
 	}
-	timed := "[0s] A red kite. [0.6s] A blue boat."
+	kitePrompt := req.Prompt
+	timed := "[0s] " + kitePrompt + " [0.6s] A blue boat."
 	spans, _ := section.ParseTimedPrompt(timed)
 	sched, err := section.PromptSchedule(spans, req.Seconds, req.LatentWindowSize, 2, 0)
-	if err != nil || sched[0].Prompt != "A blue boat." || sched[1].Prompt != "A red kite." {
+	if err != nil || sched[0].Prompt != "A blue boat." || sched[1].Prompt != kitePrompt {
 		t.Fatalf("schedule %+v, %v", sched, err)
 	}
-	got, boat, kite := run(timed), run("A blue boat."), run("A red kite.")
-	same := run("[0s: A red kite.] [0.4s: A red kite.]")
+	plain := req
+	plain.PromptBlend = DefaultRequest().PromptBlend // no timed parts: the same job
+	got, boat, kite := run(timed), run("A blue boat."), runShared(t, plain).Latents.ToFloat32()
+	same := run("[0s: " + kitePrompt + "] [0.4s: " + kitePrompt + "]")
 	// (1, 16, 1 + 2·window, h, w): the last window frames are section 0's.
 	per := len(got) / 16 / (1 + 2*req.LatentWindowSize)
 	eq := func(a, b []float32, lo, hi int) bool {

@@ -12,39 +12,34 @@ import (
 // TestGenerateF1 runs F1's forward sections on the tiny model: after each
 // section the latents are the start latent then lws more per section, in
 // time order, and the video grows at its end (its first frames, decoded
-// from the first section only, stay put).
+// from the first section only, stay put). The runs are the shared ones.
 func TestGenerateF1(t *testing.T) {
 	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	p := loadTiny(t)
 	req := smallRequest(testImage(t))
 	req.Model = ModelF1
-	req.Seconds = 1.2 // 3 sections
+	req.Seconds = 0.8 // 2 sections
 	req.Steps = 2
+	res := runShared(t, req)
 	var first []byte
 	var firstLatent []float32
-	req.Progress = func(pr Progress) {
-		if pr.Stage != StageSectionDone {
-			return
+	for k := range res.AfterLatents {
+		lat, px, frames := res.AfterLatents[k], res.AfterPixels[k], res.AfterFrames[k]
+		n := 1 + req.LatentWindowSize*(k+1)
+		if lat.Dim(2) != n || px.Dim(2) != 4*n-3 || frames != 4*n-3 {
+			t.Errorf("section %d done: latents %v, pixels %v, %d frames; want %d latent frames", k+1, lat, px, frames, n)
+			continue
 		}
-		n := 1 + req.LatentWindowSize*pr.Section
-		if pr.Latents == nil || pr.Latents.Dim(2) != n || pr.Pixels == nil || pr.Pixels.Dim(2) != 4*n-3 || pr.Frames != 4*n-3 {
-			t.Errorf("section %d done: latents %v, pixels %v, %d frames; want %d latent frames", pr.Section, pr.Latents, pr.Pixels, pr.Frames, n)
-			return
-		}
-		l0 := section.Frames(pr.Latents, 0, 1).Float32s()
-		px := section.Frames(pr.Pixels, 0, 1).HostBytes()
-		if pr.Section == 1 {
-			firstLatent, first = slices.Clone(l0), bytes.Clone(px)
-		} else if !slices.Equal(l0, firstLatent) || !bytes.Equal(px, first) {
-			t.Errorf("section %d changed the video's first latent or frame", pr.Section)
+		l0 := section.Frames(lat, 0, 1).Float32s()
+		px0 := section.Frames(px, 0, 1).HostBytes()
+		if k == 0 {
+			firstLatent, first = slices.Clone(l0), bytes.Clone(px0)
+		} else if !slices.Equal(l0, firstLatent) || !bytes.Equal(px0, first) {
+			t.Errorf("section %d changed the video's first latent or frame", k+1)
 		}
 	}
-	res, err := p.Generate(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.Sections) != 3 || res.T != 37 || res.Latents.Dim(2) != 10 {
-		t.Fatalf("%d sections, %d frames, latents %v", len(res.Sections), res.T, res.Latents.Shape())
+	if len(res.Sections) != 2 || len(res.AfterLatents) != 2 || res.T != 25 || res.Latents.Dim(2) != 7 {
+		t.Fatalf("%d sections (%d reported), %d frames, latents %v", len(res.Sections), len(res.AfterLatents), res.T, res.Latents.Shape())
 	}
 	j := p.newJob(context.Background(), req)
 	crop, err := section.ResizeAndCenterCrop(req.RGB, res.Width, res.Height)
@@ -61,12 +56,8 @@ func TestGenerateF1(t *testing.T) {
 	if !slices.Equal(start[0].Float32s(), firstLatent) {
 		t.Error("the first latent is not the start latent")
 	}
-	req.Model, req.Progress = ModelFramePack, nil
-	back, err := p.Generate(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bytes.Equal(back.Pix, res.Pix) {
+	req.Model = ModelFramePack
+	if back := runShared(t, req); bytes.Equal(back.Pix, res.Pix) {
 		t.Error("F1 and FramePack gave the same frames")
 	}
 }
@@ -84,10 +75,7 @@ func TestGenerateEndImage(t *testing.T) {
 	// linear interpolation moves from one embedding to the other over
 	// them (TestGoldenGenerateEndImage checks three against the reference).
 	req.Seconds, req.Steps = 0.8, 2
-	plain, err := p.Generate(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plain := runShared(t, req)
 	req.EndRGB = end
 	var videos [][]byte
 	for _, mode := range []string{EmbedDisabled, EmbedLinear, EmbedWeighted} {

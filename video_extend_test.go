@@ -21,9 +21,10 @@ func testVideo(t *testing.T, n int) []*section.RGB {
 // TestGenerateVideo extends a 20-frame video on the tiny model with both
 // variants: the result is the cropped input followed by the new part (or
 // the new part alone), the latents are the new ones, and the first frames
-// are the input's own.
+// are the input's own. The runs are the shared ones, which
+// TestResumeFromCheckpoint resumes.
 func TestGenerateVideo(t *testing.T) {
-	p, logs := loadTinyLogged(t, Options{})
+	t.Parallel() // its own pipelines; the tests that measure the process run first, alone
 	frames := testVideo(t, 20)
 	for _, c := range []struct {
 		model   string
@@ -34,7 +35,7 @@ func TestGenerateVideo(t *testing.T) {
 		// 2 sections of 3 latent frames: 21 new frames; 2 context frames
 		// take 20 frames (5 latent frames) for either model.
 		req.Seconds, req.Steps, req.VideoContextFrames = 0.8, 2, 2
-		res := generateQuiet(t, p, req)
+		res := runShared(t, req)
 		want, input := 21, 0
 		if !c.newOnly {
 			want, input = 41, 20
@@ -55,9 +56,9 @@ func TestGenerateVideo(t *testing.T) {
 		if len(res.Sections) != 2 {
 			t.Errorf("%s: %d sections", c.model, len(res.Sections))
 		}
-	}
-	if !strings.Contains(logs.String(), "after 5 latent frames of video") {
-		t.Errorf("the log does not describe the video:\n%s", logs)
+		if !strings.Contains(res.Log, "after 5 latent frames of video") {
+			t.Errorf("%s: the log does not describe the video:\n%s", c.model, res.Log)
+		}
 	}
 }
 

@@ -165,7 +165,7 @@ func TestVideoJob(t *testing.T) {
 	}
 
 	e := newEnv(t, envOptions{})
-	const set = `"prompt":"a kite","seconds":0.8,"window":3,"steps":2,"video_context_frames":2`
+	const set = `"prompt":"a kite","seconds":0.4,"window":3,"steps":2,"video_context_frames":2`
 	_, whole, _ := e.submitVideo(`{`+set+`}`, mp4)
 	_, fresh, _ := e.submitVideo(`{`+set+`,"new_only":true}`, mp4)
 	w := e.wait(whole.ID, 3*time.Minute, finished)
@@ -173,17 +173,17 @@ func TestVideoJob(t *testing.T) {
 	if w.Status != farm.Done || n.Status != farm.Done {
 		t.Fatalf("jobs ended %s (%s) and %s (%s)", w.Status, w.Error, n.Status, n.Error)
 	}
-	// 2 sections of 3 latent frames: 21 new frames.
-	if r := w.Result; r.Frames != 40+21 || r.InputFrames != 40 || r.Width != 96 || r.Height != 64 {
-		t.Errorf("the video extended: %+v, want 61 frames (40 input) of 96×64", r)
+	// A section of 3 latent frames: 9 new frames.
+	if r := w.Result; r.Frames != 40+9 || r.InputFrames != 40 || r.Width != 96 || r.Height != 64 {
+		t.Errorf("the video extended: %+v, want 49 frames (40 input) of 96×64", r)
 	}
-	if r := n.Result; r.Frames != 21 || r.InputFrames != 0 {
-		t.Errorf("the new frames only: %+v, want 21 frames", r)
+	if r := n.Result; r.Frames != 9 || r.InputFrames != 0 {
+		t.Errorf("the new frames only: %+v, want 9 frames", r)
 	}
 	if code, got := e.do("GET", w.Links["video"], nil, nil); code != http.StatusOK {
 		t.Errorf("GET video: %d", code)
-	} else if d := probeDuration(t, got); d < 2.0 || d > 2.1 {
-		t.Errorf("the video lasts %.3f s, want 61 frames at 30 fps", d)
+	} else if d := probeDuration(t, got); d < 1.6 || d > 1.7 {
+		t.Errorf("the video lasts %.3f s, want 49 frames at 30 fps", d)
 	}
 	s, file := e.settingsFile(w.ID)
 	var in farm.File
@@ -265,8 +265,8 @@ func TestVideoJobResumesAfterCrash(t *testing.T) {
 	}
 
 	mp4 := sceneMP4(t, 40)
-	// 3 sections of 3 latent frames.
-	const set = `{"prompt":"a kite","seconds":1.2,"window":3,"steps":2,"video_context_frames":2,"seed":9}`
+	// 3 sections of 1 latent frame.
+	const set = `{"prompt":"a kite","seconds":0.4,"window":1,"steps":2,"video_context_frames":2,"seed":9}`
 	fa, stopA := start("a")
 	_, j, b := e.submitVideo(set, mp4)
 	if j.ID == "" {
@@ -288,8 +288,8 @@ func TestVideoJobResumesAfterCrash(t *testing.T) {
 		t.Fatalf("after the worker died: %s (%s), resumed after section %d (it died after %d), %d attempts",
 			got.Status, got.Error, got.ResumedAt, mid.Section, got.Attempts)
 	}
-	if r := got.Result; r.Frames != 40+33 || r.InputFrames != 40 {
-		t.Errorf("the resumed job made %d frames (%d input), want 73 (40)", r.Frames, r.InputFrames)
+	if r := got.Result; r.Frames != 40+9 || r.InputFrames != 40 {
+		t.Errorf("the resumed job made %d frames (%d input), want 49 (40)", r.Frames, r.InputFrames)
 	}
 	// The same job, uninterrupted.
 	_, again, _ := e.submitVideo(set, mp4)

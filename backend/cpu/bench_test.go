@@ -99,31 +99,48 @@ func BenchmarkGEMM(b *testing.B) {
 }
 
 func BenchmarkConv3d(b *testing.B) {
-	// A VAE-decoder-like layer: 128 channels, 3×3×3, 4 frames of 32×32.
+	// A VAE-decoder-like layer (128 channels, 3×3×3, 4 frames of 32×32),
+	// and a small model's full-resolution ones: 16 channels in, 16 or 3
+	// out, 13 frames of 64×96 (where the shifted GEMMs win with few
+	// output channels).
 	defer func() { convShift = true }()
-	for _, mode := range []string{"im2col", "shifted", "im2col", "shifted"} {
-		for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
-			b.Run(mode+"/"+dt.String(), func(b *testing.B) {
-				convShift = mode == "shifted"
-				be := New()
-				s := tensor.NewScope(be)
-				defer s.Close()
-				r := rng(2)
-				xs, ws := []int{1, 128, 4, 32, 32}, []int{128, 128, 3, 3, 3}
-				x := input(s, dt, randVals(r, dt, tensor.Numel(xs), -1, 1), xs...)
-				w := input(s, dt, randVals(r, dt, tensor.Numel(ws), -1, 1), ws...)
-				bias := input(s, dt, randVals(r, dt, 128, -1, 1), 128)
-				y := s.Empty(dt, 1, 128, 4, 32, 32)
-				p := tensor.ConvParams{Stride: [3]int{1, 1, 1}, Padding: [3]int{1, 1, 1}}
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					if err := be.Conv3d(y, x, w, bias, p); err != nil {
-						b.Fatal(err)
-					}
+	for _, sh := range []struct {
+		name         string
+		cin, cout    int
+		frames, h, w int
+		f32Only      bool
+	}{
+		{"128to128", 128, 128, 4, 32, 32, false},
+		{"16to16", 16, 16, 13, 64, 96, true},
+		{"16to3", 16, 3, 13, 64, 96, true},
+	} {
+		for _, mode := range []string{"im2col", "shifted", "im2col", "shifted"} {
+			for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
+				if sh.f32Only && dt != tensor.F32 {
+					continue
 				}
-				flops := 2.0 * 128 * 128 * 27 * 4 * 32 * 32
-				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-			})
+				b.Run(sh.name+"/"+mode+"/"+dt.String(), func(b *testing.B) {
+					convShift = mode == "shifted"
+					be := New()
+					s := tensor.NewScope(be)
+					defer s.Close()
+					r := rng(2)
+					xs, ws := []int{1, sh.cin, sh.frames, sh.h, sh.w}, []int{sh.cout, sh.cin, 3, 3, 3}
+					x := input(s, dt, randVals(r, dt, tensor.Numel(xs), -1, 1), xs...)
+					w := input(s, dt, randVals(r, dt, tensor.Numel(ws), -1, 1), ws...)
+					bias := input(s, dt, randVals(r, dt, sh.cout, -1, 1), sh.cout)
+					y := s.Empty(dt, 1, sh.cout, sh.frames, sh.h, sh.w)
+					p := tensor.ConvParams{Stride: [3]int{1, 1, 1}, Padding: [3]int{1, 1, 1}}
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						if err := be.Conv3d(y, x, w, bias, p); err != nil {
+							b.Fatal(err)
+						}
+					}
+					flops := 2.0 * float64(sh.cin*sh.cout*27*sh.frames*sh.h*sh.w)
+					b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
 		}
 	}
 }

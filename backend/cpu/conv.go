@@ -43,7 +43,8 @@ func (be *Backend) conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, b
 		P := g.out[0] * g.out[1] * g.out[2]
 		Kc := Cin * g.k[0] * g.k[1] * g.k[2]
 		pointwise := g.k == [3]int{1, 1, 1} && g.st == [3]int{1, 1, 1} && g.pad == [3]int{}
-		shifted := !pointwise && g.st == [3]int{1, 1, 1} && Cin >= shiftMinCin && convShift
+		shifted := !pointwise && g.st == [3]int{1, 1, 1} && convShift &&
+			(Cin >= shiftMinCin || Cin >= shiftFewOutMinCin && Cout <= shiftFewOutMaxCout)
 		var xp, wt []float32
 		if shifted {
 			taps := g.k[0] * g.k[1] * g.k[2]
@@ -204,7 +205,16 @@ func (be *Backend) convShifted(ob, xp, wt []float32, g *convGeom, cout int, tm *
 
 // shiftMinCin is the input channel count from which the shifted GEMMs (K =
 // Cin) beat im2col (K = Cin·taps, but every input value copied per tap).
-const shiftMinCin = 32
+// With few output channels the im2col GEMM is bound by copying its matrix
+// (and the library packing it again), so the shifted GEMMs win from fewer
+// input channels: twice as fast at 16 in and 16 out, three times at 16 in
+// and 3 out, level at 16 in and 64 out, slower from 128 out (a small
+// model's VAE decoder against the real one's conv_in; BenchmarkConv3d).
+const (
+	shiftMinCin        = 32
+	shiftFewOutMinCin  = 8
+	shiftFewOutMaxCout = 32
+)
 
 // convShift enables the shifted path (tests and benchmarks turn it off to
 // cover and compare im2col).

@@ -217,7 +217,9 @@ func TestConv3d(t *testing.T) {
 		{[]int{2, 4, 5, 3, 3}, []int{2, 4, 3, 1, 1}, [3]int{2, 1, 1}, [3]int{2, 0, 0}, true},
 		{[]int{1, 1, 1, 1, 1}, []int{1, 1, 1, 1, 1}, [3]int{1, 1, 1}, [3]int{0, 0, 0}, true},
 		{[]int{1, 2, 2, 3, 3}, []int{3, 2, 2, 3, 3}, [3]int{3, 3, 3}, [3]int{1, 1, 1}, false},
+		// few output channels: the shifted-GEMM path from 8 input channels
 		{[]int{1, 16, 3, 9, 10}, []int{8, 16, 3, 3, 3}, [3]int{1, 1, 1}, [3]int{1, 1, 1}, true},
+		{[]int{2, 8, 2, 5, 7}, []int{3, 8, 3, 3, 3}, [3]int{1, 1, 1}, [3]int{1, 0, 1}, false},
 		{[]int{1, 2, 2, 2, 2}, []int{3, 2, 1, 3, 3}, [3]int{1, 2, 2}, [3]int{1, 2, 2}, true}, // padding wider than the input
 		{[]int{1, 3, 1, 5, 9}, []int{2, 3, 1, 2, 4}, [3]int{1, 3, 3}, [3]int{0, 3, 3}, false},
 		// enough input channels for the shifted-GEMM path

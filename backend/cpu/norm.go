@@ -61,7 +61,12 @@ func (be *Backend) GroupNorm(dst, x, w, b *tensor.Tensor, groups int, eps float3
 				m32, s32, h32 := float32(mean), float32(scale), float32(shift)
 				xs := xf[(bi*C+c)*S : (bi*C+c+1)*S]
 				ys := out[(bi*C+c)*S : (bi*C+c+1)*S]
-				if silu {
+				if silu && dt == tensor.F32 { // nothing to round: no call per value
+					ys = ys[:len(xs)]
+					for j, v := range xs {
+						ys[j] = siluf((v-m32)*s32 + h32)
+					}
+				} else if silu {
 					for j, v := range xs {
 						// The reference rounds the norm's output to its dtype
 						// before the SiLU.

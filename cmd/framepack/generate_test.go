@@ -212,7 +212,8 @@ func TestGenerateCancelled(t *testing.T) {
 }
 
 // TestGenerateF1AndEndImage runs --model f1 and --end-image on the tiny
-// model (as PNG frames) and checks the settings file records them.
+// model (as PNG frames, one section) and checks the settings file records
+// them.
 func TestGenerateF1AndEndImage(t *testing.T) {
 	tinyEnv(t)
 	for _, c := range []struct {
@@ -229,7 +230,7 @@ func TestGenerateF1AndEndImage(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "frames")
-			args := append(append([]string{"generate", "--image", sceneImage, "-o", out, "--seconds", "0.8"}, quick[:2]...), "--window", "3", "--steps", "2")
+			args := append(append([]string{"generate", "--image", sceneImage, "-o", out}, quick...), "--steps", "2")
 			if _, err := runCLI(t, context.Background(), append(args, c.args...)...); err != nil {
 				t.Fatal(err)
 			}
@@ -249,9 +250,9 @@ func TestGenerateF1AndEndImage(t *testing.T) {
 			if c.name == "end" && got["end_image"] == nil {
 				t.Error("settings lack end_image")
 			}
-			// 0.8 s at window 3: 2 sections, 4·(2·3+1)−3 frames.
-			if fr, _ := got["frames"].(float64); fr != 25 {
-				t.Errorf("%v frames, want 25", got["frames"])
+			// 0.2 s at window 3: 1 section, 4·(3+1)−3 frames.
+			if fr, _ := got["frames"].(float64); fr != 13 {
+				t.Errorf("%v frames, want 13", got["frames"])
 			}
 		})
 	}

@@ -176,7 +176,7 @@ func TestServeResumeAfterKill(t *testing.T) {
 		t.Skip("runs several jobs on the tiny model (about a minute)")
 	}
 	data := t.TempDir()
-	const three = `{"prompt":"a red kite over green hills","seconds":1.2,"window":3,"steps":2,"resolution":64,"seed":11}`
+	const three = `{"prompt":"a red kite over green hills","seconds":0.4,"window":1,"steps":2,"resolution":64,"seed":11}`
 	p := startServe(t, data)
 	b := p.submit(t, three)
 	c := p.submit(t, `{"prompt":"a short one","seconds":0.4,"window":3,"steps":1,"resolution":64}`)

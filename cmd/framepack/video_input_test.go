@@ -92,7 +92,7 @@ func TestGenerateVideoBadInput(t *testing.T) {
 
 // TestGenerateVideoTiny extends 40 frames on the tiny model, as a folder
 // (F1) and as an MP4 (--new-only): the output is the input's 40 frames,
-// cropped, then 21 new ones (2 sections of window 3), or the new ones
+// cropped, then 9 new ones (a section of window 3), or the new ones
 // alone.
 func TestGenerateVideoTiny(t *testing.T) {
 	tinyEnv(t)
@@ -103,19 +103,19 @@ func TestGenerateVideoTiny(t *testing.T) {
 		args  []string
 		total int
 	}{
-		{"folder", []string{"--video", frames, "--model", "f1"}, 61},
+		{"folder", []string{"--video", frames, "--model", "f1"}, 49},
 	}
 	if video.HaveFFmpeg() {
 		cases = append(cases, struct {
 			name  string
 			args  []string
 			total int
-		}{"mp4, new only", []string{"--video", mp4, "--new-only"}, 21})
+		}{"mp4, new only", []string{"--video", mp4, "--new-only"}, 9})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "frames")
-			args := append([]string{"generate", "-o", out, "--seconds", "0.8", "--resolution", "64", "--window", "3", "--steps", "2"}, c.args...)
+			args := append([]string{"generate", "-o", out, "--seconds", "0.2", "--resolution", "64", "--window", "3", "--steps", "2"}, c.args...)
 			stdout, err := runCLI(t, context.Background(), args...)
 			if err != nil {
 				t.Fatal(err)
@@ -131,9 +131,9 @@ func TestGenerateVideoTiny(t *testing.T) {
 			var set map[string]any
 			json.Unmarshal(b, &set)
 			input := 0.0
-			if c.total == 61 {
+			if c.total == 49 {
 				input = 40
-				if !strings.Contains(stdout, "the input video's 40 frames, then 21 new ones") {
+				if !strings.Contains(stdout, "the input video's 40 frames, then 9 new ones") {
 					t.Errorf("summary:\n%s", stdout)
 				}
 			}
