@@ -33,6 +33,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/framepack-go/framepack/memory"
 )
 
 // Names of the streams, buckets and subjects.
@@ -247,6 +249,16 @@ func (f *Farm) setup(ctx context.Context) error {
 		f.files, err = f.js.CreateOrUpdateObjectStore(ctx, ocfg)
 	}
 	if err != nil {
+		var api *jetstream.APIError
+		if errors.As(err, &api) && api.ErrorCode == errStorageExceeded {
+			where := "the NATS server's storage limit"
+			if f.ns != nil {
+				// nats-server's own default for an embedded store.
+				where = "the three quarters of the free disk under " + f.cfg.DataDir + " that the embedded NATS server may use"
+			}
+			return fmt.Errorf("farm: the file store's %s (MaxStoredBytes, serve's --max-storage) is more than %s: "+
+				"give a smaller size or free some disk (%w)", memory.FormatBytes(ocfg.MaxBytes), where, err)
+		}
 		return fmt.Errorf("farm: the file store: %w", err)
 	}
 	if st, err := f.files.Status(ctx); err == nil {
@@ -254,6 +266,10 @@ func (f *Farm) setup(ctx context.Context) error {
 	}
 	return nil
 }
+
+// errStorageExceeded is nats-server's "insufficient storage resources
+// available": a stream's MaxBytes beyond what the server may store.
+const errStorageExceeded jetstream.ErrorCode = 10047
 
 // keyValue makes or updates a bucket; on an external server it never
 // lowers the replicas another process gave it.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/framepack-go/framepack/memory"
 )
 
 // externalServer runs a NATS server with JetStream on a free loopback
@@ -296,5 +298,22 @@ func TestAuth(t *testing.T) {
 	}
 	if _, _, err := (Auth{TLSCert: "x.pem"}).Options("tls://b:4222"); err == nil {
 		t.Error("a client certificate without its key")
+	}
+}
+
+// A file store larger than the embedded server may keep on the data
+// folder's disk is refused at Open with a message that names the size and
+// the folder, not NATS's bare "insufficient storage resources".
+func TestStoreLargerThanDisk(t *testing.T) {
+	data := t.TempDir()
+	f, err := Open(context.Background(), Config{DataDir: data, MaxStoredBytes: 1 << 60})
+	if err == nil {
+		f.Close()
+		t.Fatal("a 1 EiB file store opened")
+	}
+	for _, want := range []string{memory.FormatBytes(1 << 60), data, "give a smaller size"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error %q does not say %q", err, want)
+		}
 	}
 }
