@@ -522,7 +522,8 @@ func RunFarm(ctx context.Context, cfg FarmConfig) error {
 		defer stop()
 		url = u
 	}
-	f, err := farm.Open(ctx, farm.Config{URL: url, AckWait: cfg.AckWait, Log: cfg.Log})
+	// Its files are small; a disk that holds real models may have little room left.
+	f, err := farm.Open(ctx, farm.Config{URL: url, AckWait: cfg.AckWait, Log: cfg.Log, MaxStoredBytes: 4 << 30})
 	if err != nil {
 		return err
 	}
