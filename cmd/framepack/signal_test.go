@@ -109,7 +109,7 @@ func TestSignalDeadline(t *testing.T) {
 // conv3d search that hangs: each exits 143 within 2 s of SIGTERM, with
 // nothing left in the output folder, and the search child dies at once.
 func TestSignalAtEveryStage(t *testing.T) {
-	img := abs(t, sceneImage)
+	img := stripImage(t)
 	for _, st := range []struct {
 		stage, at string
 		faults    string
