@@ -183,7 +183,7 @@ func (e *env) do(method, path string, body io.Reader, header map[string]string) 
 // submit posts a job and returns its view.
 func (e *env) submit(settings string, header map[string]string) (int, jobJSON, []byte) {
 	e.t.Helper()
-	body, ct := multipartBody(e.t, settings, map[string][]byte{"image": scenePNG(e.t)}, nil)
+	body, ct := multipartBody(e.t, settings, map[string][]byte{"image": stripPNG(e.t)}, nil)
 	h := map[string]string{"Content-Type": ct}
 	for k, v := range header {
 		h[k] = v

@@ -38,6 +38,23 @@ func sceneFrames(t *testing.T, n int) []*section.RGB {
 	return out
 }
 
+// stripPNG is the middle strip of the test image (256×85) as a PNG: at
+// resolution 64 a 96×32 bucket, half the pixels of the whole image's to
+// decode, for the jobs whose checks do not depend on the picture.
+func stripPNG(t *testing.T) []byte {
+	t.Helper()
+	img, err := section.DecodeImage(bytes.NewReader(scenePNG(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := img.Crop(0, 53, img.W, 138)
+	var b bytes.Buffer
+	if err := png.Encode(&b, (video.Frames{T: 1, H: c.H, W: c.W, Pix: c.Pix}).Frame(0)); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
 // sceneMP4 is sceneFrames(n) as an H.264 MP4 (near-lossless).
 func sceneMP4(t *testing.T, n int) []byte {
 	t.Helper()
