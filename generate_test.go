@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -46,10 +45,6 @@ func tinyDir(t *testing.T) string {
 
 func TestMain(m *testing.M) {
 	convchain.MaybeRunChild() // a conv3d search (or an injected hang) runs in a child copy of this binary
-	// The tiny model's jobs allocate and drop many large activations; a
-	// collector that runs earlier reuses their pages instead of faulting in
-	// new ones, which takes this package's tests a sixth less CPU time.
-	debug.SetGCPercent(25)
 	code := m.Run()
 	if tiny.dir != "" {
 		os.RemoveAll(tiny.dir)
