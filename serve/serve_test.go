@@ -287,7 +287,7 @@ func (e *env) events(ctx context.Context, id string, fn func(sseEvent)) error {
 // and its video and settings file are served once it is done.
 func TestSubmitEventsVideo(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	code, j, b := e.submit(`{"prompt":"a red kite","seconds":1.2,"seed":7}`, nil)
+	code, j, b := e.submit(`{"prompt":"a red kite","seconds":0.4,"window":1,"seed":7}`, nil)
 	if code != http.StatusCreated {
 		t.Fatalf("POST /api/jobs: %d %s", code, b)
 	}
@@ -322,8 +322,8 @@ func TestSubmitEventsVideo(t *testing.T) {
 	if st.Status != farm.Done {
 		t.Fatalf("the stream ended with the job %s (%s)", st.Status, st.Error)
 	}
-	// 3 sections of 2 steps. The stream may start after the first steps
-	// ran, so at least the last section's are there.
+	// 3 sections of one latent frame, of 2 steps. The stream may start
+	// after the first steps ran, so at least the last section's are there.
 	if len(steps) < 2 || counts["preview"] < 2 || len(previews) < 2 {
 		t.Errorf("events: %v, %d distinct steps, %d distinct previews", counts, len(steps), len(previews))
 	}
@@ -331,15 +331,15 @@ func TestSubmitEventsVideo(t *testing.T) {
 		t.Errorf("no section-video event: %v", counts)
 	}
 	done := e.job(j.ID)
-	if done.Result == nil || done.Result.Frames != 37 || done.Sections != 3 || done.Section != 3 {
+	if done.Result == nil || done.Result.Frames != 13 || done.Sections != 3 || done.Section != 3 {
 		t.Fatalf("done job: %+v", done)
 	}
 	code, video := e.do("GET", done.Links["video"], nil, nil)
 	if code != http.StatusOK || !bytes.Equal(video[4:8], []byte("ftyp")) {
 		t.Fatalf("GET video: %d, %d bytes", code, len(video))
 	}
-	if dur := probeDuration(t, video); dur < 1.2 || dur > 1.3 {
-		t.Errorf("the video lasts %.3f s, want 37 frames at 30 fps", dur)
+	if dur := probeDuration(t, video); dur < 0.4 || dur > 0.5 {
+		t.Errorf("the video lasts %.3f s, want 13 frames at 30 fps", dur)
 	}
 	code, sb := e.do("GET", done.Links["settings"], nil, nil)
 	var set struct {
