@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 	if strip.dir != "" {
 		os.RemoveAll(strip.dir)
 	}
+	if testVideo40.dir != "" {
+		os.RemoveAll(testVideo40.dir)
+	}
 	os.Exit(code)
 }
 
