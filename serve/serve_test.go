@@ -286,6 +286,7 @@ func (e *env) events(ctx context.Context, id string, fn func(sseEvent)) error {
 // every step's progress and preview and the video after each section,
 // and its video and settings file are served once it is done.
 func TestSubmitEventsVideo(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{})
 	code, j, b := e.submit(`{"prompt":"a red kite","seconds":0.4,"window":1,"seed":7}`, nil)
 	if code != http.StatusCreated {
@@ -380,6 +381,7 @@ func probeDuration(t *testing.T, video []byte) float64 {
 // A retried POST with the same Idempotency-Key returns the same job, even
 // when the retries race; the key with another request is refused.
 func TestIdempotency(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{noWorker: true})
 	key := map[string]string{"Idempotency-Key": "retry-1"}
 	code, first, b := e.submit(`{"prompt":"a"}`, key)
@@ -501,6 +503,7 @@ func TestQueueMoveCancel(t *testing.T) {
 
 // Cancelling a running job stops it at its next step.
 func TestCancelRunning(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{})
 	_, j, _ := e.submit(`{"prompt":"long","seconds":4,"steps":8}`, nil)
 	e.wait(j.ID, 2*time.Minute, func(j jobJSON) bool { return j.Status == farm.Running })
@@ -537,6 +540,7 @@ func pngHeader(w, h uint32) []byte {
 // Bad submissions get a 4xx naming the problem, before anything is
 // stored; a client's file name is only shown, never used.
 func TestBadUploads(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{noWorker: true, maxUpload: 256 << 10})
 	scene := scenePNG(t)
 	video, short := sceneMP4(t, 40), sceneMP4(t, 12)
@@ -611,6 +615,7 @@ func TestBadUploads(t *testing.T) {
 
 // The caps on queued jobs and stored bytes refuse submissions clearly.
 func TestCaps(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{noWorker: true, maxQueued: 2})
 	for range 2 {
 		if code, _, b := e.submit(`{}`, nil); code != http.StatusCreated {
@@ -643,6 +648,7 @@ func TestCaps(t *testing.T) {
 // page's static files hold no data and are served to anyone. Requests
 // from another origin or for another host are refused.
 func TestToken(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{noWorker: true, token: "s3cret"})
 	for _, c := range []struct {
 		name   string
@@ -696,6 +702,7 @@ func TestToken(t *testing.T) {
 
 // The OpenAPI document describes every API route, and no other.
 func TestOpenAPICoversRoutes(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{noWorker: true})
 	code, b := e.do("GET", "/api/openapi.json", nil, nil)
 	var doc struct {
@@ -751,6 +758,7 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 // A job names a LoRA of the server's folder with a weight: the models load
 // again with it merged, and the video differs from the one without it.
 func TestLoRAJob(t *testing.T) {
+	t.Parallel() // its own server and queue
 	dir := t.TempDir()
 	// A PEFT LoRA on the tiny transformer's first block's query (d = 64).
 	const d, r = 64, 4

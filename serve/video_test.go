@@ -100,6 +100,7 @@ func (e *env) settingsFile(id string) (farm.Settings, map[string]json.RawMessage
 // so; the older teacache switch still picks the cache, and the caches make
 // different videos.
 func TestMagCacheJob(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{})
 	const base = `"prompt":"a kite","seconds":0.4,"steps":8,"seed":3`
 	code, mag, b := e.submit(`{`+base+`,"cache":"magcache","cache_threshold":0.3,"magcache_k":4,"magcache_retention":0.25}`, nil)
@@ -148,6 +149,7 @@ func TestMagCacheJob(t *testing.T) {
 // its last frame, and the video made is the input, cropped to its bucket,
 // followed by the new sections' frames (only those with new_only).
 func TestVideoJob(t *testing.T) {
+	t.Parallel() // its own server and queue
 	mp4 := sceneMP4(t, 20)
 	// Before a worker runs: the upload, its description, its thumbnail.
 	q := newEnv(t, envOptions{noWorker: true})
@@ -235,6 +237,7 @@ func meanDiff(img image.Image, want *section.RGB) float64 {
 // the ack wait, which goes on from the job's last checkpoint: the video
 // is the same, bit for bit, as an uninterrupted run's.
 func TestVideoJobResumesAfterCrash(t *testing.T) {
+	t.Parallel() // its own server and queue
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
