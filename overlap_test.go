@@ -85,12 +85,12 @@ func TestDecodeOverlap(t *testing.T) {
 	})
 
 	// The tiny model's weights are about 9 MiB, a section's decode at this
-	// size a few; at 12 MiB the decode and the sampling no longer fit
+	// size a few; at 10 MiB the decode and the sampling no longer fit
 	// together, at 1 GiB they do.
 	for _, c := range []struct {
 		cap     int64
 		overlap bool
-	}{{1 << 30, true}, {12 << 20, false}} {
+	}{{1 << 30, true}, {10 << 20, false}} {
 		t.Run(memory.FormatBytes(c.cap), func(t *testing.T) {
 			t.Parallel()
 			res, ov := run(t, false, c.cap)

@@ -8,12 +8,13 @@ import (
 	"github.com/framepack-go/framepack/section"
 )
 
-// testVideo is n frames of 200×150 panning across the test image.
+// testVideo is n (at most 40) frames of 225×75 panning across testImage:
+// a 96×32 bucket at resolution 64.
 func testVideo(t *testing.T, n int) []*section.RGB {
 	img := testImage(t)
 	out := make([]*section.RGB, n)
 	for i := range out {
-		out[i] = img.Crop(i, i/2, i+200, i/2+150)
+		out[i] = img.Crop(i/2, i/8, i/2+225, i/8+75)
 	}
 	return out
 }
@@ -40,15 +41,15 @@ func TestGenerateVideo(t *testing.T) {
 		if !c.newOnly {
 			want, input = 41, 20
 		}
-		if res.T != want || res.InputFrames != input || res.W != 96 || res.H != 64 {
-			t.Errorf("%s, new only %v: %d frames (%d input) of %d×%d; want %d (%d) of 96×64", c.model, c.newOnly,
+		if res.T != want || res.InputFrames != input || res.W != 96 || res.H != 32 {
+			t.Errorf("%s, new only %v: %d frames (%d input) of %d×%d; want %d (%d) of 96×32", c.model, c.newOnly,
 				res.T, res.InputFrames, res.W, res.H, want, input)
 		}
-		if s := res.Latents.Shape(); len(s) != 5 || s[2] != 6 || s[3] != 8 || s[4] != 12 {
-			t.Errorf("%s: latents %v, want (1, 16, 6, 8, 12)", c.model, s)
+		if s := res.Latents.Shape(); len(s) != 5 || s[2] != 6 || s[3] != 4 || s[4] != 12 {
+			t.Errorf("%s: latents %v, want (1, 16, 6, 4, 12)", c.model, s)
 		}
 		if !c.newOnly {
-			crop, _ := section.ResizeAndCenterCrop(frames[0], 96, 64)
+			crop, _ := section.ResizeAndCenterCrop(frames[0], 96, 32)
 			if !bytes.Equal(res.Pix[:len(crop.Pix)], crop.Pix) {
 				t.Errorf("%s: the first frame is not the input's, cropped", c.model)
 			}

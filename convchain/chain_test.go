@@ -221,6 +221,7 @@ func TestOptimizedTierWithSearch(t *testing.T) {
 // A search that hangs is killed at the deadline and the chain goes on: the
 // run finishes within deadline + 1 s with the same output.
 func TestHungSearch(t *testing.T) {
+	t.Parallel() // it sleeps out a deadline: beside the others that do
 	f := newFixture(t)
 	const deadline = 1500 * time.Millisecond
 	c := f.chain(t, "conv3d.optimized=hang", deadline)
@@ -260,6 +261,7 @@ func TestHungSearch(t *testing.T) {
 // A hang injected into a tier without a search still goes through a child
 // killed at the deadline; the tier then runs its plan made without one.
 func TestHangWithoutSearch(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	c := f.chain(t, "conv3d.optimized=error,conv3d.gemm=hang", time.Second)
 	f.convOK(t, c)

@@ -75,6 +75,7 @@ var timeoutLine = regexp.MustCompile(`conv3d: tier (\w+) search timed out once; 
 // the tier plans from its heuristics. Many shapes finish within one
 // deadline plus 1 s.
 func TestHangEveryTierManyShapes(t *testing.T) {
+	t.Parallel() // its searches sleep out their deadlines: side by side
 	const deadline = time.Second
 	const n = 12
 	cases := []struct {
@@ -89,6 +90,7 @@ func TestHangEveryTierManyShapes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.faults, func(t *testing.T) {
+			t.Parallel()
 			f := newFixture(t)
 			// Fake tiers with plans of their own (heuristics) and no
 			// registered search: only the injected hangs search.
@@ -132,6 +134,7 @@ func TestHangEveryTierManyShapes(t *testing.T) {
 // same device plans the tier without searching, for new shapes too, until
 // ForgetSearchTimeouts; another device still searches.
 func TestSearchTimeoutRemembered(t *testing.T) {
+	t.Parallel()
 	const deadline = time.Second
 	f := newFixture(t)
 	f.tiers = []*fakeTier{{name: "sleepy", be: f.cpu}, {name: "gemm", be: f.cpu}}
@@ -200,6 +203,7 @@ func TestSearchTimeoutRemembered(t *testing.T) {
 // convolution fails with the context's error, nothing is skipped or
 // remembered, and no later search starts while it stays cancelled.
 func TestBindCancelsSearch(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.tiers = []*fakeTier{{name: "sleepy", be: f.cpu}, {name: "gemm", be: f.cpu}}
 	var tiers []Tier

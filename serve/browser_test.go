@@ -57,6 +57,7 @@ const readPage = `(() => {
 // jobs are queued (one extending that video with MagCache), moved and
 // cancelled; "use these settings" fills the form.
 func TestBrowser(t *testing.T) {
+	t.Parallel() // its own server and queue
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatal("chromium is not installed (scripts/setup.sh installs it): the page cannot be tested")
@@ -352,6 +353,7 @@ func TestBrowser(t *testing.T) {
 // #token=…, sending it in the Authorization header (the fragment never
 // reaches the server).
 func TestBrowserToken(t *testing.T) {
+	t.Parallel() // its own server and queue
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatal("chromium is not installed (scripts/setup.sh installs it): the page cannot be tested")

@@ -183,7 +183,7 @@ func (e *env) do(method, path string, body io.Reader, header map[string]string) 
 // submit posts a job and returns its view.
 func (e *env) submit(settings string, header map[string]string) (int, jobJSON, []byte) {
 	e.t.Helper()
-	body, ct := multipartBody(e.t, settings, map[string][]byte{"image": scenePNG(e.t)}, nil)
+	body, ct := multipartBody(e.t, settings, map[string][]byte{"image": stripPNG(e.t)}, nil)
 	h := map[string]string{"Content-Type": ct}
 	for k, v := range header {
 		h[k] = v
@@ -286,8 +286,9 @@ func (e *env) events(ctx context.Context, id string, fn func(sseEvent)) error {
 // every step's progress and preview and the video after each section,
 // and its video and settings file are served once it is done.
 func TestSubmitEventsVideo(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{})
-	code, j, b := e.submit(`{"prompt":"a red kite","seconds":1.2,"seed":7}`, nil)
+	code, j, b := e.submit(`{"prompt":"a red kite","seconds":0.4,"window":1,"seed":7}`, nil)
 	if code != http.StatusCreated {
 		t.Fatalf("POST /api/jobs: %d %s", code, b)
 	}
@@ -322,8 +323,8 @@ func TestSubmitEventsVideo(t *testing.T) {
 	if st.Status != farm.Done {
 		t.Fatalf("the stream ended with the job %s (%s)", st.Status, st.Error)
 	}
-	// 3 sections of 2 steps. The stream may start after the first steps
-	// ran, so at least the last section's are there.
+	// 3 sections of one latent frame, of 2 steps. The stream may start
+	// after the first steps ran, so at least the last section's are there.
 	if len(steps) < 2 || counts["preview"] < 2 || len(previews) < 2 {
 		t.Errorf("events: %v, %d distinct steps, %d distinct previews", counts, len(steps), len(previews))
 	}
@@ -331,15 +332,15 @@ func TestSubmitEventsVideo(t *testing.T) {
 		t.Errorf("no section-video event: %v", counts)
 	}
 	done := e.job(j.ID)
-	if done.Result == nil || done.Result.Frames != 37 || done.Sections != 3 || done.Section != 3 {
+	if done.Result == nil || done.Result.Frames != 13 || done.Sections != 3 || done.Section != 3 {
 		t.Fatalf("done job: %+v", done)
 	}
 	code, video := e.do("GET", done.Links["video"], nil, nil)
 	if code != http.StatusOK || !bytes.Equal(video[4:8], []byte("ftyp")) {
 		t.Fatalf("GET video: %d, %d bytes", code, len(video))
 	}
-	if dur := probeDuration(t, video); dur < 1.2 || dur > 1.3 {
-		t.Errorf("the video lasts %.3f s, want 37 frames at 30 fps", dur)
+	if dur := probeDuration(t, video); dur < 0.4 || dur > 0.5 {
+		t.Errorf("the video lasts %.3f s, want 13 frames at 30 fps", dur)
 	}
 	code, sb := e.do("GET", done.Links["settings"], nil, nil)
 	var set struct {
@@ -380,6 +381,7 @@ func probeDuration(t *testing.T, video []byte) float64 {
 // A retried POST with the same Idempotency-Key returns the same job, even
 // when the retries race; the key with another request is refused.
 func TestIdempotency(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{noWorker: true})
 	key := map[string]string{"Idempotency-Key": "retry-1"}
 	code, first, b := e.submit(`{"prompt":"a"}`, key)
@@ -501,6 +503,7 @@ func TestQueueMoveCancel(t *testing.T) {
 
 // Cancelling a running job stops it at its next step.
 func TestCancelRunning(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{})
 	_, j, _ := e.submit(`{"prompt":"long","seconds":4,"steps":8}`, nil)
 	e.wait(j.ID, 2*time.Minute, func(j jobJSON) bool { return j.Status == farm.Running })
@@ -543,6 +546,7 @@ func pngHeader(w, h uint32) []byte {
 // Bad submissions get a 4xx naming the problem, before anything is
 // stored; a client's file name is only shown, never used.
 func TestBadUploads(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{noWorker: true, maxUpload: 256 << 10})
 	scene := scenePNG(t)
 	video, short := sceneMP4(t, 40), sceneMP4(t, 12)
@@ -617,6 +621,7 @@ func TestBadUploads(t *testing.T) {
 
 // The caps on queued jobs and stored bytes refuse submissions clearly.
 func TestCaps(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{noWorker: true, maxQueued: 2})
 	for range 2 {
 		if code, _, b := e.submit(`{}`, nil); code != http.StatusCreated {
@@ -649,6 +654,7 @@ func TestCaps(t *testing.T) {
 // page's static files hold no data and are served to anyone. Requests
 // from another origin or for another host are refused.
 func TestToken(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{noWorker: true, token: "s3cret"})
 	for _, c := range []struct {
 		name   string
@@ -702,6 +708,7 @@ func TestToken(t *testing.T) {
 
 // The OpenAPI document describes every API route, and no other.
 func TestOpenAPICoversRoutes(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{noWorker: true})
 	code, b := e.do("GET", "/api/openapi.json", nil, nil)
 	var doc struct {
@@ -757,6 +764,7 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 // A job names a LoRA of the server's folder with a weight: the models load
 // again with it merged, and the video differs from the one without it.
 func TestLoRAJob(t *testing.T) {
+	t.Parallel() // its own server and queue
 	dir := t.TempDir()
 	// A PEFT LoRA on the tiny transformer's first block's query (d = 64).
 	const d, r = 64, 4

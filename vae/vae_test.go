@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/framepack-go/framepack/backend/cpu"
+	"github.com/framepack-go/framepack/internal/testmode"
 	"github.com/framepack-go/framepack/internal/testutil/golden"
 	"github.com/framepack-go/framepack/internal/testutil/scopetest"
 	"github.com/framepack-go/framepack/internal/testutil/testdevice"
@@ -109,10 +110,16 @@ func TestGoldenEncodeHalf(t *testing.T) {
 }
 
 // TestRealConfig builds the released configuration with random weights and
-// runs a tiny decode and encode: shapes and finiteness only.
+// runs a tiny decode and encode: shapes and finiteness only. It runs in the
+// full suite (testmode): TestReleasedConfigVAE counts the released
+// parameters from their plan, and TestDecodePeakModel checks the peak model
+// on smallConfig, which has every code path of the released one.
 func TestRealConfig(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds 246M random parameters")
+	}
+	if !testmode.Full() {
+		t.Skipf("%s=1 runs it: TestReleasedConfigVAE and TestDecodePeakModel cover its paths", testmode.Env)
 	}
 	cfg := DefaultConfig()
 	m := meter()

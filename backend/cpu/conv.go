@@ -59,7 +59,9 @@ func (be *Backend) conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, b
 					}
 				}
 			})
-			xp = tm.alloc(Cin * (g.in[0] + 2*g.pad[0]) * (g.in[1] + 2*g.pad[1]) * (g.in[2] + 2*g.pad[2]))
+			if g.pad != [3]int{} { // unpadded: the GEMMs read x itself
+				xp = tm.alloc(Cin * (g.in[0] + 2*g.pad[0]) * (g.in[1] + 2*g.pad[1]) * (g.in[2] + 2*g.pad[2]))
+			}
 		}
 		var col []float32
 		pc := P
@@ -74,8 +76,12 @@ func (be *Backend) conv3d(dst, x, w, bias *tensor.Tensor, p tensor.ConvParams, b
 			case pointwise:
 				be.gemm(false, false, Cout, P, Cin, 1, wf, Cin, xb, P, 0, ob, P)
 			case shifted:
-				be.padInput(xp, xb, &g)
-				be.convShifted(ob, xp, wt, &g, Cout, tm)
+				if xp == nil {
+					be.convShifted(ob, xb, wt, &g, Cout, tm)
+				} else {
+					be.padInput(xp, xb, &g)
+					be.convShifted(ob, xp, wt, &g, Cout, tm)
+				}
 			default:
 				for p0 := 0; p0 < P; p0 += pc {
 					n := min(pc, P-p0)
@@ -158,7 +164,8 @@ func (be *Backend) im2col(col, x []float32, g *convGeom, p0, n int) {
 }
 
 // convShifted computes one batch item of a stride-1 convolution without
-// im2col: with the input zero-padded into xp (Cin, Tp, Hp, Wp), every
+// im2col: with the input zero-padded into xp (Cin, Tp, Hp, Wp; the input
+// itself when the convolution has no padding), every
 // kernel tap is one GEMM of the tap's weights (Cout × Cin) with the padded
 // input shifted by the tap's offset, accumulated over taps on the padded
 // output grid; the valid positions are then copied out. wt holds the

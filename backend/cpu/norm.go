@@ -7,22 +7,40 @@ import (
 	"github.com/framepack-go/framepack/tensor"
 )
 
-// meanVar is the mean and population variance of x, two-pass in float64.
+// meanVar is the mean and population variance of x, two-pass in float64,
+// each pass in four running sums (independent additions, not one chain).
 func meanVar(x []float32) (mean, variance float64) {
-	if len(x) == 0 {
+	n := len(x)
+	if n == 0 {
 		return 0, 0
 	}
-	var s float64
-	for _, v := range x {
-		s += float64(v)
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		s0 += float64(x[i])
+		s1 += float64(x[i+1])
+		s2 += float64(x[i+2])
+		s3 += float64(x[i+3])
 	}
-	mean = s / float64(len(x))
-	var q float64
-	for _, v := range x {
-		d := float64(v) - mean
-		q += d * d
+	for ; i < n; i++ {
+		s0 += float64(x[i])
 	}
-	return mean, q / float64(len(x))
+	mean = (s0 + s1 + s2 + s3) / float64(n)
+	var q0, q1, q2, q3 float64
+	i = 0
+	for ; i+4 <= n; i += 4 {
+		d0, d1 := float64(x[i])-mean, float64(x[i+1])-mean
+		d2, d3 := float64(x[i+2])-mean, float64(x[i+3])-mean
+		q0 += d0 * d0
+		q1 += d1 * d1
+		q2 += d2 * d2
+		q3 += d3 * d3
+	}
+	for ; i < n; i++ {
+		d := float64(x[i]) - mean
+		q0 += d * d
+	}
+	return mean, (q0 + q1 + q2 + q3) / float64(n)
 }
 
 func (be *Backend) GroupNorm(dst, x, w, b *tensor.Tensor, groups int, eps float32, silu bool) error {
@@ -61,11 +79,8 @@ func (be *Backend) GroupNorm(dst, x, w, b *tensor.Tensor, groups int, eps float3
 				m32, s32, h32 := float32(mean), float32(scale), float32(shift)
 				xs := xf[(bi*C+c)*S : (bi*C+c+1)*S]
 				ys := out[(bi*C+c)*S : (bi*C+c+1)*S]
-				if silu && dt == tensor.F32 { // nothing to round: no call per value
-					ys = ys[:len(xs)]
-					for j, v := range xs {
-						ys[j] = siluf((v-m32)*s32 + h32)
-					}
+				if silu && dt == tensor.F32 { // nothing to round
+					normSiLU(ys, xs, m32, s32, h32)
 				} else if silu {
 					for j, v := range xs {
 						// The reference rounds the norm's output to its dtype
@@ -241,5 +256,33 @@ func reduceRow(op tensor.ReduceOp, x []float32) float64 {
 			s += math.Abs(float64(v))
 		}
 		return s / k
+	}
+}
+
+// normSiLU is ys[j] = siluf((xs[j]−m)·s + h): the f32 GroupNorm's output,
+// with expf's steps written out in the loop (a call per value costs as
+// much as the rest of the work).
+func normSiLU(ys, xs []float32, m, s, h float32) {
+	const (
+		toK   = 64 / math.Ln2
+		fromK = math.Ln2 / 64
+		round = 0x1.8p52
+	)
+	ys = ys[:len(xs)]
+	for j, v := range xs {
+		y := (v-m)*s + h
+		x := -y
+		var e float64
+		if x >= -104 && x <= 89 {
+			f := float64(x)
+			kf := (f*toK + round) - round
+			k := int64(kf)
+			r := f - kf*fromK
+			p := 1 + r*(1+r*(0.5+r*(1.0/6)))
+			e = math.Float64frombits(math.Float64bits(expTable[k&63]*p) + uint64(k>>6)<<52)
+		} else {
+			e = expf(x) // NaN, or beyond float32's range
+		}
+		ys[j] = float32(float64(y) / (1 + e))
 	}
 }

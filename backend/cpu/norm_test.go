@@ -24,6 +24,26 @@ func meanVar64(x []float32) (float64, float64) {
 // intermediate values the kernel rounds as the PyTorch reference does.
 func roundOut(dt tensor.DType, v float64) float64 { return float64(tensor.Rounder(dt)(float32(v))) }
 
+// normSiLU, expf written out in its loop, gives siluf's values bit for bit,
+// at the edges of expf's range and beyond it too.
+func TestNormSiLUIsSiluf(t *testing.T) {
+	r := rng(21)
+	xs := []float32{0, -0, 1, -1, 88.9, 89, 89.1, 103.9, 104, 104.1, -89, -104.1, 1e30, -1e30,
+		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), math.SmallestNonzeroFloat32, math.MaxFloat32}
+	for range 10000 {
+		xs = append(xs, float32(r.NormFloat64()*20))
+	}
+	ys := make([]float32, len(xs))
+	const m, sc, h = 0.25, 1.5, -0.125
+	normSiLU(ys, xs, m, sc, h)
+	for i, v := range xs {
+		want := siluf((v-m)*sc + h)
+		if math.Float32bits(ys[i]) != math.Float32bits(want) && !(ys[i] != ys[i] && want != want) {
+			t.Fatalf("x %v: normSiLU %v, siluf %v", v, ys[i], want)
+		}
+	}
+}
+
 func TestGroupNorm(t *testing.T) {
 	_, s := scope(t)
 	r := rng(20)

@@ -29,7 +29,7 @@ func TestBenchGenerateTiny(t *testing.T) {
 	if _, err := randmodel.Write(context.Background(), dir, randmodel.Options{Size: randmodel.Tiny, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
-	out, err := runCLI(t, context.Background(), "bench", "generate", "--models", dir, "--image", sceneImage, "--device", "cpu",
+	out, err := runCLI(t, context.Background(), "bench", "generate", "--models", dir, "--image", stripImage(t), "--device", "cpu",
 		"--resolution", "64", "--seconds", "0.2", "--window", "3", "--steps", "3", "--modes", "nocap", "--teacache", "on,off",
 		"--cold-files")
 	if err != nil {
@@ -68,7 +68,7 @@ func TestBenchGenerateTiny(t *testing.T) {
 			t.Errorf("line %d: vs_none_latents_rel_l2 %v, vs_none_psnr_db %v, vs_none_identical_frames %v", i,
 				r["vs_none_latents_rel_l2"], r["vs_none_psnr_db"], r["vs_none_identical_frames"])
 		}
-		if num("width") != 96 || num("height") != 64 || num("sections") != 1 || num("steps") != 3 || num("frames") <= 0 {
+		if num("width") != 96 || num("height") != 32 || num("sections") != 1 || num("steps") != 3 || num("frames") <= 0 {
 			t.Errorf("line %d: %v×%v, %v sections of %v steps, %v frames", i, r["width"], r["height"], r["sections"], r["steps"], r["frames"])
 		}
 		sum := 0.0

@@ -46,6 +46,12 @@ func TestMain(m *testing.M) {
 	if cachePath != "" {
 		os.RemoveAll(cachePath)
 	}
+	if strip.dir != "" {
+		os.RemoveAll(strip.dir)
+	}
+	if testVideo40.dir != "" {
+		os.RemoveAll(testVideo40.dir)
+	}
 	os.Exit(code)
 }
 
@@ -218,7 +224,7 @@ func TestCLIVersion(t *testing.T) {
 // TestCLISignals stops a generation with SIGTERM and SIGINT mid-run: exit
 // 143 and 130, and nothing left in the output folder.
 func TestCLISignals(t *testing.T) {
-	img := abs(t, sceneImage)
+	img := stripImage(t)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		dir := t.TempDir()
 		// Three sections of 20 steps: seconds on the CPU.
@@ -382,7 +388,7 @@ func lastLine(s string) string {
 // record the run.
 func TestCLIJSON(t *testing.T) {
 	dir := t.TempDir()
-	r := runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "--json", "--seed", "random", "-o", "clip.mkv"}, quick...)...)
+	r := runBinary(t, dir, append([]string{"generate", "--image", stripImage(t), "--json", "--seed", "random", "-o", "clip.mkv"}, quick...)...)
 	if r.code != 0 {
 		t.Fatalf("exit %d:\n%s", r.code, r.stderr)
 	}
@@ -448,12 +454,12 @@ func TestCLIJSON(t *testing.T) {
 // adds the structured log.
 func TestCLIQuiet(t *testing.T) {
 	dir := t.TempDir()
-	r := runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "--quiet", "-o", "a.mp4"}, quick...)...)
+	r := runBinary(t, dir, append([]string{"generate", "--image", stripImage(t), "--quiet", "-o", "a.mp4"}, quick...)...)
 	// Warnings may show (a machine without OpenBLAS); nothing else.
 	if r.code != 0 || r.stdout != "" || strings.Contains(r.stderr, "level=INFO") || strings.Contains(r.stderr, "step") {
 		t.Errorf("--quiet: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	r = runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "-o", "b"}, quick...)...)
+	r = runBinary(t, dir, append([]string{"generate", "--image", stripImage(t), "-o", "b"}, quick...)...)
 	for _, want := range []string{"s/step, video ", "decoding section 1/1", "text encode: ", "section 1/1: 13 frames, sampled in ",
 		"video: 0.43 s (13 frames, 1 section); --seconds 0.2 rounds to whole sections"} {
 		if r.code != 0 || !strings.Contains(r.stderr, want) {
@@ -471,7 +477,7 @@ func TestCLIQuiet(t *testing.T) {
 		t.Error(err)
 	}
 	// Again over the same frames folder, with -v: replaced.
-	if r := runBinary(t, dir, append([]string{"generate", "--image", abs(t, sceneImage), "-v", "-o", "b"}, quick...)...); r.code != 0 {
+	if r := runBinary(t, dir, append([]string{"generate", "--image", stripImage(t), "-v", "-o", "b"}, quick...)...); r.code != 0 {
 		t.Errorf("writing over a frames folder: exit %d:\n%s", r.code, r.stderr)
 	} else if !strings.Contains(r.stderr, "level=INFO msg=\"model: transformer") || !strings.Contains(r.stderr, "level=NOTE msg=\"video: ") {
 		t.Errorf("-v: no structured log:\n%s", r.stderr)

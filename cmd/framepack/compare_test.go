@@ -93,7 +93,7 @@ func TestWriteLatents(t *testing.T) {
 	tinyEnv(t)
 	dir := t.TempDir()
 	lat := filepath.Join(dir, "lat.safetensors")
-	args := append([]string{"generate", "--image", sceneImage, "-o", filepath.Join(dir, "clip"), "--write-latents", lat, "--quiet"}, quick...)
+	args := append([]string{"generate", "--image", stripImage(t), "-o", filepath.Join(dir, "clip"), "--write-latents", lat, "--quiet"}, quick...)
 	if _, err := runCLI(t, context.Background(), args...); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestBenchCompareReuse(t *testing.T) {
 		defer os.RemoveAll(models)
 	}
 	work := t.TempDir()
-	img, _ := filepath.Abs(sceneImage)
+	img := stripImage(t)
 	job := []string{"--image", img, "--resolution", "64", "--seconds", "0.2", "--window", "3", "--steps", "1", "--seed", "31337",
 		"--teacache=false", "--dtype", "f32", "--models", models, "--prompt", "The girl dances gracefully, with clear movements, full of charm."}
 	own := filepath.Join(work, "own")

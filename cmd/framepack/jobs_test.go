@@ -56,7 +56,7 @@ func TestCLIJobs(t *testing.T) {
 		t.Skip("ffmpeg is not installed")
 	}
 	dir := t.TempDir()
-	img := abs(t, sceneImage)
+	img := stripImage(t)
 	jobs := strings.Join([]string{
 		`{"image":` + strconv.Quote(img) + `,"prompt":"a kite","seconds":0.2,"seed":1,"o":"a.mp4","steps":3}`,
 		`{"image":` + strconv.Quote(img) + `,"prompt":"a boat","colour":"red","o":"b.mp4"}`,
@@ -127,7 +127,7 @@ func TestCLIWriteSections(t *testing.T) {
 		t.Skip("ffmpeg is not installed")
 	}
 	dir := t.TempDir()
-	r := runBinary(t, dir, "generate", "--image", abs(t, sceneImage), "--write-sections", "--resolution", "64", "--seconds", "0.8",
+	r := runBinary(t, dir, "generate", "--image", stripImage(t), "--write-sections", "--resolution", "64", "--seconds", "0.8",
 		"--window", "3", "--steps", "2", "--json", "-o", "out.mp4")
 	if r.code != 0 {
 		t.Fatalf("exit %d:\n%s", r.code, r.stderr)

@@ -80,14 +80,14 @@ func TestPreviewWriter(t *testing.T) {
 }
 
 // TestGeneratePreview runs the tiny model with --preview: the PNG is the
-// last step's preview (3 latent frames of 12×8 side by side), and nothing
+// last step's preview (3 latent frames of 12×4 side by side), and nothing
 // else is left in its folder.
 func TestGeneratePreview(t *testing.T) {
 	tinyEnv(t)
 	dir := t.TempDir()
 	preview := filepath.Join(dir, "live.png")
 	out := filepath.Join(t.TempDir(), "frames")
-	if _, err := runCLI(t, context.Background(), append([]string{"generate", "--image", sceneImage, "-o", out, "--preview", preview}, quick...)...); err != nil {
+	if _, err := runCLI(t, context.Background(), append([]string{"generate", "--image", stripImage(t), "-o", out, "--preview", preview}, quick...)...); err != nil {
 		t.Fatal(err)
 	}
 	fh, err := os.Open(preview)
@@ -96,8 +96,8 @@ func TestGeneratePreview(t *testing.T) {
 	}
 	defer fh.Close()
 	cfg, err := png.DecodeConfig(io.Reader(fh))
-	if err != nil || cfg.Width != 36 || cfg.Height != 8 {
-		t.Errorf("preview %d×%d (%v), want 36×8", cfg.Width, cfg.Height, err)
+	if err != nil || cfg.Width != 36 || cfg.Height != 4 {
+		t.Errorf("preview %d×%d (%v), want 36×4", cfg.Width, cfg.Height, err)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Errorf("the preview's folder holds %d entries, want 1", len(ents))

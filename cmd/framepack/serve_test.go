@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -107,7 +106,7 @@ type servedJob struct {
 
 func (p *serveProc) submit(t *testing.T, settings string) servedJob {
 	t.Helper()
-	img, err := os.ReadFile(filepath.Join("..", "..", "testdata", "images", "scene.png"))
+	img, err := os.ReadFile(stripImage(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +262,7 @@ func TestBenchServeSmall(t *testing.T) {
 	}
 	t.Setenv(benchChildEnv, "1")
 	t.Setenv("XDG_CACHE_HOME", cacheDir(t))
-	out, err := runCLI(t, context.Background(), "bench", "serve", "--jobs", "3", "--clients", "2", "--listeners", "3", "--image", sceneImage)
+	out, err := runCLI(t, context.Background(), "bench", "serve", "--jobs", "3", "--clients", "2", "--listeners", "3", "--image", stripImage(t))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

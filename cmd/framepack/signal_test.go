@@ -76,32 +76,41 @@ func stopAt(t *testing.T, cmd *exec.Cmd, sig syscall.Signal, at *regexp.Regexp, 
 // op) still ends within 2 s of a signal: the process removes the
 // temporaries being written and exits 128+N.
 func TestSignalDeadline(t *testing.T) {
+	t.Parallel() // it waits the deadline out: beside the other tests
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
-		dir := t.TempDir()
-		cmd := exec.Command(exe)
-		cmd.Env = append(os.Environ(), stallEnv+"="+dir)
-		log, took, sent := stopAt(t, cmd, sig, regexp.MustCompile("^stalling$"), 0)
-		if !sent {
-			t.Fatalf("the process never stalled:\n%s", log)
-		}
-		if code := cmd.ProcessState.ExitCode(); code != 128+int(sig) {
-			t.Errorf("%v: exit %d, want %d:\n%s", sig, code, 128+int(sig), log)
-		}
-		if took > signalExit {
-			t.Errorf("%v: exited %v after the signal, want at most %v", sig, took, signalExit)
-		}
-		if last := lastLine(log); !strings.Contains(last, "stopped by "+signalName(sig)) || !strings.Contains(last, "did not stop within 1.5s") {
-			t.Errorf("%v: last line %q", sig, last)
-		}
-		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-			t.Errorf("%v: the temporary %s was left", sig, ents[0].Name())
-		}
-		t.Logf("%v: exited %v after the signal: %s", sig, took.Round(time.Millisecond), lastLine(log))
+		t.Run(signalName(sig), func(t *testing.T) {
+			t.Parallel()
+			signalDeadline(t, exe, sig)
+		})
 	}
+}
+
+// signalDeadline stops a stalled copy of this binary with sig.
+func signalDeadline(t *testing.T, exe string, sig syscall.Signal) {
+	dir := t.TempDir()
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), stallEnv+"="+dir)
+	log, took, sent := stopAt(t, cmd, sig, regexp.MustCompile("^stalling$"), 0)
+	if !sent {
+		t.Fatalf("the process never stalled:\n%s", log)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 128+int(sig) {
+		t.Errorf("%v: exit %d, want %d:\n%s", sig, code, 128+int(sig), log)
+	}
+	if took > signalExit {
+		t.Errorf("%v: exited %v after the signal, want at most %v", sig, took, signalExit)
+	}
+	if last := lastLine(log); !strings.Contains(last, "stopped by "+signalName(sig)) || !strings.Contains(last, "did not stop within 1.5s") {
+		t.Errorf("%v: last line %q", sig, last)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("%v: the temporary %s was left", sig, ents[0].Name())
+	}
+	t.Logf("%v: exited %v after the signal: %s", sig, took.Round(time.Millisecond), lastLine(log))
 }
 
 // TestSignalAtEveryStage stops `generate` on the tiny model at each stage
@@ -109,7 +118,7 @@ func TestSignalDeadline(t *testing.T) {
 // conv3d search that hangs: each exits 143 within 2 s of SIGTERM, with
 // nothing left in the output folder, and the search child dies at once.
 func TestSignalAtEveryStage(t *testing.T) {
-	img := abs(t, sceneImage)
+	img := stripImage(t)
 	for _, st := range []struct {
 		stage, at string
 		faults    string

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"image"
 	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/framepack-go/framepack/section"
@@ -44,6 +46,29 @@ func writeTestVideo(t *testing.T, dir string, n int) (mp4, frames string) {
 	return mp4, frames
 }
 
+var testVideo40 struct {
+	once             sync.Once
+	dir, mp4, frames string
+	err              error
+}
+
+// sharedTestVideo is writeTestVideo's 40 frames, written once per test
+// run for the tests that only read them.
+func sharedTestVideo(t *testing.T) (mp4, frames string) {
+	t.Helper()
+	testVideo40.once.Do(func() {
+		if testVideo40.dir, testVideo40.err = os.MkdirTemp("", "framepack-cli-test-video-"); testVideo40.err == nil {
+			testVideo40.err = errors.New("writing the test video failed (see the first test that asked)")
+			testVideo40.mp4, testVideo40.frames = writeTestVideo(t, testVideo40.dir, 40)
+			testVideo40.err = nil
+		}
+	})
+	if testVideo40.err != nil {
+		t.Fatal(testVideo40.err)
+	}
+	return testVideo40.mp4, testVideo40.frames
+}
+
 // TestGenerateVideoBadInput: each bad --video fails before any model
 // loads, with one line naming the problem.
 func TestGenerateVideoBadInput(t *testing.T) {
@@ -52,7 +77,7 @@ func TestGenerateVideoBadInput(t *testing.T) {
 	}
 	tinyEnv(t)
 	dir := t.TempDir()
-	mp4, frames := writeTestVideo(t, dir, 40)
+	mp4, frames := sharedTestVideo(t)
 	short, _ := writeTestVideo(t, t.TempDir(), 20)
 	junk := filepath.Join(dir, "junk.mp4")
 	os.WriteFile(junk, []byte("not a video"), 0o644)
@@ -96,8 +121,7 @@ func TestGenerateVideoBadInput(t *testing.T) {
 // alone.
 func TestGenerateVideoTiny(t *testing.T) {
 	tinyEnv(t)
-	dir := t.TempDir()
-	mp4, frames := writeTestVideo(t, dir, 40)
+	mp4, frames := sharedTestVideo(t)
 	cases := []struct {
 		name  string
 		args  []string

@@ -1,8 +1,9 @@
 // Package testmode tells tests which suite runs: the default one, which
 // skips work whose result another test or an earlier run on this machine
-// already proves, or the full one (FRAMEPACK_TEST_FULL=1, as CI runs it),
-// which does everything every time. A test that leaves work out in the
-// default suite says what proves it instead.
+// already proves, and variants that prove a path a default test covers
+// with another parameter, or the full one (FRAMEPACK_TEST_FULL=1, as CI
+// runs it), which does everything every time. A test that leaves work out
+// in the default suite says what proves it instead.
 package testmode
 
 import (
