@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,6 +234,10 @@ func (e *env) wait(id string, d time.Duration, done func(jobJSON) bool) jobJSON 
 			return j
 		}
 		if time.Now().After(end) {
+			// Where everything stands, to see what the job waits for.
+			var stacks strings.Builder
+			pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+			e.t.Logf("the goroutines:\n%s", stacks.String())
 			e.t.Fatalf("job %s: still %s after %s (section %d of %d)", id, j.Status, d, j.Section, j.Sections)
 		}
 		time.Sleep(100 * time.Millisecond)
