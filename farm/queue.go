@@ -375,8 +375,9 @@ func (f *Farm) Reconcile(ctx context.Context) (int, error) {
 }
 
 // Watch follows every job's state: the current ones first, then each
-// change (a nil Job with the id for a deletion), until ctx ends.
-func (f *Farm) Watch(ctx context.Context, fn func(id string, j *Job)) (ready <-chan struct{}, err error) {
+// change (a nil Job with the id for a deletion), until ctx ends. rev is
+// the change's revision in the state bucket (see StateRevision).
+func (f *Farm) Watch(ctx context.Context, fn func(id string, j *Job, rev uint64)) (ready <-chan struct{}, err error) {
 	w, err := f.state.WatchAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("farm: watching jobs: %w", err)
@@ -401,17 +402,37 @@ func (f *Farm) Watch(ctx context.Context, fn func(id string, j *Job)) (ready <-c
 					continue
 				}
 				if e.Operation() != jetstream.KeyValuePut {
-					fn(e.Key(), nil)
+					fn(e.Key(), nil, e.Revision())
 					continue
 				}
 				var j Job
-				if json.Unmarshal(e.Value(), &j) == nil {
-					fn(e.Key(), &j)
+				if json.Unmarshal(e.Value(), &j) != nil {
+					fn(e.Key(), nil, e.Revision()) // unreadable: as good as gone
+					continue
 				}
+				fn(e.Key(), &j, e.Revision())
 			}
 		}
 	}()
 	return rd, nil
+}
+
+// StateRevision is the state bucket's latest revision: a watcher that has
+// seen a change of this revision has seen every change made before it was
+// asked, by this process or any other.
+func (f *Farm) StateRevision(ctx context.Context) (uint64, error) {
+	var rev uint64
+	err := retry(ctx, func(ctx context.Context) error {
+		st, err := f.state.Status(ctx)
+		if err == nil {
+			rev = st.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq
+		}
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("farm: reading the state bucket's revision: %w", err)
+	}
+	return rev, nil
 }
 
 // Idempotent records that an Idempotency-Key (its hash, key) made job id

@@ -23,6 +23,10 @@ type hub struct {
 	sub   *nats.Subscription
 	stop  context.CancelFunc
 	ready <-chan struct{}
+	// rev is the state bucket's revision of the last change seen;
+	// advanced is closed (and replaced) whenever it grows.
+	rev      uint64
+	advanced chan struct{}
 }
 
 // live is a running job's latest events.
@@ -42,7 +46,8 @@ type message struct {
 }
 
 func newHub(f *farm.Farm) (*hub, error) {
-	h := &hub{jobs: map[string]*farm.Job{}, live: map[string]*live{}, subs: map[string]map[*listener]struct{}{}}
+	h := &hub{jobs: map[string]*farm.Job{}, live: map[string]*live{}, subs: map[string]map[*listener]struct{}{},
+		advanced: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel
 	ready, err := f.Watch(ctx, h.state)
@@ -70,9 +75,14 @@ func (h *hub) close() {
 }
 
 // state records a job's new state (nil: deleted) and sends it on.
-func (h *hub) state(id string, j *farm.Job) {
+func (h *hub) state(id string, j *farm.Job, rev uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if rev > h.rev {
+		h.rev = rev
+		close(h.advanced)
+		h.advanced = make(chan struct{})
+	}
 	if j == nil {
 		delete(h.jobs, id)
 		delete(h.live, id)
@@ -185,6 +195,28 @@ func (h *hub) job(id string) *farm.Job {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.jobs[id]
+}
+
+// seen waits until the hub has seen the state bucket's revision rev (so
+// that a list read after a change shows it), ctx ends or wait passes.
+func (h *hub) seen(ctx context.Context, rev uint64, wait time.Duration) bool {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		h.mu.Lock()
+		have, advanced := h.rev, h.advanced
+		h.mu.Unlock()
+		if have >= rev {
+			return true
+		}
+		select {
+		case <-advanced:
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return false
+		}
+	}
 }
 
 // progress is a running job's latest progress event.

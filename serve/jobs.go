@@ -118,6 +118,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	s.caughtUp(r.Context())
 	views := []jobView{}
 	pos := 0
 	for _, j := range s.hub.list() {
@@ -135,6 +136,16 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": views, "counts": s.hub.counts()})
+}
+
+// caughtUp waits, for at most a second, until the hub's jobs include every
+// change made before now (this server's or another's: a job moved up, one
+// just submitted), so that a list read after a change shows it.
+func (s *Server) caughtUp(ctx context.Context) {
+	rev, err := s.f.StateRevision(ctx)
+	if err == nil && !s.hub.seen(ctx, rev, time.Second) {
+		s.log.Debug(fmt.Sprintf("the job list lags the state bucket (revision %d)", rev))
+	}
 }
 
 // job reads the job the path names, or answers 404.
@@ -335,6 +346,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, err.Error())
 		return
 	}
+	s.caughtUp(r.Context()) // the jobs queued a moment ago count
 	if n := s.hub.counts()[farm.Queued]; n >= s.cfg.MaxQueued {
 		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("the queue is full: %d jobs wait (the limit is %d); wait for some to run or cancel some", n, s.cfg.MaxQueued))
 		return

@@ -439,8 +439,10 @@ func TestIdempotency(t *testing.T) {
 }
 
 // Queued jobs move up and are cancelled; finished ones are removed; a
-// running job stops when cancelled.
+// running job stops when cancelled. The list read right after a move shows
+// it (the list waits for the state it lists to catch up).
 func TestQueueMoveCancel(t *testing.T) {
+	t.Parallel() // its own server and queue
 	e := newEnv(t, envOptions{noWorker: true})
 	var ids []string
 	for i := range 3 {
