@@ -138,11 +138,14 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": views, "counts": s.hub.counts()})
 }
 
-// caughtUp waits, for at most a second, until the hub's jobs include every
-// change made before now (this server's or another's: a job moved up, one
-// just submitted), so that a list read after a change shows it.
+// caughtUp waits, for at most a second or two, until the hub's jobs
+// include every change made before now (this server's or another's: a job
+// moved up, one just submitted), so that a list read after a change shows
+// it; while the servers do not answer, the list is what the hub has.
 func (s *Server) caughtUp(ctx context.Context) {
-	rev, err := s.f.StateRevision(ctx)
+	ask, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	rev, err := s.f.StateRevision(ask)
 	if err == nil && !s.hub.seen(ctx, rev, time.Second) {
 		s.log.Debug(fmt.Sprintf("the job list lags the state bucket (revision %d)", rev))
 	}
