@@ -35,6 +35,7 @@ func externalServer(t *testing.T) string {
 // progress loses its job to another after the ack wait, which resumes it;
 // the job is finished once.
 func TestExternalSharedQueue(t *testing.T) {
+	t.Parallel() // its own NATS server; the tests mostly wait out ack waits and delays
 	url := externalServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -100,6 +101,7 @@ func TestExternalSharedQueue(t *testing.T) {
 // A running worker's progress acknowledgements keep its job beyond the
 // ack wait.
 func TestProgressKeepsJob(t *testing.T) {
+	t.Parallel() // its own NATS server; the tests mostly wait out ack waits and delays
 	url := externalServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -141,6 +143,7 @@ func TestProgressKeepsJob(t *testing.T) {
 // back) can neither record a checkpoint nor finish, and its files are
 // deleted; the state names the winner's files only.
 func TestRaceStoresOneResult(t *testing.T) {
+	t.Parallel() // its own NATS server; the tests mostly wait out ack waits and delays
 	url := externalServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -211,6 +214,7 @@ func TestRaceStoresOneResult(t *testing.T) {
 // state; when every live worker refused it, the state says no live worker
 // can run it; a worker that can takes it, which clears both.
 func TestRefusals(t *testing.T) {
+	t.Parallel() // its own NATS server; the tests mostly wait out ack waits and delays
 	url := externalServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -305,6 +309,7 @@ func TestAuth(t *testing.T) {
 // folder's disk is refused at Open with a message that names the size and
 // the folder, not NATS's bare "insufficient storage resources".
 func TestStoreLargerThanDisk(t *testing.T) {
+	t.Parallel() // its own NATS server; the tests mostly wait out ack waits and delays
 	data := t.TempDir()
 	f, err := Open(context.Background(), Config{DataDir: data, MaxStoredBytes: 1 << 60})
 	if err == nil {
