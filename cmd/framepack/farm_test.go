@@ -258,14 +258,7 @@ func TestFarmWorkerKilledSmall(t *testing.T) {
 		t.Skip("runs NATS and two worker processes")
 	}
 	t.Parallel()
-	e := newFarmEnv(t, 1)
-	e.worker("w1")
-	e.worker("w2")
-	ids := e.submit(2, farmJob2())
-	mid := e.midJob(ids...)
-	e.byName(mid.Worker).Kill()
-	jobs, tally := e.finish(ids)
-	e.report(tally, fmt.Sprintf("SIGKILL worker %s in the middle of section %d of %d; %s", mid.Worker, mid.Section+1, mid.Sections, e.resumed(jobs, mid)))
+	workerKilled(t, 1, []string{"w1", "w2"}, 2, farmJob2())
 }
 
 // The full variant: a 3-node cluster, three workers, a worker killed with
@@ -274,15 +267,21 @@ func TestFarmWorkerKilled(t *testing.T) {
 	if !testmode.Full() {
 		t.Skip("the full suite's (FRAMEPACK_TEST_FULL=1); TestFarmWorkerKilledSmall is its default-suite variant")
 	}
-	e := newFarmEnv(t, 3)
-	for _, n := range []string{"w1", "w2", "w3"} {
+	workerKilled(t, 3, []string{"w1", "w2", "w3"}, 4, farmJob())
+}
+
+// workerKilled runs jobs on workers over a cluster of servers and kills
+// the worker of one with SIGKILL in the middle of a section.
+func workerKilled(t *testing.T, servers int, workers []string, jobs int, s farm.Settings) {
+	e := newFarmEnv(t, servers)
+	for _, n := range workers {
 		e.worker(n)
 	}
-	ids := e.submit(4, farmJob())
+	ids := e.submit(jobs, s)
 	mid := e.midJob(ids...)
 	e.byName(mid.Worker).Kill()
-	jobs, tally := e.finish(ids)
-	e.report(tally, fmt.Sprintf("SIGKILL worker %s in the middle of section %d of %d; %s", mid.Worker, mid.Section+1, mid.Sections, e.resumed(jobs, mid)))
+	done, tally := e.finish(ids)
+	e.report(tally, fmt.Sprintf("SIGKILL worker %s in the middle of section %d of %d; %s", mid.Worker, mid.Section+1, mid.Sections, e.resumed(done, mid)))
 }
 
 // A NATS server of the cluster killed with SIGKILL while jobs run: the
