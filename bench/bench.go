@@ -15,6 +15,11 @@ import (
 	"math"
 )
 
+// storeBytes caps the file store of the farms bench serve and bench farm
+// run: their files are small, and a disk that holds real models may have
+// little room left for the default 20 GiB.
+const storeBytes = 4 << 30
+
 // Result is one measurement line. Times are seconds, sizes bytes.
 type Result map[string]any
 

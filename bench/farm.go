@@ -522,8 +522,7 @@ func RunFarm(ctx context.Context, cfg FarmConfig) error {
 		defer stop()
 		url = u
 	}
-	// Its files are small; a disk that holds real models may have little room left.
-	f, err := farm.Open(ctx, farm.Config{URL: url, AckWait: cfg.AckWait, Log: cfg.Log, MaxStoredBytes: 4 << 30})
+	f, err := farm.Open(ctx, farm.Config{URL: url, AckWait: cfg.AckWait, Log: cfg.Log, MaxStoredBytes: storeBytes})
 	if err != nil {
 		return err
 	}

@@ -93,7 +93,7 @@ func startServer(o ServeOptions) (*server, error) {
 		return nil, err
 	}
 	args := []string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--max-queued", strconv.Itoa(o.Jobs + 10), "--quiet",
-		"--max-storage", "4G"} // its files are small; a disk that holds real models may have little room left
+		"--max-storage", strconv.Itoa(storeBytes) + "B"}
 	if o.Models != "" {
 		args = append(args, "--models", o.Models)
 	}
