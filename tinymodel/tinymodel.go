@@ -128,9 +128,16 @@ func Hash() string {
 		})
 		sort.Strings(paths)
 		for _, p := range paths {
-			b, _ := fs.ReadFile(FS(), p)
-			fmt.Fprintf(h, "%s\x00%d\x00", p, len(b))
-			h.Write(b)
+			// Streamed: every process that runs the tiny model hashes it,
+			// and a copy of the files would be most of its memory.
+			f, err := FS().Open(p)
+			if err != nil {
+				panic(err) // a listed embedded file is always there
+			}
+			st, _ := f.Stat()
+			fmt.Fprintf(h, "%s\x00%d\x00", p, st.Size())
+			io.Copy(h, f)
+			f.Close()
 		}
 		hash = hex.EncodeToString(h.Sum(nil))
 	})

@@ -27,8 +27,10 @@ func syncFile(path string) error {
 	return err
 }
 
-// verifyFile checks the container structure of the file ffmpeg wrote.
-func verifyFile(path, format string) error {
+// verifyFile checks that the file ffmpeg wrote at path is whole and holds
+// frames frames: an MP4's structure and sample table here, a Matroska
+// file's start here and its frames through ffprobe (where installed).
+func verifyFile(ctx context.Context, path, format string, frames int) error {
 	fh, err := os.Open(path)
 	if err != nil {
 		return err
@@ -39,9 +41,22 @@ func verifyFile(path, format string) error {
 		return err
 	}
 	if format == "matroska" {
-		return VerifyMatroska(fh, st.Size())
+		if err := VerifyMatroska(fh, st.Size()); err != nil {
+			return err
+		}
+		return probeFrames(ctx, path, frames)
 	}
-	return VerifyMP4(fh, st.Size())
+	if err := VerifyMP4(fh, st.Size()); err != nil {
+		return err
+	}
+	n, err := MP4Frames(fh, st.Size())
+	if err != nil {
+		return err
+	}
+	if n != frames {
+		return fmt.Errorf("its index lists %d frames, %d were written", n, frames)
+	}
+	return nil
 }
 
 // VerifyMP4 checks that an MP4 (or QuickTime .mov) of size bytes is whole:
@@ -234,4 +249,223 @@ func probeFrames(ctx context.Context, path string, frames int) error {
 		return fmt.Errorf("ffprobe finds %d frames, %d were written", got, frames)
 	}
 	return nil
+}
+
+// MP4Frames counts the frames of an MP4's (or .mov's) first video track
+// from its sample table, the index a player reads, and checks that every
+// frame's bytes lie inside an mdat box of the file — a whole index that
+// points at data the file holds. It reads what ffprobe's packet count
+// reads, without starting a process. A fragmented MP4 (moof boxes: frames
+// indexed outside the moov) is an error here; ffmpeg writes none unless
+// asked to.
+func MP4Frames(r io.ReaderAt, size int64) (int, error) {
+	top, err := mp4Boxes(r, 0, size)
+	if err != nil {
+		return 0, err
+	}
+	var mdats []mp4Box
+	var moov *mp4Box
+	for i, b := range top {
+		switch b.typ {
+		case "mdat":
+			mdats = append(mdats, b)
+		case "moov":
+			moov = &top[i]
+		case "moof":
+			return 0, errors.New("a fragmented MP4: frames indexed outside the moov")
+		}
+	}
+	if moov == nil {
+		return 0, errors.New("no moov box")
+	}
+	traks, err := mp4Boxes(r, moov.body, moov.end)
+	if err != nil {
+		return 0, fmt.Errorf("moov: %w", err)
+	}
+	for _, trak := range traks {
+		if trak.typ != "trak" {
+			continue
+		}
+		stbl, video, err := mp4VideoTable(r, trak)
+		if err != nil {
+			return 0, err
+		}
+		if video {
+			return mp4Samples(r, stbl, mdats)
+		}
+	}
+	return 0, errors.New("no video track")
+}
+
+// mp4Child is the box of type typ inside parent (ok false where absent).
+func mp4Child(r io.ReaderAt, parent mp4Box, typ string) (mp4Box, bool, error) {
+	kids, err := mp4Boxes(r, parent.body, parent.end)
+	if err != nil {
+		return mp4Box{}, false, fmt.Errorf("%s: %w", parent.typ, err)
+	}
+	for _, k := range kids {
+		if k.typ == typ {
+			return k, true, nil
+		}
+	}
+	return mp4Box{}, false, nil
+}
+
+// mp4VideoTable finds trak's sample table (mdia/minf/stbl) and whether its
+// handler (mdia/hdlr) is video's, "vide".
+func mp4VideoTable(r io.ReaderAt, trak mp4Box) (stbl mp4Box, video bool, err error) {
+	mdia, ok, err := mp4Child(r, trak, "mdia")
+	if err != nil || !ok {
+		return stbl, false, err
+	}
+	hdlr, ok, err := mp4Child(r, mdia, "hdlr")
+	if err != nil || !ok {
+		return stbl, false, err
+	}
+	var h [12]byte // version and flags, pre_defined, handler_type
+	if hdlr.end-hdlr.body < 12 {
+		return stbl, false, errors.New("hdlr: cut short")
+	}
+	if _, err := r.ReadAt(h[:], hdlr.body); err != nil {
+		return stbl, false, fmt.Errorf("hdlr: %w", err)
+	}
+	if string(h[8:12]) != "vide" {
+		return stbl, false, nil
+	}
+	minf, ok, err := mp4Child(r, mdia, "minf")
+	if err == nil && ok {
+		stbl, ok, err = mp4Child(r, minf, "stbl")
+	}
+	if err == nil && !ok {
+		err = errors.New("the video track has no sample table (mdia/minf/stbl)")
+	}
+	return stbl, err == nil, err
+}
+
+// mp4Samples reads the sample table stbl — sizes (stsz), chunks (stsc)
+// and their offsets (stco or co64) — and checks that each sample lies in
+// one of mdats; it returns the number of samples.
+func mp4Samples(r io.ReaderAt, stbl mp4Box, mdats []mp4Box) (int, error) {
+	body := func(typ string) ([]byte, bool, error) {
+		b, ok, err := mp4Child(r, stbl, typ)
+		if err != nil || !ok {
+			return nil, ok, err
+		}
+		p := make([]byte, b.end-b.body) // within the file, which the caller holds
+		if _, err := r.ReadAt(p, b.body); err != nil {
+			return nil, true, fmt.Errorf("%s: %w", typ, err)
+		}
+		if len(p) < 8 { // version and flags, then a count
+			return nil, true, fmt.Errorf("%s: cut short", typ)
+		}
+		return p, true, nil
+	}
+	u32 := func(p []byte, i int) uint64 { return uint64(binary.BigEndian.Uint32(p[i:])) }
+	// entries checks that a table of n entries of w bytes from offset off fits p.
+	entries := func(typ string, p []byte, off int, n uint64, w int) error {
+		if n > uint64(len(p)-off)/uint64(w) {
+			return fmt.Errorf("%s: %d entries of %d bytes in %d", typ, n, w, len(p)-off)
+		}
+		return nil
+	}
+
+	stsz, ok, err := body("stsz")
+	if err != nil {
+		return 0, err
+	}
+	if !ok || len(stsz) < 12 {
+		return 0, errors.New("the video track has no sample sizes (stsz)")
+	}
+	fixed, count := u32(stsz, 4), u32(stsz, 8)
+	if fixed == 0 {
+		if err := entries("stsz", stsz, 12, count, 4); err != nil {
+			return 0, err
+		}
+	}
+	sampleSize := func(i uint64) uint64 {
+		if fixed != 0 {
+			return fixed
+		}
+		return u32(stsz, 12+4*int(i))
+	}
+
+	stsc, ok, err := body("stsc")
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, errors.New("the video track has no sample-to-chunk table (stsc)")
+	}
+	runs := u32(stsc, 4)
+	if err := entries("stsc", stsc, 8, runs, 12); err != nil {
+		return 0, err
+	}
+
+	var offsets []uint64
+	if co, ok, err := body("stco"); err != nil {
+		return 0, err
+	} else if ok {
+		n := u32(co, 4)
+		if err := entries("stco", co, 8, n, 4); err != nil {
+			return 0, err
+		}
+		for i := range n {
+			offsets = append(offsets, u32(co, 8+4*int(i)))
+		}
+	} else if co, ok, err := body("co64"); err != nil {
+		return 0, err
+	} else if ok {
+		n := u32(co, 4)
+		if err := entries("co64", co, 8, n, 8); err != nil {
+			return 0, err
+		}
+		for i := range n {
+			offsets = append(offsets, binary.BigEndian.Uint64(co[8+8*int(i):]))
+		}
+	} else {
+		return 0, errors.New("the video track has no chunk offsets (stco or co64)")
+	}
+
+	// Walk the chunks: run k covers chunks [first_k, first_{k+1}), each of
+	// samples_per_chunk samples laid end to end from the chunk's offset.
+	var sample uint64
+	for k := range runs {
+		e := stsc[8+12*int(k):]
+		first, per := u32(e, 0), u32(e, 4)
+		last := uint64(len(offsets)) // the last run reaches the last chunk
+		if k+1 < runs {
+			last = u32(stsc[8+12*int(k+1):], 0) - 1
+		}
+		if first < 1 || last > uint64(len(offsets)) || first > last+1 {
+			return 0, fmt.Errorf("stsc: chunks %d to %d of %d", first, last, len(offsets))
+		}
+		for c := first; c <= last; c++ {
+			off := offsets[c-1]
+			for range per {
+				if sample == count {
+					return 0, fmt.Errorf("the chunks hold more samples than stsz's %d", count)
+				}
+				size := sampleSize(sample)
+				if !inside(mdats, off, size) {
+					return 0, fmt.Errorf("sample %d (%d bytes at offset %d) lies outside the file's mdat: the file was cut short or its index is wrong", sample+1, size, off)
+				}
+				off += size
+				sample++
+			}
+		}
+	}
+	if sample != count {
+		return 0, fmt.Errorf("the chunks hold %d samples, stsz lists %d", sample, count)
+	}
+	return int(count), nil
+}
+
+// inside says whether [off, off+size) lies within one of the boxes' bodies.
+func inside(boxes []mp4Box, off, size uint64) bool {
+	for _, b := range boxes {
+		if off >= uint64(b.body) && off <= uint64(b.end) && size <= uint64(b.end)-off {
+			return true
+		}
+	}
+	return false
 }

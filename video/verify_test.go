@@ -3,10 +3,12 @@ package video
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -125,5 +127,92 @@ func TestWriteFullDisk(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("a failed PNG write left %d entries, first %s", len(ents), ents[0].Name())
+	}
+}
+
+// TestMP4FramesIsFFprobes: the frame count read from an MP4's or a .mov's
+// index is ffprobe's packet count, at lengths from one frame to more than
+// x264's lookahead; an index that lies — more or fewer samples than its
+// chunks hold, a sample past the data, no video track — is an error.
+func TestMP4FramesIsFFprobes(t *testing.T) {
+	needFFmpeg(t)
+	if _, err := exec.LookPath("ffprobe"); err != nil {
+		t.Fatal("ffmpeg without ffprobe: the check of this test has no reference")
+	}
+	dir := t.TempDir()
+	var mp4 []byte
+	for _, c := range []struct {
+		name   string
+		frames int
+	}{{"a.mp4", 1}, {"b.mp4", 45}, {"c.mov", 7}} {
+		path := filepath.Join(dir, c.name)
+		// WriteMP4 checks MP4Frames against the frames written itself;
+		// ffprobe is the independent count.
+		if err := WriteMP4(context.Background(), path, noiseFrames(c.frames, 16, 32), Options{}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := MP4Frames(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		out, err := exec.Command("ffprobe", "-v", "error", "-select_streams", "v:0", "-count_packets",
+			"-show_entries", "stream=nb_read_packets", "-of", "csv=p=0", path).Output()
+		if err != nil {
+			t.Fatalf("ffprobe %s: %v", c.name, err)
+		}
+		if want := strings.TrimSpace(string(out)); strconv.Itoa(got) != want || got != c.frames {
+			t.Errorf("%s: %d frames in its index, ffprobe counts %s, %d written", c.name, got, want, c.frames)
+		}
+		if c.frames == 45 {
+			mp4 = b
+		}
+	}
+
+	// at is the offset of the first box of type typ in b (its type field).
+	at := func(b []byte, typ string) int {
+		i := bytes.Index(b, []byte(typ))
+		if i < 4 {
+			t.Fatalf("no %s box", typ)
+		}
+		return i
+	}
+	edit := func(fn func(b []byte)) []byte {
+		b := append([]byte(nil), mp4...)
+		fn(b)
+		return b
+	}
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"one sample more in stsz", edit(func(b []byte) {
+			i := at(b, "stsz") + 12 // after the type: version and flags, the fixed size, the count
+			binary.BigEndian.PutUint32(b[i:], binary.BigEndian.Uint32(b[i:])+1)
+		}), "stsz"},
+		{"one sample fewer in stsz", edit(func(b []byte) {
+			i := at(b, "stsz") + 12
+			binary.BigEndian.PutUint32(b[i:], binary.BigEndian.Uint32(b[i:])-1)
+		}), "more samples than stsz"},
+		{"a chunk past the end", edit(func(b []byte) {
+			i := at(b, "stco") + 12 // the first chunk's offset
+			binary.BigEndian.PutUint32(b[i:], uint32(len(b)))
+		}), "outside the file's mdat"},
+		{"a sample larger than the data", edit(func(b []byte) {
+			i := at(b, "stsz") + 16 // the first sample's size
+			binary.BigEndian.PutUint32(b[i:], uint32(len(b)))
+		}), "outside the file's mdat"},
+		{"a sound track only", edit(func(b []byte) {
+			copy(b[at(b, "hdlr")+12:], "soun") // after version and flags, pre_defined
+		}), "no video track"},
+	} {
+		_, err := MP4Frames(bytes.NewReader(c.b), int64(len(c.b)))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
 	}
 }

@@ -3,7 +3,7 @@
 // in a folder when ffmpeg is not installed (.mov and .mkv paths get those
 // containers). Outputs are written under a temporary name in the target
 // folder and renamed when complete and checked — ffmpeg's error output,
-// the container's structure, ffprobe's frame count — so a failed,
+// the container's structure, the frame count in its index — so a failed,
 // interrupted or disk-full write never leaves a partial file.
 package video
 

@@ -106,7 +106,8 @@ func PNGDir(path string) string {
 // name beside path and renamed only once it checks out: ffmpeg exited 0
 // and printed no error (it exits 0 when writing the trailer fails on a
 // full disk), the file is flushed to disk, its container structure is
-// whole (Verify) and, where ffprobe is installed, it holds every frame.
+// whole (VerifyMP4) and it holds every frame (MP4Frames; for Matroska,
+// ffprobe's count where installed).
 func WriteMP4(ctx context.Context, path string, f Frames, o Options) error {
 	if err := f.check(); err != nil {
 		return err
@@ -164,10 +165,7 @@ func runFFmpeg(ctx context.Context, bin, path, tmpName string, f Frames, o Optio
 	if err := syncFile(tmpName); err != nil {
 		return fmt.Errorf("video: writing %s: %w", path, err)
 	}
-	if err := verifyFile(tmpName, format); err != nil {
-		return fmt.Errorf("video: ffmpeg wrote a broken %s (%v); nothing was kept", path, err)
-	}
-	if err := probeFrames(ctx, tmpName, f.T); err != nil {
+	if err := verifyFile(ctx, tmpName, format, f.T); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

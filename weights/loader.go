@@ -129,6 +129,7 @@ type piece struct {
 	p      int
 	lo, hi int64
 	at     int64
+	elem   int64 // the most bytes an element takes, stored or converted
 }
 
 func (p piece) whole() bool { return p.p < 0 }
@@ -189,7 +190,7 @@ func (l *Loader) pieces(c *Copy) []piece {
 		n := part.Numel()
 		for lo := int64(0); lo < n; lo += per {
 			hi := min(lo+per, n)
-			ps = append(ps, piece{c: c, p: i, lo: lo, hi: hi, at: at + lo*int64(w.DType.Size())})
+			ps = append(ps, piece{c: c, p: i, lo: lo, hi: hi, at: at + lo*int64(w.DType.Size()), elem: int64(size)})
 		}
 		at += n * int64(w.DType.Size())
 	}
@@ -256,14 +257,16 @@ func (l *Loader) reader() {
 	}
 }
 
-// readerBufs are one reader's buffers, made at first use: the stored
-// bytes of a piece being converted, and a piece's values where there is no
-// staging ring.
+// readerBufs are one reader's buffers, made at first use and grown as
+// pieces need (up to Chunk bytes): the stored bytes of a piece being
+// converted, and a piece's values where there is no staging ring. A small
+// model's pieces are small, and each buffer made is memory the process
+// must clear and fault in.
 type readerBufs struct{ in, out []byte }
 
-func (b *readerBufs) get(p *[]byte, n int64) []byte {
-	if len(*p) == 0 {
-		*p = make([]byte, n)
+func (b *readerBufs) get(p *[]byte, n, chunk int64) []byte {
+	if int64(len(*p)) < n {
+		*p = make([]byte, min(max(n, 2*int64(len(*p))), max(n, chunk)))
 	}
 	return *p
 }
@@ -275,7 +278,7 @@ func (l *Loader) read(p piece, b *readerBufs) error {
 		return l.readWhole(c)
 	}
 	n := (p.hi - p.lo) * int64(c.w.DType.Size())
-	in := b.get(&b.in, l.opts.Chunk)
+	in := b.get(&b.in, (p.hi-p.lo)*p.elem, l.opts.Chunk)
 	if c.host != nil {
 		return l.rf.FillRange(c.w, p.p, p.lo, p.hi, c.host[p.at:p.at+n], in)
 	}
@@ -291,7 +294,7 @@ func (l *Loader) read(p piece, b *readerBufs) error {
 		return l.upload(r, s, c, p.at, s.data[:n])
 	}
 	// No staging: the backend uploads from the reader's own buffer.
-	out := b.get(&b.out, l.opts.Chunk)[:n]
+	out := b.get(&b.out, n, l.opts.Chunk)[:n]
 	if err := l.rf.FillRange(c.w, p.p, p.lo, p.hi, out, in); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 
@@ -101,6 +102,11 @@ func openOpenBLAS() (ob *openBLAS, err error) {
 			ob, err = nil, fmt.Errorf("cpu: openblas: %v", r)
 		}
 	}()
+	// OpenBLAS starts its threads as it loads, and they spin for a while
+	// before they sleep: ask for none, since they would never get work.
+	if _, set := os.LookupEnv("OPENBLAS_NUM_THREADS"); !set {
+		os.Setenv("OPENBLAS_NUM_THREADS", "1")
+	}
 	var lib uintptr
 	var path string
 	var errs []string
