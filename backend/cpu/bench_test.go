@@ -260,3 +260,13 @@ func TestBLASChoice(t *testing.T) {
 		t.Errorf("FRAMEPACK_BLAS=gonum gave %s", be.BLAS())
 	}
 }
+
+func BenchmarkNormSiLU(b *testing.B) {
+	r := rng(4)
+	xs := randVals(r, tensor.F32, 1<<16, -4, 4)
+	ys := make([]float32, len(xs))
+	b.SetBytes(int64(4 * len(xs)))
+	for i := 0; i < b.N; i++ {
+		normSiLU(ys, xs, 0.1, 1.2, 0.3)
+	}
+}

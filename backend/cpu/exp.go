@@ -30,11 +30,14 @@ func expf(x float32) float64 {
 		fromK = math.Ln2 / 64
 		round = 0x1.8p52 // adding and subtracting it rounds to an integer
 	)
+	// The conversions round each product before the sum: a compiler may
+	// otherwise fuse the two (as with GOAMD64=v3), and the values would
+	// then differ from normSiLU's vector code, which does not.
 	f := float64(x)
-	kf := (f*toK + round) - round
+	kf := (float64(f*toK) + round) - round
 	k := int64(kf)
-	r := f - kf*fromK
-	p := 1 + r*(1+r*(0.5+r*(1.0/6)))
+	r := f - float64(kf*fromK)
+	p := 1 + float64(r*(1+float64(r*(0.5+float64(r*(1.0/6))))))
 	v := expTable[k&63] * p
 	return math.Float64frombits(math.Float64bits(v) + uint64(k>>6)<<52)
 }

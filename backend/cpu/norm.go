@@ -263,6 +263,19 @@ func reduceRow(op tensor.ReduceOp, x []float32) float64 {
 // with expf's steps written out in the loop (a call per value costs as
 // much as the rest of the work).
 func normSiLU(ys, xs []float32, m, s, h float32) {
+	ys = ys[:len(xs)]
+	for i := 0; i < len(xs); {
+		if haveAVX2 {
+			i += normSiLU8(ys[i:], xs[i:], m, s, h, &expTable)
+		}
+		end := min(len(xs), i+8) // the vector loop's tail, or a block it left
+		normSiLUGo(ys[i:end], xs[i:end], m, s, h)
+		i = end
+	}
+}
+
+// normSiLUGo is normSiLU one value at a time.
+func normSiLUGo(ys, xs []float32, m, s, h float32) {
 	const (
 		toK   = 64 / math.Ln2
 		fromK = math.Ln2 / 64
@@ -270,15 +283,15 @@ func normSiLU(ys, xs []float32, m, s, h float32) {
 	)
 	ys = ys[:len(xs)]
 	for j, v := range xs {
-		y := (v-m)*s + h
+		y := float32((v-m)*s) + h
 		x := -y
 		var e float64
 		if x >= -104 && x <= 89 {
 			f := float64(x)
-			kf := (f*toK + round) - round
+			kf := (float64(f*toK) + round) - round
 			k := int64(kf)
-			r := f - kf*fromK
-			p := 1 + r*(1+r*(0.5+r*(1.0/6)))
+			r := f - float64(kf*fromK)
+			p := 1 + float64(r*(1+float64(r*(0.5+float64(r*(1.0/6))))))
 			e = math.Float64frombits(math.Float64bits(expTable[k&63]*p) + uint64(k>>6)<<52)
 		} else {
 			e = expf(x) // NaN, or beyond float32's range
