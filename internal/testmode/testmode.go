@@ -9,8 +9,10 @@ package testmode
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"flag"
 	"os"
 	"path/filepath"
+	"strconv"
 )
 
 // Env is the environment variable that asks for the full suite.
@@ -20,6 +22,20 @@ const Env = "FRAMEPACK_TEST_FULL"
 func Full() bool {
 	v := os.Getenv(Env)
 	return v != "" && v != "0"
+}
+
+// WaitingTests lets up to n of a package's parallel tests run side by
+// side, where -parallel (the cores, by default) was not given: for a
+// package whose tests mostly wait — out ack waits, deadlines, hung
+// children — and would hold the go command's slot idle, a core's worth of
+// time, while they take turns. TestMain calls it before m.Run.
+func WaitingTests(n int) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }
 
 // Key is a cache key for a deterministic check: the hash of everything its
