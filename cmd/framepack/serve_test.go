@@ -174,6 +174,7 @@ func TestServeResumeAfterKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs several jobs on the tiny model (about a minute)")
 	}
+	t.Parallel() // its processes' environment is their own; it waits on kills and restarts: beside the others that do
 	data := t.TempDir()
 	const three = `{"prompt":"a red kite over green hills","seconds":0.4,"window":1,"steps":2,"resolution":64,"seed":11}`
 	p := startServe(t, data)
