@@ -376,8 +376,8 @@ func (f *Farm) Reconcile(ctx context.Context) (int, error) {
 
 // Watch follows every job's state: the current ones first, then each
 // change (a nil Job with the id for a deletion, or for a state it cannot
-// read), until ctx ends. rev is
-// the change's revision in the state bucket (see StateRevision).
+// read), until ctx ends. rev is the change's revision in the state bucket
+// (see StateRevision).
 func (f *Farm) Watch(ctx context.Context, fn func(id string, j *Job, rev uint64)) (ready <-chan struct{}, err error) {
 	w, err := f.state.WatchAll(ctx)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -346,11 +347,16 @@ func mp4VideoTable(r io.ReaderAt, trak mp4Box) (stbl mp4Box, video bool, err err
 // and their offsets (stco or co64) — and checks that each sample lies in
 // one of mdats; it returns the number of samples.
 func mp4Samples(r io.ReaderAt, stbl mp4Box, mdats []mp4Box) (int, error) {
+	kids, err := mp4Boxes(r, stbl.body, stbl.end)
+	if err != nil {
+		return 0, fmt.Errorf("stbl: %w", err)
+	}
 	body := func(typ string) ([]byte, bool, error) {
-		b, ok, err := mp4Child(r, stbl, typ)
-		if err != nil || !ok {
-			return nil, ok, err
+		i := slices.IndexFunc(kids, func(b mp4Box) bool { return b.typ == typ })
+		if i < 0 {
+			return nil, false, nil
 		}
+		b := kids[i]
 		p := make([]byte, b.end-b.body) // within the file, which the caller holds
 		if _, err := r.ReadAt(p, b.body); err != nil {
 			return nil, true, fmt.Errorf("%s: %w", typ, err)
@@ -401,29 +407,30 @@ func mp4Samples(r io.ReaderAt, stbl mp4Box, mdats []mp4Box) (int, error) {
 		return 0, err
 	}
 
-	var offsets []uint64
-	if co, ok, err := body("stco"); err != nil {
+	// The chunks' offsets: 32-bit (stco) or 64-bit (co64).
+	co, ok, err := body("stco")
+	typ, w := "stco", 4
+	if err == nil && !ok {
+		co, ok, err = body("co64")
+		typ, w = "co64", 8
+	}
+	if err != nil {
 		return 0, err
-	} else if ok {
-		n := u32(co, 4)
-		if err := entries("stco", co, 8, n, 4); err != nil {
-			return 0, err
-		}
-		for i := range n {
-			offsets = append(offsets, u32(co, 8+4*int(i)))
-		}
-	} else if co, ok, err := body("co64"); err != nil {
-		return 0, err
-	} else if ok {
-		n := u32(co, 4)
-		if err := entries("co64", co, 8, n, 8); err != nil {
-			return 0, err
-		}
-		for i := range n {
-			offsets = append(offsets, binary.BigEndian.Uint64(co[8+8*int(i):]))
-		}
-	} else {
+	}
+	if !ok {
 		return 0, errors.New("the video track has no chunk offsets (stco or co64)")
+	}
+	chunks := u32(co, 4)
+	if err := entries(typ, co, 8, chunks, w); err != nil {
+		return 0, err
+	}
+	offsets := make([]uint64, chunks)
+	for i := range offsets {
+		if e := co[8+w*i:]; w == 4 {
+			offsets[i] = u32(e, 0)
+		} else {
+			offsets[i] = binary.BigEndian.Uint64(e)
+		}
 	}
 
 	// Walk the chunks: run k covers chunks [first_k, first_{k+1}), each of

@@ -264,11 +264,13 @@ func reduceRow(op tensor.ReduceOp, x []float32) float64 {
 // costs as much as the rest of the work), eight values at a time where the
 // CPU has AVX2 (normSiLU8).
 func normSiLU(ys, xs []float32, m, s, h float32) {
+	if !haveAVX2 {
+		normSiLUGo(ys, xs, m, s, h)
+		return
+	}
 	ys = ys[:len(xs)]
 	for i := 0; i < len(xs); {
-		if haveAVX2 {
-			i += normSiLU8(ys[i:], xs[i:], m, s, h, &expTable)
-		}
+		i += normSiLU8(ys[i:], xs[i:], m, s, h, &expTable)
 		end := min(len(xs), i+8) // the vector loop's tail, or a block it left
 		normSiLUGo(ys[i:end], xs[i:end], m, s, h)
 		i = end

@@ -40,9 +40,9 @@ GLOBL nsHi<>(SB), RODATA|NOPTR, $4
 GLOBL nsSign<>(SB), RODATA|NOPTR, $4
 GLOBL nsIdx<>(SB), RODATA|NOPTR, $4
 
-// half computes four values: y (float64, in ys) over 1+e^x with x
-// (float64, in xd) as expf computes it, into the four float32 of out.
-// It uses Y6–Y13.
+// HALF computes four values: yd / (1 + e^xd), with xd and yd four float64
+// and e^xd as expf computes it, rounded into the four float32 of out. It
+// uses Y6–Y13 (and reads X3, the table index mask, and R8, the table).
 #define HALF(xd, yd, out) \
 	VMULPD nsToK<>(SB), xd, Y6; \
 	VADDPD nsRound<>(SB), Y6, Y6; \
@@ -103,21 +103,22 @@ loop:
 	CMPL BX, $0xff
 	JNE done // a value for the caller's loop: stop before its block
 
-	// The low four: x and y as float64, the result into X15's slot kept
-	// in the low half of Y14 once both halves are done.
+	// Both halves widened to float64: the low four in Y15 (x) and Y14 (y),
+	// the high four parked in Y4 and Y5 (free for HALF's temporaries);
+	// the results come back as X14 (low) and X15 (high), joined in Y14.
 	VEXTRACTF128 $1, Y15, X10
 	VCVTPS2PD X10, Y10 // high x
 	VEXTRACTF128 $1, Y14, X11
 	VCVTPS2PD X11, Y11 // high y
 	VCVTPS2PD X15, Y15 // low x
 	VCVTPS2PD X14, Y14 // low y
-	VMOVUPD Y10, Y4 // free Y10, Y11 for HALF: park the high x in Y4 ...
-	VMOVUPD Y11, Y5 // ... and the high y in Y5
+	VMOVUPD Y10, Y4
+	VMOVUPD Y11, Y5
 	HALF(Y15, Y14, X14)
 	HALF(Y4, Y5, X15)
 	VINSERTF128 $1, X15, Y14, Y14
 	VMOVUPS Y14, (DI)(AX*4)
-	VBROADCASTSS nsSign<>(SB), Y4 // the constants parked over
+	VBROADCASTSS nsSign<>(SB), Y4 // the constants the high halves were parked over
 	VBROADCASTSS nsLo<>(SB), Y5
 	ADDQ $8, AX
 	JMP loop
